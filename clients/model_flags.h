@@ -1,0 +1,26 @@
+// The model a command works on, from its flags: --model NAME (a zoo model, with --batch and
+// the model's own options such as --layers) or --graph FILE (a description, binary or text).
+#ifndef HEADROOM_CLIENTS_MODEL_FLAGS_H_
+#define HEADROOM_CLIENTS_MODEL_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "clients/cli_flags.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::clients {
+
+// Default samples per step for zoo models.
+inline constexpr int64_t kDefaultBatch = 32;
+
+// Returns the model's description, taking --model, --graph, --batch and the zoo model's
+// options from `flags`. Exactly one of --model and --graph must be given.
+absl::StatusOr<proto::GraphDef> ModelFromFlags(CliFlags& flags);
+
+// The usage lines for these flags.
+std::string ModelFlagsUsage();
+
+}  // namespace headroom::clients
+
+#endif  // HEADROOM_CLIENTS_MODEL_FLAGS_H_
