@@ -1,0 +1,285 @@
+// Shape inference of every op against shapes computed by hand (the arithmetic is in the
+// comments), through the same loader users go through.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "graph/graph.h"
+#include "graph/graph_builder.h"
+#include "gtest/gtest.h"
+
+namespace headroom::graph {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct InputSpec {
+  Shape shape;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+};
+
+// Builds a graph of one `op` node over inputs "in0", "in1", ... with outputs "out0", ...,
+// closes it with a loss over out0, and returns it (or the loader's error).
+absl::StatusOr<Graph> OneOp(const std::string& op, const std::vector<InputSpec>& inputs,
+                            const AttrList& attrs = {}, int num_outputs = 1) {
+  GraphBuilder b("one_op");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    names.push_back(b.Input("in" + std::to_string(i), inputs[i].shape, inputs[i].dtype));
+  }
+  std::vector<std::string> outs;
+  for (int i = 0; i < num_outputs; ++i) outs.push_back("out" + std::to_string(i));
+  b.AddNode(op, "node", names, outs, attrs);
+  // loss = SoftmaxCrossEntropy(Flatten(out0, axis=0) [1, n], labels [1]).
+  b.Op("Flatten", "flat", {"out0"}, {{"axis", IntAttr(0)}});
+  b.Op("SoftmaxCrossEntropy", "loss", {"flat", b.Label("labels", {1})});
+  b.SetLoss("loss");
+  return Graph::FromProto(b.Build());
+}
+
+// Returns the inferred shape of output `i`, or fails the test with the loader's error.
+Shape OutShape(const absl::StatusOr<Graph>& g, int i = 0) {
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok()) return {};
+  return g->tensor(g->FindTensor("out" + std::to_string(i))).shape;
+}
+
+TEST(Conv2DShapeTest, ResNetStem) {
+  // (224 + 3 + 3 - 7) / 2 + 1 = 112.
+  EXPECT_EQ(OutShape(OneOp("Conv2D", {{{2, 3, 224, 224}}, {{64, 3, 7, 7}}},
+                           {{"stride", IntsAttr({2, 2})}, {"padding", IntsAttr({3, 3})}})),
+            Shape({2, 64, 112, 112}));
+}
+
+TEST(Conv2DShapeTest, StridedAndDilated) {
+  // Effective kernel 2*(3-1)+1 = 5: (15 + 1 + 1 - 5) / 2 + 1 = 7.
+  EXPECT_EQ(OutShape(OneOp("Conv2D", {{{1, 8, 15, 15}}, {{4, 8, 3, 3}}, {{4}}},
+                           {{"stride", IntsAttr({2, 2})},
+                            {"padding", IntsAttr({1, 1})},
+                            {"dilation", IntsAttr({2, 2})}})),
+            Shape({1, 4, 7, 7}));
+}
+
+TEST(Conv2DShapeTest, DepthwiseStrided) {
+  // groups = channels = 32, weight [32, 1, 3, 3]: (56 + 2 - 3) / 2 + 1 = 28.
+  EXPECT_EQ(OutShape(OneOp("Conv2D", {{{1, 32, 56, 56}}, {{32, 1, 3, 3}}},
+                           {{"stride", IntsAttr({2, 2})},
+                            {"padding", IntsAttr({1, 1})},
+                            {"groups", IntAttr(32)}})),
+            Shape({1, 32, 28, 28}));
+}
+
+TEST(Conv2DShapeTest, GroupedNonDepthwise) {
+  // 8 input channels in 4 groups of 2; 16 outputs: (10 - 3) / 1 + 1 = 8.
+  EXPECT_EQ(OutShape(OneOp("Conv2D", {{{1, 8, 10, 10}}, {{16, 2, 3, 3}}},
+                           {{"groups", IntAttr(4)}})),
+            Shape({1, 16, 8, 8}));
+}
+
+TEST(Conv2DShapeTest, AsymmetricPaddingAndRectangularStride) {
+  // padding [top 0, left 1, bottom 2, right 3], stride [1, 2]:
+  // H = (5 + 0 + 2 - 3) / 1 + 1 = 5; W = (5 + 1 + 3 - 3) / 2 + 1 = 4.
+  EXPECT_EQ(OutShape(OneOp("Conv2D", {{{1, 1, 5, 5}}, {{1, 1, 3, 3}}},
+                           {{"padding", IntsAttr({0, 1, 2, 3})}, {"stride", IntsAttr({1, 2})}})),
+            Shape({1, 1, 5, 4}));
+}
+
+TEST(Conv2DShapeTest, RejectsWeightNotMatchingGroups) {
+  auto g = OneOp("Conv2D", {{{1, 8, 10, 10}}, {{16, 8, 3, 3}}}, {{"groups", IntAttr(4)}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("input 'in1'"));
+  EXPECT_THAT(g.status().message(), HasSubstr("8/4 = 2"));
+}
+
+TEST(Conv2DShapeTest, RejectsGroupsNotDividingChannels) {
+  auto g = OneOp("Conv2D", {{{1, 6, 10, 10}}, {{8, 2, 3, 3}}}, {{"groups", IntAttr(4)}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("'groups' is 4"));
+}
+
+TEST(Conv2DShapeTest, RejectsKernelLargerThanInput) {
+  auto g = OneOp("Conv2D", {{{1, 1, 2, 2}}, {{1, 1, 3, 3}}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("larger than input 'in0'"));
+}
+
+TEST(Conv2DShapeTest, RejectsWrongBiasShape) {
+  auto g = OneOp("Conv2D", {{{1, 3, 8, 8}}, {{4, 3, 3, 3}}, {{5}}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("input 'in2' has shape [5], needs [4]"));
+}
+
+TEST(PoolShapeTest, MaxPoolResNetStem) {
+  // (112 + 1 + 1 - 3) / 2 + 1 = 56.
+  EXPECT_EQ(OutShape(OneOp("MaxPool", {{{2, 64, 112, 112}}},
+                           {{"kernel_size", IntsAttr({3, 3})},
+                            {"stride", IntsAttr({2, 2})},
+                            {"padding", IntsAttr({1, 1})}})),
+            Shape({2, 64, 56, 56}));
+}
+
+TEST(PoolShapeTest, CeilModeAddsAPartialWindow) {
+  // floor((6 - 3) / 2) + 1 = 2 windows; ceil((6 - 3) / 2) + 1 = 3, and the third starts at
+  // 4 < 6, inside the input, so it stays.
+  const AttrList attrs = {{"kernel_size", IntsAttr({3, 3})}, {"stride", IntsAttr({2, 2})}};
+  EXPECT_EQ(OutShape(OneOp("MaxPool", {{{1, 1, 6, 6}}}, attrs)), Shape({1, 1, 2, 2}));
+  AttrList ceil = attrs;
+  ceil.push_back({"ceil_mode", BoolAttr(true)});
+  EXPECT_EQ(OutShape(OneOp("MaxPool", {{{1, 1, 6, 6}}}, ceil)), Shape({1, 1, 3, 3}));
+}
+
+TEST(PoolShapeTest, CeilModeDropsAWindowStartingInThePadding) {
+  // 5 wide, kernel 2, stride 2, pad 1: ceil((5 + 2 - 2) / 2) + 1 = 4 windows, but the fourth
+  // would start at 6 >= 5 + 1, in the right padding, so PyTorch keeps 3.
+  EXPECT_EQ(OutShape(OneOp("MaxPool", {{{1, 1, 5, 5}}},
+                           {{"kernel_size", IntsAttr({2, 2})},
+                            {"stride", IntsAttr({2, 2})},
+                            {"padding", IntsAttr({1, 1})},
+                            {"ceil_mode", BoolAttr(true)}})),
+            Shape({1, 1, 3, 3}));
+}
+
+TEST(PoolShapeTest, AvgPoolStrideDefaultsToKernel) {
+  EXPECT_EQ(OutShape(OneOp("AvgPool", {{{1, 3, 8, 6}}}, {{"kernel_size", IntsAttr({2, 3})}})),
+            Shape({1, 3, 4, 2}));
+}
+
+TEST(PoolShapeTest, RejectsPaddingOverHalfTheKernel) {
+  auto g = OneOp("MaxPool", {{{1, 1, 8, 8}}},
+                 {{"kernel_size", IntsAttr({2, 2})}, {"padding", IntsAttr({2, 2})}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("exceeds half of kernel_size"));
+}
+
+TEST(PoolShapeTest, GlobalAvgPoolKeepsBatchAndChannels) {
+  EXPECT_EQ(OutShape(OneOp("GlobalAvgPool", {{{4, 2048, 7, 7}}})), Shape({4, 2048, 1, 1}));
+}
+
+TEST(MatMulShapeTest, LinearInPyTorchLayout) {
+  // x [8, 512] W^T where W is [1000, 512], bias [1000].
+  EXPECT_EQ(OutShape(OneOp("MatMul", {{{8, 512}}, {{1000, 512}}, {{1000}}},
+                           {{"transpose_b", BoolAttr(true)}})),
+            Shape({8, 1000}));
+}
+
+TEST(MatMulShapeTest, BatchDimsBroadcast) {
+  // Batch [2, 1] with [5] broadcasts to [2, 5]; [3, 4] x [4, 6] = [3, 6].
+  EXPECT_EQ(OutShape(OneOp("MatMul", {{{2, 1, 3, 4}}, {{5, 4, 6}}})), Shape({2, 5, 3, 6}));
+}
+
+TEST(MatMulShapeTest, AttentionScoresAndTransposeA) {
+  EXPECT_EQ(OutShape(OneOp("MatMul", {{{2, 12, 16, 64}}, {{2, 12, 16, 64}}},
+                           {{"transpose_b", BoolAttr(true)}})),
+            Shape({2, 12, 16, 16}));
+  EXPECT_EQ(OutShape(OneOp("MatMul", {{{7, 3}}, {{7, 5}}}, {{"transpose_a", BoolAttr(true)}})),
+            Shape({3, 5}));
+}
+
+TEST(MatMulShapeTest, RejectsInnerDimensionMismatch) {
+  auto g = OneOp("MatMul", {{{8, 512}}, {{1000, 256}}}, {{"transpose_b", BoolAttr(true)}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (MatMul)"));
+  EXPECT_THAT(g.status().message(), HasSubstr("inner dimensions 512 and 256"));
+}
+
+TEST(ElementwiseShapeTest, BinaryOpsBroadcast) {
+  EXPECT_EQ(OutShape(OneOp("Add", {{{2, 3, 4}}, {{4}}})), Shape({2, 3, 4}));
+  EXPECT_EQ(OutShape(OneOp("Mul", {{{2, 1}}, {{1, 3}}})), Shape({2, 3}));
+  auto g = OneOp("Add", {{{2, 3}}, {{4}}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("do not broadcast"));
+}
+
+TEST(ElementwiseShapeTest, UnaryOpsKeepTheShape) {
+  for (const char* op : {"ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Dropout"}) {
+    EXPECT_EQ(OutShape(OneOp(op, {{{3, 5, 7}}})), Shape({3, 5, 7})) << op;
+  }
+}
+
+TEST(NormShapeTest, BatchNormOverChannels) {
+  EXPECT_EQ(OutShape(OneOp("BatchNorm", {{{2, 16, 4, 4}}, {{16}}, {{16}}, {{16}}, {{16}}})),
+            Shape({2, 16, 4, 4}));
+  EXPECT_EQ(OutShape(OneOp("BatchNorm", {{{2, 16}}, {{16}}, {{16}}, {{16}}, {{16}}})),
+            Shape({2, 16}));
+  auto g = OneOp("BatchNorm", {{{2, 16, 4, 4}}, {{16}}, {{16}}, {{8}}, {{16}}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("input 'in3' has shape [8], needs [16]"));
+}
+
+TEST(NormShapeTest, LayerNormOverLastDim) {
+  EXPECT_EQ(OutShape(OneOp("LayerNorm", {{{2, 10, 64}}, {{64}}, {{64}}})), Shape({2, 10, 64}));
+}
+
+TEST(LayoutShapeTest, FlattenAtEachAxis) {
+  EXPECT_EQ(OutShape(OneOp("Flatten", {{{2, 3, 4, 5}}})), Shape({2, 60}));
+  EXPECT_EQ(OutShape(OneOp("Flatten", {{{2, 3, 4, 5}}}, {{"axis", IntAttr(2)}})),
+            Shape({6, 20}));
+  EXPECT_EQ(OutShape(OneOp("Flatten", {{{2, 3, 4, 5}}}, {{"axis", IntAttr(0)}})),
+            Shape({1, 120}));
+}
+
+TEST(LayoutShapeTest, ReshapeInfersOneDimension) {
+  EXPECT_EQ(OutShape(OneOp("Reshape", {{{2, 12}}}, {{"shape", IntsAttr({-1, 3, 4})}})),
+            Shape({2, 3, 4}));
+  auto g = OneOp("Reshape", {{{2, 12}}}, {{"shape", IntsAttr({5, -1})}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("does not hold the 24 elements"));
+}
+
+TEST(LayoutShapeTest, TransposePermutes) {
+  EXPECT_EQ(OutShape(OneOp("Transpose", {{{2, 3, 4}}}, {{"perm", IntsAttr({2, 0, 1})}})),
+            Shape({4, 2, 3}));
+  auto g = OneOp("Transpose", {{{2, 3, 4}}}, {{"perm", IntsAttr({0, 0, 1})}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("not a permutation"));
+}
+
+TEST(LayoutShapeTest, ConcatAndSplit) {
+  EXPECT_EQ(OutShape(OneOp("Concat", {{{2, 3}}, {{2, 5}}, {{2, 1}}}, {{"axis", IntAttr(1)}})),
+            Shape({2, 9}));
+  auto split = OneOp("Split", {{{2, 9}}}, {{"axis", IntAttr(-1)}, {"sizes", IntsAttr({2, 3, 4})}},
+                     /*num_outputs=*/3);
+  EXPECT_EQ(OutShape(split, 0), Shape({2, 2}));
+  EXPECT_EQ(OutShape(split, 1), Shape({2, 3}));
+  EXPECT_EQ(OutShape(split, 2), Shape({2, 4}));
+  auto bad = OneOp("Split", {{{2, 9}}}, {{"axis", IntAttr(1)}, {"sizes", IntsAttr({2, 3})}}, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("sums to 5"));
+}
+
+TEST(AttentionShapeTest, CausalSoftmaxNeedsSquareScores) {
+  EXPECT_EQ(OutShape(OneOp("Softmax", {{{2, 4, 8, 8}}},
+                           {{"causal", BoolAttr(true)}, {"scale", FloatAttr(0.125)}})),
+            Shape({2, 4, 8, 8}));
+  auto g = OneOp("Softmax", {{{2, 4, 8, 6}}}, {{"causal", BoolAttr(true)}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("square"));
+}
+
+TEST(EmbeddingShapeTest, AppendsTheEmbeddingWidth) {
+  EXPECT_EQ(OutShape(OneOp("Embedding", {{{2, 5}, proto::DTYPE_INT64}, {{100, 16}}})),
+            Shape({2, 5, 16}));
+}
+
+TEST(LossShapeTest, SoftmaxCrossEntropyIsAScalar) {
+  EXPECT_EQ(OutShape(OneOp("SoftmaxCrossEntropy", {{{8, 10}}, {{8}, proto::DTYPE_INT64}})),
+            Shape({}));
+  EXPECT_EQ(OutShape(OneOp("SoftmaxCrossEntropy",
+                           {{{2, 5, 100}}, {{2, 5}, proto::DTYPE_INT32}})),
+            Shape({}));
+  auto g = OneOp("SoftmaxCrossEntropy", {{{8, 10}}, {{4}, proto::DTYPE_INT64}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("input 'in1' has shape [4], needs [8]"));
+}
+
+TEST(DTypeInferenceTest, OutputsTakeTheFloatInputsType) {
+  auto g = OneOp("ReLU", {{{4}, proto::DTYPE_BFLOAT16}});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->tensor(g->FindTensor("out0")).dtype, proto::DTYPE_BFLOAT16);
+  auto e = OneOp("Embedding", {{{3}, proto::DTYPE_INT32}, {{10, 4}, proto::DTYPE_FLOAT16}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->tensor(e->FindTensor("out0")).dtype, proto::DTYPE_FLOAT16);
+}
+
+}  // namespace
+}  // namespace headroom::graph

@@ -1,0 +1,185 @@
+#include "graph/zoo.h"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/zoo_internal.h"
+#include "util/status_macros.h"
+
+namespace headroom::graph {
+namespace {
+
+using zoo_internal::ZooOptions;
+
+using ZooBuilder = std::function<absl::StatusOr<proto::GraphDef>(int64_t, const ZooOptions&)>;
+
+// One option as the registry declares it: ZooOption plus the smallest value it accepts.
+struct OptionSpec {
+  ZooOption option;
+  int64_t min_value = 1;
+};
+
+// One model of the registry.
+struct ModelSpec {
+  std::string name;
+  std::string doc;
+  std::vector<OptionSpec> options;
+  ZooBuilder build;
+};
+
+std::vector<OptionSpec> ImageOptions() {
+  return {{{"image_size", 224, "height and width of the square input images"}},
+          {{"classes", 1000, "output classes"}}};
+}
+
+ModelSpec ResNetSpec(int depth) {
+  const bool bottleneck = depth >= 50;
+  return {absl::StrCat("resnet", depth),
+          absl::StrCat("ResNet-", depth, " (torchvision layout",
+                       bottleneck ? ", v1.5 bottleneck" : "", ")"),
+          ImageOptions(),
+          [depth](int64_t batch, const ZooOptions& options) {
+            return zoo_internal::BuildResNet(depth, batch, options);
+          }};
+}
+
+ModelSpec MlpSpec() {
+  return {"mlp",
+          "multilayer perceptron: Linear+ReLU hidden layers, then a Linear classifier",
+          {{{"depth", 4, "Linear layers, the output layer included"}},
+           {{"width", 1024, "features of each hidden layer"}},
+           {{"input", 784, "input features"}},
+           {{"classes", 10, "output classes"}}},
+          zoo_internal::BuildMlp};
+}
+
+ModelSpec TransformerSpec() {
+  return {"transformer",
+          "GPT-2-style decoder-only transformer with tied embeddings (defaults: GPT-2 small)",
+          {{{"layers", 12, "transformer blocks"}},
+           {{"d_model", 768, "embedding width; must be divisible by heads"}},
+           {{"heads", 12, "attention heads"}},
+           {{"sequence", 1024, "tokens per sample; at most positions"}},
+           {{"vocab", 50257, "vocabulary size (rows of wte)"}},
+           {{"positions", 1024, "learned positions (rows of wpe)"}},
+           {{"d_ff", 0, "hidden width of the MLP; 0 means 4 * d_model"}, /*min_value=*/0}},
+          zoo_internal::BuildTransformer};
+}
+
+// Returns the registry, in ZooModels() order.
+const std::vector<ModelSpec>& Registry() {
+  static const auto* const registry = new std::vector<ModelSpec>{
+      MlpSpec(),
+      ResNetSpec(18),
+      ResNetSpec(34),
+      ResNetSpec(50),
+      ResNetSpec(101),
+      ResNetSpec(152),
+      {"vgg16", "VGG-16 without batch norm (torchvision layout)", ImageOptions(),
+       zoo_internal::BuildVgg16},
+      {"mobilenet_v2", "MobileNetV2, width multiplier 1 (torchvision layout)", ImageOptions(),
+       zoo_internal::BuildMobileNetV2},
+      TransformerSpec(),
+  };
+  return *registry;
+}
+
+// Returns "a, b, c" of the names of `items`.
+template <typename T, typename NameFn>
+std::string JoinNames(const std::vector<T>& items, NameFn name) {
+  std::vector<std::string> names;
+  for (const T& item : items) names.push_back(name(item));
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<const ModelSpec*> FindModel(const std::string& name) {
+  for (const ModelSpec& model : Registry()) {
+    if (model.name == name) return &model;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown zoo model '", name, "'; valid models: ",
+      JoinNames(Registry(), [](const ModelSpec& m) { return m.name; })));
+}
+
+// Returns every option of `model`: the spec's values where set, defaults elsewhere; or
+// InvalidArgument for an option the model does not declare or a value below its minimum.
+absl::StatusOr<ZooOptions> ResolveOptions(const ModelSpec& model,
+                                          const proto::ZooModel& spec) {
+  ZooOptions resolved;
+  for (const OptionSpec& option : model.options) {
+    resolved[option.option.name] = option.option.default_value;
+  }
+  for (const auto& [name, value] : spec.options()) {
+    if (resolved.count(name) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zoo model '", model.name, "' has no option '", name, "'; valid options: ",
+          JoinNames(model.options, [](const OptionSpec& o) { return o.option.name; })));
+    }
+    resolved[name] = value;
+  }
+  for (const OptionSpec& option : model.options) {
+    const int64_t value = resolved[option.option.name];
+    if (value < option.min_value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zoo model '", model.name, "': option '", option.option.name,
+                       "' must be at least ", option.min_value, ", got ", value));
+    }
+  }
+  return resolved;
+}
+
+absl::StatusOr<int64_t> CheckBatch(const proto::ZooModel& spec) {
+  if (spec.batch() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zoo model '", spec.name(), "': batch must be positive, got 0"));
+  }
+  if (spec.batch() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("zoo model '", spec.name(), "': batch ", spec.batch(), " is too large"));
+  }
+  return static_cast<int64_t>(spec.batch());
+}
+
+}  // namespace
+
+absl::StatusOr<proto::GraphDef> BuildZooModel(const proto::ZooModel& spec) {
+  ASSIGN_OR_RETURN(const ModelSpec* model, FindModel(spec.name()));
+  ASSIGN_OR_RETURN(int64_t batch, CheckBatch(spec));
+  ASSIGN_OR_RETURN(ZooOptions options, ResolveOptions(*model, spec));
+  return model->build(batch, options);
+}
+
+const std::vector<ZooModelInfo>& ZooModels() {
+  static const auto* const models = [] {
+    auto* infos = new std::vector<ZooModelInfo>;
+    for (const ModelSpec& model : Registry()) {
+      ZooModelInfo info{model.name, model.doc, {}};
+      for (const OptionSpec& option : model.options) info.options.push_back(option.option);
+      infos->push_back(std::move(info));
+    }
+    return infos;
+  }();
+  return *models;
+}
+
+namespace zoo_internal {
+
+std::string AddDropout(GraphBuilder& builder, const std::string& name, const std::string& x,
+                       double rate) {
+  return builder.Op("Dropout", name, {x}, {{"rate", FloatAttr(rate)}});
+}
+
+void AddCrossEntropyLoss(GraphBuilder& builder, const std::string& logits,
+                         const Shape& label_shape) {
+  const std::string labels = builder.Label("labels", label_shape);
+  builder.SetLoss(builder.Op("SoftmaxCrossEntropy", "loss", {logits, labels}));
+}
+
+}  // namespace zoo_internal
+}  // namespace headroom::graph

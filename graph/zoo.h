@@ -1,0 +1,45 @@
+// Headroom's model zoo: forward training graphs (with their loss) of well-known networks,
+// built by name with a few integer options, so that a user can plan, profile or train a real
+// model without writing its graph. Parameter names follow torchvision's and Hugging Face's
+// state_dict keys, so real weights can be loaded by name.
+#ifndef HEADROOM_GRAPH_ZOO_H_
+#define HEADROOM_GRAPH_ZOO_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::graph {
+
+// Returns the forward graph (with its loss) of a zoo model, or InvalidArgument naming the bad
+// model or option (and listing the valid ones). Unset options take their defaults (see
+// ZooModels()). The graph is not validated here: Graph::FromProto does that. Thread-safe.
+absl::StatusOr<proto::GraphDef> BuildZooModel(const proto::ZooModel& spec);
+
+// One integer option of a zoo model.
+struct ZooOption {
+  std::string name;
+  // The value used when the spec leaves the option unset.
+  int64_t default_value;
+  // One line for people, e.g. "output classes".
+  std::string doc;
+};
+
+// A zoo model and the options it accepts.
+struct ZooModelInfo {
+  std::string name;
+  // One line for people, e.g. "ResNet-50 (torchvision layout)".
+  std::string doc;
+  std::vector<ZooOption> options;
+};
+
+// Returns every zoo model, in a fixed order: mlp, resnet18, resnet34, resnet50, resnet101,
+// resnet152, vgg16, mobilenet_v2, transformer. Thread-safe.
+const std::vector<ZooModelInfo>& ZooModels();
+
+}  // namespace headroom::graph
+
+#endif  // HEADROOM_GRAPH_ZOO_H_
