@@ -20,7 +20,9 @@ def _nvcc_objects_impl(ctx):
     flags += ["-isystem=" + i for i in cc.system_includes.to_list()]
     objs = []
     for src in ctx.files.srcs:
-        obj = ctx.actions.declare_file("_nvcc/%s/%s.o" % (ctx.label.name, src.path[:-len(".cu")]))
+        # <name>/<path in package>.o, e.g. bazel-bin/executor/cuda/device_info_nvcc/device_info.o
+        rel = src.short_path[len(ctx.label.package) + 1:] if ctx.label.package else src.short_path
+        obj = ctx.actions.declare_file("%s/%s.o" % (ctx.label.name, rel[:-len(".cu")]))
         ctx.actions.run(
             executable = NVCC,
             arguments = flags + ["-c", src.path, "-o", obj.path],
