@@ -92,6 +92,16 @@ TEST(GraphIoTest, GarbageIsRejectedWithTheFileName) {
   EXPECT_THAT(read.status().message(), HasSubstr("neither a binary nor a text-format"));
 }
 
+TEST(GraphIoTest, ShippedExampleLoadsWithItsCommentedShapes) {
+  absl::StatusOr<proto::GraphDef> read = ReadGraphFile("examples/tiny_cnn.pbtxt");
+  ASSERT_TRUE(read.ok()) << read.status();
+  absl::StatusOr<Graph> g = Graph::FromProto(*read);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->tensor(g->FindTensor("pool1")).shape, Shape({8, 16, 16, 16}));
+  EXPECT_EQ(g->tensor(g->FindTensor("flatten")).shape, Shape({8, 4096}));
+  EXPECT_EQ(g->tensor(g->FindTensor("logits")).shape, Shape({8, 10}));
+}
+
 TEST(GraphIoTest, UnwritablePathIsAnError) {
   EXPECT_FALSE(WriteGraphFile(Tiny(), "/nonexistent-dir/x.pb").ok());
 }
