@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "clients/graph_command.h"
+#include "clients/plan_command.h"
 
 namespace {
 
@@ -12,6 +13,7 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  graph   validate a model and summarise it (nodes, parameters, activation bytes)\n"
+    "  plan    plan a training step's memory: arena, lower bound, bytes by role\n"
     "  ops     list the op set: inputs and attributes\n"
     "  zoo     list the model zoo and each model's options\n"
     "  help    this text; 'headroom COMMAND --help' for a command's flags\n";
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "graph") return headroom::clients::RunGraphCommand(args, std::cout, std::cerr);
+  if (command == "plan") return headroom::clients::RunPlanCommand(args, std::cout, std::cerr);
   if (command == "ops") return headroom::clients::RunOpsCommand(args, std::cout, std::cerr);
   if (command == "zoo") return headroom::clients::RunZooCommand(args, std::cout, std::cerr);
   std::cerr << "headroom: unknown command '" << command << "'\n\n" << kUsage;

@@ -15,6 +15,8 @@ int DTypeSize(proto::DType dtype) {
       return 2;
     case proto::DTYPE_INT64:
       return 8;
+    case proto::DTYPE_BOOL:
+      return 1;
     default:
       return 0;
   }
@@ -32,6 +34,8 @@ const char* DTypeName(proto::DType dtype) {
       return "int32";
     case proto::DTYPE_INT64:
       return "int64";
+    case proto::DTYPE_BOOL:
+      return "bool";
     default:
       return "unspecified";
   }

@@ -1,0 +1,111 @@
+#include "planner/gradient_rules.h"
+
+#include "absl/container/flat_hash_map.h"
+
+namespace headroom::planner {
+namespace {
+
+using K = TensorRef::Kind;
+
+GradientRead Always(K kind, int index) { return {{kind, index}, -1}; }
+GradientRead IfNeeds(int input, K kind, int index) { return {{kind, index}, input}; }
+
+// Unary elementwise ops whose gradient is computed from the output y:
+// ReLU (y > 0), ReLU6 (0 < y < 6), Sigmoid (y (1 - y)), Tanh (1 - y^2), Softmax.
+GradientRule FromOutput() {
+  GradientRule r;
+  r.reads = {Always(K::kOutput, 0)};
+  r.forward_inplace = true;
+  r.backward_inplace = true;
+  return r;
+}
+
+absl::flat_hash_map<std::string, GradientRule> BuildRules() {
+  absl::flat_hash_map<std::string, GradientRule> rules;
+  // da = dy b^T needs b; db = a^T dy needs a; dbias = sum(dy) needs nothing.
+  rules["MatMul"].reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0)};
+  // dx needs the weight; dw needs x.
+  rules["Conv2D"].reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0)};
+  {
+    // Training batch norm normalises with the batch's statistics and saves them; running
+    // statistics (inputs 3, 4) are updated once per step, and the backward never reads them.
+    GradientRule& bn = rules["BatchNorm"];
+    bn.saved = {{"saved_mean", SavedState::ShapeOf::kChannels, proto::DTYPE_FLOAT32},
+                {"saved_invstd", SavedState::ShapeOf::kChannels, proto::DTYPE_FLOAT32}};
+    bn.reads = {Always(K::kInput, 0), Always(K::kSaved, 0), Always(K::kSaved, 1),
+                IfNeeds(0, K::kInput, 1)};
+    bn.updates_inputs_from = 3;
+    bn.forward_inplace = true;
+  }
+  {
+    GradientRule& ln = rules["LayerNorm"];
+    ln.saved = {{"saved_mean", SavedState::ShapeOf::kRows, proto::DTYPE_FLOAT32},
+                {"saved_rstd", SavedState::ShapeOf::kRows, proto::DTYPE_FLOAT32}};
+    ln.reads = {Always(K::kInput, 0), Always(K::kSaved, 0), Always(K::kSaved, 1),
+                IfNeeds(0, K::kInput, 1)};
+    ln.forward_inplace = true;
+  }
+  for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh", "Softmax"}) rules[op] = FromOutput();
+  {
+    GradientRule& gelu = rules["GELU"];  // Needs x: GELU'(x) is not a function of y.
+    gelu.reads = {Always(K::kInput, 0)};
+    gelu.forward_inplace = true;
+    gelu.backward_inplace = true;
+  }
+  {
+    GradientRule& dropout = rules["Dropout"];  // dx = dy * mask / (1 - rate).
+    dropout.saved = {{"mask", SavedState::ShapeOf::kOutput, proto::DTYPE_BOOL}};
+    dropout.reads = {Always(K::kSaved, 0)};
+    dropout.forward_inplace = true;
+    dropout.backward_inplace = true;
+  }
+  {
+    GradientRule& add = rules["Add"];  // da = db = dy (summed over broadcast dims).
+    add.forward_inplace = true;
+    add.backward_inplace = true;
+  }
+  {
+    GradientRule& mul = rules["Mul"];  // da = dy b, db = dy a.
+    mul.reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0)};
+    mul.forward_inplace = true;
+    mul.backward_inplace = true;
+  }
+  rules["MaxPool"].reads = {Always(K::kInput, 0), Always(K::kOutput, 0)};  // Where the max was.
+  rules["AvgPool"];        // dx spreads dy over each window: shapes only.
+  rules["GlobalAvgPool"];  // dx = dy / (H W), broadcast.
+  for (const char* op : {"Flatten", "Reshape"}) {
+    rules[op].forward_view = true;
+    rules[op].backward_view = true;
+  }
+  rules["Transpose"];  // dx = transpose(dy, inverse perm).
+  rules["Concat"];     // dx_i = slices of dy.
+  rules["Split"];      // dx = concat(dy_i), zeros for unused pieces.
+  rules["Embedding"].reads = {Always(K::kInput, 0)};  // Scatter-add rows of dy at the ids.
+  // dlogits = (softmax(logits) - onehot(labels)) dloss / N: recomputes the softmax from the
+  // logits rather than saving probabilities, which would be as large.
+  rules["SoftmaxCrossEntropy"].reads = {Always(K::kInput, 0), Always(K::kInput, 1)};
+  return rules;
+}
+
+}  // namespace
+
+const GradientRule* FindGradientRule(const std::string& op) {
+  static const auto* rules = new absl::flat_hash_map<std::string, GradientRule>(BuildRules());
+  auto it = rules->find(op);
+  return it == rules->end() ? nullptr : &it->second;
+}
+
+graph::Shape SavedShape(const SavedState& s, const graph::Graph& graph, const graph::Node& node) {
+  const graph::Shape& x = graph.tensor(node.inputs[0]).shape;
+  switch (s.shape_of) {
+    case SavedState::ShapeOf::kChannels:
+      return {x[1]};
+    case SavedState::ShapeOf::kRows:
+      return graph::Shape(x.begin(), x.end() - 1);
+    case SavedState::ShapeOf::kOutput:
+      return graph.tensor(node.outputs[0]).shape;
+  }
+  return {};
+}
+
+}  // namespace headroom::planner

@@ -1,0 +1,87 @@
+#include "planner/memory_planner.h"
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "graph/shape.h"
+#include "graph/summary.h"
+#include "planner/sharing.h"
+#include "util/status_macros.h"
+
+namespace headroom::planner {
+
+absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const PlannerOptions& options,
+                                      const std::vector<std::unique_ptr<OffsetStrategy>>& strategies) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(TrainingGraph graph, TrainingGraph::Build(forward, options.training));
+  ASSIGN_OR_RETURN(Schedule schedule, ScheduleGraph(graph));
+  const std::vector<Lifetime> lifetimes = ComputeLifetimes(graph, schedule);
+  const BufferAssignment buffers = AssignBuffers(graph, schedule, lifetimes);
+
+  std::vector<BufferRequest> requests;
+  std::vector<uint64_t> buffer_bytes;
+  std::vector<Lifetime> buffer_lifetimes;
+  std::vector<std::string> names;
+  for (const Buffer& b : buffers.buffers) {
+    requests.push_back({b.bytes, b.lifetime.first_step, b.lifetime.last_step});
+    buffer_bytes.push_back(b.bytes);
+    buffer_lifetimes.push_back(b.lifetime);
+    names.push_back(graph.tensor(b.tensors.front()).name);
+  }
+  const OffsetAssignment assignment =
+      AssignOffsets(requests, options.alignment_bytes, strategies);
+  RETURN_IF_ERROR(VerifyNoOverlap(requests, assignment, options.alignment_bytes, names));
+
+  MemoryPlan plan;
+  std::vector<uint64_t> tensor_bytes;
+  for (TensorId t = 0; t < static_cast<TensorId>(graph.tensors().size()); ++t) {
+    const TrainingTensor& tensor = graph.tensor(t);
+    const int32_t b = buffers.buffer_of[t];
+    plan.tensors.push_back(
+        {tensor.name, tensor.role, tensor.bytes, assignment.offsets[b], lifetimes[t], b});
+    plan.no_sharing_bytes += tensor.bytes;
+    plan.bytes_by_role[tensor.role] += tensor.bytes;
+    tensor_bytes.push_back(tensor.bytes);
+  }
+  plan.arena_bytes = assignment.arena_bytes;
+  plan.lower_bound_bytes = PeakLiveBytes(buffer_bytes, buffer_lifetimes);
+  plan.live_tensor_peak_bytes = PeakLiveBytes(tensor_bytes, lifetimes);
+  plan.num_buffers = buffers.buffers.size();
+  plan.num_steps = schedule.num_steps();
+  plan.alignment_bytes = options.alignment_bytes;
+  plan.strategy = assignment.strategy;
+  plan.planning_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return plan;
+}
+
+absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const PlannerOptions& options) {
+  return PlanMemory(forward, options, DefaultStrategies());
+}
+
+std::string MemoryPlan::DebugString() const {
+  using graph::HumanBytes;
+  std::string out;
+  auto line = [&](const char* what, uint64_t bytes) {
+    absl::StrAppendFormat(&out, "%-24s %12s  (%d)\n", what, HumanBytes(bytes), bytes);
+  };
+  line("arena", arena_bytes);
+  line("lower bound", lower_bound_bytes);
+  line("peak, no in-place", live_tensor_peak_bytes);
+  line("no sharing", no_sharing_bytes);
+  absl::StrAppendFormat(&out, "%-24s %12.4f\n", "arena / lower bound",
+                        lower_bound_bytes ? static_cast<double>(arena_bytes) / lower_bound_bytes : 0.0);
+  absl::StrAppendFormat(&out, "%-24s %12.4f\n", "arena / no sharing",
+                        no_sharing_bytes ? static_cast<double>(arena_bytes) / no_sharing_bytes : 0.0);
+  absl::StrAppendFormat(&out, "%-24s %12d tensors in %d buffers, %d steps\n", "schedule",
+                        tensors.size(), num_buffers, num_steps);
+  absl::StrAppendFormat(&out, "%-24s %12s (alignment %d B)\n", "offset strategy", strategy,
+                        alignment_bytes);
+  absl::StrAppendFormat(&out, "%-24s %12.1f ms\n", "planning time", planning_seconds * 1e3);
+  out += "bytes by role (no sharing):\n";
+  for (const auto& [role, bytes] : bytes_by_role) {
+    absl::StrAppendFormat(&out, "  %-22s %12s  (%d)\n", graph::RoleName(role), HumanBytes(bytes),
+                          bytes);
+  }
+  return out;
+}
+
+}  // namespace headroom::planner

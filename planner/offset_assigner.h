@@ -1,0 +1,77 @@
+// Offset assignment: places buffers with known lifetimes into one arena so that no two
+// buffers alive at the same step overlap in bytes. Deciding only: nothing is allocated.
+#ifndef HEADROOM_PLANNER_OFFSET_ASSIGNER_H_
+#define HEADROOM_PLANNER_OFFSET_ASSIGNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace headroom::planner {
+
+// Default alignment of every offset (and rounding of every size) in the arena.
+inline constexpr uint64_t kDefaultAlignmentBytes = 256;
+
+// One buffer to place: its size and the steps it is alive, both ends included.
+// REQUIRES: bytes > 0, 0 <= first_step <= last_step.
+struct BufferRequest {
+  uint64_t bytes = 0;
+  int32_t first_step = 0;
+  int32_t last_step = 0;
+};
+
+// Where each buffer goes.
+struct OffsetAssignment {
+  // offsets[i] is the offset of request i, a multiple of the alignment.
+  std::vector<uint64_t> offsets;
+  // One past the highest byte used: the arena's size (a multiple of the alignment).
+  uint64_t arena_bytes = 0;
+  // The strategy that produced it.
+  std::string strategy;
+};
+
+// A way to place buffers. Implementations are stateless and thread-compatible.
+class OffsetStrategy {
+ public:
+  virtual ~OffsetStrategy() = default;
+  // Returns a short name, e.g. "greedy_by_size".
+  virtual std::string name() const = 0;
+  // Returns an assignment of every request; sizes are rounded up to `alignment_bytes`.
+  // REQUIRES: alignment_bytes is a power of two.
+  virtual OffsetAssignment Assign(const std::vector<BufferRequest>& requests,
+                                  uint64_t alignment_bytes) const = 0;
+};
+
+// Largest first; each into the free gap (among buffers already placed whose lifetimes overlap
+// it) that fits it most tightly, else on top.
+std::unique_ptr<OffsetStrategy> GreedyBySizeBestFit();
+
+// In order of first step (an online allocator with best fit over a free list, coalescing
+// freed neighbours): O(n log n).
+std::unique_ptr<OffsetStrategy> GreedyByTimeBestFit();
+
+// The strategies Headroom tries, in order: greedy by time, then greedy by size.
+std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies();
+
+// Returns the largest sum of aligned sizes alive at any step: no assignment can be smaller.
+uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes);
+
+// Returns the smallest assignment among `strategies` (the first on ties). Stops early once
+// one reaches AlignedLowerBound, which none can beat.
+OffsetAssignment AssignOffsets(const std::vector<BufferRequest>& requests,
+                               uint64_t alignment_bytes,
+                               const std::vector<std::unique_ptr<OffsetStrategy>>& strategies);
+
+// Returns OK if every offset is aligned, every buffer fits inside arena_bytes, and no two
+// buffers whose lifetimes overlap share a byte; otherwise Internal naming the first offending
+// pair by index (and by `names[i]` when given). O(n log n).
+absl::Status VerifyNoOverlap(const std::vector<BufferRequest>& requests,
+                             const OffsetAssignment& assignment, uint64_t alignment_bytes,
+                             const std::vector<std::string>& names = {});
+
+}  // namespace headroom::planner
+
+#endif  // HEADROOM_PLANNER_OFFSET_ASSIGNER_H_
