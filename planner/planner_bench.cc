@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -151,17 +152,22 @@ int64_t JsonInt(const std::string& json, const std::string& key) {
 // Target 4.
 void AgainstPyTorch(int runs) {
   std::printf("== against PyTorch 1.13 (CPU), resnet50 training step at batch 32 ==\n");
-  const char* cmd = "/usr/bin/python3 bench/pytorch_peak.py --model resnet50 --batch 32 --json";
+  // `bazel run` starts us in the runfiles tree; the script is in the workspace.
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  const std::string cmd = absl::StrFormat(
+      "/usr/bin/python3 %s/bench/pytorch_peak.py --model resnet50 --batch 32 --json",
+      workspace ? workspace : ".");
+  std::printf("running: %s\n", cmd.c_str());
+  std::fflush(stdout);
   std::string json;
-  if (FILE* p = popen(cmd, "r")) {
+  if (FILE* p = popen(cmd.c_str(), "r")) {
     char buffer[4096];
     while (size_t n = fread(buffer, 1, sizeof(buffer), p)) json.append(buffer, n);
     if (pclose(p) != 0) json.clear();
   }
   const int64_t torch_peak = JsonInt(json, "peak_bytes");
   if (torch_peak <= 0) {
-    std::printf("could not run '%s' (python3-torch missing? run from the repository root)\n\n",
-                cmd);
+    std::printf("could not run it (is python3-torch installed?)\n\n");
     return;
   }
   const Measured m = Measure(Spec("resnet50", 32), runs);
