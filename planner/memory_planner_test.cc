@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "graph/graph_builder.h"
 #include "graph/zoo.h"
+#include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
 
 namespace headroom::planner {
@@ -247,19 +248,7 @@ TEST(PlanTest, TimeOrderWinsWhereGreedyBySizeIsNotBest) {
 // bound, every tensor placed without live overlap. The benchmark covers batch 1, 32, 128.
 TEST(ZooPlanTest, ArenaIsCloseToTheLowerBound) {
   for (const graph::ZooModelInfo& info : graph::ZooModels()) {
-    proto::ZooModel spec;
-    spec.set_name(info.name);
-    spec.set_batch(2);
-    if (info.name == "transformer") {
-      for (auto [k, v] : std::vector<std::pair<std::string, int64_t>>{
-               {"layers", 2}, {"d_model", 64}, {"heads", 4}, {"sequence", 32}, {"vocab", 100},
-               {"positions", 32}}) {
-        (*spec.mutable_options())[k] = v;
-      }
-    }
-    if (info.name != "mlp" && info.name != "transformer") {
-      (*spec.mutable_options())["image_size"] = info.name == "vgg16" ? 224 : 64;
-    }
+    const proto::ZooModel spec = graph::SmallZooSpec(info.name, 2);
     SCOPED_TRACE(info.name);
     absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(spec);
     ASSERT_TRUE(def.ok()) << def.status();

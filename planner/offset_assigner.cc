@@ -44,6 +44,15 @@ std::vector<uint64_t> AlignedSizes(const std::vector<BufferRequest>& requests,
   return sizes;
 }
 
+// Returns 0..n-1 sorted by `less`.
+template <typename Less>
+std::vector<int> SortedIndices(size_t n, Less less) {
+  std::vector<int> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), less);
+  return order;
+}
+
 // Returns "3" or "3 ('conv1')" when a name is given.
 std::string BufferLabel(size_t i, const std::vector<std::string>& names) {
   if (i < names.size()) return absl::StrCat(i, " ('", names[i], "')");
@@ -321,9 +330,7 @@ class GreedyBySize : public OffsetStrategy {
   OffsetAssignment Assign(const std::vector<BufferRequest>& requests,
                           uint64_t alignment_bytes) const override {
     const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-    std::vector<int> order(requests.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
       if (sizes[a] != sizes[b]) return sizes[a] > sizes[b];
       return std::make_pair(requests[a].first_step, a) < std::make_pair(requests[b].first_step, b);
     });
@@ -421,9 +428,7 @@ class GreedyByTime : public OffsetStrategy {
   OffsetAssignment Assign(const std::vector<BufferRequest>& requests,
                           uint64_t alignment_bytes) const override {
     const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-    std::vector<int> order(requests.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-    std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
       if (requests[a].first_step != requests[b].first_step) {
         return requests[a].first_step < requests[b].first_step;
       }

@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "graph/graph_builder.h"
 #include "graph/zoo.h"
+#include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
 
 namespace headroom::planner {
@@ -255,16 +256,7 @@ void ExpectWellFormed(const TrainingGraph& t) {
 
 TEST(ZooTrainingGraphTest, EveryModelDifferentiates) {
   for (const graph::ZooModelInfo& info : graph::ZooModels()) {
-    proto::ZooModel spec;
-    spec.set_name(info.name);
-    spec.set_batch(2);
-    if (info.name == "transformer") {
-      for (auto [k, v] : std::vector<std::pair<std::string, int64_t>>{
-               {"layers", 2}, {"d_model", 32}, {"heads", 4}, {"sequence", 8}, {"vocab", 50},
-               {"positions", 8}}) {
-        (*spec.mutable_options())[k] = v;
-      }
-    }
+    const proto::ZooModel spec = graph::SmallZooSpec(info.name, 2);
     absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(spec);
     ASSERT_TRUE(def.ok()) << def.status();
     SCOPED_TRACE(info.name);
