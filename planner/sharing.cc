@@ -10,7 +10,10 @@ namespace {
 class Groups {
  public:
   Groups(const TrainingGraph& graph, const std::vector<Lifetime>& lifetimes)
-      : parent_(graph.tensors().size()), lifetime_(lifetimes), fixed_(graph.tensors().size()) {
+      : parent_(graph.tensors().size()),
+        lifetime_(lifetimes),
+        fixed_(graph.tensors().size()),
+        joined_(graph.tensors().size(), false) {
     std::iota(parent_.begin(), parent_.end(), 0);
     for (size_t t = 0; t < fixed_.size(); ++t) {
       const TrainingTensor& tensor = graph.tensor(t);
@@ -38,7 +41,6 @@ class Groups {
   void MarkJoined(TensorId t) { joined_[t] = true; }
   const Lifetime& lifetime(TensorId root) const { return lifetime_[root]; }
   bool fixed(TensorId root) const { return fixed_[root]; }
-  void Resize() { joined_.assign(parent_.size(), false); }
 
  private:
   std::vector<TensorId> parent_;
@@ -52,7 +54,6 @@ class Groups {
 BufferAssignment AssignBuffers(const TrainingGraph& graph, const Schedule& schedule,
                                const std::vector<Lifetime>& lifetimes) {
   Groups groups(graph, lifetimes);
-  groups.Resize();
   for (int32_t step = 0; step < schedule.num_steps(); ++step) {
     const TrainingNode& node = graph.node(schedule.order[step]);
     for (const auto& [o, i] : node.views) {
