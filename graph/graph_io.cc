@@ -44,24 +44,37 @@ absl::StatusOr<proto::GraphDef> ParseGraphBinary(const std::string& bytes,
   return def;
 }
 
-absl::StatusOr<proto::GraphDef> ParseGraphText(const std::string& text, const std::string& what) {
-  proto::GraphDef def;
+absl::Status ParseTextMessage(const std::string& text, const std::string& what,
+                              google::protobuf::Message* message) {
   google::protobuf::TextFormat::Parser parser;
   FirstError errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &def)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": not a text-format GraphDef: ", errors.message()));
+  if (!parser.ParseFromString(text, message)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": not a text-format ",
+                                                   message->GetDescriptor()->name(), ": ",
+                                                   errors.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::GraphDef> ParseGraphText(const std::string& text, const std::string& what) {
+  proto::GraphDef def;
+  if (absl::Status s = ParseTextMessage(text, what, &def); !s.ok()) return s;
   return def;
 }
 
-absl::StatusOr<proto::GraphDef> ReadGraphFile(const std::string& path) {
+absl::StatusOr<std::string> ReadFileContents(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open graph file '", path, "'"));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", what, " '", path, "'"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string contents = buffer.str();
+  return buffer.str();
+}
+
+absl::StatusOr<proto::GraphDef> ReadGraphFile(const std::string& path) {
+  absl::StatusOr<std::string> read = ReadFileContents(path, "graph file");
+  if (!read.ok()) return read.status();
+  const std::string& contents = *read;
   const std::string what = absl::StrCat("graph file '", path, "'");
   if (IsTextName(path)) return ParseGraphText(contents, what);
   if (IsBinaryName(path)) return ParseGraphBinary(contents, what);

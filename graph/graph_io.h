@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
 #include "proto/headroom.pb.h"
 
 namespace headroom::graph {
@@ -19,6 +20,14 @@ absl::StatusOr<proto::GraphDef> ParseGraphBinary(const std::string& bytes, const
 absl::StatusOr<proto::GraphDef> ParseGraphText(const std::string& text, const std::string& what);
 
 // Writes `def` to `path`, as text for the text extensions above and binary otherwise.
+// Returns OK after parsing text-format `text` into `message`, or InvalidArgument with `what`
+// and the line and column of the first error.
+absl::Status ParseTextMessage(const std::string& text, const std::string& what,
+                              google::protobuf::Message* message);
+
+// Returns the contents of the file at `path`, or NotFound naming `what` ("graph file").
+absl::StatusOr<std::string> ReadFileContents(const std::string& path, const std::string& what);
+
 absl::Status WriteGraphFile(const proto::GraphDef& def, const std::string& path);
 
 }  // namespace headroom::graph

@@ -14,6 +14,16 @@ absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const Planner
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(TrainingGraph graph, TrainingGraph::Build(forward, options.training));
   ASSIGN_OR_RETURN(Schedule schedule, ScheduleGraph(graph));
+  ASSIGN_OR_RETURN(MemoryPlan plan,
+                   PlanScheduledGraph(graph, schedule, options.alignment_bytes, strategies));
+  plan.planning_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return plan;
+}
+
+absl::StatusOr<MemoryPlan> PlanScheduledGraph(
+    const TrainingGraph& graph, const Schedule& schedule, uint64_t alignment_bytes,
+    const std::vector<std::unique_ptr<OffsetStrategy>>& strategies) {
+  const absl::Time start = absl::Now();
   const std::vector<Lifetime> lifetimes = ComputeLifetimes(graph, schedule);
   const BufferAssignment buffers = AssignBuffers(graph, schedule, lifetimes);
 
@@ -27,9 +37,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const Planner
     buffer_lifetimes.push_back(b.lifetime);
     names.push_back(graph.tensor(b.tensors.front()).name);
   }
-  const OffsetAssignment assignment =
-      AssignOffsets(requests, options.alignment_bytes, strategies);
-  RETURN_IF_ERROR(VerifyNoOverlap(requests, assignment, options.alignment_bytes, names));
+  const OffsetAssignment assignment = AssignOffsets(requests, alignment_bytes, strategies);
+  RETURN_IF_ERROR(VerifyNoOverlap(requests, assignment, alignment_bytes, names));
 
   MemoryPlan plan;
   std::vector<uint64_t> tensor_bytes;
@@ -47,7 +56,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const Planner
   plan.live_tensor_peak_bytes = PeakLiveBytes(tensor_bytes, lifetimes);
   plan.num_buffers = buffers.buffers.size();
   plan.num_steps = schedule.num_steps();
-  plan.alignment_bytes = options.alignment_bytes;
+  plan.alignment_bytes = alignment_bytes;
   plan.strategy = assignment.strategy;
   plan.planning_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return plan;

@@ -67,7 +67,14 @@ struct MemoryPlan {
 absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const PlannerOptions& options,
                                       const std::vector<std::unique_ptr<OffsetStrategy>>& strategies);
 
-// As above with DefaultStrategies().
+// Returns the plan of `graph` run in the order of `schedule` (shared in place, offsets by
+// the smallest of `strategies`, verified); planning_seconds covers only this call.
+// REQUIRES: `schedule` is a topological order of `graph`.
+absl::StatusOr<MemoryPlan> PlanScheduledGraph(
+    const TrainingGraph& graph, const Schedule& schedule, uint64_t alignment_bytes,
+    const std::vector<std::unique_ptr<OffsetStrategy>>& strategies);
+
+// As PlanMemory above, with DefaultStrategies().
 absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const PlannerOptions& options);
 
 }  // namespace headroom::planner

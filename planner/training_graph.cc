@@ -22,6 +22,12 @@ const char* NodeKindName(NodeKind kind) {
       return "accumulate";
     case NodeKind::kUpdate:
       return "update";
+    case NodeKind::kRecompute:
+      return "recompute";
+    case NodeKind::kOffload:
+      return "offload";
+    case NodeKind::kPrefetch:
+      return "prefetch";
   }
   return "unknown";
 }
@@ -55,7 +61,7 @@ class TrainingGraphBuilder {
       tt.role = t.role;
       tt.bytes = t.bytes();
       tt.forward_tensor = static_cast<graph::TensorId>(g_.tensors_.size());
-      g_.tensors_.push_back(std::move(tt));
+      g_.AppendTensor(std::move(tt));
     }
     saved_.resize(fwd_.nodes().size());
     for (graph::NodeId id = 0; id < static_cast<graph::NodeId>(fwd_.nodes().size()); ++id) {
@@ -297,25 +303,10 @@ class TrainingGraphBuilder {
     t.dtype = dtype;
     t.role = role;
     t.forward_tensor = forward_tensor;
-    g_.tensors_.push_back(std::move(t));
-    return static_cast<TensorId>(g_.tensors_.size()) - 1;
+    return g_.AppendTensor(std::move(t));
   }
 
-  NodeId AddNode(TrainingNode node) {
-    const NodeId id = static_cast<NodeId>(g_.nodes_.size());
-    auto touch = [&](TensorId t) {
-      std::vector<NodeId>& c = g_.tensors_[t].consumers;
-      if (c.empty() || c.back() != id) c.push_back(id);
-    };
-    for (TensorId t : node.inputs) touch(t);
-    for (TensorId t : node.updates) touch(t);
-    for (TensorId t : node.outputs) {
-      CHECK(g_.tensors_[t].producer == kNone) << g_.tensors_[t].name << " written twice";
-      g_.tensors_[t].producer = id;
-    }
-    g_.nodes_.push_back(std::move(node));
-    return id;
-  }
+  NodeId AddNode(TrainingNode node) { return g_.AppendNode(std::move(node)); }
 
   const graph::Graph& fwd_;
   const TrainingOptions options_;
@@ -334,6 +325,27 @@ class TrainingGraphBuilder {
 absl::StatusOr<TrainingGraph> TrainingGraph::Build(const graph::Graph& forward,
                                                    const TrainingOptions& options) {
   return TrainingGraphBuilder(forward, options).Build();
+}
+
+TensorId TrainingGraph::AppendTensor(TrainingTensor tensor) {
+  tensors_.push_back(std::move(tensor));
+  return static_cast<TensorId>(tensors_.size()) - 1;
+}
+
+NodeId TrainingGraph::AppendNode(TrainingNode node) {
+  const NodeId id = static_cast<NodeId>(nodes_.size());
+  auto touch = [&](TensorId t) {
+    std::vector<NodeId>& c = tensors_[t].consumers;
+    if (c.empty() || c.back() != id) c.push_back(id);
+  };
+  for (TensorId t : node.inputs) touch(t);
+  for (TensorId t : node.updates) touch(t);
+  for (TensorId t : node.outputs) {
+    CHECK(tensors_[t].producer == kNone) << tensors_[t].name << " written twice";
+    tensors_[t].producer = id;
+  }
+  nodes_.push_back(std::move(node));
+  return id;
 }
 
 TensorId TrainingGraph::FindTensor(const std::string& name) const {

@@ -25,6 +25,13 @@ enum class NodeKind {
   kBackward,    // The gradient of one forward node.
   kAccumulate,  // Sums two gradient contributions of one tensor.
   kUpdate,      // An optimizer step for one parameter.
+  // Only in a sectioned step (planner/sections.h):
+  kRecompute,   // A forward node run again, from its section's cached inputs, before the
+                // section's backward; it writes fresh copies and updates no running statistics.
+  kOffload,     // Awaits the copy of a cached section input to host memory; the device copy
+                // dies here.
+  kPrefetch,    // Issues the copy of an offloaded section input back to the device; writes
+                // the device copy the section's backward reads.
 };
 
 // Returns "forward", "backward", ...
@@ -118,7 +125,14 @@ class TrainingGraph {
 
  private:
   friend class TrainingGraphBuilder;
+  friend class SectionExpander;
   TrainingGraph() = default;
+
+  // Returns the id of `tensor`, appended.
+  TensorId AppendTensor(TrainingTensor tensor);
+  // Returns the id of `node`, appended; records it as the producer of its outputs and a
+  // consumer of its inputs and updates.
+  NodeId AppendNode(TrainingNode node);
 
   std::vector<TrainingTensor> tensors_;
   std::vector<TrainingNode> nodes_;

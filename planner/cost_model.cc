@@ -1,0 +1,180 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "graph/graph_io.h"
+#include "graph/shape.h"
+#include "util/status_macros.h"
+
+namespace headroom::planner {
+namespace {
+
+// Datasheet figures, scaled by the share of them that real kernels reach: about 60% of the
+// tensor-core peak for large fp32 (TF32) matmuls and convolutions, 80% of memory bandwidth,
+// and what a pinned PCIe Gen5 x16 copy reaches (about 50 of 64 GB/s). The CPU preset is this
+// project's build machine: 2 cores with AVX-512 under oneDNN, about 20 GB/s of memory
+// bandwidth, and the arena-to-host-pool copy as a memcpy on the same memory.
+constexpr double kComputeShare = 0.6;
+constexpr double kBandwidthShare = 0.8;
+
+DeviceSpec Cpu() { return {"cpu", 1.0e11, 1.6e10, 8.0e9, 2e-6}; }
+DeviceSpec H100() {  // H100 SXM5: 494.7 TFLOP/s TF32 dense, 3.35 TB/s HBM3.
+  return {"h100", kComputeShare * 494.7e12, kBandwidthShare * 3.35e12, 50e9, 5e-6};
+}
+DeviceSpec H200() {  // H200 SXM: the same compute, 4.8 TB/s HBM3e.
+  return {"h200", kComputeShare * 494.7e12, kBandwidthShare * 4.8e12, 50e9, 5e-6};
+}
+
+uint64_t Numel(const graph::Graph& g, graph::TensorId t) {
+  return graph::NumElements(g.tensor(t).shape);
+}
+
+// Returns the flops of forward node `f`.
+uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
+  const graph::Node& n = g.node(f);
+  const std::string& op = n.op->name;
+  const uint64_t out = Numel(g, n.outputs[0]);
+  const uint64_t in = Numel(g, n.inputs[0]);
+  if (op == "MatMul") {
+    const graph::Shape& a = g.tensor(n.inputs[0]).shape;
+    const int64_t k = n.attrs.Bool("transpose_a") ? a[a.size() - 2] : a.back();
+    return 2 * out * static_cast<uint64_t>(k) + (n.inputs.size() > 2 ? out : 0);
+  }
+  if (op == "Conv2D") {
+    const graph::Shape& w = g.tensor(n.inputs[1]).shape;
+    return 2 * out * (Numel(g, n.inputs[1]) / static_cast<uint64_t>(w[0]));
+  }
+  if (op == "BatchNorm" || op == "LayerNorm") return 8 * in;
+  if (op == "Softmax" || op == "SoftmaxCrossEntropy") return 5 * in;
+  if (op == "GELU") return 10 * in;
+  if (op == "Sigmoid" || op == "Tanh") return 4 * in;
+  if (op == "MaxPool" || op == "AvgPool" || op == "GlobalAvgPool") return std::max(in, out);
+  if (op == "Flatten" || op == "Reshape") return 0;
+  return out;  // Elementwise, copies and gathers: about one operation per element written.
+}
+
+bool IsViewOp(const graph::Graph& g, graph::NodeId f) {
+  const std::string& op = g.node(f).op->name;
+  return op == "Flatten" || op == "Reshape";
+}
+
+}  // namespace
+
+std::vector<std::string> DevicePresetNames() { return {"cpu", "h100", "h200"}; }
+
+absl::StatusOr<DeviceSpec> DevicePreset(absl::string_view name) {
+  if (name == "cpu") return Cpu();
+  if (name == "h100") return H100();
+  if (name == "h200") return H200();
+  return absl::InvalidArgumentError(absl::StrCat("unknown device preset '", name,
+                                                 "'; the presets are ",
+                                                 absl::StrJoin(DevicePresetNames(), ", ")));
+}
+
+absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model) {
+  ASSIGN_OR_RETURN(DeviceSpec spec, DevicePreset(model.preset().empty() ? "cpu" : model.preset()));
+  struct Field {
+    const char* name;
+    double value;
+    double* target;
+  };
+  for (const Field& f : {Field{"peak_flops_per_second", model.peak_flops_per_second(),
+                               &spec.peak_flops_per_second},
+                         Field{"memory_bytes_per_second", model.memory_bytes_per_second(),
+                               &spec.memory_bytes_per_second},
+                         Field{"host_link_bytes_per_second", model.host_link_bytes_per_second(),
+                               &spec.host_link_bytes_per_second},
+                         Field{"op_overhead_seconds", model.op_overhead_seconds(),
+                               &spec.op_overhead_seconds}}) {
+    if (!std::isfinite(f.value) || f.value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device field '", f.name, "' is ", f.value, "; it must be finite and >= 0"));
+    }
+    if (f.value > 0) *f.target = f.value;
+  }
+  return spec;
+}
+
+absl::StatusOr<DeviceSpec> ReadDeviceSpecFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, graph::ReadFileContents(path, "device file"));
+  proto::DeviceModel model;
+  RETURN_IF_ERROR(graph::ParseTextMessage(text, absl::StrCat("device file '", path, "'"), &model));
+  absl::StatusOr<DeviceSpec> spec = DeviceSpecFromProto(model);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device file '", path, "': ", spec.status().message()));
+  }
+  return spec;
+}
+
+NodeWork EstimateNodeWork(const graph::Graph& forward, const TrainingGraph& graph, NodeId id) {
+  const TrainingNode& node = graph.node(id);
+  NodeWork work;
+  if (node.kind == NodeKind::kOffload || node.kind == NodeKind::kPrefetch ||
+      node.kind == NodeKind::kLossSeed) {
+    return work;
+  }
+  const bool has_forward = node.forward_node != kNone;
+  if (has_forward && IsViewOp(forward, node.forward_node)) return work;
+  for (TensorId t : node.inputs) work.bytes += graph.tensor(t).bytes;
+  for (TensorId t : node.outputs) work.bytes += graph.tensor(t).bytes;
+  for (TensorId t : node.updates) work.bytes += 2 * graph.tensor(t).bytes;
+  switch (node.kind) {
+    case NodeKind::kForward:
+    case NodeKind::kRecompute:
+      work.flops = ForwardFlops(forward, node.forward_node);
+      break;
+    case NodeKind::kBackward: {
+      const graph::Node& f = forward.node(node.forward_node);
+      const uint64_t fwd = ForwardFlops(forward, node.forward_node);
+      if (f.op->name == "MatMul" || f.op->name == "Conv2D") {
+        // One product per gradient of the data or weight input; a bias gradient is a sum.
+        uint64_t products = 0;
+        for (TensorId t : node.outputs) {
+          const graph::TensorId of = graph.tensor(t).forward_tensor;
+          products += (of == f.inputs[0] || of == f.inputs[1]) ? 1 : 0;
+        }
+        work.flops = fwd * products;
+      } else {
+        work.flops = 2 * fwd;
+      }
+      break;
+    }
+    case NodeKind::kAccumulate:
+      work.flops = graph.tensor(node.outputs[0]).bytes / 4;
+      break;
+    case NodeKind::kUpdate:  // Momentum: 4 flops per element; Adam: about 12.
+      work.flops = (node.updates.size() > 2 ? 12 : 4) * graph.tensor(node.updates[0]).bytes / 4;
+      break;
+    default:
+      break;
+  }
+  return work;
+}
+
+RooflineCostModel::RooflineCostModel(const graph::Graph& forward, DeviceSpec device)
+    : forward_(forward), device_(std::move(device)) {}
+
+std::string RooflineCostModel::name() const { return absl::StrCat("roofline ", device_.name); }
+
+double RooflineCostModel::NodeSeconds(const TrainingGraph& graph, NodeId id) const {
+  const NodeKind kind = graph.node(id).kind;
+  if (kind == NodeKind::kOffload || kind == NodeKind::kPrefetch) return 0;
+  const NodeWork w = EstimateNodeWork(forward_, graph, id);
+  return device_.op_overhead_seconds +
+         std::max(static_cast<double>(w.flops) / device_.peak_flops_per_second,
+                  static_cast<double>(w.bytes) / device_.memory_bytes_per_second);
+}
+
+uint64_t RooflineCostModel::NodeFlops(const TrainingGraph& graph, NodeId id) const {
+  return EstimateNodeWork(forward_, graph, id).flops;
+}
+
+double RooflineCostModel::CopySeconds(uint64_t bytes) const {
+  return static_cast<double>(bytes) / device_.host_link_bytes_per_second;
+}
+
+}  // namespace headroom::planner

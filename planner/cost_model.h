@@ -1,0 +1,95 @@
+// The cost model: how long each node of a training step takes on a device, and how long a
+// copy between host and device memory takes. Deciding only: nothing runs.
+#ifndef HEADROOM_PLANNER_COST_MODEL_H_
+#define HEADROOM_PLANNER_COST_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "graph/graph.h"
+#include "planner/training_graph.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::planner {
+
+// What a device can do, as rates kernels actually reach (not datasheet peaks).
+struct DeviceSpec {
+  // "cpu", "h100", "h200", or the preset a file started from.
+  std::string name;
+  // Floating-point operations per second a large matmul or convolution reaches.
+  double peak_flops_per_second = 0;
+  // Device memory bytes per second a streaming kernel reaches.
+  double memory_bytes_per_second = 0;
+  // Host<->device copy bytes per second, each way (pinned memory; a copy engine per way).
+  double host_link_bytes_per_second = 0;
+  // Fixed cost of one op: launch and dispatch.
+  double op_overhead_seconds = 0;
+};
+
+// Returns the names of the presets: "cpu", "h100", "h200".
+std::vector<std::string> DevicePresetNames();
+
+// Returns a preset by name, or InvalidArgument listing the presets.
+absl::StatusOr<DeviceSpec> DevicePreset(absl::string_view name);
+
+// Returns the preset `model.preset` names ("cpu" when empty) with every non-zero field of
+// `model` overriding it; InvalidArgument for an unknown preset or a negative or non-finite
+// rate.
+absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model);
+
+// Returns the DeviceSpec of a text-format DeviceModel file (`preset: "h100"
+// host_link_bytes_per_second: 25e9`), or the error naming the file and line.
+absl::StatusOr<DeviceSpec> ReadDeviceSpecFile(const std::string& path);
+
+// The work of one node.
+struct NodeWork {
+  uint64_t flops = 0;
+  // Bytes read and written in device memory.
+  uint64_t bytes = 0;
+};
+
+// Returns the work of node `id` of `graph`, whose forward graph is `forward`. Matmuls and
+// convolutions count 2 flops per multiply-add; their backward does one such product per
+// input gradient. Views move nothing; offload and prefetch nodes run on the copy stream
+// and do no compute work.
+NodeWork EstimateNodeWork(const graph::Graph& forward, const TrainingGraph& graph, NodeId id);
+
+// Predicts times. Implementations are immutable after construction and thread-safe.
+// Measured profiles (the profiler) will implement this interface beside the roofline.
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  // Returns a short description, e.g. "roofline h100".
+  virtual std::string name() const = 0;
+  // Returns the seconds node `id` of `graph` occupies the compute stream.
+  virtual double NodeSeconds(const TrainingGraph& graph, NodeId id) const = 0;
+  // Returns the floating-point operations of node `id` of `graph`.
+  virtual uint64_t NodeFlops(const TrainingGraph& graph, NodeId id) const = 0;
+  // Returns the seconds to copy `bytes` between host and device, one way.
+  virtual double CopySeconds(uint64_t bytes) const = 0;
+};
+
+// The roofline: a node takes the longer of its flops at the peak rate and its bytes at the
+// memory rate, plus the op overhead. Holds a reference to `forward`, which must outlive it.
+class RooflineCostModel : public CostModel {
+ public:
+  RooflineCostModel(const graph::Graph& forward, DeviceSpec device);
+
+  std::string name() const override;
+  double NodeSeconds(const TrainingGraph& graph, NodeId id) const override;
+  uint64_t NodeFlops(const TrainingGraph& graph, NodeId id) const override;
+  double CopySeconds(uint64_t bytes) const override;
+
+  const DeviceSpec& device() const { return device_; }
+
+ private:
+  const graph::Graph& forward_;
+  const DeviceSpec device_;
+};
+
+}  // namespace headroom::planner
+
+#endif  // HEADROOM_PLANNER_COST_MODEL_H_

@@ -1,0 +1,526 @@
+#include "planner/sections.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "util/check.h"
+#include "util/status_macros.h"
+
+namespace headroom::planner {
+
+int32_t NumForwardNodes(const TrainingGraph& graph) {
+  int32_t n = 0;
+  while (n < static_cast<int32_t>(graph.nodes().size()) &&
+         graph.node(n).kind == NodeKind::kForward) {
+    ++n;
+  }
+  return n;
+}
+
+absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedule) {
+  for (int32_t step = 0; step < schedule.num_steps(); ++step) {
+    const TrainingNode& node = graph.node(schedule.order[step]);
+    for (TensorId t : node.inputs) {
+      const NodeId p = graph.tensor(t).producer;
+      if (p != kNone && schedule.step_of[p] >= step) {
+        return absl::InternalError(absl::StrCat("node '", node.name, "' at step ", step,
+                                                " reads '", graph.tensor(t).name,
+                                                "' before it is written"));
+      }
+    }
+    if (node.kind != NodeKind::kUpdate) continue;
+    for (TensorId t : node.updates) {
+      for (NodeId c : graph.tensor(t).consumers) {
+        if (schedule.step_of[c] > step) {
+          return absl::InternalError(absl::StrCat("node '", graph.node(c).name, "' reads '",
+                                                  graph.tensor(t).name, "' after its update '",
+                                                  node.name, "'"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// One node of the expanded order before copies are placed: an original node, or the
+// re-forward of forward node `node`.
+struct Item {
+  NodeId node = kNone;
+  bool recompute = false;
+  int32_t section = 0;
+};
+
+// Where the copies of one offloaded tensor go, as positions in the item order: the offload
+// node goes before item `await_before`, the prefetch node before item `prefetch_before`.
+struct Copies {
+  int32_t await_before = 0;
+  int32_t prefetch_before = 0;
+};
+
+}  // namespace
+
+// Expands one SectionCuts: call Expand() once. Phases: Analyse() (sections of every node,
+// the re-forward each section needs, the item order and its groups), PlaceCopies() (where
+// each offload is awaited and each prefetch issued, from a timeline of the item order),
+// Emit() (the expanded graph), Simulate() (its predicted time).
+class SectionExpander {
+ public:
+  SectionExpander(const TrainingGraph& graph, const SectionCuts& cuts, const CostModel& cost)
+      : g_(graph), cuts_(cuts), cost_(cost) {}
+
+  absl::StatusOr<SectionedStep> Expand() {
+    RETURN_IF_ERROR(Validate());
+    Analyse();
+    RETURN_IF_ERROR(CheckOffloads());
+    std::vector<TensorId> wanted = cuts_.offload;
+    absl::flat_hash_map<TensorId, Copies> copies;
+    // Dropping an offload frees the copy stream for the others: place again until stable.
+    while (true) {
+      copies = PlaceCopies(wanted);
+      std::vector<TensorId> kept;
+      for (TensorId t : wanted) {
+        if (copies.contains(t)) kept.push_back(t);
+      }
+      if (kept.size() == wanted.size()) break;
+      wanted = kept;
+    }
+    SectionedStep step = Emit(copies);
+    for (TensorId t : cuts_.offload) {
+      if (!copies.contains(t)) step.offload_dropped.push_back(t);
+    }
+    Simulate(step);
+    RETURN_IF_ERROR(ValidateSchedule(step.graph, step.schedule));
+    return step;
+  }
+
+ private:
+  int32_t num_sections() const { return static_cast<int32_t>(cuts_.cuts.size()) + 1; }
+  int32_t last() const { return num_sections() - 1; }
+
+  absl::Status Validate() {
+    if (g_.inference()) {
+      return absl::InvalidArgumentError("sections need a training graph, not an inference one");
+    }
+    nf_ = NumForwardNodes(g_);
+    int32_t previous = 0;
+    for (int32_t c : cuts_.cuts) {
+      if (c <= previous || c >= nf_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("section cut at forward position ", c, " is out of order or outside (0, ",
+                         nf_, ")"));
+      }
+      previous = c;
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- Analyse -------------------------------------------------------------------------
+
+  void Analyse() {
+    section_of_.assign(g_.nodes().size(), last());
+    int32_t s = 0;
+    for (NodeId n = 0; n < nf_; ++n) {
+      while (s < last() && n >= cuts_.cuts[s]) ++s;
+      section_of_[n] = s;
+    }
+    // Backward-phase nodes: a backward node belongs to its forward node's section; the seed,
+    // accumulations and updates to the section of the backward node before them.
+    int32_t current = last();
+    for (NodeId n = nf_; n < static_cast<NodeId>(g_.nodes().size()); ++n) {
+      const TrainingNode& node = g_.node(n);
+      if (node.kind == NodeKind::kBackward) current = section_of_[node.forward_node];
+      section_of_[n] = current;
+    }
+    FindRecompute();
+    BuildItems();
+  }
+
+  // Returns the section of the forward node that writes `t`, or -1 (a leaf or not forward).
+  int32_t ForwardSection(TensorId t) const {
+    const NodeId p = g_.tensor(t).producer;
+    return (p != kNone && p < nf_) ? section_of_[p] : -1;
+  }
+
+  // Whether readers in section `s`'s backward phase read the re-forward's copy of `t`.
+  bool ReadsRecomputed(int32_t s, TensorId t) const {
+    return s != last() && ForwardSection(t) == s;
+  }
+
+  // For each section but the last: the forward nodes its backward needs re-run (those whose
+  // outputs its backward reads, and what they read in turn), walking the section backward.
+  void FindRecompute() {
+    recompute_.assign(num_sections(), {});
+    std::vector<std::vector<TensorId>> read_by(num_sections());
+    for (NodeId n = nf_; n < static_cast<NodeId>(g_.nodes().size()); ++n) {
+      for (TensorId t : g_.node(n).inputs) {
+        if (ReadsRecomputed(section_of_[n], t)) read_by[section_of_[n]].push_back(t);
+      }
+    }
+    for (int32_t s = 0; s < last(); ++s) {
+      absl::flat_hash_set<TensorId> needed(read_by[s].begin(), read_by[s].end());
+      const int32_t begin = s == 0 ? 0 : cuts_.cuts[s - 1];
+      for (NodeId n = cuts_.cuts[s] - 1; n >= begin; --n) {
+        const TrainingNode& node = g_.node(n);
+        const bool need = std::any_of(node.outputs.begin(), node.outputs.end(),
+                                      [&](TensorId t) { return needed.contains(t); });
+        if (!need) continue;
+        recompute_[s].push_back(n);
+        for (TensorId t : node.inputs) {
+          if (ForwardSection(t) == s) needed.insert(t);
+        }
+      }
+      std::reverse(recompute_[s].begin(), recompute_[s].end());
+    }
+  }
+
+  // The item order: forward nodes, then per backward-phase group its re-forward and its
+  // original nodes. Groups come in descending section order.
+  void BuildItems() {
+    for (NodeId n = 0; n < nf_; ++n) items_.push_back({n, false, section_of_[n]});
+    group_begin_.assign(num_sections(), -1);
+    int32_t current = -1;
+    for (NodeId n = nf_; n < static_cast<NodeId>(g_.nodes().size()); ++n) {
+      const int32_t s = section_of_[n];
+      if (s != current) {
+        CHECK(current == -1 || s < current) << "backward nodes out of section order at '"
+                                            << g_.node(n).name << "'";
+        current = s;
+        group_begin_[s] = static_cast<int32_t>(items_.size());
+        group_order_.push_back(s);
+        for (NodeId f : recompute_[s]) items_.push_back({f, true, s});
+      }
+      items_.push_back({n, false, s});
+    }
+  }
+
+  // The section reading each item's inputs in the backward phase: -1 in the forward phase.
+  int32_t BackwardSection(const Item& item) const {
+    return (item.recompute || item.node >= nf_) ? item.section : -1;
+  }
+
+  // Returns, for tensor `t`, the first item in the backward phase that reads the original
+  // (not a re-forward copy), or -1.
+  int32_t FirstBackwardRead(TensorId t) const {
+    for (int32_t k = nf_; k < static_cast<int32_t>(items_.size()); ++k) {
+      const Item& item = items_[k];
+      const TrainingNode& node = g_.node(item.node);
+      if (std::find(node.inputs.begin(), node.inputs.end(), t) == node.inputs.end()) continue;
+      if (!ReadsRecomputed(item.section, t)) return k;
+    }
+    return -1;
+  }
+
+  // Returns the item before which the prefetch of `t` is issued: the start of the group
+  // visited just before the group of its first backward read; -1 if there is none.
+  int32_t PrefetchItem(TensorId t) const {
+    const int32_t first = FirstBackwardRead(t);
+    if (first < 0) return -1;
+    const int32_t s = items_[first].section;
+    const auto it = std::find(group_order_.begin(), group_order_.end(), s);
+    if (it == group_order_.begin()) return -1;
+    return group_begin_[*(it - 1)];
+  }
+
+  absl::Status CheckOffloads() {
+    for (TensorId t : cuts_.offload) {
+      if (t < 0 || t >= static_cast<TensorId>(g_.tensors().size())) {
+        return absl::InvalidArgumentError(absl::StrCat("offload of unknown tensor id ", t));
+      }
+      const TrainingTensor& tensor = g_.tensor(t);
+      const bool forward = tensor.producer == kNone ? tensor.role == proto::ROLE_INPUT
+                                                    : tensor.producer < nf_;
+      if (!forward || tensor.persistent() || PrefetchItem(t) < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", tensor.name,
+            "' cannot be offloaded: only a cached section input read after the first section "
+            "visited backward can"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- PlaceCopies ---------------------------------------------------------------------
+
+  // Returns where the copies of each tensor of `offload` go, leaving out those whose copy
+  // out cannot finish before its prefetch. Item times ignore waits for prefetches, so an
+  // offload is awaited no earlier than it really can be.
+  absl::flat_hash_map<TensorId, Copies> PlaceCopies(const std::vector<TensorId>& offload) {
+    std::vector<double> start(items_.size() + 1, 0);
+    for (size_t k = 0; k < items_.size(); ++k) {
+      start[k + 1] = start[k] + cost_.NodeSeconds(g_, items_[k].node);
+    }
+    std::vector<TensorId> order = offload;  // Copies out are issued as tensors are written.
+    auto issued_after = [&](TensorId t) {
+      const NodeId p = g_.tensor(t).producer;
+      return p == kNone ? -1 : p;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](TensorId a, TensorId b) {
+      return issued_after(a) < issued_after(b);
+    });
+    absl::flat_hash_map<TensorId, Copies> placed;
+    double out_stream = 0;
+    for (TensorId t : order) {
+      const int32_t after = issued_after(t);
+      out_stream = std::max(out_stream, start[after + 1]) + cost_.CopySeconds(g_.tensor(t).bytes);
+      int32_t last_forward_use = after;
+      for (NodeId c : g_.tensor(t).consumers) {
+        if (c < nf_) last_forward_use = std::max(last_forward_use, c);
+      }
+      int32_t await = last_forward_use + 1;
+      while (await < static_cast<int32_t>(items_.size()) && start[await] < out_stream) ++await;
+      const int32_t prefetch = PrefetchItem(t);
+      if (await < prefetch) placed[t] = {await, prefetch};
+    }
+    return placed;
+  }
+
+  // ---- Emit ----------------------------------------------------------------------------
+
+  SectionedStep Emit(const absl::flat_hash_map<TensorId, Copies>& copies) {
+    TrainingGraph out;
+    out.loss_ = g_.loss_;
+    out.inference_ = false;
+    out.final_gradient_ = g_.final_gradient_;
+    for (TrainingTensor t : g_.tensors()) {
+      t.producer = kNone;
+      t.consumers.clear();
+      out.tensors_.push_back(std::move(t));
+    }
+    // Originals a recomputed section reads from before it are cached inputs.
+    cached_.assign(g_.tensors().size(), false);
+    std::vector<std::vector<std::pair<int32_t, TensorId>>> offload_at(items_.size() + 1),
+        prefetch_at(items_.size() + 1);
+    for (const auto& [t, c] : copies) {
+      offload_at[c.await_before].push_back({0, t});
+      prefetch_at[c.prefetch_before].push_back({0, t});
+    }
+    for (auto* at : {&offload_at, &prefetch_at}) {
+      for (auto& v : *at) std::sort(v.begin(), v.end());
+    }
+    absl::flat_hash_map<TensorId, TensorId> recomputed, prefetched;
+    for (int32_t k = 0; k < static_cast<int32_t>(items_.size()); ++k) {
+      for (const auto& [unused, t] : offload_at[k]) {
+        TrainingNode node;
+        node.name = absl::StrCat(g_.tensor(t).name, ".offload");
+        node.op = "CopyToHost";
+        node.kind = NodeKind::kOffload;
+        node.inputs = {t};
+        out.AppendNode(std::move(node));
+        expanded_section_.push_back(-1);
+      }
+      for (const auto& [unused, t] : prefetch_at[k]) {
+        TrainingTensor copy = g_.tensor(t);
+        copy.name = absl::StrCat(copy.name, ".prefetched");
+        copy.role = proto::ROLE_CACHED_INPUT;
+        copy.producer = kNone;
+        copy.consumers.clear();
+        const TensorId id = out.AppendTensor(std::move(copy));
+        TrainingNode node;
+        node.name = absl::StrCat(g_.tensor(t).name, ".prefetch");
+        node.op = "CopyToDevice";
+        node.kind = NodeKind::kPrefetch;
+        node.outputs = {id};
+        out.AppendNode(std::move(node));
+        expanded_section_.push_back(-1);
+        prefetched[t] = id;
+      }
+      out.AppendNode(EmitItem(items_[k], &recomputed, prefetched, &out));
+      expanded_section_.push_back(BackwardSection(items_[k]));
+    }
+    for (TensorId t = 0; t < static_cast<TensorId>(g_.tensors().size()); ++t) {
+      if (cached_[t] && out.tensors_[t].role == proto::ROLE_ACTIVATION) {
+        out.tensors_[t].role = proto::ROLE_CACHED_INPUT;
+      }
+    }
+    SectionedStep step(std::move(out));
+    step.schedule.order.resize(step.graph.nodes().size());
+    step.schedule.step_of.resize(step.graph.nodes().size());
+    for (NodeId n = 0; n < static_cast<NodeId>(step.graph.nodes().size()); ++n) {
+      step.schedule.order[n] = n;
+      step.schedule.step_of[n] = n;
+    }
+    Describe(copies, prefetched, &step);
+    return step;
+  }
+
+  // Returns the node of one item with its inputs pointing at the copies it reads.
+  TrainingNode EmitItem(const Item& item, absl::flat_hash_map<TensorId, TensorId>* recomputed,
+                        const absl::flat_hash_map<TensorId, TensorId>& prefetched,
+                        TrainingGraph* out) {
+    TrainingNode node = g_.node(item.node);
+    node.after.clear();
+    const int32_t s = BackwardSection(item);
+    if (s >= 0) {
+      for (TensorId& t : node.inputs) {
+        if (ReadsRecomputed(s, t)) {
+          CHECK(recomputed->contains(t)) << "'" << g_.tensor(t).name << "' not recomputed";
+          t = recomputed->at(t);
+          continue;
+        }
+        if (ForwardSection(t) >= 0 || g_.tensor(t).role == proto::ROLE_INPUT) {
+          cached_[t] = cached_[t] || s != last();
+        }
+        if (auto it = prefetched.find(t); it != prefetched.end()) t = it->second;
+      }
+    }
+    if (!item.recompute) return node;
+    node.name = absl::StrCat(node.name, ".recompute");
+    node.kind = NodeKind::kRecompute;
+    node.updates.clear();  // Running statistics are updated once per step, in the forward.
+    for (TensorId& t : node.outputs) {
+      TrainingTensor copy = g_.tensor(t);
+      copy.name = absl::StrCat(copy.name, ".recompute");
+      copy.producer = kNone;
+      copy.consumers.clear();
+      const TensorId id = out->AppendTensor(std::move(copy));
+      (*recomputed)[t] = id;
+      t = id;
+    }
+    return node;
+  }
+
+  // Fills the sections' descriptions: extents, re-forward, cached inputs and their copies.
+  void Describe(const absl::flat_hash_map<TensorId, Copies>& copies,
+                const absl::flat_hash_map<TensorId, TensorId>& prefetched, SectionedStep* step) {
+    const TrainingGraph& out = step->graph;
+    step->sections.resize(num_sections());
+    for (int32_t s = 0; s < num_sections(); ++s) {
+      SectionInfo& info = step->sections[s];
+      info.begin = s == 0 ? 0 : cuts_.cuts[s - 1];
+      info.end = s == last() ? nf_ : cuts_.cuts[s];
+    }
+    absl::flat_hash_map<TensorId, TensorId> original_of;
+    for (const auto& [t, copy] : prefetched) original_of[copy] = t;
+    // Tensors from before each section that its backward phase reads.
+    std::vector<absl::flat_hash_set<TensorId>> boundary(num_sections());
+    for (NodeId n = 0; n < static_cast<NodeId>(out.nodes().size()); ++n) {
+      const int32_t s = expanded_section_[n];
+      if (s < 0) continue;
+      const TrainingNode& node = out.node(n);
+      SectionInfo& info = step->sections[s];
+      if (info.backward_step < 0) info.backward_step = n;
+      if (node.kind == NodeKind::kRecompute) {
+        info.recomputed = true;
+        ++info.recompute_nodes;
+        info.recompute_flops += cost_.NodeFlops(out, n);
+      }
+      for (TensorId t : node.inputs) {
+        if (auto it = original_of.find(t); it != original_of.end()) t = it->second;
+        if (IsCachedInputOf(s, t)) boundary[s].insert(t);
+      }
+    }
+    for (int32_t s = 0; s < num_sections(); ++s) {
+      std::vector<TensorId> ids(boundary[s].begin(), boundary[s].end());
+      std::sort(ids.begin(), ids.end());
+      for (TensorId t : ids) {
+        CachedInput c;
+        c.tensor = t;
+        c.bytes = g_.tensor(t).bytes;
+        if (copies.contains(t)) {
+          c.offloaded = true;
+          const NodeId p = out.tensor(t).producer;
+          c.copy_out_after_step = p == kNone ? -1 : p;
+          c.copy_out_await_step = out.tensor(t).consumers.back();
+          const TensorId device = prefetched.at(t);
+          c.prefetch_step = out.tensor(device).producer;
+          c.first_use_step = out.tensor(device).consumers.front();
+        }
+        step->sections[s].boundary.push_back(c);
+      }
+    }
+  }
+
+  // Whether original tensor `t`, read in section `s`'s backward phase, is one of its cached
+  // inputs: a graph input or label, or written by a forward node of an earlier section.
+  bool IsCachedInputOf(int32_t s, TensorId t) const {
+    if (t >= static_cast<TensorId>(g_.tensors().size())) return false;  // A re-forward copy.
+    const TrainingTensor& tensor = g_.tensor(t);
+    if (tensor.persistent() || tensor.role == proto::ROLE_GRADIENT) return false;
+    if (tensor.producer == kNone) return true;
+    const int32_t from = ForwardSection(t);
+    return from >= 0 && from < s;
+  }
+
+  // ---- Simulate ------------------------------------------------------------------------
+
+  // Predicts the step: the compute stream runs nodes in order; copies out queue on one copy
+  // stream as their tensors are written, prefetches on the other as they are issued; an
+  // offload node waits for its copy out, a reader of a prefetched copy for the prefetch.
+  void Simulate(SectionedStep& step) {
+    const TrainingGraph& out = step.graph;
+    double compute = 0, to_host = 0, to_device = 0;
+    // When each copy is done: copies out by the original's id, prefetches by the copy's id.
+    absl::flat_hash_map<TensorId, double> copied_out, prefetched;
+    std::vector<TensorId> offloaded;
+    for (const SectionInfo& s : step.sections) {
+      for (const CachedInput& c : s.boundary) {
+        if (c.offloaded) offloaded.push_back(c.tensor);
+      }
+    }
+    std::sort(offloaded.begin(), offloaded.end());
+    offloaded.erase(std::unique(offloaded.begin(), offloaded.end()), offloaded.end());
+    auto copy_out = [&](TensorId t) {
+      to_host = std::max(to_host, compute) + cost_.CopySeconds(out.tensor(t).bytes);
+      copied_out[t] = to_host;
+    };
+    for (TensorId t : offloaded) {
+      if (out.tensor(t).producer == kNone) copy_out(t);
+      step.offloaded_bytes += out.tensor(t).bytes;
+    }
+    for (NodeId n = 0; n < static_cast<NodeId>(out.nodes().size()); ++n) {
+      const TrainingNode& node = out.node(n);
+      if (node.kind == NodeKind::kPrefetch) {
+        const TensorId t = node.outputs[0];
+        to_device = std::max(to_device, compute) + cost_.CopySeconds(out.tensor(t).bytes);
+        prefetched[t] = to_device;
+        continue;
+      }
+      double wait = compute;
+      const auto& done = node.kind == NodeKind::kOffload ? copied_out : prefetched;
+      for (TensorId t : node.inputs) {
+        if (auto it = done.find(t); it != done.end()) wait = std::max(wait, it->second);
+      }
+      step.stall_seconds += wait - compute;
+      const double seconds = cost_.NodeSeconds(out, n);
+      compute = wait + seconds;
+      if (node.kind == NodeKind::kRecompute) {
+        step.recompute_seconds += seconds;
+        step.recompute_flops += cost_.NodeFlops(out, n);
+      }
+      for (TensorId t : node.outputs) {
+        if (std::binary_search(offloaded.begin(), offloaded.end(), t)) copy_out(t);
+      }
+    }
+    step.step_seconds = compute;
+  }
+
+  const TrainingGraph& g_;
+  const SectionCuts& cuts_;
+  const CostModel& cost_;
+  int32_t nf_ = 0;
+  // Indexed by original node: its section.
+  std::vector<int32_t> section_of_;
+  // Indexed by section: the forward nodes its backward re-runs, in order.
+  std::vector<std::vector<NodeId>> recompute_;
+  std::vector<Item> items_;
+  // Indexed by section: the item its backward-phase group starts at (-1 if none).
+  std::vector<int32_t> group_begin_;
+  // Sections with a backward-phase group, in the order visited.
+  std::vector<int32_t> group_order_;
+  // Indexed by original tensor: read from a recomputed section's backward phase.
+  std::vector<bool> cached_;
+  // Indexed by expanded node: the section of a backward-phase node, else -1.
+  std::vector<int32_t> expanded_section_;
+};
+
+absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
+                                             const CostModel& cost) {
+  return SectionExpander(graph, cuts, cost).Expand();
+}
+
+}  // namespace headroom::planner

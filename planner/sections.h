@@ -1,0 +1,110 @@
+// Sections: the training step with its forward schedule cut into sections. The forward pass
+// keeps only each section's cached inputs; the backward pass visits sections in reverse,
+// re-runs a section's forward from its cached inputs (only the nodes its backward needs),
+// then its backward. The last section is not re-run: its backward follows its forward.
+// A cached input may be offloaded: copied to host memory after it is produced, its device
+// copy freed once that copy is done, and prefetched back while the section visited just
+// before its own runs backward.
+//
+// ExpandSections() builds the expanded step as an ordinary training graph with an explicit
+// schedule, so Planner I plans its memory exactly, and predicts its time on a compute stream
+// and two copy streams (one each way). Deciding only: nothing runs.
+#ifndef HEADROOM_PLANNER_SECTIONS_H_
+#define HEADROOM_PLANNER_SECTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/cost_model.h"
+#include "planner/schedule.h"
+#include "planner/training_graph.h"
+
+namespace headroom::planner {
+
+// Where the forward schedule is cut, and which cached inputs go to host memory.
+struct SectionCuts {
+  // Forward positions where a section starts, increasing, each in (0, number of forward
+  // nodes). Empty: one section, the plain training step.
+  std::vector<int32_t> cuts;
+  // Tensors (by training-graph id) to offload. Each must be a cached input whose first
+  // backward-phase reader is not the first section visited backward.
+  std::vector<TensorId> offload;
+};
+
+// A cached input of a section: produced before the section (or a graph input), read by the
+// section's re-forward or backward.
+struct CachedInput {
+  TensorId tensor = kNone;
+  uint64_t bytes = 0;
+  bool offloaded = false;
+  // Steps of the expanded schedule, for an offloaded tensor (else -1): the copy to host is
+  // issued after `copy_out_after_step` (-1: before the first step), awaited by the offload
+  // node at `copy_out_await_step`; the copy back is issued by the prefetch node at
+  // `prefetch_step` and awaited before `first_use_step`.
+  int32_t copy_out_after_step = -1;
+  int32_t copy_out_await_step = -1;
+  int32_t prefetch_step = -1;
+  int32_t first_use_step = -1;
+};
+
+struct SectionInfo {
+  // Forward positions [begin, end).
+  int32_t begin = 0;
+  int32_t end = 0;
+  // Whether its forward is re-run (every section but the last, when its backward needs it).
+  bool recomputed = false;
+  // Forward nodes re-run and their flops.
+  int32_t recompute_nodes = 0;
+  uint64_t recompute_flops = 0;
+  // Its cached inputs, in tensor-id order.
+  std::vector<CachedInput> boundary;
+  // First step of its backward-phase group (re-forward, then backward); -1 if it has none.
+  int32_t backward_step = -1;
+};
+
+// The expanded training step of one SectionCuts.
+struct SectionedStep {
+  explicit SectionedStep(TrainingGraph expanded) : graph(std::move(expanded)) {}
+
+  // The forward nodes, the loss seed, then for each section from the last: its re-forward
+  // (kRecompute nodes), its backward, accumulations and updates, with kOffload and
+  // kPrefetch nodes where copies are awaited and issued. Node ids are schedule steps;
+  // `after` edges are dropped (the order is explicit).
+  TrainingGraph graph;
+  // The identity order of graph's nodes.
+  Schedule schedule;
+  std::vector<SectionInfo> sections;
+  // Predicted: the compute stream's finish time, including waits for prefetches.
+  double step_seconds = 0;
+  // Of which the compute stream waited for copies.
+  double stall_seconds = 0;
+  // Seconds of re-forward nodes.
+  double recompute_seconds = 0;
+  uint64_t recompute_flops = 0;
+  // Bytes copied to host (and back) per step.
+  uint64_t offloaded_bytes = 0;
+  // Offload requests that were dropped because the copy out could not finish before the
+  // prefetch would be issued (the tensor stays on the device).
+  std::vector<TensorId> offload_dropped;
+};
+
+// Returns the expanded step of training graph `graph` under `cuts`, with times from
+// `cost`; InvalidArgument for an inference graph, cuts out of order or range, or an
+// offload request that is not an offloadable cached input.
+absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
+                                             const CostModel& cost);
+
+// Returns the number of forward nodes of `graph` (they are its first nodes).
+int32_t NumForwardNodes(const TrainingGraph& graph);
+
+// Returns OK if every node's inputs are written by earlier nodes (or exist before the step)
+// and every optimizer update is the last node to touch what it updates; else Internal
+// naming the node.
+absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedule);
+
+}  // namespace headroom::planner
+
+#endif  // HEADROOM_PLANNER_SECTIONS_H_
