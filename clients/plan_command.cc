@@ -1,11 +1,17 @@
 #include "clients/plan_command.h"
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "graph/summary.h"
 #include "clients/cli_flags.h"
 #include "clients/model_flags.h"
 #include "graph/graph.h"
 #include "graph/shape.h"
+#include "planner/cost_model.h"
 #include "planner/memory_planner.h"
+#include "planner/section_search.h"
+#include "planner/training_graph.h"
+#include "util/byte_size.h"
 #include "util/json_writer.h"
 
 namespace headroom::clients {
@@ -13,7 +19,9 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: headroom plan (--model NAME [--batch N] | --graph FILE) [--inference]\n"
-    "                     [--optimizer sgd|adam] [--alignment BYTES] [--tensors] [--json]\n";
+    "                     [--optimizer sgd|adam] [--alignment BYTES] [--tensors] [--json]\n"
+    "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
+    "                     [--device-file FILE] [--no-offload]\n";
 
 std::string PlanJson(const std::string& name, const planner::MemoryPlan& plan, bool tensors) {
   JsonWriter w;
@@ -82,10 +90,192 @@ bool OptionsFromFlags(CliFlags& flags, planner::PlannerOptions& options, std::os
   return true;
 }
 
+
+// ---- Under a budget: sections and offload ----------------------------------------------
+
+struct SectionFlags {
+  uint64_t budget_bytes = 0;
+  bool frontier = false;
+  bool offload = true;
+  planner::DeviceSpec device;
+};
+
+// Fills the section flags; returns false (after printing) on a bad value.
+bool SectionFlagsFromFlags(CliFlags& flags, SectionFlags& section, std::ostream& err) {
+  const std::string budget = flags.TakeString("budget");
+  if (!budget.empty()) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(budget);
+    if (!bytes.ok()) return err << "headroom plan: --budget: " << bytes.status().message() << "\n", false;
+    if (*bytes == 0) return err << "headroom plan: --budget must be more than 0 bytes\n", false;
+    section.budget_bytes = *bytes;
+  }
+  section.frontier = flags.TakeBool("frontier");
+  section.offload = !flags.TakeBool("no-offload");
+  const std::string file = flags.TakeString("device-file");
+  const std::string preset = flags.TakeString("device", "cpu");
+  absl::StatusOr<planner::DeviceSpec> device =
+      file.empty() ? planner::DevicePreset(preset) : planner::ReadDeviceSpecFile(file);
+  if (!device.ok()) return err << "headroom plan: " << device.status().message() << "\n", false;
+  section.device = *device;
+  return true;
+}
+
+std::string StepName(const planner::SectionedStep& step, int32_t s) {
+  return s < 0 ? "" : step.graph.node(s).name;
+}
+
+void PointsJson(JsonWriter& w, const std::vector<planner::TradeOffPoint>& points) {
+  w.BeginArray();
+  for (const planner::TradeOffPoint& p : points) {
+    w.BeginObject()
+        .Key("peak_bytes").Uint(p.peak_bytes)
+        .Key("step_seconds").Double(p.step_seconds)
+        .Key("strategy").String(p.strategy)
+        .Key("num_sections").Int(p.num_sections)
+        .Key("offloaded_bytes").Uint(p.offloaded_bytes)
+        .EndObject();
+  }
+  w.EndArray();
+}
+
+std::string SectionPlanJson(const std::string& name, const SectionFlags& flags,
+                            const planner::SectionPlan& plan, const planner::SectionPlan& plain,
+                            int candidates, double seconds,
+                            const std::vector<planner::TradeOffPoint>* frontier,
+                            const std::vector<planner::TradeOffPoint>* baselines) {
+  const planner::SectionedStep& step = *plan.step;
+  JsonWriter w;
+  w.BeginObject()
+      .Key("name").String(name)
+      .Key("device").String(flags.device.name)
+      .Key("budget_bytes").Uint(flags.budget_bytes)
+      .Key("predicted_peak_bytes").Uint(plan.peak_bytes)
+      .Key("predicted_step_seconds").Double(plan.step_seconds)
+      .Key("overhead_ratio").Double(plan.overhead_ratio)
+      .Key("recompute_flops").Uint(step.recompute_flops)
+      .Key("offloaded_bytes").Uint(step.offloaded_bytes)
+      .Key("copy_wait_seconds").Double(step.stall_seconds)
+      .Key("strategy").String(plan.strategy)
+      .Key("arena_bytes").Uint(plan.memory->arena_bytes)
+      .Key("lower_bound_bytes").Uint(plan.memory->lower_bound_bytes)
+      .Key("unconstrained_peak_bytes").Uint(plain.peak_bytes)
+      .Key("unconstrained_step_seconds").Double(plain.step_seconds)
+      .Key("bytes_by_role").BeginObject();
+  for (const auto& [role, bytes] : plan.memory->bytes_by_role) w.Key(graph::RoleName(role)).Uint(bytes);
+  w.EndObject()
+      .Key("num_steps").Uint(plan.memory->num_steps)
+      .Key("num_candidates").Int(candidates)
+      .Key("planning_seconds").Double(seconds)
+      .Key("sections").BeginArray();
+  for (size_t s = 0; s < step.sections.size(); ++s) {
+    const planner::SectionInfo& info = step.sections[s];
+    w.BeginObject()
+        .Key("index").Uint(s)
+        .Key("first_node").String(step.graph.node(info.begin).name)
+        .Key("last_node").String(step.graph.node(info.end - 1).name)
+        .Key("recomputed").Bool(info.recomputed)
+        .Key("recompute_nodes").Int(info.recompute_nodes)
+        .Key("recompute_flops").Uint(info.recompute_flops)
+        .Key("boundary").BeginArray();
+    for (const planner::CachedInput& c : info.boundary) {
+      w.BeginObject()
+          .Key("tensor").String(step.graph.tensor(c.tensor).name)
+          .Key("bytes").Uint(c.bytes)
+          .Key("placement").String(c.offloaded ? "host" : "device");
+      if (c.offloaded) {
+        w.Key("copy_out_issued_after").String(StepName(step, c.copy_out_after_step))
+            .Key("copy_out_awaited_at").String(StepName(step, c.copy_out_await_step))
+            .Key("prefetch_issued_at").String(StepName(step, c.prefetch_step))
+            .Key("prefetch_awaited_before").String(StepName(step, c.first_use_step));
+      }
+      w.EndObject();
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray();
+  if (frontier != nullptr) {
+    w.Key("frontier");
+    PointsJson(w, *frontier);
+    w.Key("baselines");
+    PointsJson(w, *baselines);
+  }
+  w.EndObject();
+  return w.str();
+}
+
+std::string PointsTable(const std::string& title, const std::vector<planner::TradeOffPoint>& points) {
+  std::string out = absl::StrFormat("%s\n  %14s %12s %9s %12s  %s\n", title, "peak", "step s",
+                                    "sections", "offloaded", "strategy");
+  for (const planner::TradeOffPoint& p : points) {
+    absl::StrAppendFormat(&out, "  %14s %12.5f %9d %12s  %s\n", graph::HumanBytes(p.peak_bytes),
+                          p.step_seconds, p.num_sections, graph::HumanBytes(p.offloaded_bytes),
+                          p.strategy);
+  }
+  return out;
+}
+
+// Plans under a budget (and the frontier when asked); returns the exit code.
+int RunSectionPlan(const graph::Graph& g, const planner::PlannerOptions& options,
+                   const SectionFlags& flags, bool json, std::ostream& out, std::ostream& err) {
+  const absl::Time start = absl::Now();
+  if (options.training.inference) {
+    return err << "headroom plan: --budget and --frontier plan a training step, not --inference\n", 2;
+  }
+  absl::StatusOr<planner::TrainingGraph> t = planner::TrainingGraph::Build(g, options.training);
+  if (!t.ok()) return err << "headroom plan: " << t.status().message() << "\n", 1;
+  const planner::RooflineCostModel cost(g, flags.device);
+  planner::SearchOptions search_options;
+  search_options.allow_offload = flags.offload;
+  search_options.alignment_bytes = options.alignment_bytes;
+  absl::StatusOr<std::unique_ptr<planner::SectionSearch>> search =
+      planner::SectionSearch::Create(*t, cost, search_options);
+  if (!search.ok()) return err << "headroom plan: " << search.status().message() << "\n", 1;
+  absl::StatusOr<planner::SectionPlan> plain = (*search)->Unconstrained();
+  absl::StatusOr<planner::SectionPlan> plan =
+      flags.budget_bytes > 0 ? (*search)->Plan(flags.budget_bytes) : plain;
+  if (!plain.ok() || !plan.ok()) {
+    return err << "headroom plan: " << (plan.ok() ? plain : plan).status().message() << "\n", 1;
+  }
+  std::vector<planner::TradeOffPoint> frontier, baselines;
+  if (flags.frontier) {
+    absl::StatusOr<std::vector<planner::TradeOffPoint>> f = (*search)->Frontier();
+    absl::StatusOr<std::vector<planner::TradeOffPoint>> b = (*search)->Baselines();
+    if (!f.ok() || !b.ok()) {
+      return err << "headroom plan: " << (f.ok() ? b.status() : f.status()).message() << "\n", 1;
+    }
+    frontier = *std::move(f);
+    baselines = *std::move(b);
+  }
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (json) {
+    out << SectionPlanJson(g.name(), flags, *plan, *plain, (*search)->num_candidates(), seconds,
+                           flags.frontier ? &frontier : nullptr,
+                           flags.frontier ? &baselines : nullptr)
+        << "\n";
+    return 0;
+  }
+  out << absl::StrFormat("%-24s %s (training step, %s)\n", "model", g.name(), cost.name());
+  if (flags.budget_bytes > 0) {
+    out << absl::StrFormat("%-24s %12s  (%d)\n", "budget", graph::HumanBytes(flags.budget_bytes),
+                           flags.budget_bytes);
+  }
+  out << absl::StrFormat("%-24s %12s, %.5f s\n", "with no sections",
+                         graph::HumanBytes(plain->peak_bytes), plain->step_seconds)
+      << plan->DebugString()
+      << absl::StrFormat("%-24s %12.1f ms (%d candidates)\n", "planning time", seconds * 1e3,
+                         (*search)->num_candidates());
+  if (flags.frontier) {
+    out << PointsTable("frontier (peak, predicted step time):", frontier)
+        << PointsTable("baselines:", baselines);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<CliFlags> flags = CliFlags::Parse(args, {"json", "help", "inference", "tensors"});
+  absl::StatusOr<CliFlags> flags =
+      CliFlags::Parse(args, {"json", "help", "inference", "tensors", "frontier", "no-offload"});
   if (!flags.ok()) return err << "headroom plan: " << flags.status().message() << "\n", 2;
   if (flags->TakeBool("help")) {
     out << kUsage << ModelFlagsUsage()
@@ -93,13 +283,21 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
            "  --optimizer NAME    sgd (with momentum, default) or adam\n"
            "  --alignment BYTES   offset alignment in the arena (default 256)\n"
            "  --tensors           every tensor's offset, size, lifetime and role\n"
-           "  --json              print one JSON object\n";
+           "  --json              print one JSON object\n"
+           "  --budget SIZE       fit the step in SIZE (6GiB, 512MiB, 1.5GB, bytes) with\n"
+           "                      sections and host offload, at the least predicted time\n"
+           "  --frontier          also the peak/time Pareto frontier and the baselines\n"
+           "  --device NAME       cost-model preset: cpu (default), h100 or h200\n"
+           "  --device-file FILE  a text-format DeviceModel overriding a preset's rates\n"
+           "  --no-offload        keep every cached section input on the device\n";
     return 0;
   }
   const bool json = flags->TakeBool("json");
   const bool tensors = flags->TakeBool("tensors");
   planner::PlannerOptions options;
   if (!OptionsFromFlags(*flags, options, err)) return 2;
+  SectionFlags section;
+  if (!SectionFlagsFromFlags(*flags, section, err)) return 2;
   absl::StatusOr<proto::GraphDef> def = ModelFromFlags(*flags);
   if (!def.ok()) return err << "headroom plan: " << def.status().message() << "\n", 1;
   if (absl::Status s = flags->CheckAllTaken("plan"); !s.ok()) {
@@ -107,6 +305,9 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
   if (!g.ok()) return err << "headroom plan: " << g.status().message() << "\n", 1;
+  if (section.budget_bytes > 0 || section.frontier) {
+    return RunSectionPlan(*g, options, section, json, out, err);
+  }
   absl::StatusOr<planner::MemoryPlan> plan = planner::PlanMemory(*g, options);
   if (!plan.ok()) return err << "headroom plan: " << plan.status().message() << "\n", 1;
   if (json) {

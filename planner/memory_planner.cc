@@ -62,6 +62,17 @@ absl::StatusOr<MemoryPlan> PlanScheduledGraph(
   return plan;
 }
 
+uint64_t ScheduledLowerBound(const TrainingGraph& graph, const Schedule& schedule,
+                             uint64_t alignment_bytes) {
+  const std::vector<Lifetime> lifetimes = ComputeLifetimes(graph, schedule);
+  const BufferAssignment buffers = AssignBuffers(graph, schedule, lifetimes);
+  std::vector<BufferRequest> requests;
+  for (const Buffer& b : buffers.buffers) {
+    requests.push_back({b.bytes, b.lifetime.first_step, b.lifetime.last_step});
+  }
+  return AlignedLowerBound(requests, alignment_bytes);
+}
+
 absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const PlannerOptions& options) {
   return PlanMemory(forward, options, DefaultStrategies());
 }

@@ -74,6 +74,11 @@ absl::StatusOr<MemoryPlan> PlanScheduledGraph(
     const TrainingGraph& graph, const Schedule& schedule, uint64_t alignment_bytes,
     const std::vector<std::unique_ptr<OffsetStrategy>>& strategies);
 
+// Returns the aligned lower bound of PlanScheduledGraph's arena for the same arguments (the
+// largest sum of live buffer sizes at one step), without assigning offsets: cheap.
+uint64_t ScheduledLowerBound(const TrainingGraph& graph, const Schedule& schedule,
+                             uint64_t alignment_bytes);
+
 // As PlanMemory above, with DefaultStrategies().
 absl::StatusOr<MemoryPlan> PlanMemory(const graph::Graph& forward, const PlannerOptions& options);
 

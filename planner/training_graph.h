@@ -122,6 +122,12 @@ class TrainingGraph {
   // Returns the gradient tensor of forward tensor `name` as the optimizer or the previous
   // layer sees it (after accumulation), or kNone.
   TensorId FinalGradient(const std::string& forward_name) const;
+  // As above, by forward tensor id.
+  TensorId final_gradient_of(graph::TensorId forward_tensor) const {
+    return final_gradient_[forward_tensor];
+  }
+  // Returns the number of forward graph tensors (tensors 0 .. n-1 of this graph).
+  int32_t num_forward_tensors() const { return static_cast<int32_t>(final_gradient_.size()); }
 
  private:
   friend class TrainingGraphBuilder;

@@ -1,0 +1,690 @@
+#include "planner/section_search.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "graph/shape.h"
+#include "graph/summary.h"
+#include "util/check.h"
+#include "util/status_macros.h"
+
+namespace headroom::planner {
+
+// ---- Layers and equal splits -----------------------------------------------------------
+
+namespace {
+
+std::string LayerKey(const std::string& name) {
+  std::string key;
+  for (absl::string_view part : absl::StrSplit(name, '.')) {
+    if (!key.empty()) key += '.';
+    key += std::string(part);
+    if (!part.empty() && std::all_of(part.begin(), part.end(),
+                                     [](char c) { return std::isdigit(c); })) {
+      return key;
+    }
+  }
+  const auto first = std::find_if(name.begin(), name.end(), [](char c) { return std::isdigit(c); });
+  if (first == name.end()) return name;
+  return std::string(first, std::find_if(first, name.end(), [](char c) { return !std::isdigit(c); }));
+}
+
+}  // namespace
+
+std::vector<int32_t> LayerCuts(const TrainingGraph& graph) {
+  const int32_t n = NumForwardNodes(graph);
+  std::vector<int32_t> cuts;
+  for (int32_t i = 1; i < n; ++i) {
+    if (LayerKey(graph.node(i).name) != LayerKey(graph.node(i - 1).name)) cuts.push_back(i);
+  }
+  return cuts;
+}
+
+std::vector<int32_t> SqrtCuts(int32_t num_forward) {
+  const int32_t k = std::max<int32_t>(1, std::lround(std::sqrt(static_cast<double>(num_forward))));
+  std::vector<int32_t> cuts;
+  for (int32_t i = 1; i < k; ++i) {
+    const int32_t c = static_cast<int32_t>(std::lround(static_cast<double>(i) * num_forward / k));
+    if (c > (cuts.empty() ? 0 : cuts.back()) && c < num_forward) cuts.push_back(c);
+  }
+  return cuts;
+}
+
+// ---- The section-model estimate and the dynamic program ---------------------------------
+
+// Estimates, per section [a, b) of forward positions, what the exact plan will hold, so a
+// dynamic program over cut positions can search quickly; the candidates it finds are then
+// planned exactly. The estimate of a section's backward phase is
+//   persistent + held cached inputs + its offloaded inputs and those being prefetched
+//   + re-forward state its backward reads + gradients crossing its end + 2x its largest op,
+// and its time is the re-forward of the nodes its backward needs plus any wait for a
+// prefetch that its backward cannot hide.
+class SectionSearch::Estimator {
+ public:
+  Estimator(const TrainingGraph& graph, const CostModel& cost) : g_(graph), cost_(cost) {
+    nf_ = NumForwardNodes(graph);
+    Measure();
+  }
+
+  int32_t num_forward() const { return nf_; }
+  // A floor and the no-sections figure of the estimate: the grid's range.
+  double floor_bytes() const { return static_cast<double>(persistent_) + max_transient_; }
+  double plain_bytes() const {
+    return static_cast<double>(persistent_) + total_saved_ + max_transient_;
+  }
+
+  // A dynamic program's answer: where to cut, and at which cuts to offload the tensors that
+  // cross them.
+  struct Answer {
+    std::vector<int32_t> cuts;
+    std::vector<int32_t> offload_cuts;
+  };
+
+  // Returns the cuts with the least estimated time whose estimated peak is at most
+  // `budget`, or nothing.
+  std::optional<Answer> Solve(double budget, bool offload) const {
+    struct Label {
+      double held = 0, own_offloaded = 0, prev_offloaded = 0, time = 0;
+      int32_t parent = -1, position = 0;
+      bool offload_here = false;
+    };
+    std::vector<Label> labels = {Label{}};
+    // Labels at each position, at most one per bucket of held bytes (held and own offloaded
+    // bytes in kBuckets steps of the budget, and whether anything is offloaded): the one with
+    // the least time, then the least memory. Bucketing bounds the work; the estimate is only
+    // a guide, since every candidate is planned exactly.
+    constexpr int kBuckets = 32;
+    std::vector<std::vector<int32_t>> at(nf_ + 1);
+    at[0].push_back(0);
+    int32_t best = -1;
+    double best_time = std::numeric_limits<double>::infinity();
+    constexpr int kKeys = (kBuckets + 1) * 2;
+    std::vector<int32_t> bucket_of((nf_ + 1) * kKeys, -1);  // Label index by position, key.
+    auto insert = [&](int32_t position, Label label) {
+      const double held = label.held + label.own_offloaded;
+      const int32_t key = static_cast<int32_t>(std::min<double>(held / budget * kBuckets, kBuckets)) * 2 +
+                          (label.own_offloaded > 0 ? 1 : 0);
+      label.position = position;
+      int32_t& slot = bucket_of[position * kKeys + key];
+      if (slot >= 0) {
+        const Label& o = labels[slot];
+        const double o_mem = o.held + o.own_offloaded + o.prev_offloaded;
+        const double mem = held + label.prev_offloaded;
+        if (o.time < label.time || (o.time == label.time && o_mem <= mem)) return;
+        labels[slot] = label;
+        return;
+      }
+      labels.push_back(label);
+      slot = static_cast<int32_t>(labels.size()) - 1;
+      at[position].push_back(slot);
+    };
+    auto mem_of = [&](int32_t l) {
+      const Label& L = labels[l];
+      return L.held + L.own_offloaded + L.prev_offloaded;
+    };
+    for (int32_t a = 0; a < nf_; ++a) {
+      if (at[a].empty()) continue;
+      // Keep the labels no other beats on both memory and time.
+      std::sort(at[a].begin(), at[a].end(), [&](int32_t x, int32_t y) {
+        return mem_of(x) != mem_of(y) ? mem_of(x) < mem_of(y) : labels[x].time < labels[y].time;
+      });
+      std::vector<int32_t> front;
+      for (int32_t l : at[a]) {
+        if (front.empty() || labels[l].time < labels[front.back()].time) front.push_back(l);
+      }
+      at[a] = std::move(front);
+      const double least_held = mem_of(at[a].front());
+      Sweep sweep(*this, a);
+      for (int32_t b = a + 1; b <= nf_; ++b) {
+        sweep.Extend(b);
+        const double local = persistent_ + sweep.saved + 2.0 * sweep.largest_op;
+        if (local + least_held > budget) break;  // Later ends only hold more.
+        const bool last = b == nf_;
+        const double crossing_grads = last ? 0 : grads_crossing_[b];
+        const double reforward = last ? 0 : sweep.recompute_seconds;
+        const double group_seconds = reforward + backward_prefix_[b] - backward_prefix_[a];
+        for (size_t i = 0; i < at[a].size(); ++i) {
+          const int32_t l = at[a][i];
+          const Label L = labels[l];
+          if (last && L.own_offloaded > 0) continue;  // Nothing runs backward before it.
+          const double mem = local + crossing_grads + L.held + L.own_offloaded + L.prev_offloaded;
+          if (mem > budget) continue;
+          const double stall =
+              L.prev_offloaded > 0
+                  ? std::max(0.0, cost_.CopySeconds(static_cast<uint64_t>(L.prev_offloaded)) -
+                                      group_seconds)
+                  : 0.0;
+          const double time = L.time + reforward + stall;
+          if (last) {
+            if (time < best_time) {
+              best_time = time;
+              best = l;
+            }
+            continue;
+          }
+          insert(b, {L.held + sweep.crossing, 0, L.own_offloaded, time, l, 0, false});
+          if (offload && sweep.crossing_offloadable > 0) {
+            insert(b, {L.held + sweep.crossing - sweep.crossing_offloadable,
+                       sweep.crossing_offloadable, L.own_offloaded, time, l, 0, true});
+          }
+        }
+      }
+    }
+    if (best < 0) return std::nullopt;
+    Answer answer;
+    for (int32_t l = best; labels[l].parent >= 0; l = labels[l].parent) {
+      answer.cuts.push_back(labels[l].position);
+      if (labels[l].offload_here) answer.offload_cuts.push_back(labels[l].position);
+    }
+    std::reverse(answer.cuts.begin(), answer.cuts.end());
+    std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
+    return answer;
+  }
+
+  // Returns the tensors that cross cut `at` from the section [from, at): offload candidates.
+  std::vector<TensorId> CrossingTensors(int32_t from, int32_t at, int32_t last_section) const {
+    std::vector<TensorId> out;
+    for (const Item& t : tensors_) {
+      if (t.produced >= from && t.produced < at && t.last_forward_use >= at &&
+          t.last_forward_use < last_section && t.offloadable) {
+        out.push_back(t.id);
+      }
+    }
+    return out;
+  }
+
+ private:
+  // A forward tensor the estimate follows.
+  struct Item {
+    TensorId id = kNone;
+    double bytes = 0;
+    int32_t produced = 0;          // Forward position of its writer (graph inputs: 0).
+    int32_t last_forward_use = 0;  // Last forward position that reads it (or `produced`).
+    int32_t first_backward_read = std::numeric_limits<int32_t>::max();
+    bool offloadable = false;
+  };
+
+  // Incremental sums over [a, b) as b grows, in O(1) amortised per step.
+  struct Sweep {
+    Sweep(const Estimator& e, int32_t a) : e(e), a(a) {}
+    void Extend(int32_t b) {
+      const int32_t p = b - 1;  // The position entering the section.
+      largest_op = std::max(largest_op, e.op_bytes_[p]);
+      for (int32_t t : e.produced_at_[p]) {
+        crossing += e.tensors_[t].bytes;
+        if (e.tensors_[t].offloadable) crossing_offloadable += e.tensors_[t].bytes;
+      }
+      for (int32_t t : e.last_use_at_[p]) {
+        if (e.tensors_[t].produced < a) continue;
+        crossing -= e.tensors_[t].bytes;
+        if (e.tensors_[t].offloadable) crossing_offloadable -= e.tensors_[t].bytes;
+      }
+      for (int32_t t : e.backward_read_at_[p]) {
+        if (e.tensors_[t].produced >= a) saved += e.tensors_[t].bytes;
+      }
+      // A node is re-run once something inside the section reads what it writes.
+      if (e.first_need_[p] <= p) recompute_seconds += e.forward_seconds_[p];
+      for (int32_t n : e.needed_at_[p]) {
+        if (n >= a && n < p) recompute_seconds += e.forward_seconds_[n];
+      }
+    }
+    const Estimator& e;
+    const int32_t a;
+    double saved = 0, crossing = 0, crossing_offloadable = 0, largest_op = 0;
+    double recompute_seconds = 0;
+  };
+
+  void Measure() {
+    const int32_t n_nodes = static_cast<int32_t>(g_.nodes().size());
+    forward_seconds_.resize(nf_);
+    op_bytes_.assign(nf_, 0);
+    for (int32_t i = 0; i < nf_; ++i) {
+      forward_seconds_[i] = cost_.NodeSeconds(g_, i);
+      for (TensorId t : g_.node(i).outputs) op_bytes_[i] += g_.tensor(t).bytes;
+      max_transient_ = std::max(max_transient_, 2.0 * op_bytes_[i]);
+    }
+    // Backward-phase time by forward position.
+    std::vector<double> backward(nf_, 0);
+    int32_t position = nf_ - 1;
+    for (NodeId n = nf_; n < n_nodes; ++n) {
+      if (g_.node(n).kind == NodeKind::kBackward) position = g_.node(n).forward_node;
+      backward[position] += cost_.NodeSeconds(g_, n);
+    }
+    backward_prefix_.assign(nf_ + 1, 0);
+    for (int32_t i = 0; i < nf_; ++i) backward_prefix_[i + 1] = backward_prefix_[i] + backward[i];
+    // Persistent bytes and the largest parameter gradient.
+    double largest_gradient = 0;
+    for (const TrainingTensor& t : g_.tensors()) {
+      if (t.persistent()) persistent_ += t.bytes;
+      if (t.role == proto::ROLE_GRADIENT) largest_gradient = std::max<double>(largest_gradient, t.bytes);
+    }
+    persistent_ += largest_gradient;
+    FollowTensors();
+  }
+
+  void FollowTensors() {
+    produced_at_.assign(nf_, {});
+    last_use_at_.assign(nf_, {});
+    backward_read_at_.assign(nf_, {});
+    needed_at_.assign(nf_, {});
+    first_need_.assign(nf_, std::numeric_limits<int32_t>::max());
+    grads_crossing_.assign(nf_ + 1, 0);
+    std::vector<double> grad_delta(nf_ + 2, 0);
+    for (TensorId id = 0; id < static_cast<TensorId>(g_.tensors().size()); ++id) {
+      const TrainingTensor& t = g_.tensor(id);
+      const bool leaf = t.producer == kNone &&
+                        (t.role == proto::ROLE_INPUT || t.role == proto::ROLE_LABEL);
+      if (t.persistent() || !(leaf || (t.producer != kNone && t.producer < nf_))) continue;
+      Item item;
+      item.id = id;
+      item.bytes = static_cast<double>(t.bytes);
+      item.produced = leaf ? 0 : t.producer;
+      item.last_forward_use = item.produced;
+      int32_t first_forward_use = std::numeric_limits<int32_t>::max();
+      for (NodeId c : t.consumers) {
+        if (c < nf_) {
+          item.last_forward_use = std::max(item.last_forward_use, c);
+          first_forward_use = std::min(first_forward_use, c);
+        } else if (g_.node(c).forward_node != kNone) {
+          item.first_backward_read = std::min(item.first_backward_read, g_.node(c).forward_node);
+        }
+      }
+      item.offloadable = t.role != proto::ROLE_LABEL;
+      const int32_t index = static_cast<int32_t>(tensors_.size());
+      produced_at_[item.produced].push_back(index);
+      last_use_at_[item.last_forward_use].push_back(index);
+      if (item.first_backward_read < nf_) {
+        backward_read_at_[std::max(item.first_backward_read, item.produced)].push_back(index);
+        total_saved_ += item.bytes;
+      }
+      if (!leaf) {
+        const int32_t need = std::min(item.first_backward_read, first_forward_use);
+        first_need_[t.producer] = std::min(first_need_[t.producer], need);
+      }
+      if (id < g_.num_forward_tensors() && g_.final_gradient_of(id) != kNone &&
+          item.last_forward_use > item.produced) {
+        grad_delta[item.produced + 1] += item.bytes;
+        grad_delta[item.last_forward_use + 1] -= item.bytes;
+      }
+      tensors_.push_back(item);
+    }
+    for (int32_t i = 0; i < nf_; ++i) {
+      if (first_need_[i] > i && first_need_[i] < nf_) needed_at_[first_need_[i]].push_back(i);
+    }
+    double running = 0;
+    for (int32_t b = 0; b <= nf_; ++b) {
+      running += grad_delta[b];
+      grads_crossing_[b] = running;
+    }
+  }
+
+  const TrainingGraph& g_;
+  const CostModel& cost_;
+  int32_t nf_ = 0;
+  double persistent_ = 0;
+  double max_transient_ = 0;
+  double total_saved_ = 0;
+  std::vector<double> forward_seconds_;
+  std::vector<double> op_bytes_;
+  std::vector<double> backward_prefix_;
+  std::vector<double> grads_crossing_;
+  std::vector<Item> tensors_;
+  // By forward position: items written there, last read forward there, first read by a
+  // backward node there; nodes first needed there; the first position needing node i.
+  std::vector<std::vector<int32_t>> produced_at_, last_use_at_, backward_read_at_, needed_at_;
+  std::vector<int32_t> first_need_;
+};
+
+// ---- The pool ---------------------------------------------------------------------------
+
+struct SectionSearch::Candidate {
+  std::string strategy;
+  SectionCuts cuts;
+  std::shared_ptr<const SectionedStep> step;
+  // Filled when first needed.
+  std::optional<uint64_t> lower_bound_bytes;
+  std::shared_ptr<const MemoryPlan> memory;
+};
+
+SectionSearch::SectionSearch(const TrainingGraph& graph, const CostModel& cost,
+                             const SearchOptions& options)
+    : graph_(graph), cost_(cost), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<SectionSearch>> SectionSearch::Create(
+    const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options) {
+  if (graph.inference()) {
+    return absl::InvalidArgumentError("a budget applies to training; this graph is inference only");
+  }
+  std::unique_ptr<SectionSearch> search(new SectionSearch(graph, cost, options));
+  RETURN_IF_ERROR(search->BuildPool());
+  return search;
+}
+
+absl::Status SectionSearch::BuildPool() {
+  const int32_t nf = NumForwardNodes(graph_);
+  AddCandidate("no_sections", {}, {});
+  AddCandidate("sqrt_n", SqrtCuts(nf), {});
+  AddCandidate("every_layer", LayerCuts(graph_), {});
+  estimator_ = std::make_unique<Estimator>(graph_, cost_);
+  const Estimator& estimator = *estimator_;
+  const double lo = estimator.floor_bytes(), hi = estimator.plain_bytes() * 1.05;
+  // For recompute alone, and with offload where allowed: find the smallest estimated budget
+  // the program can meet (bisection), then run it on a geometric grid from there up to the
+  // plain step's estimate.
+  const int points = std::max(2, options_.grid_points);
+  for (bool offload : {false, true}) {
+    if (offload && !options_.allow_offload) continue;
+    double low = lo, high = hi;
+    if (!estimator.Solve(high, offload)) continue;
+    for (int i = 0; i < 12; ++i) {
+      const double mid = std::sqrt(low * high);
+      (estimator.Solve(mid, offload) ? high : low) = mid;
+    }
+    for (int i = 0; i < points; ++i) {
+      const double budget = high * std::pow(hi / high, static_cast<double>(i) / (points - 1));
+      std::optional<Estimator::Answer> answer = estimator.Solve(budget, offload);
+      if (answer) AddCandidate("search", answer->cuts, answer->offload_cuts);
+    }
+    if (offload) {  // The baselines' cuts with every cached input that can go offloaded.
+      AddCandidate("search", SqrtCuts(nf), SqrtCuts(nf));
+      AddCandidate("search", LayerCuts(graph_), LayerCuts(graph_));
+    }
+  }
+  // On small graphs, each candidate's neighbours too (one cut removed, or moved by one
+  // position), planned exactly like the rest: the estimate is only a guide.
+  if (nf <= options_.refine_max_forward_nodes) {
+    const size_t found = pool_.size();
+    for (size_t i = 0; i < found; ++i) {
+      const std::vector<int32_t> cuts = pool_[i].cuts.cuts;
+      for (size_t k = 0; k < cuts.size(); ++k) {
+        std::vector<int32_t> removed = cuts;
+        removed.erase(removed.begin() + k);
+        AddCandidate("search", removed, {});
+        for (int32_t delta : {-1, 1}) {
+          std::vector<int32_t> moved = cuts;
+          moved[k] += delta;
+          const bool ordered = moved[k] > (k == 0 ? 0 : moved[k - 1]) &&
+                               moved[k] < (k + 1 == moved.size() ? nf : moved[k + 1]);
+          if (ordered) AddCandidate("search", moved, {});
+        }
+      }
+    }
+  }
+  if (pool_.empty()) return absl::InternalError("no candidate plan could be expanded");
+  for (int i = 0; i < static_cast<int>(pool_.size()); ++i) by_time_.push_back(i);
+  std::stable_sort(by_time_.begin(), by_time_.end(), [&](int a, int b) {
+    return pool_[a].step->step_seconds < pool_[b].step->step_seconds;
+  });
+  return absl::OkStatus();
+}
+
+void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<int32_t>& cuts,
+                                 const std::vector<int32_t>& offload_cuts) {
+  SectionCuts section_cuts;
+  section_cuts.cuts = cuts;
+  if (!offload_cuts.empty()) {
+    const Estimator& estimator = *estimator_;
+    const int32_t last_section = cuts.empty() ? 0 : cuts.back();
+    for (int32_t c : offload_cuts) {
+      const auto it = std::find(cuts.begin(), cuts.end(), c);
+      const int32_t from = it == cuts.begin() ? 0 : *(it - 1);
+      for (TensorId t : estimator.CrossingTensors(from, c, last_section)) {
+        section_cuts.offload.push_back(t);
+      }
+    }
+  }
+  for (const Candidate& c : pool_) {
+    if (c.cuts.cuts == section_cuts.cuts && c.cuts.offload == section_cuts.offload) return;
+  }
+  absl::StatusOr<SectionedStep> step = ExpandSections(graph_, section_cuts, cost_);
+  if (!step.ok()) return;  // An offload the expansion refuses: the candidate is not valid.
+  Candidate c;
+  c.strategy = strategy;
+  c.cuts = section_cuts;
+  c.step = std::make_shared<const SectionedStep>(std::move(step).value());
+  pool_.push_back(std::move(c));
+}
+
+SectionSearch::~SectionSearch() = default;
+
+int SectionSearch::num_candidates() const { return static_cast<int>(pool_.size()); }
+
+absl::StatusOr<SectionPlan> SectionSearch::Evaluate(int index) {
+  Candidate& c = pool_[index];
+  if (c.memory == nullptr) {
+    ASSIGN_OR_RETURN(MemoryPlan memory,
+                     PlanScheduledGraph(c.step->graph, c.step->schedule, options_.alignment_bytes,
+                                        DefaultStrategies()));
+    c.memory = std::make_shared<const MemoryPlan>(std::move(memory));
+    c.lower_bound_bytes = c.memory->lower_bound_bytes;
+  }
+  SectionPlan plan;
+  plan.strategy = c.strategy;
+  plan.cuts = c.cuts;
+  plan.step = c.step;
+  plan.memory = c.memory;
+  plan.peak_bytes = c.memory->arena_bytes;
+  plan.step_seconds = c.step->step_seconds;
+  plan.overhead_ratio = c.step->step_seconds / pool_[0].step->step_seconds;
+  return plan;
+}
+
+uint64_t SectionSearch::LowerBound(int index) {
+  Candidate& c = pool_[index];
+  if (!c.lower_bound_bytes) {
+    c.lower_bound_bytes =
+        ScheduledLowerBound(c.step->graph, c.step->schedule, options_.alignment_bytes);
+  }
+  return *c.lower_bound_bytes;
+}
+
+absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
+  for (int index : by_time_) {
+    if (LowerBound(index) > budget_bytes) continue;
+    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
+    if (plan.peak_bytes <= budget_bytes) return plan;
+  }
+  return Infeasible(budget_bytes);
+}
+
+absl::StatusOr<SectionPlan> SectionSearch::Unconstrained() { return Evaluate(0); }
+
+absl::StatusOr<uint64_t> SectionSearch::MinimumPeakBytes() {
+  ASSIGN_OR_RETURN(int index, Smallest());
+  return pool_[index].memory->arena_bytes;
+}
+
+absl::StatusOr<int> SectionSearch::Smallest() {
+  // Lower bounds first: only candidates that could beat the best arena so far are planned.
+  std::vector<int> order(pool_.size());
+  for (int i = 0; i < static_cast<int>(pool_.size()); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return LowerBound(a) < LowerBound(b); });
+  int best = -1;
+  uint64_t best_bytes = std::numeric_limits<uint64_t>::max();
+  for (int index : order) {
+    if (LowerBound(index) >= best_bytes) break;
+    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
+    if (plan.peak_bytes < best_bytes) {
+      best_bytes = plan.peak_bytes;
+      best = index;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// Returns the bytes by role of the buffers live at the step where `plan`'s live bytes peak.
+std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
+  struct BufferUse {
+    uint64_t bytes = 0;
+    Lifetime life{std::numeric_limits<int32_t>::max(), -1};
+    proto::TensorRole role = proto::ROLE_UNSPECIFIED;
+  };
+  std::map<int32_t, BufferUse> buffers;
+  for (const PlannedTensor& t : plan.tensors) {
+    BufferUse& b = buffers[t.buffer];
+    if (b.role == proto::ROLE_UNSPECIFIED) b.role = t.role;
+    b.bytes = std::max(b.bytes, t.bytes);
+    b.life.first_step = std::min(b.life.first_step, t.lifetime.first_step);
+    b.life.last_step = std::max(b.life.last_step, t.lifetime.last_step);
+  }
+  std::vector<int64_t> delta(plan.num_steps + 1, 0);
+  for (const auto& [id, b] : buffers) {
+    delta[b.life.first_step] += static_cast<int64_t>(b.bytes);
+    delta[b.life.last_step + 1] -= static_cast<int64_t>(b.bytes);
+  }
+  int32_t peak_step = 0;
+  int64_t live = 0, peak = -1;
+  for (int32_t s = 0; s < plan.num_steps; ++s) {
+    live += delta[s];
+    if (live > peak) {
+      peak = live;
+      peak_step = s;
+    }
+  }
+  std::map<proto::TensorRole, uint64_t> roles;
+  for (const auto& [id, b] : buffers) {
+    if (b.life.first_step <= peak_step && peak_step <= b.life.last_step) roles[b.role] += b.bytes;
+  }
+  return roles;
+}
+
+}  // namespace
+
+absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
+  using graph::HumanBytes;
+  ASSIGN_OR_RETURN(int index, Smallest());
+  ASSIGN_OR_RETURN(SectionPlan smallest, Evaluate(index));
+  const std::map<proto::TensorRole, uint64_t> roles = RolesAtPeak(*smallest.memory);
+  std::vector<std::string> parts;
+  for (const auto& [role, bytes] : roles) {
+    parts.push_back(absl::StrCat(graph::RoleName(role), " ", HumanBytes(bytes)));
+  }
+  uint64_t state = 0;
+  for (const TrainingTensor& t : graph_.tensors()) state += t.persistent() ? t.bytes : 0;
+  auto role = [&](proto::TensorRole r) {
+    auto it = roles.find(r);
+    return it == roles.end() ? uint64_t{0} : it->second;
+  };
+  return absl::FailedPreconditionError(absl::StrCat(
+      "budget ", HumanBytes(budget_bytes), " (", budget_bytes,
+      " bytes) is below the smallest peak Headroom can plan for this step: ",
+      HumanBytes(smallest.peak_bytes), " (", smallest.peak_bytes, " bytes), with ",
+      smallest.step->sections.size(), " sections and ",
+      HumanBytes(smallest.step->offloaded_bytes), " offloaded to host. At that peak: ",
+      absl::StrJoin(parts, ", "), ". Parameters, buffers and optimizer state alone need ",
+      HumanBytes(state), " (", state, " bytes); with the gradients live at the peak, ",
+      HumanBytes(state + role(proto::ROLE_GRADIENT)), "."));
+}
+
+absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
+  std::vector<TradeOffPoint> points;
+  for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
+    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(i));
+    points.push_back({plan.peak_bytes, plan.step_seconds, plan.strategy,
+                      static_cast<int32_t>(plan.step->sections.size()),
+                      plan.step->offloaded_bytes});
+  }
+  std::sort(points.begin(), points.end(), [](const TradeOffPoint& a, const TradeOffPoint& b) {
+    return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes
+                                        : a.step_seconds > b.step_seconds;
+  });
+  // From the smallest peak up, keep a point only if it is faster than all smaller ones.
+  std::vector<TradeOffPoint> frontier;
+  double fastest = std::numeric_limits<double>::infinity();
+  for (auto it = points.rbegin(); it != points.rend(); ++it) {
+    if (it->step_seconds < fastest) {
+      fastest = it->step_seconds;
+      frontier.push_back(*it);
+    }
+  }
+  std::reverse(frontier.begin(), frontier.end());
+  return frontier;
+}
+
+absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Baselines() {
+  std::vector<TradeOffPoint> points;
+  for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
+    if (pool_[i].strategy == "search") continue;
+    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(i));
+    points.push_back({plan.peak_bytes, plan.step_seconds, plan.strategy,
+                      static_cast<int32_t>(plan.step->sections.size()),
+                      plan.step->offloaded_bytes});
+  }
+  return points;
+}
+
+std::string SectionPlan::DebugString() const {
+  using graph::HumanBytes;
+  std::string out;
+  absl::StrAppendFormat(&out, "%-24s %s\n", "strategy", strategy);
+  absl::StrAppendFormat(&out, "%-24s %12s  (%d)\n", "predicted peak", HumanBytes(peak_bytes),
+                        peak_bytes);
+  absl::StrAppendFormat(&out, "%-24s %12.4f s  (%.3fx the plain step)\n", "predicted step",
+                        step_seconds, overhead_ratio);
+  absl::StrAppendFormat(&out, "%-24s %12.4f GFLOP\n", "recomputed",
+                        static_cast<double>(step->recompute_flops) / 1e9);
+  absl::StrAppendFormat(&out, "%-24s %12s  (waits %.4f s)\n", "offloaded to host",
+                        HumanBytes(step->offloaded_bytes), step->stall_seconds);
+  absl::StrAppendFormat(&out, "%-24s %12d\n", "sections", step->sections.size());
+  const TrainingGraph& g = step->graph;
+  for (size_t s = 0; s < step->sections.size(); ++s) {
+    const SectionInfo& info = step->sections[s];
+    absl::StrAppendFormat(&out, "  %3d  %-28s .. %-28s %s\n", s, g.node(info.begin).name,
+                          g.node(info.end - 1).name,
+                          info.recomputed ? absl::StrFormat("re-runs %d nodes", info.recompute_nodes)
+                                          : std::string("not re-run"));
+    for (const CachedInput& c : info.boundary) {
+      absl::StrAppendFormat(&out, "       cached %-32s %10s  %s\n", g.tensor(c.tensor).name,
+                            HumanBytes(c.bytes), c.offloaded ? "host" : "device");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<ExhaustiveResult> ExhaustiveSearch(const TrainingGraph& graph,
+                                                  const CostModel& cost, uint64_t budget_bytes,
+                                                  int32_t max_forward_nodes,
+                                                  uint64_t alignment_bytes) {
+  const int32_t nf = NumForwardNodes(graph);
+  if (nf > max_forward_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("exhaustive search over ", nf,
+                                                   " forward nodes: at most ",
+                                                   max_forward_nodes, " allowed"));
+  }
+  ExhaustiveResult best;
+  best.step_seconds = std::numeric_limits<double>::infinity();
+  const uint64_t sets = uint64_t{1} << (nf - 1);
+  for (uint64_t mask = 0; mask < sets; ++mask) {
+    SectionCuts cuts;
+    for (int32_t p = 1; p < nf; ++p) {
+      if (mask >> (p - 1) & 1) cuts.cuts.push_back(p);
+    }
+    ASSIGN_OR_RETURN(SectionedStep step, ExpandSections(graph, cuts, cost));
+    ++best.evaluated;
+    if (step.step_seconds >= best.step_seconds) continue;
+    if (ScheduledLowerBound(step.graph, step.schedule, alignment_bytes) > budget_bytes) continue;
+    ASSIGN_OR_RETURN(MemoryPlan plan, PlanScheduledGraph(step.graph, step.schedule,
+                                                         alignment_bytes, DefaultStrategies()));
+    if (plan.arena_bytes > budget_bytes) continue;
+    best.cuts = cuts.cuts;
+    best.peak_bytes = plan.arena_bytes;
+    best.step_seconds = step.step_seconds;
+  }
+  if (best.peak_bytes == 0) {
+    return absl::NotFoundError(absl::StrCat("no set of cuts fits ", budget_bytes, " bytes"));
+  }
+  return best;
+}
+
+}  // namespace headroom::planner

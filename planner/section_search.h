@@ -1,0 +1,154 @@
+// The search: under a device-memory budget, the sectioned step with the least predicted time
+// whose exact peak fits.
+//
+// Candidates come from a dynamic program over cut positions (each section's cached inputs
+// kept on the device or offloaded) run at a grid of budgets on a section-model estimate of
+// memory, plus three baselines: no sections, Chen's sqrt(n) equal split, and a cut at every
+// layer. Every candidate's time is predicted on its expanded schedule; its peak is the
+// arena Planner I lays out for that schedule, never the estimate. The pool does not depend on
+// the budget asked for, so a larger budget never gives a slower plan.
+#ifndef HEADROOM_PLANNER_SECTION_SEARCH_H_
+#define HEADROOM_PLANNER_SECTION_SEARCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/cost_model.h"
+#include "planner/memory_planner.h"
+#include "planner/sections.h"
+#include "planner/training_graph.h"
+
+namespace headroom::planner {
+
+struct SearchOptions {
+  // Let cached section inputs go to host memory. Default true.
+  bool allow_offload = true;
+  // Budgets at which the dynamic program runs, geometric between the estimate's smallest
+  // and largest peaks, for each of recompute alone and recompute with offload. Default 16.
+  int grid_points = 16;
+  // On graphs with at most this many forward nodes, also plan every candidate's neighbours
+  // (one cut removed or moved by one position). Default 64.
+  int32_t refine_max_forward_nodes = 64;
+  // Arena alignment. Default 256.
+  uint64_t alignment_bytes = kDefaultAlignmentBytes;
+};
+
+// One candidate, planned.
+struct SectionPlan {
+  // "search", "no_sections", "sqrt_n" or "every_layer".
+  std::string strategy;
+  SectionCuts cuts;
+  // The expanded step and its exact memory plan.
+  std::shared_ptr<const SectionedStep> step;
+  std::shared_ptr<const MemoryPlan> memory;
+  // The arena of `memory`: the predicted peak of device memory.
+  uint64_t peak_bytes = 0;
+  double step_seconds = 0;
+  // step_seconds over that of the plain step (no sections).
+  double overhead_ratio = 0;
+
+  // Returns a table for people: figures, then each section with its cached inputs.
+  std::string DebugString() const;
+};
+
+// A point of the memory/time trade-off.
+struct TradeOffPoint {
+  uint64_t peak_bytes = 0;
+  double step_seconds = 0;
+  std::string strategy;
+  int32_t num_sections = 0;
+  uint64_t offloaded_bytes = 0;
+};
+
+// Plans one training graph under budgets. Create() once (it builds the candidate pool), then
+// Plan() for any number of budgets and Frontier(). Keeps references to `graph` and `cost`,
+// which must outlive it. Thread-compatible: Plan() fills a cache.
+class SectionSearch {
+ public:
+  // Returns the search over `graph` (a training graph), or InvalidArgument for an
+  // inference graph.
+  static absl::StatusOr<std::unique_ptr<SectionSearch>> Create(const TrainingGraph& graph,
+                                                               const CostModel& cost,
+                                                               const SearchOptions& options);
+
+  // Returns the candidate with the least predicted step time whose exact peak is at most
+  // `budget_bytes`, or FailedPrecondition stating the smallest budget any candidate fits and
+  // what its peak is made of.
+  absl::StatusOr<SectionPlan> Plan(uint64_t budget_bytes);
+
+  // Returns the plain step (no sections).
+  absl::StatusOr<SectionPlan> Unconstrained();
+
+  // Returns the Pareto frontier of (peak, time) over all candidates, from the largest peak
+  // down to the smallest, each point faster than every point after it.
+  absl::StatusOr<std::vector<TradeOffPoint>> Frontier();
+
+  // Returns each baseline's point: "no_sections", "sqrt_n", "every_layer".
+  absl::StatusOr<std::vector<TradeOffPoint>> Baselines();
+
+  // Returns the smallest exact peak of any candidate (offloading where allowed).
+  absl::StatusOr<uint64_t> MinimumPeakBytes();
+
+  // Number of distinct candidates in the pool.
+  int num_candidates() const;
+
+  ~SectionSearch();
+
+ private:
+  struct Candidate;
+  class Estimator;
+
+  SectionSearch(const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options);
+  absl::Status BuildPool();
+  // Adds the candidate of `cuts` offloading what crosses each of `offload_cuts` (unless the
+  // last section reads it too), if it is new and expands.
+  void AddCandidate(const std::string& strategy, const std::vector<int32_t>& cuts,
+                    const std::vector<int32_t>& offload_cuts);
+  // Returns candidate `index` with its exact memory plan (planned once).
+  absl::StatusOr<SectionPlan> Evaluate(int index);
+  // Returns the aligned lower bound of candidate `index`'s arena (computed once).
+  uint64_t LowerBound(int index);
+  // Returns the candidate with the smallest exact peak.
+  absl::StatusOr<int> Smallest();
+  absl::Status Infeasible(uint64_t budget_bytes);
+
+  const TrainingGraph& graph_;
+  const CostModel& cost_;
+  const SearchOptions options_;
+  std::unique_ptr<Estimator> estimator_;
+  std::vector<Candidate> pool_;
+  // Indices into pool_, fastest first.
+  std::vector<int> by_time_;
+};
+
+// Returns the forward positions where "layers" begin: where the layer key of consecutive
+// forward nodes changes. The key of a node is its name up to its first all-digit component
+// ("layer1.0.conv1" -> "layer1.0", "h.3.attn.c_attn" -> "h.3"), else the first run of digits
+// in its name ("fc12" -> "12"), else the whole name.
+std::vector<int32_t> LayerCuts(const TrainingGraph& graph);
+
+// Returns ceil-free equal cuts into round(sqrt(n)) sections of `num_forward` positions.
+std::vector<int32_t> SqrtCuts(int32_t num_forward);
+
+// Returns the least predicted step time over every set of cuts (no offload) whose exact
+// peak fits `budget_bytes`, with its cuts, by enumerating all 2^(n-1) sets; for checking the
+// search on small graphs. InvalidArgument when n exceeds `max_forward_nodes`; NotFound if
+// none fits.
+struct ExhaustiveResult {
+  std::vector<int32_t> cuts;
+  uint64_t peak_bytes = 0;
+  double step_seconds = 0;
+  int64_t evaluated = 0;
+};
+absl::StatusOr<ExhaustiveResult> ExhaustiveSearch(const TrainingGraph& graph,
+                                                  const CostModel& cost, uint64_t budget_bytes,
+                                                  int32_t max_forward_nodes = 22,
+                                                  uint64_t alignment_bytes = kDefaultAlignmentBytes);
+
+}  // namespace headroom::planner
+
+#endif  // HEADROOM_PLANNER_SECTION_SEARCH_H_

@@ -1,0 +1,117 @@
+// Planner II's targets, measured (docs/planner.md records a run):
+//   1. For resnet152 at batch 64, the 48-layer transformer and mlp of depth 200: at every
+//      baseline's peak, our predicted step time against the baseline's; at 30% of the
+//      unconstrained peak without offload, the overhead (target <= 1.35); the smallest peak
+//      recompute alone reaches, and with offload on the H100 preset.
+//   2. Optimality on small graphs: the search against every set of cuts (the gap, target 0).
+//   3. Search time (pool, then one budget) for resnet152 at batch 64 (target < 2 s), and how
+//      it grows with depth.
+//
+//   bazel run -c opt //planner:section_search_bench [-- --quick]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "graph/graph.h"
+#include "graph/summary.h"
+#include "graph/zoo.h"
+#include "planner/cost_model.h"
+#include "planner/section_search.h"
+#include "planner/training_graph.h"
+
+namespace headroom::planner {
+namespace {
+
+using graph::HumanBytes;
+
+template <typename T>
+T OrDie(absl::StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what.c_str(), std::string(v.status().message()).c_str());
+    std::exit(1);
+  }
+  return std::move(v).value();
+}
+
+graph::Graph Load(const std::string& model, uint64_t batch,
+                  const std::map<std::string, int64_t>& options = {}) {
+  proto::ZooModel spec;
+  spec.set_name(model);
+  spec.set_batch(batch);
+  for (const auto& [k, v] : options) (*spec.mutable_options())[k] = v;
+  return OrDie(graph::Graph::FromProto(OrDie(graph::BuildZooModel(spec), model)), model);
+}
+
+// One model on one device: the search against the baselines.
+struct Model {
+  std::string label;
+  graph::Graph forward;
+};
+
+void CompareWithBaselines(const Model& m, const std::string& device) {
+  const TrainingGraph t = OrDie(TrainingGraph::Build(m.forward, {}), m.label);
+  const RooflineCostModel cost(m.forward, OrDie(DevicePreset(device), device));
+  for (bool offload : {false, true}) {
+    SearchOptions options;
+    options.allow_offload = offload;
+    const absl::Time start = absl::Now();
+    std::unique_ptr<SectionSearch> search = OrDie(SectionSearch::Create(t, cost, options), "search");
+    const SectionPlan plain = OrDie(search->Unconstrained(), "plain");
+    const double pool_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const uint64_t min_peak = OrDie(search->MinimumPeakBytes(), "minimum");
+    std::printf("\n%s on %s, offload %s: %d candidates in %.2f s; plain step %s, %.4f s; "
+                "smallest peak %s (%.1f%% of plain)\n",
+                m.label.c_str(), device.c_str(), offload ? "on" : "off",
+                search->num_candidates(), pool_seconds, HumanBytes(plain.peak_bytes).c_str(),
+                plain.step_seconds, HumanBytes(min_peak).c_str(),
+                100.0 * min_peak / plain.peak_bytes);
+    std::printf("  %-12s %12s %10s | %-8s %12s %10s %8s\n", "baseline", "peak", "step s",
+                "ours", "peak", "step s", "ratio");
+    for (const TradeOffPoint& b : OrDie(search->Baselines(), "baselines")) {
+      const SectionPlan ours = OrDie(search->Plan(b.peak_bytes), "plan");
+      std::printf("  %-12s %12s %10.4f | %-8s %12s %10.4f %8.3f%s\n", b.strategy.c_str(),
+                  HumanBytes(b.peak_bytes).c_str(), b.step_seconds, ours.strategy.c_str(),
+                  HumanBytes(ours.peak_bytes).c_str(), ours.step_seconds,
+                  ours.step_seconds / b.step_seconds,
+                  ours.step_seconds <= b.step_seconds + 1e-12 ? "" : "  WORSE");
+    }
+    for (double share : {0.5, 0.3, 0.2}) {
+      const uint64_t budget = static_cast<uint64_t>(share * plain.peak_bytes);
+      absl::StatusOr<SectionPlan> p = search->Plan(budget);
+      if (!p.ok()) {
+        std::printf("  budget %3.0f%% (%s): infeasible\n", share * 100, HumanBytes(budget).c_str());
+        continue;
+      }
+      std::printf("  budget %3.0f%% (%s): %s peak %s, overhead %.3f, %zu sections, "
+                  "offloaded %s, recompute %.1f GFLOP\n",
+                  share * 100, HumanBytes(budget).c_str(), p->strategy.c_str(),
+                  HumanBytes(p->peak_bytes).c_str(), p->overhead_ratio, p->step->sections.size(),
+                  HumanBytes(p->step->offloaded_bytes).c_str(), p->step->recompute_flops / 1e9);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace headroom::planner
+
+int main(int argc, char** argv) {
+  using namespace headroom::planner;
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  std::vector<Model> models;
+  models.push_back({"resnet152 bs64", Load("resnet152", 64)});
+  if (!quick) {
+    models.push_back({"transformer 48 layers bs8", Load("transformer", 8, {{"layers", 48}})});
+    models.push_back({"mlp depth 200 bs4096", Load("mlp", 4096, {{"depth", 200}})});
+  }
+  for (const Model& m : models) {
+    for (const char* device : {"cpu", "h100"}) CompareWithBaselines(m, device);
+  }
+  return 0;
+}

@@ -1,0 +1,184 @@
+// The search under budgets: monotone, exact peaks, honest infeasibility, and optimal against
+// every set of cuts on small graphs.
+#include "planner/section_search.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "graph/graph.h"
+#include "graph/graph_builder.h"
+#include "graph/zoo.h"
+#include "graph/zoo_testing.h"
+#include "gtest/gtest.h"
+
+namespace headroom::planner {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+graph::Graph Zoo(const std::string& name, uint64_t batch,
+                 const std::map<std::string, int64_t>& options = {}) {
+  proto::ZooModel spec = graph::SmallZooSpec(name, batch);
+  for (const auto& [k, v] : options) (*spec.mutable_options())[k] = v;
+  absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(spec);
+  EXPECT_TRUE(def.ok()) << def.status();
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::move(g).value();
+}
+
+// A model, its training graph, a cost model and the search, kept together.
+struct Fixture {
+  explicit Fixture(graph::Graph g, const std::string& device = "h100", bool offload = true)
+      : forward(std::move(g)),
+        training(TrainingGraph::Build(forward, {}).value()),
+        cost(forward, DevicePreset(device).value()) {
+    SearchOptions options;
+    options.allow_offload = offload;
+    search = SectionSearch::Create(training, cost, options).value();
+  }
+  graph::Graph forward;
+  TrainingGraph training;
+  RooflineCostModel cost;
+  std::unique_ptr<SectionSearch> search;
+};
+
+std::vector<uint64_t> Budgets(SectionSearch& search, int n) {
+  const uint64_t lo = search.MinimumPeakBytes().value();
+  const uint64_t hi = search.Unconstrained().value().peak_bytes;
+  std::vector<uint64_t> budgets;
+  for (int i = 0; i <= n; ++i) budgets.push_back(lo + (hi - lo) * i / n);
+  return budgets;
+}
+
+TEST(SectionSearchTest, LargerBudgetsAreNeverSlowerAndAlwaysFit) {
+  for (const std::string name : {"resnet18", "transformer", "mlp"}) {
+    Fixture f(Zoo(name, 8, name == "mlp" ? std::map<std::string, int64_t>{{"depth", 12}, {"width", 256}}
+                                         : std::map<std::string, int64_t>{}));
+    double previous = 1e300;
+    for (uint64_t budget : Budgets(*f.search, 24)) {
+      absl::StatusOr<SectionPlan> plan = f.search->Plan(budget);
+      ASSERT_TRUE(plan.ok()) << name << " " << budget << ": " << plan.status();
+      EXPECT_LE(plan->peak_bytes, budget) << name;
+      EXPECT_LE(plan->step_seconds, previous) << name << " at " << budget;
+      previous = plan->step_seconds;
+    }
+  }
+}
+
+TEST(SectionSearchTest, ReportedPeakIsTheVerifiedArenaOfTheExpandedSchedule) {
+  Fixture f(Zoo("resnet18", 8));
+  for (uint64_t budget : Budgets(*f.search, 6)) {
+    const SectionPlan plan = f.search->Plan(budget).value();
+    // Planned again from the expanded step alone; PlanScheduledGraph runs the verifier.
+    absl::StatusOr<MemoryPlan> again = PlanScheduledGraph(
+        plan.step->graph, plan.step->schedule, kDefaultAlignmentBytes, DefaultStrategies());
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(plan.peak_bytes, again->arena_bytes);
+    EXPECT_GE(plan.peak_bytes, again->lower_bound_bytes);
+  }
+}
+
+TEST(SectionSearchTest, AnInfeasibleBudgetStatesTheSmallestThatWorks) {
+  Fixture f(Zoo("resnet18", 8));
+  const uint64_t smallest = f.search->MinimumPeakBytes().value();
+  EXPECT_TRUE(f.search->Plan(smallest).ok());
+  absl::StatusOr<SectionPlan> too_small = f.search->Plan(smallest - 1);
+  ASSERT_FALSE(too_small.ok());
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(too_small.status().message(), HasSubstr(std::to_string(smallest) + " bytes"));
+  EXPECT_THAT(too_small.status().message(), HasSubstr("Parameters, buffers and optimizer state alone need"));
+  EXPECT_THAT(too_small.status().message(), HasSubstr("parameter "));
+  // Far below: the parameters alone do not fit.
+  EXPECT_FALSE(f.search->Plan(1024).ok());
+}
+
+TEST(SectionSearchTest, NoSlowerThanAnyBaselineAtItsPeak) {
+  for (const std::string device : {"cpu", "h100"}) {
+    Fixture f(Zoo("resnet34", 8), device);
+    const std::vector<TradeOffPoint> baselines = f.search->Baselines().value();
+    ASSERT_EQ(baselines.size(), 3u);
+    for (const TradeOffPoint& b : baselines) {
+      const SectionPlan ours = f.search->Plan(b.peak_bytes).value();
+      EXPECT_LE(ours.step_seconds, b.step_seconds) << device << " " << b.strategy;
+    }
+  }
+}
+
+TEST(SectionSearchTest, FrontierFallsInPeakAndRisesInTime) {
+  Fixture f(Zoo("transformer", 4));
+  const std::vector<TradeOffPoint> frontier = f.search->Frontier().value();
+  ASSERT_GE(frontier.size(), 3u);
+  EXPECT_EQ(frontier.front().peak_bytes, f.search->Unconstrained().value().peak_bytes);
+  EXPECT_EQ(frontier.back().peak_bytes, f.search->MinimumPeakBytes().value());
+  for (size_t i = 1; i < frontier.size(); ++i) {
+    EXPECT_LT(frontier[i].peak_bytes, frontier[i - 1].peak_bytes);
+    EXPECT_GT(frontier[i].step_seconds, frontier[i - 1].step_seconds);
+  }
+}
+
+// The search (recompute only) against every set of cuts, at budgets across the range.
+void ExpectOptimal(const graph::Graph& g) {
+  Fixture f(g, "h100", /*offload=*/false);
+  for (uint64_t budget : Budgets(*f.search, 5)) {
+    const SectionPlan ours = f.search->Plan(budget).value();
+    absl::StatusOr<ExhaustiveResult> best = ExhaustiveSearch(f.training, f.cost, budget);
+    ASSERT_TRUE(best.ok()) << best.status();
+    EXPECT_NEAR(ours.step_seconds, best->step_seconds, 1e-12 * best->step_seconds)
+        << g.name() << " at " << budget << ": ours " << ours.DebugString();
+  }
+}
+
+TEST(SectionSearchTest, OptimalAgainstEveryCutSetOnAnMlp) {
+  ExpectOptimal(Zoo("mlp", 512, {{"depth", 6}, {"width", 512}}));  // 12 forward nodes.
+}
+
+// stem -> two residual blocks (fc, relu, fc, add the block input, relu) -> head -> loss:
+// 13 forward nodes, where skip connections cross cuts inside the blocks.
+graph::Graph ResidualMlp() {
+  graph::GraphBuilder b("residual_mlp");
+  std::string x = b.Linear("stem", b.Input("x", {256, 128}), 128, 256);
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "block" + std::to_string(i);
+    std::string y = b.Linear(p + ".fc1", x, 256, 512);
+    y = b.Unary("ReLU", p + ".relu1", y);
+    y = b.Linear(p + ".fc2", y, 512, 256);
+    y = b.Add(p + ".add", y, x);
+    x = b.Unary("ReLU", p + ".relu2", y);
+  }
+  x = b.Linear("head", x, 256, 10);
+  b.Op("SoftmaxCrossEntropy", "loss", {x, b.Label("labels", {256})});
+  b.SetLoss("loss");
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(b.Build());
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::move(g).value();
+}
+
+TEST(SectionSearchTest, OptimalAgainstEveryCutSetWithSkipConnections) {
+  ExpectOptimal(ResidualMlp());
+}
+
+TEST(SectionSearchTest, EqualAndLayerCuts) {
+  EXPECT_THAT(SqrtCuts(16), ElementsAre(4, 8, 12));
+  EXPECT_THAT(SqrtCuts(10), ElementsAre(3, 7));
+  EXPECT_TRUE(SqrtCuts(1).empty());
+  const graph::Graph g = Zoo("resnet18", 2);
+  const TrainingGraph t = TrainingGraph::Build(g, {}).value();
+  const std::vector<int32_t> layers = LayerCuts(t);
+  // conv1 bn1 relu maxpool, eight blocks, then avgpool/flatten/fc/loss: a cut before every
+  // block ("layer1.0" ...) and at each change among the stem and head names.
+  int blocks = 0;
+  for (int32_t c : layers) blocks += absl::StartsWith(t.node(c).name, "layer") ? 1 : 0;
+  EXPECT_GE(blocks, 8);
+  for (int32_t c : layers) {
+    EXPECT_GT(c, 0);
+    EXPECT_LT(c, NumForwardNodes(t));
+  }
+}
+
+}  // namespace
+}  // namespace headroom::planner
