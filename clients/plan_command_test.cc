@@ -62,8 +62,53 @@ TEST(PlanCommandTest, InferenceAndAdamChangeThePlan) {
 TEST(PlanCommandTest, BadFlagsExitTwo) {
   EXPECT_EQ(Plan({"--model", "mlp", "--optimizer", "lbfgs"}).code, 2);
   EXPECT_EQ(Plan({"--model", "mlp", "--alignment", "100"}).code, 2);
-  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB"}).code, 2);
+  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "lots"}).code, 2);
+  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "0"}).code, 2);
+  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB", "--device", "tpu"}).code, 2);
+  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB", "--inference"}).code, 2);
+  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB", "--device-file", "/no/such"}).code, 2);
   EXPECT_EQ(Plan({"--model", "nope"}).code, 1);
+}
+
+// resnet18 on 64x64 images at batch 16: about 124 MiB with no sections, 107 MiB at the least.
+std::vector<std::string> Small(std::vector<std::string> more) {
+  std::vector<std::string> args = {"--model", "resnet18", "--batch", "16", "--image_size", "64"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(PlanCommandTest, BudgetJsonHasThePlanAndItsSections) {
+  PlanRun r = Plan(Small({"--budget", "115MiB", "--device", "h100", "--json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* key : {"\"budget_bytes\":120586240", "\"predicted_peak_bytes\":",
+                          "\"predicted_step_seconds\":", "\"overhead_ratio\":",
+                          "\"recompute_flops\":", "\"offloaded_bytes\":", "\"sections\":[",
+                          "\"first_node\":\"conv1\"", "\"last_node\":", "\"boundary\":[",
+                          "\"placement\":\"device\"", "\"device\":\"h100\""}) {
+    EXPECT_THAT(r.out, HasSubstr(key));
+  }
+  EXPECT_EQ(r.out.find("\"frontier\""), std::string::npos);
+}
+
+TEST(PlanCommandTest, FrontierListsPointsAndBaselines) {
+  PlanRun r = Plan(Small({"--frontier", "--json"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"frontier\":[{\"peak_bytes\":"));
+  for (const char* name : {"no_sections", "sqrt_n", "every_layer"}) {
+    EXPECT_THAT(r.out, HasSubstr(std::string("\"strategy\":\"") + name + "\""));
+  }
+  PlanRun table = Plan(Small({"--frontier", "--no-offload"}));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("frontier (peak, predicted step time):"));
+  EXPECT_THAT(table.out, HasSubstr("baselines:"));
+}
+
+TEST(PlanCommandTest, AnInfeasibleBudgetExitsOneWithTheSmallestThatWorks) {
+  PlanRun r = Plan(Small({"--budget", "2MiB"}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("below the smallest peak Headroom can plan"));
+  EXPECT_THAT(r.err, HasSubstr("Parameters, buffers and optimizer state alone need"));
+  EXPECT_TRUE(r.out.empty());
 }
 
 }  // namespace
