@@ -431,15 +431,21 @@ void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<
   SectionCuts section_cuts;
   section_cuts.cuts = cuts;
   if (!offload_cuts.empty()) {
-    const Estimator& estimator = *estimator_;
-    const int32_t last_section = cuts.empty() ? 0 : cuts.back();
+    absl::StatusOr<std::vector<TensorId>> allowed = OffloadableTensors(graph_, cuts, cost_);
+    if (!allowed.ok()) return;
     for (int32_t c : offload_cuts) {
       const auto it = std::find(cuts.begin(), cuts.end(), c);
       const int32_t from = it == cuts.begin() ? 0 : *(it - 1);
-      for (TensorId t : estimator.CrossingTensors(from, c, last_section)) {
-        section_cuts.offload.push_back(t);
+      for (TensorId t : estimator_->CrossingTensors(from, c, cuts.back())) {
+        if (std::binary_search(allowed->begin(), allowed->end(), t)) {
+          section_cuts.offload.push_back(t);
+        }
       }
     }
+    std::sort(section_cuts.offload.begin(), section_cuts.offload.end());
+    section_cuts.offload.erase(
+        std::unique(section_cuts.offload.begin(), section_cuts.offload.end()),
+        section_cuts.offload.end());
   }
   for (const Candidate& c : pool_) {
     if (c.cuts.cuts == section_cuts.cuts && c.cuts.offload == section_cuts.offload) return;

@@ -138,6 +138,7 @@ class SectionExpander {
     }
     FindRecompute();
     BuildItems();
+    FindFirstBackwardReads();
   }
 
   // Returns the section of the forward node that writes `t`, or -1 (a leaf or not forward).
@@ -205,14 +206,15 @@ class SectionExpander {
 
   // Returns, for tensor `t`, the first item in the backward phase that reads the original
   // (not a re-forward copy), or -1.
-  int32_t FirstBackwardRead(TensorId t) const {
-    for (int32_t k = nf_; k < static_cast<int32_t>(items_.size()); ++k) {
-      const Item& item = items_[k];
-      const TrainingNode& node = g_.node(item.node);
-      if (std::find(node.inputs.begin(), node.inputs.end(), t) == node.inputs.end()) continue;
-      if (!ReadsRecomputed(item.section, t)) return k;
+  int32_t FirstBackwardRead(TensorId t) const { return first_backward_read_[t]; }
+
+  void FindFirstBackwardReads() {
+    first_backward_read_.assign(g_.tensors().size(), -1);
+    for (int32_t k = static_cast<int32_t>(items_.size()) - 1; k >= nf_; --k) {
+      for (TensorId t : g_.node(items_[k].node).inputs) {
+        if (!ReadsRecomputed(items_[k].section, t)) first_backward_read_[t] = k;
+      }
     }
-    return -1;
   }
 
   // Returns the item before which the prefetch of `t` is issued: the start of the group
@@ -226,15 +228,34 @@ class SectionExpander {
     return group_begin_[*(it - 1)];
   }
 
+  // Whether `t` is a cached input that can go to host memory under these cuts.
+  bool Offloadable(TensorId t) const {
+    const TrainingTensor& tensor = g_.tensor(t);
+    const bool forward = tensor.producer == kNone ? tensor.role == proto::ROLE_INPUT
+                                                  : tensor.producer < nf_;
+    return forward && !tensor.persistent() && PrefetchItem(t) >= 0;
+  }
+
+ public:
+  // Returns every tensor that can be offloaded under the cuts, in id order.
+  absl::StatusOr<std::vector<TensorId>> OffloadableTensors() {
+    RETURN_IF_ERROR(Validate());
+    Analyse();
+    std::vector<TensorId> out;
+    for (TensorId t = 0; t < static_cast<TensorId>(g_.tensors().size()); ++t) {
+      if (Offloadable(t)) out.push_back(t);
+    }
+    return out;
+  }
+
+ private:
   absl::Status CheckOffloads() {
     for (TensorId t : cuts_.offload) {
       if (t < 0 || t >= static_cast<TensorId>(g_.tensors().size())) {
         return absl::InvalidArgumentError(absl::StrCat("offload of unknown tensor id ", t));
       }
       const TrainingTensor& tensor = g_.tensor(t);
-      const bool forward = tensor.producer == kNone ? tensor.role == proto::ROLE_INPUT
-                                                    : tensor.producer < nf_;
-      if (!forward || tensor.persistent() || PrefetchItem(t) < 0) {
+      if (!Offloadable(t)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor '", tensor.name,
             "' cannot be offloaded: only a cached section input read after the first section "
@@ -516,11 +537,20 @@ class SectionExpander {
   std::vector<bool> cached_;
   // Indexed by expanded node: the section of a backward-phase node, else -1.
   std::vector<int32_t> expanded_section_;
+  // Indexed by original tensor: the first backward-phase item reading it, or -1.
+  std::vector<int32_t> first_backward_read_;
 };
 
 absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
                                              const CostModel& cost) {
   return SectionExpander(graph, cuts, cost).Expand();
+}
+
+absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& graph,
+                                                         const std::vector<int32_t>& cuts,
+                                                         const CostModel& cost) {
+  const SectionCuts section_cuts{cuts, {}};
+  return SectionExpander(graph, section_cuts, cost).OffloadableTensors();
 }
 
 }  // namespace headroom::planner

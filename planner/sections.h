@@ -97,6 +97,12 @@ struct SectionedStep {
 absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
                                              const CostModel& cost);
 
+// Returns the tensors SectionCuts::offload may name under `cuts` (cached inputs first read
+// backward after the first section visited), in id order; InvalidArgument for bad cuts.
+absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& graph,
+                                                         const std::vector<int32_t>& cuts,
+                                                         const CostModel& cost);
+
 // Returns the number of forward nodes of `graph` (they are its first nodes).
 int32_t NumForwardNodes(const TrainingGraph& graph);
 
