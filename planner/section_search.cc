@@ -156,7 +156,7 @@ class SectionSearch::Estimator {
           const Label L = labels[l];
           if (last && L.own_offloaded > 0) continue;  // Nothing runs backward before it.
           const double mem = local + crossing_grads + L.held + L.own_offloaded + L.prev_offloaded;
-          if (mem > budget) continue;
+          if (mem > budget) break;  // The labels come in increasing memory.
           const double stall =
               L.prev_offloaded > 0
                   ? std::max(0.0, cost_.CopySeconds(static_cast<uint64_t>(L.prev_offloaded)) -
@@ -384,7 +384,7 @@ absl::Status SectionSearch::BuildPool() {
     if (offload && !options_.allow_offload) continue;
     double low = lo, high = hi;
     if (!estimator.Solve(high, offload)) continue;
-    for (int i = 0; i < 12; ++i) {
+    for (int i = 0; i < 8; ++i) {
       const double mid = std::sqrt(low * high);
       (estimator.Solve(mid, offload) ? high : low) = mid;
     }
