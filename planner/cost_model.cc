@@ -28,6 +28,11 @@ DeviceSpec H200() {  // H200 SXM: the same compute, 4.8 TB/s HBM3e.
   return {"h200", kComputeShare * 494.7e12, kBandwidthShare * 4.8e12, 50e9, 5e-6};
 }
 
+bool IsViewOp(const graph::Graph& g, graph::NodeId f) {
+  const std::string& op = g.node(f).op->name;
+  return op == "Flatten" || op == "Reshape";
+}
+
 uint64_t Numel(const graph::Graph& g, graph::TensorId t) {
   return graph::NumElements(g.tensor(t).shape);
 }
@@ -52,13 +57,8 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
   if (op == "GELU") return 10 * in;
   if (op == "Sigmoid" || op == "Tanh") return 4 * in;
   if (op == "MaxPool" || op == "AvgPool" || op == "GlobalAvgPool") return std::max(in, out);
-  if (op == "Flatten" || op == "Reshape") return 0;
+  if (IsViewOp(g, f)) return 0;
   return out;  // Elementwise, copies and gathers: about one operation per element written.
-}
-
-bool IsViewOp(const graph::Graph& g, graph::NodeId f) {
-  const std::string& op = g.node(f).op->name;
-  return op == "Flatten" || op == "Reshape";
 }
 
 }  // namespace

@@ -6,14 +6,12 @@
 #include <limits>
 #include <map>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "graph/shape.h"
 #include "graph/summary.h"
-#include "util/check.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -470,7 +468,6 @@ absl::StatusOr<SectionPlan> SectionSearch::Evaluate(int index) {
                      PlanScheduledGraph(c.step->graph, c.step->schedule, options_.alignment_bytes,
                                         DefaultStrategies()));
     c.memory = std::make_shared<const MemoryPlan>(std::move(memory));
-    c.lower_bound_bytes = c.memory->lower_bound_bytes;
   }
   SectionPlan plan;
   plan.strategy = c.strategy;
@@ -593,13 +590,18 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
       HumanBytes(state + role(proto::ROLE_GRADIENT)), "."));
 }
 
+absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {
+  ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
+  return TradeOffPoint{plan.peak_bytes, plan.step_seconds, plan.strategy,
+                       static_cast<int32_t>(plan.step->sections.size()),
+                       plan.step->offloaded_bytes};
+}
+
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
-    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(i));
-    points.push_back({plan.peak_bytes, plan.step_seconds, plan.strategy,
-                      static_cast<int32_t>(plan.step->sections.size()),
-                      plan.step->offloaded_bytes});
+    ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
+    points.push_back(point);
   }
   std::sort(points.begin(), points.end(), [](const TradeOffPoint& a, const TradeOffPoint& b) {
     return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes
@@ -622,10 +624,8 @@ absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Baselines() {
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
     if (pool_[i].strategy == "search") continue;
-    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(i));
-    points.push_back({plan.peak_bytes, plan.step_seconds, plan.strategy,
-                      static_cast<int32_t>(plan.step->sections.size()),
-                      plan.step->offloaded_bytes});
+    ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
+    points.push_back(point);
   }
   return points;
 }

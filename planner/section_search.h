@@ -110,6 +110,8 @@ class SectionSearch {
                     const std::vector<int32_t>& offload_cuts);
   // Returns candidate `index` with its exact memory plan (planned once).
   absl::StatusOr<SectionPlan> Evaluate(int index);
+  // Returns candidate `index`'s point of the trade-off.
+  absl::StatusOr<TradeOffPoint> Point(int index);
   // Returns the aligned lower bound of candidate `index`'s arena (computed once).
   uint64_t LowerBound(int index);
   // Returns the candidate with the smallest exact peak.

@@ -1,7 +1,6 @@
 #include "planner/sections.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -307,25 +306,21 @@ class SectionExpander {
     out.loss_ = g_.loss_;
     out.inference_ = false;
     out.final_gradient_ = g_.final_gradient_;
-    for (TrainingTensor t : g_.tensors()) {
-      t.producer = kNone;
-      t.consumers.clear();
-      out.tensors_.push_back(std::move(t));
-    }
+    for (const TrainingTensor& t : g_.tensors()) out.AppendTensor(Unlinked(t, ""));
     // Originals a recomputed section reads from before it are cached inputs.
     cached_.assign(g_.tensors().size(), false);
-    std::vector<std::vector<std::pair<int32_t, TensorId>>> offload_at(items_.size() + 1),
+    std::vector<std::vector<TensorId>> offload_at(items_.size() + 1),
         prefetch_at(items_.size() + 1);
     for (const auto& [t, c] : copies) {
-      offload_at[c.await_before].push_back({0, t});
-      prefetch_at[c.prefetch_before].push_back({0, t});
+      offload_at[c.await_before].push_back(t);
+      prefetch_at[c.prefetch_before].push_back(t);
     }
     for (auto* at : {&offload_at, &prefetch_at}) {
       for (auto& v : *at) std::sort(v.begin(), v.end());
     }
     absl::flat_hash_map<TensorId, TensorId> recomputed, prefetched;
     for (int32_t k = 0; k < static_cast<int32_t>(items_.size()); ++k) {
-      for (const auto& [unused, t] : offload_at[k]) {
+      for (TensorId t : offload_at[k]) {
         TrainingNode node;
         node.name = absl::StrCat(g_.tensor(t).name, ".offload");
         node.op = "CopyToHost";
@@ -334,12 +329,9 @@ class SectionExpander {
         out.AppendNode(std::move(node));
         expanded_section_.push_back(-1);
       }
-      for (const auto& [unused, t] : prefetch_at[k]) {
-        TrainingTensor copy = g_.tensor(t);
-        copy.name = absl::StrCat(copy.name, ".prefetched");
+      for (TensorId t : prefetch_at[k]) {
+        TrainingTensor copy = Unlinked(g_.tensor(t), ".prefetched");
         copy.role = proto::ROLE_CACHED_INPUT;
-        copy.producer = kNone;
-        copy.consumers.clear();
         const TensorId id = out.AppendTensor(std::move(copy));
         TrainingNode node;
         node.name = absl::StrCat(g_.tensor(t).name, ".prefetch");
@@ -369,6 +361,16 @@ class SectionExpander {
     return step;
   }
 
+  // Returns `t` named with `suffix` appended, with no producer or consumers yet (AppendNode
+  // links them in the expanded graph).
+  static TrainingTensor Unlinked(const TrainingTensor& t, absl::string_view suffix) {
+    TrainingTensor copy = t;
+    copy.name = absl::StrCat(t.name, suffix);
+    copy.producer = kNone;
+    copy.consumers.clear();
+    return copy;
+  }
+
   // Returns the node of one item with its inputs pointing at the copies it reads.
   TrainingNode EmitItem(const Item& item, absl::flat_hash_map<TensorId, TensorId>* recomputed,
                         const absl::flat_hash_map<TensorId, TensorId>& prefetched,
@@ -394,11 +396,7 @@ class SectionExpander {
     node.kind = NodeKind::kRecompute;
     node.updates.clear();  // Running statistics are updated once per step, in the forward.
     for (TensorId& t : node.outputs) {
-      TrainingTensor copy = g_.tensor(t);
-      copy.name = absl::StrCat(copy.name, ".recompute");
-      copy.producer = kNone;
-      copy.consumers.clear();
-      const TensorId id = out->AppendTensor(std::move(copy));
+      const TensorId id = out->AppendTensor(Unlinked(g_.tensor(t), ".recompute"));
       (*recomputed)[t] = id;
       t = id;
     }
@@ -509,15 +507,13 @@ class SectionExpander {
       step.stall_seconds += wait - compute;
       const double seconds = cost_.NodeSeconds(out, n);
       compute = wait + seconds;
-      if (node.kind == NodeKind::kRecompute) {
-        step.recompute_seconds += seconds;
-        step.recompute_flops += cost_.NodeFlops(out, n);
-      }
+      if (node.kind == NodeKind::kRecompute) step.recompute_seconds += seconds;
       for (TensorId t : node.outputs) {
         if (std::binary_search(offloaded.begin(), offloaded.end(), t)) copy_out(t);
       }
     }
     step.step_seconds = compute;
+    for (const SectionInfo& s : step.sections) step.recompute_flops += s.recompute_flops;
   }
 
   const TrainingGraph& g_;
