@@ -1,0 +1,81 @@
+// A backend: where a training step's bytes live and what computes on them. The executor
+// decides everything (offsets, order, copies); a backend only allocates, copies and runs
+// kernels. Implementations: the CPU backend (oneDNN; the embedded default) and the CUDA
+// backend (cuDNN, cuBLAS, a compute stream and copy streams).
+#ifndef HEADROOM_EXECUTOR_BACKEND_H_
+#define HEADROOM_EXECUTOR_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "executor/kernel_args.h"
+
+namespace headroom::executor {
+
+// Memory a backend allocated; freed when destroyed. `data()` is device memory for a device
+// allocation, host memory (pinned on CUDA) for a host one.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// A point in a stream's work: done once everything issued to that stream before it is.
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Blocks the calling thread until the event is done; returns the copy's error, if any.
+  virtual absl::Status Wait() = 0;
+};
+
+enum class CopyDirection { kToHost, kToDevice };
+
+// Thread-compatible: one executor thread calls it. Kernels run in issue order on one
+// compute stream; copies run on one copy stream per direction, concurrently with compute.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Returns "cpu" or "cuda".
+  virtual std::string name() const = 0;
+
+  // Returns `bytes` of device memory, allocated once (the arena); ResourceExhausted if
+  // the device cannot hold them.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateDevice(uint64_t bytes) = 0;
+  // Returns `bytes` of host memory for offloaded tensors (pinned where that matters).
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(uint64_t bytes) = 0;
+
+  // Issues a copy of `bytes` between device and host memory on the copy stream of that
+  // direction, after all compute issued so far; returns its completion event.
+  virtual absl::StatusOr<std::unique_ptr<Event>> CopyAsync(CopyDirection direction, void* dst,
+                                                           const void* src,
+                                                           uint64_t bytes) = 0;
+  // Makes compute issued after this call wait for `event`.
+  virtual absl::Status ComputeWaits(Event& event) = 0;
+
+  // Synchronous copies between host memory the caller owns and device memory: loading
+  // inputs and parameters, reading the loss and parameters back.
+  virtual absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) = 0;
+  virtual absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) = 0;
+
+  // Issue kernels on the compute stream (see kernel_args.h for what each receives).
+  virtual absl::Status Forward(const ForwardArgs& args) = 0;
+  virtual absl::Status Backward(const BackwardArgs& args) = 0;
+  virtual absl::Status Update(const UpdateArgs& args) = 0;
+  // out = a + b elementwise (same shapes, float32); out may alias a or b.
+  virtual absl::Status Accumulate(const TensorView& out, const TensorView& a,
+                                  const TensorView& b) = 0;
+  // Writes `value` to every float32 element of `out`.
+  virtual absl::Status Fill(const TensorView& out, float value) = 0;
+
+  // Blocks until all compute and copies issued so far are done; returns the first error.
+  virtual absl::Status Synchronize() = 0;
+};
+
+}  // namespace headroom::executor
+
+#endif  // HEADROOM_EXECUTOR_BACKEND_H_

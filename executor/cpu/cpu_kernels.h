@@ -1,0 +1,50 @@
+// The CPU backend's kernels for every op of the op set, forward and backward, plus the
+// optimizer steps: oneDNN for convolution, pooling, batch norm, eltwise, matmul and
+// softmax, plain loops where oneDNN has nothing. Multi-threaded where oneDNN is (OpenMP).
+// Deterministic: the same inputs give bitwise the same outputs on every call.
+//
+// Not thread-safe: one compute thread calls it. Owns its oneDNN engine, stream and
+// primitive cache.
+#ifndef HEADROOM_EXECUTOR_CPU_CPU_KERNELS_H_
+#define HEADROOM_EXECUTOR_CPU_CPU_KERNELS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "executor/kernel_args.h"
+
+namespace headroom::executor::cpu {
+
+struct CpuContext;
+struct OpKernels;
+
+class CpuKernels {
+ public:
+  CpuKernels();
+  ~CpuKernels();
+  CpuKernels(const CpuKernels&) = delete;
+  CpuKernels& operator=(const CpuKernels&) = delete;
+
+  // Returns whether `op` (an op set name) has forward and backward kernels.
+  bool Supports(const std::string& op) const;
+
+  // Runs the forward of args.op; Unimplemented for an unknown op, InvalidArgument for a
+  // dtype or layout the kernel does not take.
+  absl::Status Forward(const ForwardArgs& args);
+  // Runs the backward of args.op.
+  absl::Status Backward(const BackwardArgs& args);
+  // Runs one optimizer step.
+  absl::Status Update(const UpdateArgs& args);
+  // out = a + b; out may alias a or b.
+  absl::Status Accumulate(const TensorView& out, const TensorView& a, const TensorView& b);
+
+ private:
+  const OpKernels* Find(const std::string& op) const;
+
+  std::unique_ptr<CpuContext> ctx_;
+};
+
+}  // namespace headroom::executor::cpu
+
+#endif  // HEADROOM_EXECUTOR_CPU_CPU_KERNELS_H_
