@@ -1,0 +1,1074 @@
+// The CPU backend's kernels for the ops oneDNN does best: Conv2D, BatchNorm, MatMul, MaxPool,
+// AvgPool and GlobalAvgPool, forward and backward, with PyTorch 1.13's semantics on float32
+// NCHW tensors.
+//
+// Every oneDNN primitive (and the reorders and staging buffers around it) is built once per
+// distinct op, shape and attribute set and kept in CpuContext::cache. Convolutions let oneDNN
+// pick its preferred (blocked) layouts and reorder from and to the plain user buffers; the
+// other primitives run on the plain layouts directly. Where oneDNN has no primitive with the
+// right semantics (max pool backward without a workspace, the PyTorch divisor of an
+// include-padding average pool in ceil mode, global average pool, bias gradients) the kernel
+// is a loop, parallel over independent outputs only, so every kernel is deterministic.
+//
+// BatchNorm saves the batch mean and the biased batch variance (what oneDNN's backward reads)
+// as its two per-channel statistics.
+//
+// No exception leaves this file: each kernel entry converts dnnl::error (and any other
+// std::exception) into absl::InternalError.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "executor/cpu/cpu_context.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#include "util/check.h"
+#include "util/status_macros.h"
+
+namespace headroom::executor::cpu {
+namespace {
+
+using dnnl::memory;
+using Tag = dnnl::memory::format_tag;
+using DT = dnnl::memory::data_type;
+
+// ---- Shared helpers -------------------------------------------------------------------------
+
+std::string ShapeStr(const graph::Shape& s) { return graph::ShapeString(s); }
+
+// Returns InvalidArgument unless `t` is float32 of rank `rank` (any rank for -1).
+absl::Status CheckTensor(const std::string& op, const char* what, const TensorView& t,
+                         int rank = -1) {
+  if (t.dtype != proto::DTYPE_FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": ", what, " ", ShapeStr(t.shape),
+                                                   " has dtype ", graph::DTypeName(t.dtype),
+                                                   "; only float32 is supported"));
+  }
+  if (rank >= 0 && t.rank() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": ", what, " ", ShapeStr(t.shape),
+                                                   " has ", t.rank(), " dims, needs ", rank));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCounts(const std::string& op, size_t inputs, size_t min_inputs,
+                         size_t max_inputs, size_t outputs) {
+  if (inputs < min_inputs || inputs > max_inputs || outputs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": got ", inputs, " inputs and ",
+                                                   outputs, " outputs, needs ", min_inputs, " to ",
+                                                   max_inputs, " inputs and 1 output"));
+  }
+  return absl::OkStatus();
+}
+
+// Runs `body` (returning absl::Status), turning any exception into InternalError.
+template <typename Body>
+absl::Status Guarded(const std::string& op, Body body) {
+  try {
+    return body();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("CPU ", op, ": oneDNN error ", e.status, ": ",
+                                            e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("CPU ", op, ": ", e.what()));
+  }
+}
+
+// A backward whose output gradient does not flow: every present input gradient is zero.
+bool ZeroGradsIfNoFlow(const BackwardArgs& args) {
+  if (!args.output_grads.empty() && args.output_grads[0].present()) return false;
+  for (const TensorView& g : args.input_grads) {
+    if (g.present()) std::memset(g.data, 0, g.bytes());
+  }
+  return true;
+}
+
+memory::desc PlainDesc(const memory::dims& dims, Tag tag) { return {dims, DT::f32, tag}; }
+
+memory Mem(const memory::desc& md, const dnnl::engine& engine, const void* data) {
+  return memory(md, engine, const_cast<void*>(data));
+}
+
+std::string DimsKey(const memory::dims& d) { return absl::StrJoin(d, ","); }
+
+// One argument of a primitive whose layout oneDNN chose: the plain layout of the user's
+// buffer, the chosen one and, when they differ, a staging buffer in the chosen layout with
+// the reorder between the two. Built once per cached primitive; not thread-safe.
+class StagedArg {
+ public:
+  StagedArg(const dnnl::engine& engine, const memory::desc& plain, const memory::desc& chosen,
+            bool is_output)
+      : engine_(engine), plain_(plain), chosen_(chosen), reorder_needed_(!(plain == chosen)) {
+    if (!reorder_needed_) return;
+    staging_ = memory(chosen_, engine_);  // oneDNN allocates (aligned) and owns it.
+    if (is_output) {
+      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, chosen_, engine_, plain_));
+    } else {
+      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, plain_, engine_, chosen_));
+    }
+  }
+
+  // Returns the memory to pass as an input for the user buffer `data`, reordering it into
+  // the staging buffer first when the layouts differ.
+  memory Input(dnnl::stream& stream, const void* data) const {
+    memory user = Mem(plain_, engine_, data);
+    if (!reorder_needed_) return user;
+    reorder_.execute(stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, staging_}});
+    return staging_;
+  }
+
+  // Returns the memory a primitive should write an output into; call Finish() afterwards.
+  memory Output(void* data) const {
+    return reorder_needed_ ? staging_ : Mem(plain_, engine_, data);
+  }
+
+  // Copies a staged output into the user buffer `data` (nothing if the layouts agree).
+  void Finish(dnnl::stream& stream, void* data) const {
+    if (!reorder_needed_) return;
+    reorder_.execute(stream, {{DNNL_ARG_FROM, staging_}, {DNNL_ARG_TO, Mem(plain_, engine_, data)}});
+  }
+
+ private:
+  dnnl::engine engine_;
+  memory::desc plain_;
+  memory::desc chosen_;
+  bool reorder_needed_;
+  memory staging_;
+  dnnl::reorder reorder_;
+};
+
+// ---- Conv2D ---------------------------------------------------------------------------------
+
+// The shapes and attributes of one convolution, in oneDNN's terms.
+struct ConvGeometry {
+  memory::dims x, w, y;  // x NCHW, w OIHW (or GOIHW with groups), y NCHW.
+  memory::dims strides, dilates, pad_l, pad_r;
+  int64_t groups = 1;
+  bool has_bias = false;
+
+  std::string Key() const {
+    return absl::StrCat("x", DimsKey(x), ":w", DimsKey(w), ":s", DimsKey(strides), ":d",
+                        DimsKey(dilates), ":p", DimsKey(pad_l), ",", DimsKey(pad_r), ":b",
+                        has_bias);
+  }
+  memory::desc XDesc(Tag tag) const { return PlainDesc(x, tag); }
+  memory::desc YDesc(Tag tag) const { return PlainDesc(y, tag); }
+  memory::desc WDesc(Tag tag) const { return PlainDesc(w, tag); }
+  memory::desc WPlain() const { return PlainDesc(w, groups > 1 ? Tag::goihw : Tag::oihw); }
+  memory::desc BiasDesc() const {
+    return has_bias ? PlainDesc({y[1]}, Tag::x) : memory::desc();
+  }
+};
+
+// Returns the geometry of a Conv2D node from its (forward) inputs, output and attributes.
+absl::StatusOr<ConvGeometry> ConvGeometryOf(const std::string& op, const graph::Attrs& attrs,
+                                            const std::vector<TensorView>& inputs,
+                                            const TensorView& y) {
+  RETURN_IF_ERROR(CheckCounts(op, inputs.size(), 2, 3, 1));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", inputs[0], 4));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'weight'", inputs[1], 4));
+  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4));
+  ConvGeometry g;
+  const graph::Shape& xs = inputs[0].shape;
+  const graph::Shape& ws = inputs[1].shape;
+  g.groups = attrs.Int("groups");
+  g.has_bias = inputs.size() == 3;
+  if (g.groups < 1 || xs[1] % g.groups != 0 || ws[0] % g.groups != 0 ||
+      ws[1] * g.groups != xs[1]) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": x ", ShapeStr(xs), ", weight ",
+                                                   ShapeStr(ws), " and groups ", g.groups,
+                                                   " do not fit"));
+  }
+  g.x = {xs[0], xs[1], xs[2], xs[3]};
+  g.y = {y.shape[0], y.shape[1], y.shape[2], y.shape[3]};
+  if (g.groups > 1) {
+    g.w = {g.groups, ws[0] / g.groups, ws[1], ws[2], ws[3]};
+  } else {
+    g.w = {ws[0], ws[1], ws[2], ws[3]};
+  }
+  const std::vector<int64_t> stride = attrs.Ints("stride");
+  const std::vector<int64_t> dilation = attrs.Ints("dilation");
+  std::vector<int64_t> pad = attrs.Ints("padding");
+  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+  if (stride.size() != 2 || dilation.size() != 2 || pad.size() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": stride, dilation, padding ",
+                                                   "must have 2, 2 and 2 or 4 values"));
+  }
+  g.strides = {stride[0], stride[1]};
+  g.dilates = {dilation[0] - 1, dilation[1] - 1};  // oneDNN counts the gaps.
+  g.pad_l = {pad[0], pad[1]};
+  g.pad_r = {pad[2], pad[3]};
+  return g;
+}
+
+struct ConvForwardPrims {
+  ConvForwardPrims(const dnnl::engine& engine, const ConvGeometry& g)
+      : pd(dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                           dnnl::algorithm::convolution_direct,
+                                           g.XDesc(Tag::any), g.WDesc(Tag::any), g.BiasDesc(),
+                                           g.YDesc(Tag::any), g.strides, g.dilates, g.pad_l,
+                                           g.pad_r),
+           engine),
+        prim(pd),
+        src(engine, g.XDesc(Tag::nchw), pd.src_desc(), /*is_output=*/false),
+        weights(engine, g.WPlain(), pd.weights_desc(), false),
+        dst(engine, g.YDesc(Tag::nchw), pd.dst_desc(), /*is_output=*/true),
+        bias(g.BiasDesc()) {}
+
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  StagedArg src, weights, dst;
+  memory::desc bias;
+};
+
+absl::Status ConvForward(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g,
+      ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  auto& p = ctx.Cached<ConvForwardPrims>(absl::StrCat("Conv2D.fwd:", g.Key()), [&] {
+    return std::make_shared<ConvForwardPrims>(ctx.engine, g);
+  });
+  const TensorView& y = args.outputs[0];
+  std::unordered_map<int, memory> exec_args = {
+      {DNNL_ARG_SRC, p.src.Input(ctx.stream, args.inputs[0].data)},
+      {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, args.inputs[1].data)},
+      {DNNL_ARG_DST, p.dst.Output(y.data)}};
+  if (g.has_bias) exec_args[DNNL_ARG_BIAS] = Mem(p.bias, ctx.engine, args.inputs[2].data);
+  p.prim.execute(ctx.stream, exec_args);
+  p.dst.Finish(ctx.stream, y.data);
+  ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// The oneDNN forward descriptor every backward primitive needs as a hint.
+dnnl::convolution_forward::primitive_desc ConvHint(const dnnl::engine& engine,
+                                                   const ConvGeometry& g) {
+  return {dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                          dnnl::algorithm::convolution_direct, g.XDesc(Tag::any),
+                                          g.WDesc(Tag::any), g.BiasDesc(), g.YDesc(Tag::any),
+                                          g.strides, g.dilates, g.pad_l, g.pad_r),
+          engine};
+}
+
+struct ConvBackwardDataPrims {
+  ConvBackwardDataPrims(const dnnl::engine& engine, const ConvGeometry& g)
+      : pd(dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct,
+                                                 g.XDesc(Tag::any), g.WDesc(Tag::any),
+                                                 g.YDesc(Tag::any), g.strides, g.dilates,
+                                                 g.pad_l, g.pad_r),
+           engine, ConvHint(engine, g)),
+        prim(pd),
+        diff_dst(engine, g.YDesc(Tag::nchw), pd.diff_dst_desc(), false),
+        weights(engine, g.WPlain(), pd.weights_desc(), false),
+        diff_src(engine, g.XDesc(Tag::nchw), pd.diff_src_desc(), true) {}
+
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+  StagedArg diff_dst, weights, diff_src;
+};
+
+struct ConvBackwardWeightsPrims {
+  ConvBackwardWeightsPrims(const dnnl::engine& engine, const ConvGeometry& g)
+      : pd(dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
+                                                    g.XDesc(Tag::any), g.WDesc(Tag::any),
+                                                    g.BiasDesc(), g.YDesc(Tag::any), g.strides,
+                                                    g.dilates, g.pad_l, g.pad_r),
+           engine, ConvHint(engine, g)),
+        prim(pd),
+        src(engine, g.XDesc(Tag::nchw), pd.src_desc(), false),
+        diff_dst(engine, g.YDesc(Tag::nchw), pd.diff_dst_desc(), false),
+        diff_weights(engine, g.WPlain(), pd.diff_weights_desc(), true),
+        bias(g.BiasDesc()) {
+    if (g.has_bias) bias_scratch = memory(bias, engine);
+  }
+
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+  StagedArg src, diff_dst, diff_weights;
+  memory::desc bias;
+  memory bias_scratch;  // Where dbias goes when the bias needs no gradient.
+  memory weights_scratch;
+};
+
+absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g,
+      ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  if (args.input_grads.size() != args.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
+                                                   " input gradients for ", args.inputs.size(),
+                                                   " inputs"));
+  }
+  if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  const void* dy = args.output_grads[0].data;
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& dw = args.input_grads[1];
+  const bool want_db = g.has_bias && args.input_grads[2].present();
+
+  // Step 1: dx = conv_transpose(dy, w).
+  if (dx.present()) {
+    auto& p = ctx.Cached<ConvBackwardDataPrims>(absl::StrCat("Conv2D.bwd_data:", g.Key()), [&] {
+      return std::make_shared<ConvBackwardDataPrims>(ctx.engine, g);
+    });
+    p.prim.execute(ctx.stream, {{DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, dy)},
+                                {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, args.inputs[1].data)},
+                                {DNNL_ARG_DIFF_SRC, p.diff_src.Output(dx.data)}});
+    p.diff_src.Finish(ctx.stream, dx.data);
+  }
+  // Step 2: dw (and dbias, computed by the same primitive).
+  if (dw.present() || want_db) {
+    auto& p = ctx.Cached<ConvBackwardWeightsPrims>(
+        absl::StrCat("Conv2D.bwd_weights:", g.Key()),
+        [&] { return std::make_shared<ConvBackwardWeightsPrims>(ctx.engine, g); });
+    memory diff_weights;
+    if (dw.present()) {
+      diff_weights = p.diff_weights.Output(dw.data);
+    } else {
+      if (!p.weights_scratch) p.weights_scratch = memory(p.pd.diff_weights_desc(), ctx.engine);
+      diff_weights = p.weights_scratch;
+    }
+    std::unordered_map<int, memory> exec_args = {
+        {DNNL_ARG_SRC, p.src.Input(ctx.stream, args.inputs[0].data)},
+        {DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, dy)},
+        {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
+    if (g.has_bias) {
+      exec_args[DNNL_ARG_DIFF_BIAS] =
+          want_db ? Mem(p.bias, ctx.engine, args.input_grads[2].data) : p.bias_scratch;
+    }
+    p.prim.execute(ctx.stream, exec_args);
+    if (dw.present()) p.diff_weights.Finish(ctx.stream, dw.data);
+  }
+  ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// ---- BatchNorm ------------------------------------------------------------------------------
+
+// x as oneDNN sees it: [N,C] becomes [N,C,1,1].
+absl::StatusOr<memory::dims> BatchNormDims(const std::string& op, const TensorView& x) {
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", x));
+  if (x.rank() == 2) return memory::dims{x.dim(0), x.dim(1), 1, 1};
+  if (x.rank() == 4) return memory::dims{x.dim(0), x.dim(1), x.dim(2), x.dim(3)};
+  return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": input 'x' ", ShapeStr(x.shape),
+                                                 " needs 2 (N,C) or 4 (N,C,H,W) dims"));
+}
+
+absl::Status CheckChannels(const std::string& op, const char* what, const TensorView& t,
+                           int64_t channels) {
+  RETURN_IF_ERROR(CheckTensor(op, what, t, 1));
+  if (t.dim(0) != channels) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": ", what, " ", ShapeStr(t.shape),
+                                                   " needs [", channels, "]"));
+  }
+  return absl::OkStatus();
+}
+
+const dnnl::normalization_flags kScaleShift =
+    dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+
+struct BatchNormForwardPrims {
+  BatchNormForwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon,
+                        bool training)
+      : data(PlainDesc(dims, Tag::nchw)),
+        channel(PlainDesc({dims[1]}, Tag::x)),
+        pd(dnnl::batch_normalization_forward::desc(
+               training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+               data, epsilon,
+               training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats),
+           engine),
+        prim(pd),
+        mean_scratch(channel, engine),
+        var_scratch(channel, engine) {}
+
+  memory::desc data, channel;
+  dnnl::batch_normalization_forward::primitive_desc pd;
+  dnnl::batch_normalization_forward prim;
+  memory mean_scratch, var_scratch;  // Batch statistics when there is nowhere to save them.
+};
+
+// Returns InvalidArgument unless a BatchNorm forward's tensors fit x's channels `dims[1]`.
+absl::Status CheckBatchNormForward(const ForwardArgs& args, const memory::dims& dims) {
+  const std::string& op = args.op;
+  const int64_t channels = dims[1];
+  const char* names[] = {"input 'x'", "input 'weight'", "input 'bias'", "input 'running_mean'",
+                         "input 'running_var'"};
+  for (size_t i = 1; i < args.inputs.size(); ++i) {
+    RETURN_IF_ERROR(CheckChannels(op, names[i], args.inputs[i], channels));
+  }
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", args.outputs[0]));
+  if (args.training && args.saved.size() >= 2) {
+    RETURN_IF_ERROR(CheckChannels(op, "saved mean", args.saved[0], channels));
+    RETURN_IF_ERROR(CheckChannels(op, "saved variance", args.saved[1], channels));
+  }
+  if (!args.training || args.running.empty()) return absl::OkStatus();
+  if (args.running.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": got ", args.running.size(),
+                                                   " running statistics, needs 2"));
+  }
+  for (const TensorView& r : args.running) {
+    RETURN_IF_ERROR(CheckChannels(op, "running statistic", r, channels));
+  }
+  if (dims[0] * dims[2] * dims[3] < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CPU ", op, ": input 'x' ", ShapeStr(args.inputs[0].shape),
+                     " has 1 value per channel; training needs more than 1 (as PyTorch)"));
+  }
+  return absl::OkStatus();
+}
+
+// PyTorch's running statistics: r = (1 - momentum) r + momentum batch_stat, where the running
+// variance takes the unbiased batch variance (M / (M - 1) times the biased one).
+void UpdateRunningStats(float momentum, int64_t per_channel, int64_t channels,
+                        const float* batch_mean, const float* batch_var, float* running_mean,
+                        float* running_var) {
+  const float unbias = static_cast<float>(per_channel) / static_cast<float>(per_channel - 1);
+  for (int64_t c = 0; c < channels; ++c) {
+    running_mean[c] = (1 - momentum) * running_mean[c] + momentum * batch_mean[c];
+    running_var[c] = (1 - momentum) * running_var[c] + momentum * batch_var[c] * unbias;
+  }
+}
+
+absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
+  // Training reads x, weight and bias; inference also the running statistics (inputs 3, 4).
+  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), args.training ? 3 : 5, 5,
+                              args.outputs.size()));
+  ASSIGN_OR_RETURN(const memory::dims dims, BatchNormDims(args.op, args.inputs[0]));
+  RETURN_IF_ERROR(CheckBatchNormForward(args, dims));
+  const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
+  auto& p = ctx.Cached<BatchNormForwardPrims>(
+      absl::StrCat("BatchNorm.fwd:", DimsKey(dims), ":e", epsilon, ":t", args.training), [&] {
+        return std::make_shared<BatchNormForwardPrims>(ctx.engine, dims, epsilon, args.training);
+      });
+
+  // Step 1: where the statistics come from (inference) or go (training).
+  memory mean = p.mean_scratch;
+  memory var = p.var_scratch;
+  if (args.training && args.saved.size() >= 2) {
+    mean = Mem(p.channel, ctx.engine, args.saved[0].data);
+    var = Mem(p.channel, ctx.engine, args.saved[1].data);
+  } else if (!args.training) {
+    mean = Mem(p.channel, ctx.engine, args.inputs[3].data);
+    var = Mem(p.channel, ctx.engine, args.inputs[4].data);
+  }
+  // Step 2: normalise; src may equal dst (oneDNN's batch normalization runs in place).
+  p.prim.execute(ctx.stream, {{DNNL_ARG_SRC, Mem(p.data, ctx.engine, args.inputs[0].data)},
+                              {DNNL_ARG_DST, Mem(p.data, ctx.engine, args.outputs[0].data)},
+                              {DNNL_ARG_SCALE, Mem(p.channel, ctx.engine, args.inputs[1].data)},
+                              {DNNL_ARG_SHIFT, Mem(p.channel, ctx.engine, args.inputs[2].data)},
+                              {DNNL_ARG_MEAN, mean},
+                              {DNNL_ARG_VARIANCE, var}});
+  ctx.stream.wait();
+  // Step 3: the running statistics, once per step (never in a re-forward).
+  if (args.training && !args.running.empty()) {
+    UpdateRunningStats(static_cast<float>(args.attrs->Float("momentum")),
+                       dims[0] * dims[2] * dims[3], dims[1],
+                       static_cast<const float*>(mean.get_data_handle()),
+                       static_cast<const float*>(var.get_data_handle()), args.running[0].f32(),
+                       args.running[1].f32());
+  }
+  return absl::OkStatus();
+}
+
+struct BatchNormBackwardPrims {
+  BatchNormBackwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon)
+      : data(PlainDesc(dims, Tag::nchw)),
+        channel(PlainDesc({dims[1]}, Tag::x)),
+        pd(dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data, data,
+                                                    epsilon, kScaleShift),
+           engine,
+           dnnl::batch_normalization_forward::primitive_desc(
+               dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
+                                                       epsilon, kScaleShift),
+               engine)),
+        prim(pd),
+        diff_scale_scratch(channel, engine),
+        diff_shift_scratch(channel, engine),
+        unused_shift(channel, engine) {
+    std::memset(unused_shift.get_data_handle(), 0, channel.get_size());
+  }
+
+  memory::desc data, channel;
+  dnnl::batch_normalization_backward::primitive_desc pd;
+  dnnl::batch_normalization_backward prim;
+  memory diff_scale_scratch, diff_shift_scratch;  // For parameters that need no gradient.
+  // oneDNN 2.6's backward lists the shift among its arguments but never reads it (the
+  // gradient does not depend on the bias, which the backward is not given).
+  memory unused_shift;
+};
+
+// dweight and dbias alone (no dx, so no weight): per channel, sums over N, H, W.
+void BatchNormParamGrads(const memory::dims& dims, float epsilon, const float* x,
+                         const float* dy, const float* mean, const float* var, float* dweight,
+                         float* dbias) {
+  const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xp = x + (i * channels + c) * plane;
+      const float* dyp = dy + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        sum_dy += dyp[j];
+        sum_dy_xhat += static_cast<double>(dyp[j]) * (xp[j] - mean[c]);
+      }
+    }
+    const double inv_std = 1.0 / std::sqrt(static_cast<double>(var[c]) + epsilon);
+    if (dweight != nullptr) dweight[c] = static_cast<float>(sum_dy_xhat * inv_std);
+    if (dbias != nullptr) dbias[c] = static_cast<float>(sum_dy);
+  }
+}
+
+absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
+  const std::string& op = args.op;
+  if (args.inputs.size() < 3 || args.input_grads.size() != args.inputs.size() ||
+      args.saved.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": backward got ",
+                                                   args.inputs.size(), " inputs, ",
+                                                   args.input_grads.size(), " input gradients, ",
+                                                   args.saved.size(), " saved; needs 3, 3, 2"));
+  }
+  ASSIGN_OR_RETURN(const memory::dims dims, BatchNormDims(op, args.inputs[0]));
+  for (const TensorView& s : args.saved) {
+    RETURN_IF_ERROR(CheckChannels(op, "saved statistic", s, dims[1]));
+  }
+  if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& dweight = args.input_grads[1];
+  const TensorView& dbias = args.input_grads[2];
+  const float* dy = args.output_grads[0].f32();
+
+  if (!dx.present()) {
+    BatchNormParamGrads(dims, epsilon, args.inputs[0].f32(), dy, args.saved[0].f32(),
+                        args.saved[1].f32(), dweight.f32(), dbias.f32());
+    return absl::OkStatus();
+  }
+  if (!args.inputs[1].present()) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": dx needs input 'weight'"));
+  }
+  auto& p = ctx.Cached<BatchNormBackwardPrims>(
+      absl::StrCat("BatchNorm.bwd:", DimsKey(dims), ":e", epsilon),
+      [&] { return std::make_shared<BatchNormBackwardPrims>(ctx.engine, dims, epsilon); });
+  p.prim.execute(
+      ctx.stream,
+      {{DNNL_ARG_SRC, Mem(p.data, ctx.engine, args.inputs[0].data)},
+       {DNNL_ARG_MEAN, Mem(p.channel, ctx.engine, args.saved[0].data)},
+       {DNNL_ARG_VARIANCE, Mem(p.channel, ctx.engine, args.saved[1].data)},
+       {DNNL_ARG_DIFF_DST, Mem(p.data, ctx.engine, dy)},
+       {DNNL_ARG_SCALE, Mem(p.channel, ctx.engine, args.inputs[1].data)},
+       {DNNL_ARG_SHIFT, p.unused_shift},
+       {DNNL_ARG_DIFF_SRC, Mem(p.data, ctx.engine, dx.data)},
+       {DNNL_ARG_DIFF_SCALE,
+        dweight.present() ? Mem(p.channel, ctx.engine, dweight.data) : p.diff_scale_scratch},
+       {DNNL_ARG_DIFF_SHIFT,
+        dbias.present() ? Mem(p.channel, ctx.engine, dbias.data) : p.diff_shift_scratch}});
+  ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// ---- MatMul ---------------------------------------------------------------------------------
+
+// One operand of a (batched) matrix product: a [batch, rows, cols] view with strides in
+// elements. batch 1 broadcasts against the other operand's batch.
+struct MatView {
+  const float* data = nullptr;
+  int64_t batch = 1, rows = 0, cols = 0;
+  int64_t batch_stride = 0, row_stride = 0, col_stride = 1;
+
+  // Returns a row-major [batch, rows, cols] view of `data`.
+  static MatView Plain(const float* data, int64_t batch, int64_t rows, int64_t cols) {
+    return {data, batch, rows, cols, rows * cols, cols, 1};
+  }
+  // Returns the same data seen as [batch, cols, rows].
+  MatView T() const {
+    return {data, batch, cols, rows, batch_stride, col_stride, row_stride};
+  }
+  memory::desc Desc() const {
+    return memory::desc({batch, rows, cols}, DT::f32,
+                        memory::dims{batch_stride, row_stride, col_stride});
+  }
+  std::string Key() const {
+    return absl::StrCat(batch, "x", rows, "x", cols, "/", batch_stride, ",", row_stride, ",",
+                        col_stride);
+  }
+};
+
+struct MatMulPrims {
+  MatMulPrims(const dnnl::engine& engine, const memory::desc& a, const memory::desc& b,
+              const memory::desc& bias, const memory::desc& c)
+      : pd(dnnl::matmul::desc(a, b, bias, c), engine), prim(pd) {}
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+};
+
+// c[batch, a.rows, b.cols] (row-major) = a x b (+ bias[b.cols] on every row).
+void Gemm(CpuContext& ctx, const MatView& a, const MatView& b, const float* bias, float* c) {
+  CHECK(a.cols == b.rows && (a.batch == b.batch || a.batch == 1 || b.batch == 1))
+      << a.Key() << " x " << b.Key();
+  const MatView out = MatView::Plain(c, std::max(a.batch, b.batch), a.rows, b.cols);
+  const memory::desc bias_md =
+      bias == nullptr ? memory::desc() : PlainDesc({1, 1, b.cols}, Tag::abc);
+  auto& p = ctx.Cached<MatMulPrims>(
+      absl::StrCat("MatMul.gemm:", a.Key(), ":", b.Key(), ":", bias != nullptr), [&] {
+        return std::make_shared<MatMulPrims>(ctx.engine, a.Desc(), b.Desc(), bias_md, out.Desc());
+      });
+  std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, Mem(a.Desc(), ctx.engine, a.data)},
+                                               {DNNL_ARG_WEIGHTS, Mem(b.Desc(), ctx.engine, b.data)},
+                                               {DNNL_ARG_DST, Mem(out.Desc(), ctx.engine, c)}};
+  if (bias != nullptr) exec_args[DNNL_ARG_BIAS] = Mem(bias_md, ctx.engine, bias);
+  p.prim.execute(ctx.stream, exec_args);
+  ctx.stream.wait();
+}
+
+// The shapes of one MatMul in the two layouts the kernels support.
+struct MatMulGeometry {
+  bool ta = false, tb = false;
+  // a is [batch, ...] with batch = prod(a's leading dims); b is [b_batch, ...] with b_batch
+  // either batch (identical batch dims) or 1 (b is 2-D).
+  int64_t batch = 1, b_batch = 1;
+  int64_t m = 0, k = 0, n = 0;
+
+  // a as the logical [batch, M, K] operand.
+  MatView A(const float* a) const {
+    return ta ? MatView::Plain(a, batch, k, m).T() : MatView::Plain(a, batch, m, k);
+  }
+  // b as the logical [b_batch, K, N] operand.
+  MatView B(const float* b) const {
+    return tb ? MatView::Plain(b, b_batch, n, k).T() : MatView::Plain(b, b_batch, k, n);
+  }
+  // a's rows may be stacked into one [batch*M, K] matrix when b is shared and a not transposed.
+  bool Collapsible() const { return b_batch == 1 && !ta; }
+};
+
+absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const graph::Attrs& attrs,
+                                                const std::vector<TensorView>& inputs,
+                                                const TensorView& y) {
+  RETURN_IF_ERROR(CheckCounts(op, inputs.size(), 2, 3, 1));
+  const TensorView& a = inputs[0];
+  const TensorView& b = inputs[1];
+  RETURN_IF_ERROR(CheckTensor(op, "input 'a'", a));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'b'", b));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y));
+  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1));
+  if (a.rank() < 2 || b.rank() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": a ", ShapeStr(a.shape), " and b ",
+                                                   ShapeStr(b.shape), " need at least 2 dims"));
+  }
+  MatMulGeometry g;
+  g.ta = attrs.Bool("transpose_a");
+  g.tb = attrs.Bool("transpose_b");
+  g.m = g.ta ? a.dim(-1) : a.dim(-2);
+  g.k = g.ta ? a.dim(-2) : a.dim(-1);
+  const int64_t kb = g.tb ? b.dim(-1) : b.dim(-2);
+  g.n = g.tb ? b.dim(-2) : b.dim(-1);
+  if (g.k != kb) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": a ", ShapeStr(a.shape), " and b ",
+                                                   ShapeStr(b.shape), " have inner dims ", g.k,
+                                                   " and ", kb));
+  }
+  const graph::Shape a_batch(a.shape.begin(), a.shape.end() - 2);
+  const graph::Shape b_batch(b.shape.begin(), b.shape.end() - 2);
+  for (int64_t d : a_batch) g.batch *= d;
+  if (b_batch.empty()) {
+    g.b_batch = 1;
+  } else if (b_batch == a_batch) {
+    g.b_batch = g.batch;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "CPU ", op, ": a ", ShapeStr(a.shape), " x b ", ShapeStr(b.shape),
+        ": only a 2-D b or identical batch dims are supported, not broadcast batch dims"));
+  }
+  graph::Shape out = a_batch;
+  out.push_back(g.m);
+  out.push_back(g.n);
+  if (y.shape != out) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": output ", ShapeStr(y.shape),
+                                                   " should be ", ShapeStr(out)));
+  }
+  if (inputs.size() == 3 && inputs[2].dim(0) != g.n) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": bias ",
+                                                   ShapeStr(inputs[2].shape), " needs [", g.n,
+                                                   "]"));
+  }
+  return g;
+}
+
+absl::Status MatMulForward(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const MatMulGeometry g,
+      MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  const float* bias = args.inputs.size() == 3 ? args.inputs[2].f32() : nullptr;
+  MatView a = g.A(args.inputs[0].f32());
+  if (g.Collapsible()) a = MatView::Plain(a.data, 1, g.batch * g.m, g.k);
+  Gemm(ctx, a, g.B(args.inputs[1].f32()), bias, args.outputs[0].f32());
+  return absl::OkStatus();
+}
+
+// Returns a row-major copy of the [batch, rows, cols] view `v`, in a buffer kept under `key`.
+const float* Densify(CpuContext& ctx, const std::string& key, const MatView& v) {
+  auto& buffer = ctx.Cached<std::vector<float>>(key, [] {
+    return std::make_shared<std::vector<float>>();
+  });
+  buffer.resize(v.batch * v.rows * v.cols);
+  float* out = buffer.data();
+  const int64_t total_rows = v.batch * v.rows;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < total_rows; ++r) {
+    const float* src = v.data + (r / v.rows) * v.batch_stride + (r % v.rows) * v.row_stride;
+    for (int64_t c = 0; c < v.cols; ++c) out[r * v.cols + c] = src[c * v.col_stride];
+  }
+  return out;
+}
+
+// out[c] = sum over rows of m[rows, cols] (row-major), in a fixed order.
+void SumRows(const float* m, int64_t rows, int64_t cols, float* out) {
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (cols + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t begin = chunk * kChunk, end = std::min(cols, begin + kChunk);
+    double acc[kChunk] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = m + r * cols;
+      for (int64_t c = begin; c < end; ++c) acc[c - begin] += row[c];
+    }
+    for (int64_t c = begin; c < end; ++c) out[c] = static_cast<float>(acc[c - begin]);
+  }
+}
+
+absl::Status MatMulBackward(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const MatMulGeometry g,
+      MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  if (args.input_grads.size() != args.inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
+                                                   " input gradients for ", args.inputs.size(),
+                                                   " inputs"));
+  }
+  if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  const float* dy = args.output_grads[0].f32();
+  const TensorView& da = args.input_grads[0];
+  const TensorView& db = args.input_grads[1];
+  // dy as [batch, M, N]; with a shared 2-D b also stacked as [1, batch*M, N].
+  const MatView dy_v = MatView::Plain(dy, g.batch, g.m, g.n);
+  const MatView dy_stacked = MatView::Plain(dy, 1, g.batch * g.m, g.n);
+
+  // Step 1: da = dy b^T, or (transpose_a) da^T = b dy^T; written row-major either way.
+  if (da.present()) {
+    const MatView b = g.B(args.inputs[1].f32());
+    if (g.ta) {
+      Gemm(ctx, b, dy_v.T(), nullptr, da.f32());  // [K,N] x [N,M] per batch.
+    } else if (g.Collapsible()) {
+      Gemm(ctx, dy_stacked, b.T(), nullptr, da.f32());
+    } else {
+      Gemm(ctx, dy_v, b.T(), nullptr, da.f32());
+    }
+  }
+  // Step 2: db = a^T dy, or (transpose_b) db^T = dy^T a; summed over a's batch when b is 2-D.
+  if (db.present()) {
+    MatView a = g.A(args.inputs[0].f32());
+    MatView dy_for_b = dy_v;
+    if (g.b_batch == 1 && g.batch > 1) {
+      // Sum over a's batch by folding it into the inner dimension, which needs a's logical
+      // [M,K] rows contiguous: a transposed a is copied first.
+      const float* rows = g.ta ? Densify(ctx, "MatMul.densified_a", a) : a.data;
+      a = MatView::Plain(rows, 1, g.batch * g.m, g.k);
+      dy_for_b = dy_stacked;
+    }
+    if (g.tb) {
+      Gemm(ctx, dy_for_b.T(), a, nullptr, db.f32());
+    } else {
+      Gemm(ctx, a.T(), dy_for_b, nullptr, db.f32());
+    }
+  }
+  // Step 3: dbias = sum of dy over every row.
+  if (args.input_grads.size() == 3 && args.input_grads[2].present()) {
+    SumRows(dy, g.batch * g.m, g.n, args.input_grads[2].f32());
+  }
+  return absl::OkStatus();
+}
+
+// ---- MaxPool, AvgPool -------------------------------------------------------------------------
+
+// One pooling node's shapes and windows. pad_r_onednn is the right/bottom padding oneDNN
+// needs to produce PyTorch's output size (ceil_mode's overhang included).
+struct PoolGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  memory::dims kernel, strides, pad_l, pad_r, pad_r_onednn;
+  bool count_include_pad = true;
+
+  // Whether a window reaches past pad_r into ceil_mode's overhang.
+  bool HasOverhang() const { return pad_r_onednn != pad_r; }
+  std::string Key() const {
+    return absl::StrCat(n, "x", c, "x", h, "x", w, "->", oh, "x", ow, ":k", DimsKey(kernel), ":s",
+                        DimsKey(strides), ":p", DimsKey(pad_l), ",", DimsKey(pad_r_onednn));
+  }
+  memory::desc XDesc() const { return PlainDesc({n, c, h, w}, Tag::nchw); }
+  memory::desc YDesc() const { return PlainDesc({n, c, oh, ow}, Tag::nchw); }
+};
+
+absl::StatusOr<PoolGeometry> PoolGeometryOf(const std::string& op, const graph::Attrs& attrs,
+                                            const TensorView& x, const TensorView& y) {
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", x, 4));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4));
+  PoolGeometry g;
+  g.n = x.dim(0), g.c = x.dim(1), g.h = x.dim(2), g.w = x.dim(3);
+  g.oh = y.dim(2), g.ow = y.dim(3);
+  const std::vector<int64_t> kernel = attrs.Ints("kernel_size");
+  std::vector<int64_t> stride = attrs.Ints("stride");
+  if (stride.empty()) stride = kernel;
+  std::vector<int64_t> pad = attrs.Ints("padding");
+  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+  if (kernel.size() != 2 || stride.size() != 2 || pad.size() != 4 || y.dim(0) != g.n ||
+      y.dim(1) != g.c) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": x ", ShapeStr(x.shape), ", y ",
+                                                   ShapeStr(y.shape), ", kernel_size [",
+                                                   absl::StrJoin(kernel, ","), "] do not fit"));
+  }
+  if (op == "AvgPool") g.count_include_pad = attrs.Bool("count_include_pad");
+  g.kernel = {kernel[0], kernel[1]};
+  g.strides = {stride[0], stride[1]};
+  g.pad_l = {pad[0], pad[1]};
+  g.pad_r = {pad[2], pad[3]};
+  g.pad_r_onednn = g.pad_r;
+  const int64_t in[2] = {g.h, g.w}, out[2] = {g.oh, g.ow};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t floor_out = (in[d] + pad[d] + pad[d + 2] - kernel[d]) / stride[d] + 1;
+    if (floor_out != out[d]) {
+      // ceil_mode: widen the end padding just enough to fit the last (partial) window.
+      g.pad_r_onednn[d] = (out[d] - 1) * stride[d] + kernel[d] - in[d] - pad[d];
+    }
+  }
+  return g;
+}
+
+struct PoolForwardPrims {
+  PoolForwardPrims(const dnnl::engine& engine, const PoolGeometry& g, dnnl::algorithm alg)
+      : pd(dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, alg, g.XDesc(),
+                                       g.YDesc(), g.strides, g.kernel, g.pad_l, g.pad_r_onednn),
+           engine),
+        prim(pd) {}
+  dnnl::pooling_forward::primitive_desc pd;
+  dnnl::pooling_forward prim;
+};
+
+// PyTorch's average-pool window for output index `o` along one dim: [begin, end) clipped to
+// the input, and the divisor's extent along this dim.
+struct Window {
+  int64_t begin, end, divisor;
+};
+
+Window AvgWindow(int64_t o, int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin,
+                 int64_t pad_end, bool count_include_pad) {
+  int64_t begin = o * stride - pad_begin;
+  int64_t end = std::min(begin + kernel, in + pad_end);
+  const int64_t padded_extent = end - begin;
+  begin = std::max<int64_t>(begin, 0);
+  end = std::min(end, in);
+  return {begin, end, count_include_pad ? padded_extent : end - begin};
+}
+
+// AvgPool forward as a loop: PyTorch's divisor, which counts padding but not ceil_mode's
+// overhang (oneDNN's include-padding average counts both).
+void AvgPoolLoopForward(const PoolGeometry& g, const float* x, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* xp = x + plane * g.h * g.w;
+    float* yp = y + plane * g.oh * g.ow;
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const Window wh = AvgWindow(oh, g.h, g.kernel[0], g.strides[0], g.pad_l[0], g.pad_r[0],
+                                  g.count_include_pad);
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const Window ww = AvgWindow(ow, g.w, g.kernel[1], g.strides[1], g.pad_l[1], g.pad_r[1],
+                                    g.count_include_pad);
+        float sum = 0;
+        for (int64_t i = wh.begin; i < wh.end; ++i) {
+          for (int64_t j = ww.begin; j < ww.end; ++j) sum += xp[i * g.w + j];
+        }
+        yp[oh * g.ow + ow] = sum / static_cast<float>(wh.divisor * ww.divisor);
+      }
+    }
+  }
+}
+
+absl::Status PoolForward(CpuContext& ctx, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), 1, 1, args.outputs.size()));
+  ASSIGN_OR_RETURN(const PoolGeometry g,
+      PoolGeometryOf(args.op, *args.attrs, args.inputs[0], args.outputs[0]));
+  const bool max = args.op == "MaxPool";
+  if (!max && g.count_include_pad && g.HasOverhang()) {
+    AvgPoolLoopForward(g, args.inputs[0].f32(), args.outputs[0].f32());
+    return absl::OkStatus();
+  }
+  const dnnl::algorithm alg = max                   ? dnnl::algorithm::pooling_max
+                              : g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                    : dnnl::algorithm::pooling_avg_exclude_padding;
+  auto& p = ctx.Cached<PoolForwardPrims>(absl::StrCat(args.op, ".fwd:", g.Key(), ":",
+                                                      g.count_include_pad),
+                                         [&] {
+                                           return std::make_shared<PoolForwardPrims>(ctx.engine,
+                                                                                     g, alg);
+                                         });
+  p.prim.execute(ctx.stream, {{DNNL_ARG_SRC, Mem(g.XDesc(), ctx.engine, args.inputs[0].data)},
+                              {DNNL_ARG_DST, Mem(g.YDesc(), ctx.engine, args.outputs[0].data)}});
+  ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// MaxPool backward without a workspace: each output's gradient goes to the first position of
+// its window (row-major) where x equals y; overlapping windows accumulate.
+void MaxPoolLoopBackward(const PoolGeometry& g, const float* x, const float* y, const float* dy,
+                         float* dx) {
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* xp = x + plane * g.h * g.w;
+    const float* yp = y + plane * g.oh * g.ow;
+    const float* dyp = dy + plane * g.oh * g.ow;
+    float* dxp = dx + plane * g.h * g.w;
+    std::fill(dxp, dxp + g.h * g.w, 0.0f);
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const int64_t h0 = oh * g.strides[0] - g.pad_l[0];
+      const int64_t h_begin = std::max<int64_t>(h0, 0), h_end = std::min(h0 + g.kernel[0], g.h);
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t w0 = ow * g.strides[1] - g.pad_l[1];
+        const int64_t w_begin = std::max<int64_t>(w0, 0);
+        const int64_t w_end = std::min(w0 + g.kernel[1], g.w);
+        const float target = yp[oh * g.ow + ow];
+        const bool nan = std::isnan(target);
+        int64_t found = -1;
+        for (int64_t i = h_begin; i < h_end && found < 0; ++i) {
+          for (int64_t j = w_begin; j < w_end; ++j) {
+            const float v = xp[i * g.w + j];
+            if (v == target || (nan && std::isnan(v))) {
+              found = i * g.w + j;
+              break;
+            }
+          }
+        }
+        if (found >= 0) dxp[found] += dyp[oh * g.ow + ow];
+      }
+    }
+  }
+}
+
+// AvgPool backward: each output's gradient spread over its window with PyTorch's divisor.
+// Each plane is one thread's, so overlapping windows accumulate in a fixed order.
+void AvgPoolLoopBackward(const PoolGeometry& g, const float* dy, float* dx) {
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
+    const float* dyp = dy + plane * g.oh * g.ow;
+    float* dxp = dx + plane * g.h * g.w;
+    std::fill(dxp, dxp + g.h * g.w, 0.0f);
+    for (int64_t oh = 0; oh < g.oh; ++oh) {
+      const Window wh = AvgWindow(oh, g.h, g.kernel[0], g.strides[0], g.pad_l[0], g.pad_r[0],
+                                  g.count_include_pad);
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const Window ww = AvgWindow(ow, g.w, g.kernel[1], g.strides[1], g.pad_l[1], g.pad_r[1],
+                                    g.count_include_pad);
+        const float share = dyp[oh * g.ow + ow] / static_cast<float>(wh.divisor * ww.divisor);
+        for (int64_t i = wh.begin; i < wh.end; ++i) {
+          for (int64_t j = ww.begin; j < ww.end; ++j) dxp[i * g.w + j] += share;
+        }
+      }
+    }
+  }
+}
+
+absl::Status PoolBackward(CpuContext& ctx, const BackwardArgs& args) {
+  if (args.inputs.size() != 1 || args.outputs.size() != 1 || args.input_grads.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": backward needs 1 input, ",
+                                                   "1 output and 1 input gradient"));
+  }
+  ASSIGN_OR_RETURN(const PoolGeometry g,
+      PoolGeometryOf(args.op, *args.attrs, args.inputs[0], args.outputs[0]));
+  if (ZeroGradsIfNoFlow(args) || !args.input_grads[0].present()) return absl::OkStatus();
+  const float* dy = args.output_grads[0].f32();
+  float* dx = args.input_grads[0].f32();
+  if (args.op == "MaxPool") {
+    if (!args.inputs[0].present() || !args.outputs[0].present()) {
+      return absl::InvalidArgumentError("CPU MaxPool: backward needs x and y");
+    }
+    MaxPoolLoopBackward(g, args.inputs[0].f32(), args.outputs[0].f32(), dy, dx);
+  } else {
+    AvgPoolLoopBackward(g, dy, dx);
+  }
+  return absl::OkStatus();
+}
+
+// ---- GlobalAvgPool ----------------------------------------------------------------------------
+
+absl::Status GlobalAvgPoolForward(CpuContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), 1, 1, args.outputs.size()));
+  const TensorView& x = args.inputs[0];
+  RETURN_IF_ERROR(CheckTensor(args.op, "input 'x'", x, 4));
+  RETURN_IF_ERROR(CheckTensor(args.op, "output 'y'", args.outputs[0]));
+  const int64_t planes = x.dim(0) * x.dim(1), size = x.dim(2) * x.dim(3);
+  const float* xp = x.f32();
+  float* y = args.outputs[0].f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    double sum = 0;
+    for (int64_t i = 0; i < size; ++i) sum += xp[p * size + i];
+    y[p] = static_cast<float>(sum / static_cast<double>(size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlobalAvgPoolBackward(CpuContext&, const BackwardArgs& args) {
+  if (args.inputs.size() != 1 || args.input_grads.size() != 1) {
+    return absl::InvalidArgumentError("CPU GlobalAvgPool: backward needs 1 input gradient");
+  }
+  const TensorView& x = args.inputs[0];
+  RETURN_IF_ERROR(CheckTensor(args.op, "input 'x'", x, 4));
+  if (ZeroGradsIfNoFlow(args) || !args.input_grads[0].present()) return absl::OkStatus();
+  const int64_t planes = x.dim(0) * x.dim(1), size = x.dim(2) * x.dim(3);
+  const float* dy = args.output_grads[0].f32();
+  float* dx = args.input_grads[0].f32();
+  const float divisor = static_cast<float>(size);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const float g = dy[p] / divisor;
+    std::fill(dx + p * size, dx + (p + 1) * size, g);
+  }
+  return absl::OkStatus();
+}
+
+// ---- Entry points -----------------------------------------------------------------------------
+
+template <absl::Status (*Kernel)(CpuContext&, const ForwardArgs&)>
+absl::Status GuardedForward(CpuContext& ctx, const ForwardArgs& args) {
+  if (args.attrs == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": no attributes"));
+  }
+  return Guarded(args.op, [&] { return Kernel(ctx, args); });
+}
+
+template <absl::Status (*Kernel)(CpuContext&, const BackwardArgs&)>
+absl::Status GuardedBackward(CpuContext& ctx, const BackwardArgs& args) {
+  if (args.attrs == nullptr || args.outputs.empty() || args.output_grads.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op,
+                                                   ": backward without attributes or outputs"));
+  }
+  return Guarded(args.op, [&] { return Kernel(ctx, args); });
+}
+
+}  // namespace
+
+void RegisterDnnlKernels(KernelTable* table) {
+  (*table)["Conv2D"] = {GuardedForward<ConvForward>, GuardedBackward<ConvBackward>};
+  (*table)["BatchNorm"] = {GuardedForward<BatchNormForward>, GuardedBackward<BatchNormBackward>};
+  (*table)["MatMul"] = {GuardedForward<MatMulForward>, GuardedBackward<MatMulBackward>};
+  (*table)["MaxPool"] = {GuardedForward<PoolForward>, GuardedBackward<PoolBackward>};
+  (*table)["AvgPool"] = {GuardedForward<PoolForward>, GuardedBackward<PoolBackward>};
+  (*table)["GlobalAvgPool"] = {GuardedForward<GlobalAvgPoolForward>,
+                               GuardedBackward<GlobalAvgPoolBackward>};
+}
+
+}  // namespace headroom::executor::cpu

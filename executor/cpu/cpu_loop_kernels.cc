@@ -1,0 +1,1363 @@
+// The CPU backend's kernels for every op oneDNN's convolution, pooling, batch norm and
+// matmul primitives do not cover: the eltwise activations through oneDNN's eltwise
+// primitive, everything else as plain loops; plus the optimizer steps and gradient sums.
+//
+// Every kernel honours the aliasing of kernel_args.h: an in-place output (or input
+// gradient) is written only at the element just read, or after everything that reads the
+// aliased tensor. Deterministic: loops run in parallel only over independent outputs, and
+// every sum runs in a fixed order, so results do not depend on the OpenMP thread count.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "executor/cpu/cpu_context.h"
+#include "graph/op_registry.h"
+#include "graph/shape.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#include "util/status_macros.h"
+
+namespace headroom::executor::cpu {
+namespace {
+
+using absl::StrCat;
+using graph::Shape;
+using graph::ShapeString;
+
+// Loops over fewer elements than this stay on the calling thread.
+constexpr int64_t kParallelMin = 1 << 15;
+// Columns per task where a parallel loop owns a block of columns and sums over rows.
+constexpr int64_t kColumnBlock = 64;
+
+// ---- Names, checks and small helpers ------------------------------------------------------
+
+// Returns "input 'x'" for input i of `op` ("input 'x[2]'" for a variadic one).
+std::string InputName(const std::string& op, size_t i) {
+  const graph::OpSchema* s = graph::FindOp(op);
+  if (s == nullptr || s->input_names.empty()) return StrCat("input ", i);
+  if (s->variadic_inputs) return StrCat("input '", s->input_names[0], "[", i, "]'");
+  if (i < s->input_names.size()) return StrCat("input '", s->input_names[i], "'");
+  return StrCat("input ", i);
+}
+
+// Returns "output 'y'" for output i of `op` ("output 'y[1]'" for a variadic one).
+std::string OutputName(const std::string& op, size_t i) {
+  const graph::OpSchema* s = graph::FindOp(op);
+  if (s == nullptr || s->output_names.empty()) return StrCat("output ", i);
+  if (s->variadic_outputs) return StrCat("output '", s->output_names[0], "[", i, "]'");
+  if (i < s->output_names.size()) return StrCat("output '", s->output_names[i], "'");
+  return StrCat("output ", i);
+}
+
+// Returns InvalidArgument unless `t` (called `what` of `op`) holds float32.
+absl::Status CheckFloat(const std::string& op, const std::string& what, const TensorView& t) {
+  if (t.dtype == proto::DTYPE_FLOAT32) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': ", what, " ", ShapeString(t.shape),
+                                           " has dtype ", graph::DTypeName(t.dtype),
+                                           "; the CPU backend computes in float32 only"));
+}
+
+// Returns InvalidArgument unless `t` holds int32 or int64 indices.
+absl::Status CheckIndices(const std::string& op, const std::string& what, const TensorView& t) {
+  if (t.dtype == proto::DTYPE_INT32 || t.dtype == proto::DTYPE_INT64) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': ", what, " ", ShapeString(t.shape),
+                                           " has dtype ", graph::DTypeName(t.dtype),
+                                           ", needs int32 or int64"));
+}
+
+// Returns Internal if a tensor the op's gradient rule promises (or a forward needs) has no
+// data: the executor broke its contract.
+absl::Status NeedData(const std::string& op, const std::string& what, const TensorView& t) {
+  if (t.present()) return absl::OkStatus();
+  return absl::InternalError(StrCat("op '", op, "': ", what, " ", ShapeString(t.shape),
+                                    " has no data, but the kernel reads it"));
+}
+
+// Returns InvalidArgument unless `t` has `n` elements.
+absl::Status CheckElements(const std::string& op, const std::string& what, const TensorView& t,
+                           int64_t n) {
+  if (t.num_elements() == n) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': ", what, " ", ShapeString(t.shape),
+                                           " has ", t.num_elements(), " elements, needs ", n));
+}
+
+// Checks that every view in `views` is float32, naming them by `name(i)`.
+template <typename Name>
+absl::Status CheckAllFloat(const std::string& op, const std::vector<TensorView>& views, Name name) {
+  for (size_t i = 0; i < views.size(); ++i) {
+    absl::Status s = CheckFloat(op, name(i), views[i]);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Returns the row-major strides of `shape`, in elements.
+std::vector<int64_t> Strides(const Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
+  return s;
+}
+
+int64_t Product(const Shape& shape, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t d = begin; d < end; ++d) p *= shape[d];
+  return p;
+}
+
+// Returns `axis` in [0, rank) for a possibly negative axis.
+int NormalizeAxis(int64_t axis, int rank) {
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+// Returns element i of an int32 or int64 tensor.
+int64_t IndexAt(const TensorView& t, int64_t i) {
+  return t.dtype == proto::DTYPE_INT32 ? t.i32()[i] : t.i64()[i];
+}
+
+void Fill(const TensorView& t, float value) {
+  float* p = t.f32();
+  const int64_t n = t.num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+// Copies `src` to `dst` unless they are the same bytes (a view).
+void CopyUnlessSame(const TensorView& dst, const TensorView& src) {
+  if (dst.data != src.data) std::memcpy(dst.data, src.data, src.bytes());
+}
+
+// ---- Eltwise activations through oneDNN ---------------------------------------------------
+
+struct EltwiseSpec {
+  dnnl::algorithm algorithm;
+  float alpha = 0;
+  float beta = 0;
+  // The backward reads y (the *_use_dst_for_bwd algorithms), not x.
+  bool from_output = true;
+};
+
+absl::Status GetEltwiseSpec(const std::string& op, const graph::Attrs* attrs, EltwiseSpec* spec) {
+  using A = dnnl::algorithm;
+  if (op == "ReLU") {
+    *spec = {A::eltwise_relu_use_dst_for_bwd, 0.f, 0.f, true};
+  } else if (op == "ReLU6") {
+    *spec = {A::eltwise_clip_v2_use_dst_for_bwd, 0.f, 6.f, true};
+  } else if (op == "Sigmoid") {
+    *spec = {A::eltwise_logistic_use_dst_for_bwd, 0.f, 0.f, true};
+  } else if (op == "Tanh") {
+    *spec = {A::eltwise_tanh_use_dst_for_bwd, 0.f, 0.f, true};
+  } else if (op == "GELU") {
+    const std::string& mode = attrs->String("approximate");
+    if (mode != "none" && mode != "tanh") {
+      return absl::InvalidArgumentError(
+          StrCat("op 'GELU': attribute 'approximate' is '", mode, "', needs 'none' or 'tanh'"));
+    }
+    *spec = {mode == "none" ? A::eltwise_gelu_erf : A::eltwise_gelu_tanh, 0.f, 0.f, false};
+  } else {
+    return absl::InternalError(StrCat("op '", op, "' is not an eltwise op"));
+  }
+  return absl::OkStatus();
+}
+
+// The forward and backward primitives of one eltwise op over a flat [n] float tensor.
+struct EltwisePrimitives {
+  dnnl::memory::desc md;
+  dnnl::eltwise_forward forward;
+  dnnl::eltwise_backward backward;
+};
+
+EltwisePrimitives& GetEltwise(CpuContext& ctx, const std::string& op, const EltwiseSpec& spec,
+                              int64_t n) {
+  const std::string key = StrCat("eltwise:", op, ":", static_cast<int>(spec.algorithm), ":", n);
+  return ctx.Cached<EltwisePrimitives>(key, [&] {
+    auto p = std::make_shared<EltwisePrimitives>();
+    p->md = dnnl::memory::desc({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
+    dnnl::eltwise_forward::primitive_desc fwd_pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, spec.algorithm, p->md,
+                                    spec.alpha, spec.beta),
+        ctx.engine);
+    p->forward = dnnl::eltwise_forward(fwd_pd);
+    p->backward = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
+        dnnl::eltwise_backward::desc(spec.algorithm, p->md, p->md, spec.alpha, spec.beta),
+        ctx.engine, fwd_pd));
+    return p;
+  });
+}
+
+absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
+  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  EltwiseSpec spec;
+  RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
+  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, x.num_elements());
+  dnnl::memory src(p.md, ctx.engine, x.data);
+  dnnl::memory dst(p.md, ctx.engine, y.data);
+  p.forward.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const TensorView& dy = args.output_grads[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  if (!dy.present()) {
+    Fill(dx, 0.f);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, dx.num_elements()));
+  EltwiseSpec spec;
+  RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
+  const TensorView& data = spec.from_output ? args.outputs[0] : args.inputs[0];
+  const char* data_name = spec.from_output ? "output 'y'" : "input 'x'";
+  RETURN_IF_ERROR(NeedData(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckFloat(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckElements(args.op, data_name, data, dx.num_elements()));
+  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, dx.num_elements());
+  dnnl::memory data_mem(p.md, ctx.engine, data.data);
+  dnnl::memory diff_dst(p.md, ctx.engine, dy.data);
+  dnnl::memory diff_src(p.md, ctx.engine, dx.data);
+  p.backward.execute(ctx.stream, {{spec.from_output ? DNNL_ARG_DST : DNNL_ARG_SRC, data_mem},
+                                  {DNNL_ARG_DIFF_DST, diff_dst},
+                                  {DNNL_ARG_DIFF_SRC, diff_src}});
+  ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// ---- Dropout ------------------------------------------------------------------------------
+
+uint64_t SplitMix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Returns whether element i survives: a counter-based draw from (seed, i), so any thread
+// computes any element's draw and a re-forward with the same seed draws the same mask.
+bool DropoutKeeps(uint64_t stream, int64_t i, double rate) {
+  const uint64_t h = SplitMix64(stream + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+  return static_cast<double>(h >> 11) * 0x1.0p-53 >= rate;
+}
+
+// PyTorch's scale: the kept elements are multiplied by 1 / (1 - rate) in float.
+float DropoutScale(double rate) { return 1.0f / static_cast<float>(1.0 - rate); }
+
+absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
+  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  const double rate = args.attrs->Float("rate");
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    return absl::InvalidArgumentError(
+        StrCat("op 'Dropout': attribute 'rate' is ", rate, ", needs [0, 1)"));
+  }
+  if (!args.training) {
+    CopyUnlessSame(y, x);
+    return absl::OkStatus();
+  }
+  if (args.saved.size() != 1 || !args.saved[0].present()) {
+    return absl::InternalError("op 'Dropout': a training forward needs the mask in saved[0]");
+  }
+  const TensorView& mask = args.saved[0];
+  RETURN_IF_ERROR(CheckElements(args.op, "saved mask", mask, x.num_elements()));
+  if (graph::DTypeSize(mask.dtype) != 1) {
+    return absl::InvalidArgumentError(StrCat("op 'Dropout': saved mask has dtype ",
+                                             graph::DTypeName(mask.dtype), ", needs bool"));
+  }
+  const uint64_t stream = SplitMix64(args.seed);
+  const float scale = DropoutScale(rate);
+  const float* in = x.f32();
+  float* out = y.f32();
+  uint8_t* keep = mask.u8();
+  const int64_t n = x.num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const bool k = DropoutKeeps(stream, i, rate);
+    keep[i] = k ? 1 : 0;
+    out[i] = k ? in[i] * scale : 0.f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DropoutBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const TensorView& dy = args.output_grads[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  if (!dy.present()) {
+    Fill(dx, 0.f);
+    return absl::OkStatus();
+  }
+  if (args.saved.size() != 1) {
+    return absl::InternalError("op 'Dropout': the backward needs the mask in saved[0]");
+  }
+  const TensorView& mask = args.saved[0];
+  RETURN_IF_ERROR(NeedData(args.op, "saved mask", mask));
+  RETURN_IF_ERROR(CheckElements(args.op, "saved mask", mask, dx.num_elements()));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, dx.num_elements()));
+  const float scale = DropoutScale(args.attrs->Float("rate"));
+  const float* g = dy.f32();
+  const uint8_t* keep = mask.u8();
+  float* out = dx.f32();
+  const int64_t n = dx.num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = keep[i] ? g[i] * scale : 0.f;
+  return absl::OkStatus();
+}
+
+// ---- Add and Mul with numpy broadcasting --------------------------------------------------
+
+// Returns the strides of `in` (aligned to the right of `out`) in elements, 0 along the dims
+// it is broadcast over.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  const std::vector<int64_t> own = Strides(in);
+  const size_t lead = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) s[lead + d] = in[d] == 1 ? 0 : own[d];
+  return s;
+}
+
+// y[i] = f(a[i'], b[i'']) over the broadcast shape `out`. y may alias a or b where that has
+// out's size (then its index is i: each element is read just before it is written).
+template <typename F>
+void BroadcastBinary(const Shape& out, const float* a, const Shape& a_shape, const float* b,
+                     const Shape& b_shape, float* y, F f) {
+  const int64_t n = static_cast<int64_t>(graph::NumElements(out));
+  if (a_shape == out && b_shape == out) {
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+    return;
+  }
+  if (out.empty()) {
+    y[0] = f(a[0], b[0]);
+    return;
+  }
+  const std::vector<int64_t> sa = BroadcastStrides(a_shape, out);
+  const std::vector<int64_t> sb = BroadcastStrides(b_shape, out);
+  const int rank = static_cast<int>(out.size());
+  const int64_t inner = out[rank - 1];
+  const int64_t rows = n / inner;
+  const int64_t ia = sa[rank - 1];
+  const int64_t ib = sb[rank - 1];
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, oa = 0, ob = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t idx = rem % out[d];
+      rem /= out[d];
+      oa += idx * sa[d];
+      ob += idx * sb[d];
+    }
+    float* yr = y + r * inner;
+    for (int64_t k = 0; k < inner; ++k) yr[k] = f(a[oa + k * ia], b[ob + k * ib]);
+  }
+}
+
+// dst (shape `target`, broadcast to `out`) = src (shape `out`) summed over the broadcast
+// dims, each element in a fixed order (double accumulation). dst may equal src only when
+// the shapes hold the same number of elements (then nothing is summed).
+void ReduceToShape(const float* src, const Shape& out, float* dst, const Shape& target) {
+  const int64_t n = static_cast<int64_t>(graph::NumElements(out));
+  const int64_t tn = static_cast<int64_t>(graph::NumElements(target));
+  if (tn == n) {
+    if (dst != src) std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  const int rank = static_cast<int>(out.size());
+  Shape t(rank, 1);
+  std::copy(target.begin(), target.end(), t.begin() + (rank - target.size()));
+  const std::vector<int64_t> os = Strides(out);
+  std::vector<int64_t> red_sizes, red_strides;
+  for (int d = 0; d < rank; ++d) {
+    if (t[d] == 1 && out[d] != 1) {
+      red_sizes.push_back(out[d]);
+      red_strides.push_back(os[d]);
+    }
+  }
+  const int nred = static_cast<int>(red_sizes.size());
+  const int64_t count = n / tn;
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t j = 0; j < tn; ++j) {
+    int64_t rem = j, base = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      const int64_t idx = rem % t[d];
+      rem /= t[d];
+      base += idx * os[d];
+    }
+    double sum = 0;
+    for (int64_t q = 0; q < count; ++q) {
+      int64_t qr = q, off = base;
+      for (int e = nred - 1; e >= 0; --e) {
+        off += (qr % red_sizes[e]) * red_strides[e];
+        qr /= red_sizes[e];
+      }
+      sum += src[off];
+    }
+    dst[j] = static_cast<float>(sum);
+  }
+}
+
+absl::Status CheckBinary(const std::string& op, const std::vector<TensorView>& inputs,
+                         const TensorView& y) {
+  RETURN_IF_ERROR(CheckFloat(op, "input 'a'", inputs[0]));
+  RETURN_IF_ERROR(CheckFloat(op, "input 'b'", inputs[1]));
+  RETURN_IF_ERROR(CheckFloat(op, "output 'y'", y));
+  const Shape& out = y.shape;
+  for (int i = 0; i < 2; ++i) {
+    const Shape& s = inputs[i].shape;
+    bool fits = s.size() <= out.size();
+    for (size_t d = 0; fits && d < s.size(); ++d) {
+      const int64_t od = out[out.size() - s.size() + d];
+      fits = s[d] == od || s[d] == 1;
+    }
+    if (!fits) {
+      return absl::InvalidArgumentError(StrCat("op '", op, "': ", InputName(op, i), " ",
+                                               ShapeString(s), " does not broadcast to output ",
+                                               ShapeString(out)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& a = args.inputs[0];
+  const TensorView& b = args.inputs[1];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
+  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(),
+                  [](float u, float v) { return u + v; });
+  return absl::OkStatus();
+}
+
+absl::Status MulForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& a = args.inputs[0];
+  const TensorView& b = args.inputs[1];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
+  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(),
+                  [](float u, float v) { return u * v; });
+  return absl::OkStatus();
+}
+
+// Returns the order in which to write the two input gradients: the one that overwrites dy
+// (if any) last, so the other still reads dy intact.
+std::vector<int> BinaryGradOrder(const BackwardArgs& args) {
+  if (args.input_grads[0].data == args.output_grads[0].data) return {1, 0};
+  return {0, 1};
+}
+
+absl::Status AddBackward(CpuContext&, const BackwardArgs& args) {
+  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, args.outputs[0]));
+  const TensorView& dy = args.output_grads[0];
+  for (int i : BinaryGradOrder(args)) {
+    const TensorView& d = args.input_grads[i];
+    if (!d.present()) continue;
+    RETURN_IF_ERROR(CheckElements(args.op, StrCat("gradient of ", InputName(args.op, i)), d,
+                                  args.inputs[i].num_elements()));
+    if (!dy.present()) {
+      Fill(d, 0.f);
+      continue;
+    }
+    ReduceToShape(dy.f32(), dy.shape, d.f32(), args.inputs[i].shape);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MulBackward(CpuContext&, const BackwardArgs& args) {
+  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, args.outputs[0]));
+  const TensorView& dy = args.output_grads[0];
+  const Shape& out = args.outputs[0].shape;
+  for (int i : BinaryGradOrder(args)) {
+    const TensorView& d = args.input_grads[i];
+    if (!d.present()) continue;
+    const TensorView& other = args.inputs[1 - i];
+    RETURN_IF_ERROR(CheckElements(args.op, StrCat("gradient of ", InputName(args.op, i)), d,
+                                  args.inputs[i].num_elements()));
+    if (!dy.present()) {
+      Fill(d, 0.f);
+      continue;
+    }
+    RETURN_IF_ERROR(NeedData(args.op, InputName(args.op, 1 - i), other));
+    auto mul = [](float g, float v) { return g * v; };
+    if (d.num_elements() == dy.num_elements()) {
+      // Elementwise, each dy read just before the same element of d is written.
+      BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, d.f32(), mul);
+    } else {
+      std::vector<float> product(dy.num_elements());
+      BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, product.data(), mul);
+      ReduceToShape(product.data(), out, d.f32(), args.inputs[i].shape);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- LayerNorm ----------------------------------------------------------------------------
+
+absl::Status CheckLayerNorm(const std::string& op, const std::vector<TensorView>& inputs) {
+  RETURN_IF_ERROR(CheckAllFloat(op, inputs, [&](size_t i) { return InputName(op, i); }));
+  const TensorView& x = inputs[0];
+  if (x.rank() < 1) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': input 'x' is a scalar"));
+  }
+  for (int i = 1; i < 3; ++i) {
+    if (inputs[i].shape != Shape{x.dim(-1)}) {
+      return absl::InvalidArgumentError(StrCat("op '", op, "': ", InputName(op, i), " has shape ",
+                                               ShapeString(inputs[i].shape), ", needs [", x.dim(-1),
+                                               "] for input 'x' ", ShapeString(x.shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormForward(CpuContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckLayerNorm(args.op, args.inputs));
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  const int64_t d = x.dim(-1);
+  const int64_t rows = x.num_elements() / d;
+  float* mean_out = nullptr;
+  float* rstd_out = nullptr;
+  if (args.training) {
+    if (args.saved.size() != 2 || !args.saved[0].present() || !args.saved[1].present()) {
+      return absl::InternalError("op 'LayerNorm': a training forward needs saved mean and rstd");
+    }
+    RETURN_IF_ERROR(CheckElements(args.op, "saved mean", args.saved[0], rows));
+    RETURN_IF_ERROR(CheckElements(args.op, "saved rstd", args.saved[1], rows));
+    mean_out = args.saved[0].f32();
+    rstd_out = args.saved[1].f32();
+  }
+  const double eps = args.attrs->Float("epsilon");
+  const float* in = x.f32();
+  const float* w = args.inputs[1].f32();
+  const float* b = args.inputs[2].f32();
+  float* out = y.f32();
+#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in + r * d;
+    double sum = 0;
+    for (int64_t k = 0; k < d; ++k) sum += xr[k];
+    const double mean = sum / d;
+    double sq = 0;
+    for (int64_t k = 0; k < d; ++k) sq += (xr[k] - mean) * (xr[k] - mean);
+    const float mean_f = static_cast<float>(mean);
+    const float rstd_f = static_cast<float>(1.0 / std::sqrt(sq / d + eps));
+    float* yr = out + r * d;  // May be xr: each element is read just before it is written.
+    for (int64_t k = 0; k < d; ++k) yr[k] = (xr[k] - mean_f) * rstd_f * w[k] + b[k];
+    if (mean_out != nullptr) {
+      mean_out[r] = mean_f;
+      rstd_out[r] = rstd_f;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& dw = args.input_grads[1];
+  const TensorView& db = args.input_grads[2];
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& x = args.inputs[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
+  const int64_t d = x.dim(-1);
+  const int64_t rows = x.num_elements() / d;
+  if (!dy.present()) {
+    for (const TensorView* g : {&dx, &dw, &db}) {
+      if (g->present()) Fill(*g, 0.f);
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(NeedData(args.op, "input 'x'", x));
+  if (args.saved.size() != 2) {
+    return absl::InternalError("op 'LayerNorm': the backward needs saved mean and rstd");
+  }
+  RETURN_IF_ERROR(NeedData(args.op, "saved mean", args.saved[0]));
+  RETURN_IF_ERROR(NeedData(args.op, "saved rstd", args.saved[1]));
+  RETURN_IF_ERROR(CheckElements(args.op, "saved mean", args.saved[0], rows));
+  RETURN_IF_ERROR(CheckElements(args.op, "saved rstd", args.saved[1], rows));
+  const float* in = x.f32();
+  const float* g = dy.f32();
+  const float* mean = args.saved[0].f32();
+  const float* rstd = args.saved[1].f32();
+
+  // Step 1: dx, row by row.
+  if (dx.present()) {
+    RETURN_IF_ERROR(NeedData(args.op, "input 'weight'", args.inputs[1]));
+    const float* w = args.inputs[1].f32();
+    float* out = dx.f32();
+#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = in + r * d;
+      const float* gr = g + r * d;
+      double sum_g = 0, sum_gx = 0;
+      for (int64_t k = 0; k < d; ++k) {
+        const float gw = gr[k] * w[k];
+        sum_g += gw;
+        sum_gx += static_cast<double>(gw) * ((xr[k] - mean[r]) * rstd[r]);
+      }
+      const float mg = static_cast<float>(sum_g / d);
+      const float mgx = static_cast<float>(sum_gx / d);
+      float* dr = out + r * d;
+      for (int64_t k = 0; k < d; ++k) {
+        const float xhat = (xr[k] - mean[r]) * rstd[r];
+        dr[k] = rstd[r] * (gr[k] * w[k] - mg - xhat * mgx);
+      }
+    }
+  }
+
+  // Step 2: dweight and dbias, each column summed over the rows in order.
+  if (dw.present() || db.present()) {
+    float* dw_out = dw.present() ? dw.f32() : nullptr;
+    float* db_out = db.present() ? db.f32() : nullptr;
+    const int64_t blocks = (d + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kColumnBlock;
+      const int64_t c1 = std::min(d, c0 + kColumnBlock);
+      double acc_w[kColumnBlock] = {0};
+      double acc_b[kColumnBlock] = {0};
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = in + r * d;
+        const float* gr = g + r * d;
+        for (int64_t c = c0; c < c1; ++c) {
+          acc_w[c - c0] += static_cast<double>(gr[c]) * ((xr[c] - mean[r]) * rstd[r]);
+          acc_b[c - c0] += gr[c];
+        }
+      }
+      for (int64_t c = c0; c < c1; ++c) {
+        if (dw_out != nullptr) dw_out[c] = static_cast<float>(acc_w[c - c0]);
+        if (db_out != nullptr) db_out[c] = static_cast<float>(acc_b[c - c0]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Views: Flatten, Reshape --------------------------------------------------------------
+
+absl::Status ViewForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  if (x.bytes() != y.bytes()) {
+    return absl::InvalidArgumentError(StrCat("op '", args.op, "': output 'y' ",
+                                             ShapeString(y.shape), " does not hold input 'x' ",
+                                             ShapeString(x.shape)));
+  }
+  CopyUnlessSame(y, x);
+  return absl::OkStatus();
+}
+
+absl::Status ViewBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) {
+    std::memset(dx.data, 0, dx.bytes());
+    return absl::OkStatus();
+  }
+  if (dx.bytes() != dy.bytes()) {
+    return absl::InvalidArgumentError(StrCat("op '", args.op, "': gradient of output 'y' ",
+                                             ShapeString(dy.shape), " does not fit input 'x' ",
+                                             ShapeString(dx.shape)));
+  }
+  CopyUnlessSame(dx, dy);
+  return absl::OkStatus();
+}
+
+// ---- Transpose ----------------------------------------------------------------------------
+
+// dst = src with dims permuted: dst.dim(k) = src.dim(perm[k]). Any element size.
+template <typename T>
+void PermuteTyped(const T* src, const Shape& src_shape, const std::vector<int64_t>& perm, T* dst) {
+  const int rank = static_cast<int>(src_shape.size());
+  const int64_t n = static_cast<int64_t>(graph::NumElements(src_shape));
+  if (rank == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  const std::vector<int64_t> ss = Strides(src_shape);
+  Shape ds(rank);
+  std::vector<int64_t> st(rank);  // Stride in src of each dst dim.
+  for (int k = 0; k < rank; ++k) {
+    ds[k] = src_shape[perm[k]];
+    st[k] = ss[perm[k]];
+  }
+  const int64_t inner = ds[rank - 1];
+  const int64_t rows = n / inner;
+  const int64_t is = st[rank - 1];
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, off = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      off += (rem % ds[d]) * st[d];
+      rem /= ds[d];
+    }
+    T* out = dst + r * inner;
+    for (int64_t k = 0; k < inner; ++k) out[k] = src[off + k * is];
+  }
+}
+
+absl::Status Permute(const std::string& op, const TensorView& src, const std::vector<int64_t>& perm,
+                     const TensorView& dst) {
+  switch (graph::DTypeSize(src.dtype)) {
+    case 1:
+      PermuteTyped(src.u8(), src.shape, perm, dst.u8());
+      return absl::OkStatus();
+    case 2:
+      PermuteTyped(static_cast<const uint16_t*>(src.data), src.shape, perm,
+                   static_cast<uint16_t*>(dst.data));
+      return absl::OkStatus();
+    case 4:
+      PermuteTyped(src.i32(), src.shape, perm, dst.i32());
+      return absl::OkStatus();
+    case 8:
+      PermuteTyped(src.i64(), src.shape, perm, dst.i64());
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      StrCat("op '", op, "': dtype ", graph::DTypeName(src.dtype), " is not supported"));
+}
+
+absl::Status CheckPerm(const std::string& op, const std::vector<int64_t>& perm, const TensorView& x,
+                       const TensorView& y) {
+  std::vector<bool> seen(x.rank(), false);
+  bool valid = static_cast<int>(perm.size()) == x.rank() && x.rank() == y.rank();
+  for (size_t k = 0; valid && k < perm.size(); ++k) {
+    valid = perm[k] >= 0 && perm[k] < x.rank() && !seen[perm[k]] && y.shape[k] == x.shape[perm[k]];
+    if (valid) seen[perm[k]] = true;
+  }
+  if (!valid) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': attribute 'perm' does not map ",
+                                             "input 'x' ", ShapeString(x.shape), " to output 'y' ",
+                                             ShapeString(y.shape)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TransposeForward(CpuContext&, const ForwardArgs& args) {
+  const std::vector<int64_t> perm = args.attrs->Ints("perm");
+  RETURN_IF_ERROR(CheckPerm(args.op, perm, args.inputs[0], args.outputs[0]));
+  return Permute(args.op, args.inputs[0], perm, args.outputs[0]);
+}
+
+absl::Status TransposeBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) {
+    std::memset(dx.data, 0, dx.bytes());
+    return absl::OkStatus();
+  }
+  const std::vector<int64_t> perm = args.attrs->Ints("perm");
+  RETURN_IF_ERROR(CheckPerm(args.op, perm, args.inputs[0], args.outputs[0]));
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = static_cast<int64_t>(k);
+  return Permute(args.op, dy, inverse, dx);
+}
+
+// ---- Concat and Split ---------------------------------------------------------------------
+
+// Pieces of `whole` along `axis`, as byte ranges: whole is [outer, sum(sizes) * inner];
+// piece k covers [offset_k, offset_k + bytes_k) of each of the `outer` rows.
+struct AxisPieces {
+  int64_t outer = 1;
+  int64_t whole_row_bytes = 0;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> bytes;
+};
+
+absl::StatusOr<AxisPieces> PiecesAlong(const std::string& op, int64_t axis_attr,
+                                       const TensorView& whole,
+                                       const std::vector<TensorView>& pieces,
+                                       const std::string& whole_name, bool pieces_are_inputs) {
+  const int rank = whole.rank();
+  if (axis_attr < -rank || axis_attr >= rank) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': attribute 'axis' is ", axis_attr,
+                                             ", outside [", -rank, ", ", rank, ")"));
+  }
+  const int axis = NormalizeAxis(axis_attr, rank);
+  AxisPieces p;
+  p.outer = Product(whole.shape, 0, axis);
+  const int64_t inner = Product(whole.shape, axis + 1, rank);
+  const int64_t es = graph::DTypeSize(whole.dtype);
+  int64_t total = 0;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const TensorView& t = pieces[k];
+    bool fits = t.rank() == rank && t.dtype == whole.dtype;
+    for (int d = 0; fits && d < rank; ++d) fits = d == axis || t.shape[d] == whole.shape[d];
+    if (!fits) {
+      const std::string name = pieces_are_inputs ? InputName(op, k) : OutputName(op, k);
+      return absl::InvalidArgumentError(
+          StrCat("op '", op, "': ", name, " ", ShapeString(t.shape), " ", graph::DTypeName(t.dtype),
+                 " is not a slice along axis ", axis, " of ", whole_name, " ",
+                 ShapeString(whole.shape), " ", graph::DTypeName(whole.dtype)));
+    }
+    p.offset.push_back(total * inner * es);
+    p.bytes.push_back(t.shape[axis] * inner * es);
+    total += t.shape[axis];
+  }
+  if (total != whole.shape[axis]) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': the pieces sum to ", total,
+                                             " along axis ", axis, " but ", whole_name, " ",
+                                             ShapeString(whole.shape), " has ", whole.shape[axis]));
+  }
+  p.whole_row_bytes = whole.shape[axis] * inner * es;
+  return p;
+}
+
+// Copies between `whole` and its pieces: gather (pieces -> whole) or scatter. An absent
+// piece reads as zeros on gather and is skipped on scatter.
+void CopyPieces(const AxisPieces& p, const TensorView& whole, const std::vector<TensorView>& pieces,
+                bool gather) {
+  char* w = static_cast<char*>(whole.data);
+  const int64_t total_bytes = p.outer * p.whole_row_bytes;
+#pragma omp parallel for if (total_bytes >= 4 * kParallelMin) schedule(static)
+  for (int64_t o = 0; o < p.outer; ++o) {
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      char* wp = w + o * p.whole_row_bytes + p.offset[k];
+      char* pp = static_cast<char*>(pieces[k].data) + o * p.bytes[k];
+      if (gather) {
+        if (pieces[k].present()) {
+          std::memcpy(wp, pp, p.bytes[k]);
+        } else {
+          std::memset(wp, 0, p.bytes[k]);
+        }
+      } else if (pieces[k].present()) {
+        std::memcpy(pp, wp, p.bytes[k]);
+      }
+    }
+  }
+}
+
+absl::Status ConcatForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& y = args.outputs[0];
+  auto pieces = PiecesAlong(args.op, args.attrs->Int("axis"), y, args.inputs, "output 'y'",
+                            /*pieces_are_inputs=*/true);
+  if (!pieces.ok()) return pieces.status();
+  for (size_t k = 0; k < args.inputs.size(); ++k) {
+    RETURN_IF_ERROR(NeedData(args.op, InputName(args.op, k), args.inputs[k]));
+  }
+  CopyPieces(*pieces, y, args.inputs, /*gather=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status ConcatBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dy = args.output_grads[0];
+  std::vector<TensorView> grads = args.input_grads;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    grads[k].shape = args.inputs[k].shape;
+    grads[k].dtype = args.inputs[k].dtype;
+  }
+  TensorView whole = dy;
+  whole.shape = args.outputs[0].shape;
+  auto pieces = PiecesAlong(args.op, args.attrs->Int("axis"), whole, grads,
+                            "gradient of output 'y'", /*pieces_are_inputs=*/true);
+  if (!pieces.ok()) return pieces.status();
+  if (!dy.present()) {
+    for (const TensorView& g : grads) {
+      if (g.present()) std::memset(g.data, 0, g.bytes());
+    }
+    return absl::OkStatus();
+  }
+  CopyPieces(*pieces, dy, grads, /*gather=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status SplitForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  auto pieces = PiecesAlong(args.op, args.attrs->Int("axis"), x, args.outputs, "input 'x'",
+                            /*pieces_are_inputs=*/false);
+  if (!pieces.ok()) return pieces.status();
+  CopyPieces(*pieces, x, args.outputs, /*gather=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status SplitBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  std::vector<TensorView> grads = args.output_grads;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    grads[k].shape = args.outputs[k].shape;
+    grads[k].dtype = args.outputs[k].dtype;
+  }
+  auto pieces = PiecesAlong(args.op, args.attrs->Int("axis"), dx, grads, "gradient of input 'x'",
+                            /*pieces_are_inputs=*/false);
+  if (!pieces.ok()) return pieces.status();
+  CopyPieces(*pieces, dx, grads, /*gather=*/true);
+  return absl::OkStatus();
+}
+
+// ---- Softmax ------------------------------------------------------------------------------
+
+// The layout of a softmax over one axis: [outer, len, inner]; with `causal`, row o of the
+// last axis (len == T) may see only its first (o % T) + 1 entries.
+struct SoftmaxLayout {
+  int64_t outer, len, inner;
+  bool causal;
+  float scale;
+  int64_t Visible(int64_t o) const { return causal ? (o % len) + 1 : len; }
+};
+
+absl::StatusOr<SoftmaxLayout> GetSoftmaxLayout(const std::string& op, const graph::Attrs& attrs,
+                                               const TensorView& x) {
+  const int rank = x.rank();
+  const int64_t axis_attr = attrs.Int("axis");
+  if (rank < 1 || axis_attr < -rank || axis_attr >= rank) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': attribute 'axis' is ", axis_attr,
+                                             " for input 'x' ", ShapeString(x.shape)));
+  }
+  const int axis = NormalizeAxis(axis_attr, rank);
+  SoftmaxLayout l{Product(x.shape, 0, axis), x.shape[axis], Product(x.shape, axis + 1, rank),
+                  attrs.Bool("causal"), static_cast<float>(attrs.Float("scale"))};
+  if (l.causal && (rank < 2 || axis != rank - 1 || x.dim(-1) != x.dim(-2))) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': causal softmax runs over the last ",
+                                             "axis of square [..., T, T] scores; input 'x' is ",
+                                             ShapeString(x.shape), " with axis ", axis));
+  }
+  return l;
+}
+
+absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
+  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  auto layout = GetSoftmaxLayout(args.op, *args.attrs, x);
+  if (!layout.ok()) return layout.status();
+  const SoftmaxLayout l = *layout;
+  const float* in = x.f32();
+  float* out = y.f32();
+  const int64_t lines = l.outer * l.inner;
+#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+  for (int64_t line = 0; line < lines; ++line) {
+    const int64_t o = line / l.inner;
+    const int64_t base = o * l.len * l.inner + line % l.inner;
+    const int64_t visible = l.Visible(o);
+    // Pass 1: the max; pass 2: exponentials and their sum (y may be x: each element is
+    // read just before it is overwritten); pass 3: normalise.
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < visible; ++j) m = std::max(m, l.scale * in[base + j * l.inner]);
+    double sum = 0;
+    for (int64_t j = 0; j < l.len; ++j) {
+      const int64_t at = base + j * l.inner;
+      const float e = j < visible ? std::exp(l.scale * in[at] - m) : 0.f;
+      out[at] = e;
+      sum += e;
+    }
+    const double inv = 1.0 / sum;
+    for (int64_t j = 0; j < visible; ++j) {
+      const int64_t at = base + j * l.inner;
+      out[at] = static_cast<float>(out[at] * inv);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SoftmaxBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) {
+    Fill(dx, 0.f);
+    return absl::OkStatus();
+  }
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(NeedData(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx, y.num_elements()));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, y.num_elements()));
+  auto layout = GetSoftmaxLayout(args.op, *args.attrs, y);
+  if (!layout.ok()) return layout.status();
+  const SoftmaxLayout l = *layout;
+  const float* yv = y.f32();
+  const float* g = dy.f32();
+  float* out = dx.f32();
+  const int64_t lines = l.outer * l.inner;
+#pragma omp parallel for if (y.num_elements() >= kParallelMin) schedule(static)
+  for (int64_t line = 0; line < lines; ++line) {
+    const int64_t o = line / l.inner;
+    const int64_t base = o * l.len * l.inner + line % l.inner;
+    double dot = 0;
+    for (int64_t j = 0; j < l.len; ++j) {
+      const int64_t at = base + j * l.inner;
+      dot += static_cast<double>(g[at]) * yv[at];
+    }
+    const float dot_f = static_cast<float>(dot);
+    for (int64_t j = 0; j < l.len; ++j) {  // dx may be dy: read, then overwrite.
+      const int64_t at = base + j * l.inner;
+      out[at] = l.scale * yv[at] * (g[at] - dot_f);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Embedding ----------------------------------------------------------------------------
+
+absl::Status CheckIdsInRange(const std::string& op, const std::string& what, const TensorView& ids,
+                             int64_t limit, const std::string& of) {
+  const int64_t n = ids.num_elements();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = IndexAt(ids, i);
+    if (id < 0 || id >= limit) {
+      return absl::InvalidArgumentError(StrCat("op '", op, "': ", what, " ", ShapeString(ids.shape),
+                                               " holds ", id, " at flat index ", i,
+                                               ", outside [0, ", limit, ") for ", of));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckEmbedding(const std::string& op, const TensorView& ids, const TensorView& table,
+                            const TensorView& y) {
+  RETURN_IF_ERROR(CheckIndices(op, "input 'ids'", ids));
+  RETURN_IF_ERROR(CheckFloat(op, "input 'table'", table));
+  RETURN_IF_ERROR(CheckFloat(op, "output 'y'", y));
+  if (table.rank() != 2) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': input 'table' has shape ",
+                                             ShapeString(table.shape), ", needs [V, D]"));
+  }
+  return CheckElements(op, "output 'y'", y, ids.num_elements() * table.dim(1));
+}
+
+absl::Status EmbeddingForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& ids = args.inputs[0];
+  const TensorView& table = args.inputs[1];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckEmbedding(args.op, ids, table, y));
+  RETURN_IF_ERROR(CheckIdsInRange(args.op, "input 'ids'", ids, table.dim(0),
+                                  StrCat("input 'table' ", ShapeString(table.shape))));
+  const int64_t n = ids.num_elements();
+  const int64_t d = table.dim(1);
+  const float* t = table.f32();
+  float* out = y.f32();
+#pragma omp parallel for if (n * d >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(out + i * d, t + IndexAt(ids, i) * d, d * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dtable = args.input_grads[1];
+  if (!dtable.present()) return absl::OkStatus();
+  const TensorView& ids = args.inputs[0];
+  const TensorView& table = args.inputs[1];
+  const TensorView& dy = args.output_grads[0];
+  RETURN_IF_ERROR(CheckEmbedding(args.op, ids, table, args.outputs[0]));
+  RETURN_IF_ERROR(
+      CheckElements(args.op, "gradient of input 'table'", dtable, table.num_elements()));
+  Fill(dtable, 0.f);
+  if (!dy.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(NeedData(args.op, "input 'ids'", ids));
+  RETURN_IF_ERROR(CheckIdsInRange(args.op, "input 'ids'", ids, table.dim(0),
+                                  StrCat("input 'table' ", ShapeString(table.shape))));
+  const int64_t n = ids.num_elements();
+  const int64_t d = table.dim(1);
+  const float* g = dy.f32();
+  float* out = dtable.f32();
+  // Each block of columns sums its rows in id order: deterministic for any thread count.
+  const int64_t blocks = (d + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for if (n * d >= kParallelMin) schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kColumnBlock;
+    const int64_t c1 = std::min(d, c0 + kColumnBlock);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = out + IndexAt(ids, i) * d;
+      const float* gr = g + i * d;
+      for (int64_t c = c0; c < c1; ++c) row[c] += gr[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- SoftmaxCrossEntropy ------------------------------------------------------------------
+
+absl::Status CheckCrossEntropy(const std::string& op, const TensorView& logits,
+                               const TensorView& labels) {
+  RETURN_IF_ERROR(CheckFloat(op, "input 'logits'", logits));
+  RETURN_IF_ERROR(CheckIndices(op, "input 'labels'", labels));
+  if (logits.rank() < 1) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': input 'logits' is a scalar"));
+  }
+  return CheckElements(op, "input 'labels'", labels, logits.num_elements() / logits.dim(-1));
+}
+
+absl::Status CrossEntropyForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& logits = args.inputs[0];
+  const TensorView& labels = args.inputs[1];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckCrossEntropy(args.op, logits, labels));
+  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, 1));
+  const int64_t c = logits.dim(-1);
+  const int64_t rows = logits.num_elements() / c;
+  RETURN_IF_ERROR(
+      CheckIdsInRange(args.op, "input 'labels'", labels, c,
+                      StrCat(c, " classes of input 'logits' ", ShapeString(logits.shape))));
+  std::vector<double> loss(rows);
+  const float* in = logits.f32();
+#pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in + r * c;
+    const float m = *std::max_element(xr, xr + c);
+    double sum = 0;
+    for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - m);
+    loss[r] = m + std::log(sum) - xr[IndexAt(labels, r)];
+  }
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) total += loss[r];
+  y.f32()[0] = static_cast<float>(total / rows);
+  return absl::OkStatus();
+}
+
+absl::Status CrossEntropyBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dlogits = args.input_grads[0];
+  if (!dlogits.present()) return absl::OkStatus();
+  const TensorView& logits = args.inputs[0];
+  const TensorView& labels = args.inputs[1];
+  RETURN_IF_ERROR(CheckCrossEntropy(args.op, logits, labels));
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'logits'", dlogits));
+  RETURN_IF_ERROR(
+      CheckElements(args.op, "gradient of input 'logits'", dlogits, logits.num_elements()));
+  const TensorView& dloss = args.output_grads[0];
+  if (!dloss.present()) {
+    Fill(dlogits, 0.f);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(NeedData(args.op, "input 'logits'", logits));
+  RETURN_IF_ERROR(NeedData(args.op, "input 'labels'", labels));
+  const int64_t c = logits.dim(-1);
+  const int64_t rows = logits.num_elements() / c;
+  RETURN_IF_ERROR(
+      CheckIdsInRange(args.op, "input 'labels'", labels, c,
+                      StrCat(c, " classes of input 'logits' ", ShapeString(logits.shape))));
+  const double factor = static_cast<double>(dloss.f32()[0]) / rows;
+  const float* in = logits.f32();
+  float* out = dlogits.f32();
+#pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in + r * c;
+    const float m = *std::max_element(xr, xr + c);
+    double sum = 0;
+    for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - m);
+    const int64_t label = IndexAt(labels, r);
+    float* dr = out + r * c;
+    for (int64_t k = 0; k < c; ++k) {
+      const double p = std::exp(static_cast<double>(xr[k]) - m) / sum;
+      dr[k] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * factor);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Kernel entry: argument counts, attributes, oneDNN errors -----------------------------
+
+absl::Status CheckCounts(const std::string& op, const graph::Attrs* attrs, size_t num_inputs,
+                         size_t num_outputs) {
+  const graph::OpSchema* s = graph::FindOp(op);
+  if (s == nullptr) return absl::InternalError(StrCat("op '", op, "' is not in the op set"));
+  const size_t max_in = s->input_names.size();
+  const size_t min_in = max_in - s->num_optional_inputs;
+  const bool inputs_ok =
+      s->variadic_inputs ? num_inputs >= min_in : num_inputs >= min_in && num_inputs <= max_in;
+  const bool outputs_ok =
+      s->variadic_outputs ? num_outputs >= 1 : num_outputs == s->output_names.size();
+  if (!inputs_ok || !outputs_ok) {
+    return absl::InvalidArgumentError(
+        StrCat("op '", op, "': got ", num_inputs, " inputs and ", num_outputs, " outputs"));
+  }
+  if (!s->attrs.empty() && attrs == nullptr) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': no attributes given"));
+  }
+  return absl::OkStatus();
+}
+
+template <ForwardKernel kKernel>
+absl::Status GuardedForward(CpuContext& ctx, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckCounts(args.op, args.attrs, args.inputs.size(), args.outputs.size()));
+  for (size_t i = 0; i < args.inputs.size(); ++i) {
+    RETURN_IF_ERROR(NeedData(args.op, InputName(args.op, i), args.inputs[i]));
+  }
+  for (size_t i = 0; i < args.outputs.size(); ++i) {
+    RETURN_IF_ERROR(NeedData(args.op, OutputName(args.op, i), args.outputs[i]));
+  }
+  try {
+    return kKernel(ctx, args);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(StrCat("op '", args.op, "' forward: oneDNN failed: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        StrCat("op '", args.op, "' forward: out of host memory for a temporary"));
+  }
+}
+
+template <BackwardKernel kKernel>
+absl::Status GuardedBackward(CpuContext& ctx, const BackwardArgs& args) {
+  RETURN_IF_ERROR(CheckCounts(args.op, args.attrs, args.inputs.size(), args.outputs.size()));
+  if (args.input_grads.size() != args.inputs.size() ||
+      args.output_grads.size() != args.outputs.size()) {
+    return absl::InvalidArgumentError(StrCat(
+        "op '", args.op, "' backward: got ", args.input_grads.size(), " input gradients for ",
+        args.inputs.size(), " inputs and ", args.output_grads.size(), " output gradients for ",
+        args.outputs.size(), " outputs"));
+  }
+  try {
+    return kKernel(ctx, args);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(StrCat("op '", args.op, "' backward: oneDNN failed: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        StrCat("op '", args.op, "' backward: out of host memory for a temporary"));
+  }
+}
+
+template <ForwardKernel kForward, BackwardKernel kBackward>
+void Register(KernelTable* table, const char* op) {
+  (*table)[op] = OpKernels{&GuardedForward<kForward>, &GuardedBackward<kBackward>};
+}
+
+// ---- Optimizer steps ----------------------------------------------------------------------
+
+absl::Status CheckUpdate(const UpdateArgs& args, size_t num_state) {
+  const std::string what = StrCat("update '", args.op, "'");
+  RETURN_IF_ERROR(CheckFloat(args.op, "parameter", args.param));
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient", args.grad));
+  RETURN_IF_ERROR(NeedData(args.op, "parameter", args.param));
+  RETURN_IF_ERROR(NeedData(args.op, "gradient", args.grad));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient", args.grad, args.param.num_elements()));
+  if (args.state.size() != num_state) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": got ", args.state.size(), " state tensors, needs ", num_state));
+  }
+  for (size_t i = 0; i < num_state; ++i) {
+    const std::string name = StrCat("state ", i);
+    RETURN_IF_ERROR(CheckFloat(args.op, name, args.state[i]));
+    RETURN_IF_ERROR(NeedData(args.op, name, args.state[i]));
+    RETURN_IF_ERROR(CheckElements(args.op, name, args.state[i], args.param.num_elements()));
+  }
+  if (args.step < 1) {
+    return absl::InvalidArgumentError(StrCat(what, ": step is ", args.step, ", needs >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+// torch.optim.SGD (dampening 0, not Nesterov), in float as its CPU single-tensor path.
+absl::Status SgdMomentumUpdate(const UpdateArgs& args) {
+  RETURN_IF_ERROR(CheckUpdate(args, 1));
+  const float lr = static_cast<float>(args.params.learning_rate);
+  const float momentum = static_cast<float>(args.params.momentum);
+  const float wd = static_cast<float>(args.params.weight_decay);
+  const bool first = args.step == 1;
+  float* p = args.param.f32();
+  const float* grad = args.grad.f32();
+  float* buf = args.state[0].f32();
+  const int64_t n = args.param.num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = wd != 0.f ? grad[i] + wd * p[i] : grad[i];
+    const float b = first ? g : buf[i] * momentum + g;
+    buf[i] = b;
+    p[i] = p[i] + (-lr) * b;
+  }
+  return absl::OkStatus();
+}
+
+// torch.optim.Adam (not AMSGrad), in float as its CPU single-tensor path; the bias
+// corrections in double, as Python computes them.
+absl::Status AdamUpdate(const UpdateArgs& args) {
+  RETURN_IF_ERROR(CheckUpdate(args, 2));
+  const OptimizerParams& o = args.params;
+  const double t = static_cast<double>(args.step);
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+  const float neg_step_size = static_cast<float>(-(o.learning_rate / bias_correction1));
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const float beta1 = static_cast<float>(o.beta1);
+  const float beta2 = static_cast<float>(o.beta2);
+  const float one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+  const float one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+  const float eps = static_cast<float>(o.epsilon);
+  const float wd = static_cast<float>(o.weight_decay);
+  const bool first = args.step == 1;
+  float* p = args.param.f32();
+  const float* grad = args.grad.f32();
+  float* m = args.state[0].f32();
+  float* v = args.state[1].f32();
+  const int64_t n = args.param.num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = wd != 0.f ? grad[i] + wd * p[i] : grad[i];
+    const float m0 = first ? 0.f : m[i];
+    const float v0 = first ? 0.f : v[i];
+    const float mi = m0 * beta1 + one_minus_beta1 * g;
+    const float vi = v0 * beta2 + one_minus_beta2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    p[i] = p[i] + neg_step_size * mi / denom;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterLoopKernels(KernelTable* table) {
+  for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU"}) {
+    Register<EltwiseForward, EltwiseBackward>(table, op);
+  }
+  Register<DropoutForward, DropoutBackward>(table, "Dropout");
+  Register<AddForward, AddBackward>(table, "Add");
+  Register<MulForward, MulBackward>(table, "Mul");
+  Register<LayerNormForward, LayerNormBackward>(table, "LayerNorm");
+  Register<ViewForward, ViewBackward>(table, "Flatten");
+  Register<ViewForward, ViewBackward>(table, "Reshape");
+  Register<TransposeForward, TransposeBackward>(table, "Transpose");
+  Register<ConcatForward, ConcatBackward>(table, "Concat");
+  Register<SplitForward, SplitBackward>(table, "Split");
+  Register<SoftmaxForward, SoftmaxBackward>(table, "Softmax");
+  Register<EmbeddingForward, EmbeddingBackward>(table, "Embedding");
+  Register<CrossEntropyForward, CrossEntropyBackward>(table, "SoftmaxCrossEntropy");
+}
+
+absl::Status RunUpdate(CpuContext&, const UpdateArgs& args) {
+  if (args.op == "SgdMomentumUpdate") return SgdMomentumUpdate(args);
+  if (args.op == "AdamUpdate") return AdamUpdate(args);
+  return absl::UnimplementedError(StrCat("CPU backend: no optimizer step '", args.op, "'"));
+}
+
+absl::Status RunAccumulate(CpuContext&, const TensorView& out, const TensorView& a,
+                           const TensorView& b) {
+  for (const auto& [what, t] :
+       {std::pair<const char*, const TensorView*>{"out", &out}, {"a", &a}, {"b", &b}}) {
+    RETURN_IF_ERROR(CheckFloat("Accumulate", what, *t));
+    RETURN_IF_ERROR(NeedData("Accumulate", what, *t));
+    RETURN_IF_ERROR(CheckElements("Accumulate", what, *t, out.num_elements()));
+  }
+  const float* x = a.f32();
+  const float* y = b.f32();
+  float* z = out.f32();
+  const int64_t n = out.num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+  return absl::OkStatus();
+}
+
+}  // namespace headroom::executor::cpu

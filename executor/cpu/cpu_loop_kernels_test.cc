@@ -1,0 +1,710 @@
+// Tests of the loop kernels (cpu_loop_kernels.cc) against naive references: forward values,
+// in-place aliasing, dropout replay, broadcasting gradients, cross entropy, optimizer steps,
+// and independence from the OpenMP thread count. Gradients of every op against finite
+// differences are in gradient_check_test.cc.
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "executor/cpu/cpu_context.h"
+#include "graph/op_registry.h"
+#include "gtest/gtest.h"
+
+namespace headroom::executor::cpu {
+namespace {
+
+using graph::Shape;
+
+// A tensor owning its bytes, with a view onto them.
+struct Tensor {
+  Shape shape;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  std::vector<uint8_t> bytes;
+
+  Tensor() = default;
+  Tensor(Shape s, proto::DType t = proto::DTYPE_FLOAT32)
+      : shape(std::move(s)), dtype(t), bytes(graph::NumElements(shape) * graph::DTypeSize(t)) {}
+  static Tensor Of(Shape s, const std::vector<float>& values) {
+    Tensor t(std::move(s));
+    EXPECT_EQ(values.size(), t.size());
+    std::memcpy(t.bytes.data(), values.data(), values.size() * sizeof(float));
+    return t;
+  }
+  size_t size() const { return graph::NumElements(shape); }
+  float* f() { return reinterpret_cast<float*>(bytes.data()); }
+  std::vector<float> values() const {
+    std::vector<float> v(size());
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+    return v;
+  }
+  TensorView view() { return TensorView{bytes.data(), shape, dtype}; }
+  // A view with shape and dtype but no data.
+  TensorView absent() const { return TensorView{nullptr, shape, dtype}; }
+};
+
+Tensor Random(Shape s, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  Tensor t(std::move(s));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (size_t i = 0; i < t.size(); ++i) t.f()[i] = dist(rng);
+  return t;
+}
+
+Tensor Ids(Shape s, const std::vector<int64_t>& values, proto::DType dtype) {
+  Tensor t(std::move(s), dtype);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == proto::DTYPE_INT32) {
+      reinterpret_cast<int32_t*>(t.bytes.data())[i] = static_cast<int32_t>(values[i]);
+    } else {
+      reinterpret_cast<int64_t*>(t.bytes.data())[i] = values[i];
+    }
+  }
+  return t;
+}
+
+proto::AttrValue IntAttr(int64_t v) {
+  proto::AttrValue a;
+  a.set_i(v);
+  return a;
+}
+proto::AttrValue FloatAttr(double v) {
+  proto::AttrValue a;
+  a.set_f(v);
+  return a;
+}
+proto::AttrValue BoolAttr(bool v) {
+  proto::AttrValue a;
+  a.set_b(v);
+  return a;
+}
+proto::AttrValue StringAttr(const std::string& v) {
+  proto::AttrValue a;
+  a.set_s(v);
+  return a;
+}
+proto::AttrValue IntsAttr(const std::vector<int64_t>& v) {
+  proto::AttrValue a;
+  a.mutable_ints();
+  for (int64_t x : v) a.mutable_ints()->add_values(x);
+  return a;
+}
+
+// The op's attributes: its schema's defaults with `set` on top.
+graph::Attrs MakeAttrs(const std::string& op, std::map<std::string, proto::AttrValue> set = {}) {
+  const graph::OpSchema* schema = graph::FindOp(op);
+  EXPECT_NE(schema, nullptr) << op;
+  for (const graph::AttrSpec& spec : schema->attrs) {
+    if (set.count(spec.name) == 0 && !spec.required) set[spec.name] = spec.default_value;
+  }
+  return graph::Attrs(std::move(set));
+}
+
+class LoopKernelsTest : public ::testing::Test {
+ protected:
+  LoopKernelsTest() { RegisterLoopKernels(&table_); }
+
+  absl::Status Forward(const std::string& op, const graph::Attrs& attrs,
+                       std::vector<TensorView> inputs, std::vector<TensorView> outputs,
+                       std::vector<TensorView> saved = {}, bool training = true,
+                       uint64_t seed = 0) {
+    ForwardArgs args;
+    args.op = op;
+    args.attrs = &attrs;
+    args.inputs = std::move(inputs);
+    args.outputs = std::move(outputs);
+    args.saved = std::move(saved);
+    args.training = training;
+    args.seed = seed;
+    EXPECT_TRUE(table_.contains(op)) << op;
+    return table_.at(op).forward(ctx_, args);
+  }
+
+  absl::Status Backward(const std::string& op, const graph::Attrs& attrs,
+                        std::vector<TensorView> inputs, std::vector<TensorView> outputs,
+                        std::vector<TensorView> saved, std::vector<TensorView> output_grads,
+                        std::vector<TensorView> input_grads) {
+    BackwardArgs args;
+    args.op = op;
+    args.attrs = &attrs;
+    args.inputs = std::move(inputs);
+    args.outputs = std::move(outputs);
+    args.saved = std::move(saved);
+    args.output_grads = std::move(output_grads);
+    args.input_grads = std::move(input_grads);
+    return table_.at(op).backward(ctx_, args);
+  }
+
+  KernelTable table_;
+  CpuContext ctx_;
+};
+
+void ExpectNear(const std::vector<float>& actual, const std::vector<double>& expected, double tol,
+                const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], tol * (1 + std::fabs(expected[i]))) << what << " at " << i;
+  }
+}
+
+TEST_F(LoopKernelsTest, RegistersEveryNonDnnlOp) {
+  for (const char* op :
+       {"ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU", "Dropout", "Add", "Mul", "LayerNorm", "Flatten",
+        "Reshape", "Transpose", "Concat", "Split", "Softmax", "Embedding", "SoftmaxCrossEntropy"}) {
+    ASSERT_TRUE(table_.contains(op)) << op;
+    EXPECT_NE(table_.at(op).forward, nullptr) << op;
+    EXPECT_NE(table_.at(op).backward, nullptr) << op;
+  }
+}
+
+// ---- Eltwise ------------------------------------------------------------------------------
+
+struct EltwiseCase {
+  std::string op;
+  std::string approximate;  // GELU only.
+  double (*f)(double);
+  double (*df)(double);  // Derivative in x.
+};
+
+double GeluErf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double GeluTanhInner(double x) { return std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x); }
+double GeluTanh(double x) { return 0.5 * x * (1 + std::tanh(GeluTanhInner(x))); }
+
+std::vector<EltwiseCase> EltwiseCases() {
+  return {
+      {"ReLU", "", [](double x) { return x > 0 ? x : 0; },
+       [](double x) { return x > 0 ? 1.0 : 0.0; }},
+      {"ReLU6", "", [](double x) { return std::min(std::max(x, 0.0), 6.0); },
+       [](double x) { return x > 0 && x < 6 ? 1.0 : 0.0; }},
+      {"Sigmoid", "", [](double x) { return 1 / (1 + std::exp(-x)); },
+       [](double x) {
+         const double s = 1 / (1 + std::exp(-x));
+         return s * (1 - s);
+       }},
+      {"Tanh", "", [](double x) { return std::tanh(x); },
+       [](double x) { return 1 - std::tanh(x) * std::tanh(x); }},
+      {"GELU", "none", GeluErf,
+       [](double x) { return (GeluErf(x + 1e-5) - GeluErf(x - 1e-5)) / 2e-5; }},
+      {"GELU", "tanh", GeluTanh,
+       [](double x) { return (GeluTanh(x + 1e-5) - GeluTanh(x - 1e-5)) / 2e-5; }},
+  };
+}
+
+TEST_F(LoopKernelsTest, EltwiseMatchesReferenceAndRunsInPlace) {
+  for (const EltwiseCase& c : EltwiseCases()) {
+    SCOPED_TRACE(c.op + " " + c.approximate);
+    graph::Attrs attrs = c.op == "GELU"
+                             ? MakeAttrs(c.op, {{"approximate", StringAttr(c.approximate)}})
+                             : MakeAttrs(c.op);
+    Tensor x = Random({3, 5, 7}, 1, -8.f, 8.f);
+    Tensor y(x.shape);
+    ASSERT_TRUE(Forward(c.op, attrs, {x.view()}, {y.view()}).ok());
+    std::vector<double> want_y, want_dx;
+    Tensor dy = Random(x.shape, 2);
+    for (size_t i = 0; i < x.size(); ++i) {
+      want_y.push_back(c.f(x.f()[i]));
+      want_dx.push_back(c.df(x.f()[i]) * dy.f()[i]);
+    }
+    ExpectNear(y.values(), want_y, 1e-5, "y");
+
+    // Backward out of place, given only what the gradient rule reads.
+    const bool from_y = c.op != "GELU";
+    Tensor dx(x.shape);
+    ASSERT_TRUE(Backward(c.op, attrs, {from_y ? x.absent() : x.view()},
+                         {from_y ? y.view() : y.absent()}, {}, {dy.view()}, {dx.view()})
+                    .ok());
+    ExpectNear(dx.values(), want_dx, 1e-4, "dx");
+
+    // In place: y over x, then dx over dy; bitwise the same results.
+    Tensor xy = x;
+    ASSERT_TRUE(Forward(c.op, attrs, {xy.view()}, {xy.view()}).ok());
+    EXPECT_EQ(xy.values(), y.values());
+    Tensor g = dy;
+    ASSERT_TRUE(Backward(c.op, attrs, {from_y ? x.absent() : x.view()},
+                         {from_y ? y.view() : y.absent()}, {}, {g.view()}, {g.view()})
+                    .ok());
+    EXPECT_EQ(g.values(), dx.values());
+  }
+}
+
+TEST_F(LoopKernelsTest, EltwiseRejectsFloat16) {
+  Tensor x({4}, proto::DTYPE_FLOAT16);
+  Tensor y({4}, proto::DTYPE_FLOAT16);
+  graph::Attrs attrs = MakeAttrs("ReLU");
+  absl::Status s = Forward("ReLU", attrs, {x.view()}, {y.view()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ReLU"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("float16"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[4]"), std::string::npos) << s;
+}
+
+// ---- Softmax ------------------------------------------------------------------------------
+
+TEST_F(LoopKernelsTest, SoftmaxOverMiddleAxisWithScale) {
+  graph::Attrs attrs = MakeAttrs("Softmax", {{"axis", IntAttr(1)}, {"scale", FloatAttr(0.5)}});
+  Tensor x = Random({2, 4, 3}, 3, -3.f, 3.f);
+  Tensor y(x.shape);
+  ASSERT_TRUE(Forward("Softmax", attrs, {x.view()}, {y.view()}).ok());
+  std::vector<double> want(x.size());
+  for (int n = 0; n < 2; ++n) {
+    for (int k = 0; k < 3; ++k) {
+      double sum = 0;
+      for (int j = 0; j < 4; ++j) sum += std::exp(0.5 * x.f()[n * 12 + j * 3 + k]);
+      for (int j = 0; j < 4; ++j) {
+        want[n * 12 + j * 3 + k] = std::exp(0.5 * x.f()[n * 12 + j * 3 + k]) / sum;
+      }
+    }
+  }
+  ExpectNear(y.values(), want, 1e-6, "y");
+}
+
+TEST_F(LoopKernelsTest, CausalSoftmaxMasksTheFutureAndRunsInPlace) {
+  graph::Attrs attrs = MakeAttrs("Softmax", {{"causal", BoolAttr(true)}, {"scale", FloatAttr(2)}});
+  const int t = 5;
+  Tensor x = Random({2, t, t}, 4, -2.f, 2.f);
+  Tensor y(x.shape);
+  ASSERT_TRUE(Forward("Softmax", attrs, {x.view()}, {y.view()}).ok());
+  std::vector<double> want(x.size(), 0.0);
+  for (int r = 0; r < 2 * t; ++r) {
+    const int i = r % t;
+    double sum = 0;
+    for (int j = 0; j <= i; ++j) sum += std::exp(2.0 * x.f()[r * t + j]);
+    for (int j = 0; j <= i; ++j) want[r * t + j] = std::exp(2.0 * x.f()[r * t + j]) / sum;
+  }
+  ExpectNear(y.values(), want, 1e-6, "y");
+
+  Tensor dy = Random(x.shape, 5);
+  Tensor dx(x.shape);
+  ASSERT_TRUE(
+      Backward("Softmax", attrs, {x.absent()}, {y.view()}, {}, {dy.view()}, {dx.view()}).ok());
+  std::vector<double> want_dx(x.size());
+  for (int r = 0; r < 2 * t; ++r) {
+    double dot = 0;
+    for (int j = 0; j < t; ++j) dot += dy.f()[r * t + j] * y.f()[r * t + j];
+    for (int j = 0; j < t; ++j) {
+      want_dx[r * t + j] = 2.0 * y.f()[r * t + j] * (dy.f()[r * t + j] - dot);
+    }
+  }
+  ExpectNear(dx.values(), want_dx, 1e-5, "dx");
+
+  Tensor xy = x;
+  ASSERT_TRUE(Forward("Softmax", attrs, {xy.view()}, {xy.view()}).ok());
+  EXPECT_EQ(xy.values(), y.values());
+  Tensor g = dy;
+  ASSERT_TRUE(
+      Backward("Softmax", attrs, {x.absent()}, {y.view()}, {}, {g.view()}, {g.view()}).ok());
+  EXPECT_EQ(g.values(), dx.values());
+}
+
+// ---- Dropout ------------------------------------------------------------------------------
+
+TEST_F(LoopKernelsTest, DropoutReplaysItsMaskFromTheSeed) {
+  const double rate = 0.3;
+  graph::Attrs attrs = MakeAttrs("Dropout", {{"rate", FloatAttr(rate)}});
+  Tensor x = Random({200, 500}, 6);
+  auto run = [&](uint64_t seed, int threads, Tensor* y, Tensor* mask) {
+    *y = Tensor(x.shape);
+    *mask = Tensor(x.shape, proto::DTYPE_BOOL);
+    omp_set_num_threads(threads);
+    ASSERT_TRUE(Forward("Dropout", attrs, {x.view()}, {y->view()}, {mask->view()},
+                        /*training=*/true, seed)
+                    .ok());
+  };
+  Tensor y1, m1, y2, m2, y3, m3;
+  run(42, 2, &y1, &m1);
+  run(42, 1, &y2, &m2);
+  run(43, 2, &y3, &m3);
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT_EQ(m1.bytes, m2.bytes) << "same seed, other thread count: other mask";
+  EXPECT_EQ(y1.values(), y2.values());
+  EXPECT_NE(m1.bytes, m3.bytes) << "another seed gave the same mask";
+
+  int64_t kept = 0;
+  const float scale = 1.0f / static_cast<float>(1.0 - rate);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_LE(m1.bytes[i], 1);
+    kept += m1.bytes[i];
+    ASSERT_EQ(y1.f()[i], m1.bytes[i] ? x.f()[i] * scale : 0.f) << i;
+  }
+  const double keep_fraction = static_cast<double>(kept) / x.size();
+  EXPECT_NEAR(keep_fraction, 1 - rate, 0.01);
+
+  // In place over x: the same output.
+  Tensor xy = x;
+  Tensor m4(x.shape, proto::DTYPE_BOOL);
+  ASSERT_TRUE(Forward("Dropout", attrs, {xy.view()}, {xy.view()}, {m4.view()}, true, 42).ok());
+  EXPECT_EQ(xy.values(), y1.values());
+
+  // Backward reads only the mask; in place over dy as well.
+  Tensor dy = Random(x.shape, 7);
+  Tensor g = dy;
+  ASSERT_TRUE(
+      Backward("Dropout", attrs, {x.absent()}, {y1.absent()}, {m1.view()}, {g.view()}, {g.view()})
+          .ok());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(g.f()[i], m1.bytes[i] ? dy.f()[i] * scale : 0.f) << i;
+  }
+
+  // Not training: identity, no mask.
+  Tensor y5(x.shape);
+  ASSERT_TRUE(Forward("Dropout", attrs, {x.view()}, {y5.view()}, {}, /*training=*/false).ok());
+  EXPECT_EQ(y5.values(), x.values());
+}
+
+// ---- Add and Mul --------------------------------------------------------------------------
+
+// Returns the flat index into `in` (right-aligned, broadcast) of flat index i of `out`.
+size_t BroadcastIndex(const Shape& out, const Shape& in, size_t i) {
+  size_t idx = 0, stride = 1;
+  for (int d = static_cast<int>(out.size()) - 1; d >= 0; --d) {
+    const size_t coord = i % out[d];
+    i /= out[d];
+    const int id = d - static_cast<int>(out.size() - in.size());
+    if (id >= 0) {
+      if (in[id] != 1) idx += coord * stride;
+      stride *= in[id];
+    }
+  }
+  return idx;
+}
+
+TEST_F(LoopKernelsTest, BroadcastAddAndMulForwardAndBackward) {
+  struct Case {
+    Shape a, b, out;
+  };
+  for (const Case& c : std::vector<Case>{{{2, 3, 4}, {3, 1}, {2, 3, 4}},
+                                         {{1, 4}, {3, 1}, {3, 4}},
+                                         {{4}, {2, 3, 4}, {2, 3, 4}},
+                                         {{2, 1, 4}, {2, 3, 1}, {2, 3, 4}},
+                                         {{5}, {5}, {5}}}) {
+    for (const std::string op : {"Add", "Mul"}) {
+      SCOPED_TRACE(op + " " + graph::ShapeString(c.a) + " " + graph::ShapeString(c.b));
+      graph::Attrs attrs = MakeAttrs(op);
+      Tensor a = Random(c.a, 8), b = Random(c.b, 9), y(c.out);
+      ASSERT_TRUE(Forward(op, attrs, {a.view(), b.view()}, {y.view()}).ok());
+      Tensor dy = Random(c.out, 10);
+      std::vector<double> want_y(y.size()), want_da(a.size(), 0), want_db(b.size(), 0);
+      for (size_t i = 0; i < y.size(); ++i) {
+        const size_t ia = BroadcastIndex(c.out, c.a, i), ib = BroadcastIndex(c.out, c.b, i);
+        want_y[i] = op == "Add" ? a.f()[ia] + b.f()[ib] : a.f()[ia] * b.f()[ib];
+        want_da[ia] += op == "Add" ? dy.f()[i] : dy.f()[i] * b.f()[ib];
+        want_db[ib] += op == "Add" ? dy.f()[i] : dy.f()[i] * a.f()[ia];
+      }
+      ExpectNear(y.values(), want_y, 1e-6, "y");
+      const bool mul = op == "Mul";
+      Tensor da(c.a), db(c.b);
+      ASSERT_TRUE(Backward(op, attrs, {mul ? a.view() : a.absent(), mul ? b.view() : b.absent()},
+                           {y.absent()}, {}, {dy.view()}, {da.view(), db.view()})
+                      .ok());
+      ExpectNear(da.values(), want_da, 1e-5, "da");
+      ExpectNear(db.values(), want_db, 1e-5, "db");
+
+      // Only one gradient needed: Mul gets only the other input.
+      Tensor db_only(c.b);
+      ASSERT_TRUE(Backward(op, attrs, {mul ? a.view() : a.absent(), b.absent()}, {y.absent()}, {},
+                           {dy.view()}, {a.absent(), db_only.view()})
+                      .ok());
+      EXPECT_EQ(db_only.values(), db.values());
+
+      // In place: the full-size input's gradient over dy.
+      for (int i = 0; i < 2; ++i) {
+        if (graph::NumElements(i == 0 ? c.a : c.b) != graph::NumElements(c.out)) continue;
+        Tensor g = dy;
+        Tensor other(i == 0 ? c.b : c.a);
+        std::vector<TensorView> grads = {g.view(), other.view()};
+        if (i == 1) std::swap(grads[0], grads[1]);
+        ASSERT_TRUE(Backward(op, attrs, {mul ? a.view() : a.absent(), mul ? b.view() : b.absent()},
+                             {y.absent()}, {}, {g.view()}, grads)
+                        .ok());
+        EXPECT_EQ(g.values(), (i == 0 ? da : db).values()) << "in place over dy, input " << i;
+        EXPECT_EQ(other.values(), (i == 0 ? db : da).values()) << "beside in place, input " << i;
+      }
+      // In place forward over a full-size input.
+      if (c.a == c.out) {
+        Tensor ay = a;
+        ASSERT_TRUE(Forward(op, attrs, {ay.view(), b.view()}, {ay.view()}).ok());
+        EXPECT_EQ(ay.values(), y.values());
+      }
+    }
+  }
+}
+
+TEST_F(LoopKernelsTest, ReductionsDoNotDependOnThreadCount) {
+  graph::Attrs add = MakeAttrs("Add");
+  Tensor a = Random({300, 257}, 11), b = Random({257}, 12), y(a.shape);
+  Tensor dy = Random(a.shape, 13);
+  graph::Attrs ln = MakeAttrs("LayerNorm");
+  Tensor w = Random({257}, 14), bias = Random({257}, 15), mean({300}), rstd({300});
+  ASSERT_TRUE(Forward("LayerNorm", ln, {a.view(), w.view(), bias.view()}, {y.view()},
+                      {mean.view(), rstd.view()})
+                  .ok());
+  std::vector<std::vector<float>> results[2];
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    Tensor db(b.shape), dx(a.shape), dw(w.shape), dbias(w.shape);
+    ASSERT_TRUE(Backward("Add", add, {a.absent(), b.absent()}, {y.absent()}, {}, {dy.view()},
+                         {a.absent(), db.view()})
+                    .ok());
+    ASSERT_TRUE(Backward("LayerNorm", ln, {a.view(), w.view(), bias.absent()}, {y.absent()},
+                         {mean.view(), rstd.view()}, {dy.view()},
+                         {dx.view(), dw.view(), dbias.view()})
+                    .ok());
+    results[threads - 1] = {db.values(), dx.values(), dw.values(), dbias.values()};
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT_EQ(results[0], results[1]);
+}
+
+// ---- LayerNorm ----------------------------------------------------------------------------
+
+TEST_F(LoopKernelsTest, LayerNormMatchesReferenceInPlace) {
+  graph::Attrs attrs = MakeAttrs("LayerNorm", {{"epsilon", FloatAttr(1e-3)}});
+  Tensor x = Random({3, 2, 6}, 16, -2.f, 3.f), w = Random({6}, 17), b = Random({6}, 18);
+  Tensor y(x.shape), mean({3, 2}), rstd({3, 2});
+  ASSERT_TRUE(Forward("LayerNorm", attrs, {x.view(), w.view(), b.view()}, {y.view()},
+                      {mean.view(), rstd.view()})
+                  .ok());
+  std::vector<double> want(x.size()), want_mean, want_rstd;
+  for (int r = 0; r < 6; ++r) {
+    double m = 0, v = 0;
+    for (int k = 0; k < 6; ++k) m += x.f()[r * 6 + k] / 6.0;
+    for (int k = 0; k < 6; ++k) v += (x.f()[r * 6 + k] - m) * (x.f()[r * 6 + k] - m) / 6.0;
+    want_mean.push_back(m);
+    want_rstd.push_back(1 / std::sqrt(v + 1e-3));
+    for (int k = 0; k < 6; ++k) {
+      want[r * 6 + k] = (x.f()[r * 6 + k] - m) * want_rstd.back() * w.f()[k] + b.f()[k];
+    }
+  }
+  ExpectNear(y.values(), want, 1e-5, "y");
+  ExpectNear(mean.values(), want_mean, 1e-6, "mean");
+  ExpectNear(rstd.values(), want_rstd, 1e-6, "rstd");
+
+  Tensor xy = x;
+  ASSERT_TRUE(Forward("LayerNorm", attrs, {xy.view(), w.view(), b.view()}, {xy.view()},
+                      {mean.view(), rstd.view()})
+                  .ok());
+  EXPECT_EQ(xy.values(), y.values());
+  Tensor y_eval(x.shape);
+  ASSERT_TRUE(Forward("LayerNorm", attrs, {x.view(), w.view(), b.view()}, {y_eval.view()}, {},
+                      /*training=*/false)
+                  .ok());
+  EXPECT_EQ(y_eval.values(), y.values());
+}
+
+// ---- Views, Transpose, Concat, Split ------------------------------------------------------
+
+TEST_F(LoopKernelsTest, ViewsCopyOnlyWhenNotAliased) {
+  for (const std::string op : {"Flatten", "Reshape"}) {
+    graph::Attrs attrs =
+        op == "Flatten" ? MakeAttrs(op) : MakeAttrs(op, {{"shape", IntsAttr({6, -1})}});
+    Tensor x = Random({2, 3, 4}, 19), y({6, 4});
+    ASSERT_TRUE(Forward(op, attrs, {x.view()}, {y.view()}).ok());
+    EXPECT_EQ(y.values(), x.values());
+    TensorView alias = x.view();
+    alias.shape = {6, 4};
+    const std::vector<float> before = x.values();
+    ASSERT_TRUE(Forward(op, attrs, {x.view()}, {alias}).ok());
+    EXPECT_EQ(x.values(), before);
+    Tensor dx(x.shape);
+    ASSERT_TRUE(Backward(op, attrs, {x.absent()}, {y.absent()}, {}, {y.view()}, {dx.view()}).ok());
+    EXPECT_EQ(dx.values(), y.values());
+  }
+}
+
+TEST_F(LoopKernelsTest, TransposeAndItsBackward) {
+  graph::Attrs attrs = MakeAttrs("Transpose", {{"perm", IntsAttr({2, 0, 1})}});
+  Tensor x = Random({2, 3, 4}, 20), y({4, 2, 3});
+  ASSERT_TRUE(Forward("Transpose", attrs, {x.view()}, {y.view()}).ok());
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 4; ++k) {
+        ASSERT_EQ(y.f()[k * 6 + i * 3 + j], x.f()[i * 12 + j * 4 + k]);
+      }
+    }
+  }
+  Tensor dx(x.shape);
+  ASSERT_TRUE(
+      Backward("Transpose", attrs, {x.absent()}, {y.absent()}, {}, {y.view()}, {dx.view()}).ok());
+  EXPECT_EQ(dx.values(), x.values());
+}
+
+TEST_F(LoopKernelsTest, ConcatAndSplitRoundTrip) {
+  Tensor a = Random({2, 1, 3}, 21), b = Random({2, 2, 3}, 22), y({2, 3, 3});
+  graph::Attrs concat = MakeAttrs("Concat", {{"axis", IntAttr(-2)}});
+  ASSERT_TRUE(Forward("Concat", concat, {a.view(), b.view()}, {y.view()}).ok());
+  for (int n = 0; n < 2; ++n) {
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(y.f()[n * 9 + k], a.f()[n * 3 + k]);
+      for (int j = 0; j < 2; ++j)
+        ASSERT_EQ(y.f()[n * 9 + (1 + j) * 3 + k], b.f()[n * 6 + j * 3 + k]);
+    }
+  }
+  graph::Attrs split = MakeAttrs("Split", {{"axis", IntAttr(1)}, {"sizes", IntsAttr({1, 2})}});
+  Tensor s0(a.shape), s1(b.shape);
+  ASSERT_TRUE(Forward("Split", split, {y.view()}, {s0.view(), s1.view()}).ok());
+  EXPECT_EQ(s0.values(), a.values());
+  EXPECT_EQ(s1.values(), b.values());
+
+  // Concat backward slices dy; Split backward joins them, zeros where a gradient is absent.
+  Tensor da(a.shape), db(b.shape);
+  ASSERT_TRUE(Backward("Concat", concat, {a.absent(), b.absent()}, {y.absent()}, {}, {y.view()},
+                       {da.view(), db.view()})
+                  .ok());
+  EXPECT_EQ(da.values(), a.values());
+  EXPECT_EQ(db.values(), b.values());
+  Tensor dx = Random(y.shape, 23);
+  ASSERT_TRUE(Backward("Split", split, {y.absent()}, {s0.absent(), s1.absent()}, {},
+                       {a.absent(), b.view()}, {dx.view()})
+                  .ok());
+  for (int n = 0; n < 2; ++n) {
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_EQ(dx.f()[n * 9 + k], 0.f);
+      for (int j = 0; j < 2; ++j)
+        ASSERT_EQ(dx.f()[n * 9 + (1 + j) * 3 + k], b.f()[n * 6 + j * 3 + k]);
+    }
+  }
+}
+
+// ---- Embedding ----------------------------------------------------------------------------
+
+TEST_F(LoopKernelsTest, EmbeddingGathersAndScatterAdds) {
+  for (proto::DType dtype : {proto::DTYPE_INT32, proto::DTYPE_INT64}) {
+    graph::Attrs attrs = MakeAttrs("Embedding");
+    Tensor ids = Ids({2, 2}, {3, 0, 3, 1}, dtype);
+    Tensor table = Random({4, 5}, 24), y({2, 2, 5});
+    ASSERT_TRUE(Forward("Embedding", attrs, {ids.view(), table.view()}, {y.view()}).ok());
+    const int rows[4] = {3, 0, 3, 1};
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 5; ++k) ASSERT_EQ(y.f()[i * 5 + k], table.f()[rows[i] * 5 + k]);
+    }
+    Tensor dy = Random(y.shape, 25), dtable = Random(table.shape, 26);  // Overwritten.
+    ASSERT_TRUE(Backward("Embedding", attrs, {ids.view(), table.absent()}, {y.absent()}, {},
+                         {dy.view()}, {ids.absent(), dtable.view()})
+                    .ok());
+    std::vector<double> want(table.size(), 0.0);
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 5; ++k) want[rows[i] * 5 + k] += dy.f()[i * 5 + k];
+    }
+    ExpectNear(dtable.values(), want, 1e-6, "dtable");
+
+    Tensor bad = Ids({2}, {1, 4}, dtype);
+    Tensor y2({2, 5});
+    absl::Status s = Forward("Embedding", attrs, {bad.view(), table.view()}, {y2.view()});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("'ids'"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("4"), std::string::npos) << s;
+  }
+}
+
+// ---- SoftmaxCrossEntropy ------------------------------------------------------------------
+
+TEST_F(LoopKernelsTest, CrossEntropyByHand) {
+  graph::Attrs attrs = MakeAttrs("SoftmaxCrossEntropy");
+  // Row 0: logits [1, 2, 3], label 2; row 1: logits [0, 0, 0], label 0.
+  Tensor logits = Tensor::Of({2, 3}, {1, 2, 3, 0, 0, 0});
+  Tensor labels = Ids({2}, {2, 0}, proto::DTYPE_INT64);
+  Tensor loss(Shape{});
+  ASSERT_TRUE(
+      Forward("SoftmaxCrossEntropy", attrs, {logits.view(), labels.view()}, {loss.view()}).ok());
+  const double lse0 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const double row0 = lse0 - 3, row1 = std::log(3.0);
+  EXPECT_NEAR(loss.f()[0], (row0 + row1) / 2, 1e-6);
+
+  Tensor dloss = Tensor::Of({}, {2.0f});
+  Tensor dlogits(logits.shape);
+  ASSERT_TRUE(Backward("SoftmaxCrossEntropy", attrs, {logits.view(), labels.view()},
+                       {loss.absent()}, {}, {dloss.view()}, {dlogits.view(), labels.absent()})
+                  .ok());
+  std::vector<double> want;
+  for (int k = 0; k < 3; ++k) want.push_back((std::exp(1.0 + k - lse0) - (k == 2)) * 2 / 2);
+  for (int k = 0; k < 3; ++k) want.push_back((1.0 / 3 - (k == 0)) * 2 / 2);
+  ExpectNear(dlogits.values(), want, 1e-6, "dlogits");
+
+  Tensor bad = Ids({2}, {2, 3}, proto::DTYPE_INT32);
+  absl::Status s =
+      Forward("SoftmaxCrossEntropy", attrs, {logits.view(), bad.view()}, {loss.view()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'labels'"), std::string::npos) << s;
+}
+
+// ---- Optimizer steps and Accumulate -------------------------------------------------------
+
+TEST_F(LoopKernelsTest, SgdMomentumTwoSteps) {
+  Tensor p = Tensor::Of({2}, {1.0f, -2.0f}), buf = Tensor::Of({2}, {99.f, 99.f});  // Garbage.
+  const float g1[2] = {0.5f, 0.25f}, g2[2] = {-1.0f, 2.0f};
+  UpdateArgs args;
+  args.op = "SgdMomentumUpdate";
+  args.params.learning_rate = 0.1;
+  args.params.momentum = 0.9;
+  args.params.weight_decay = 0.01;
+  double pw[2] = {1.0, -2.0}, bw[2];
+  for (int step = 1; step <= 2; ++step) {
+    Tensor g = Tensor::Of({2}, {step == 1 ? g1[0] : g2[0], step == 1 ? g1[1] : g2[1]});
+    args.param = p.view();
+    args.grad = g.view();
+    args.state = {buf.view()};
+    args.step = step;
+    ASSERT_TRUE(RunUpdate(ctx_, args).ok());
+    for (int i = 0; i < 2; ++i) {
+      const double gi = g.f()[i] + 0.01 * pw[i];
+      bw[i] = step == 1 ? gi : 0.9 * bw[i] + gi;
+      pw[i] -= 0.1 * bw[i];
+      EXPECT_NEAR(p.f()[i], pw[i], 1e-6) << "step " << step;
+      EXPECT_NEAR(buf.f()[i], bw[i], 1e-6) << "step " << step;
+    }
+  }
+}
+
+TEST_F(LoopKernelsTest, AdamTwoSteps) {
+  Tensor p = Tensor::Of({2}, {1.0f, -2.0f});
+  Tensor m = Tensor::Of({2}, {7.f, 7.f}), v = Tensor::Of({2}, {7.f, 7.f});  // Garbage.
+  UpdateArgs args;
+  args.op = "AdamUpdate";
+  args.params.learning_rate = 0.01;
+  args.params.weight_decay = 0.1;
+  double pw[2] = {1.0, -2.0}, mw[2] = {0, 0}, vw[2] = {0, 0};
+  const float grads[2][2] = {{0.5f, -0.25f}, {-1.0f, 2.0f}};
+  for (int step = 1; step <= 2; ++step) {
+    Tensor g = Tensor::Of({2}, {grads[step - 1][0], grads[step - 1][1]});
+    args.param = p.view();
+    args.grad = g.view();
+    args.state = {m.view(), v.view()};
+    args.step = step;
+    ASSERT_TRUE(RunUpdate(ctx_, args).ok());
+    for (int i = 0; i < 2; ++i) {
+      const double gi = g.f()[i] + 0.1 * pw[i];
+      mw[i] = 0.9 * mw[i] + 0.1 * gi;
+      vw[i] = 0.999 * vw[i] + 0.001 * gi * gi;
+      const double mhat = mw[i] / (1 - std::pow(0.9, step));
+      const double vhat = vw[i] / (1 - std::pow(0.999, step));
+      pw[i] -= 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+      EXPECT_NEAR(p.f()[i], pw[i], 1e-6) << "step " << step;
+      EXPECT_NEAR(m.f()[i], mw[i], 1e-6) << "step " << step;
+      EXPECT_NEAR(v.f()[i], vw[i], 1e-7) << "step " << step;
+    }
+  }
+  args.op = "Lion";
+  EXPECT_EQ(RunUpdate(ctx_, args).code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(LoopKernelsTest, AccumulateInPlace) {
+  Tensor a = Random({100}, 27), b = Random({100}, 28), out({100});
+  ASSERT_TRUE(RunAccumulate(ctx_, out.view(), a.view(), b.view()).ok());
+  Tensor a2 = a, b2 = b;
+  ASSERT_TRUE(RunAccumulate(ctx_, a2.view(), a2.view(), b.view()).ok());
+  ASSERT_TRUE(RunAccumulate(ctx_, b2.view(), a.view(), b2.view()).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(out.f()[i], a.f()[i] + b.f()[i]);
+  EXPECT_EQ(a2.values(), out.values());
+  EXPECT_EQ(b2.values(), out.values());
+  Tensor small({99});
+  EXPECT_EQ(RunAccumulate(ctx_, small.view(), a.view(), b.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headroom::executor::cpu

@@ -1,0 +1,573 @@
+#include "executor/executor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "graph/shape.h"
+#include "planner/gradient_rules.h"
+#include "util/check.h"
+#include "util/status_macros.h"
+
+namespace headroom::executor {
+namespace {
+
+using planner::NodeId;
+using planner::NodeKind;
+using planner::TensorId;
+using planner::TrainingGraph;
+using planner::TrainingNode;
+
+constexpr uint64_t kNoOffset = ~uint64_t{0};
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+bool Supported(proto::DType dtype) {
+  return dtype == proto::DTYPE_FLOAT32 || dtype == proto::DTYPE_INT32 ||
+         dtype == proto::DTYPE_INT64 || dtype == proto::DTYPE_BOOL;
+}
+
+}  // namespace
+
+// Everything decided once in Create(): where each buffer lives and when, each node's
+// arguments, where each copy goes; plus the copies in flight while a step runs.
+struct Executor::Prepared {
+  struct BufferInfo {
+    std::string name;  // Of its first tensor.
+    uint64_t offset = 0;
+    uint64_t bytes = 0;  // Aligned, as the plan reserves.
+    int32_t first_step = 0;
+    int32_t last_step = 0;
+    bool persistent = false;
+  };
+  std::vector<int32_t> buffer_of;  // By tensor.
+  std::vector<BufferInfo> buffers;
+  std::vector<std::vector<int32_t>> allocate_at, free_at;  // By step: buffers.
+
+  // By step: the arguments of the node run there (only the one its kind uses).
+  std::vector<ForwardArgs> forward;
+  std::vector<BackwardArgs> backward;
+  std::vector<UpdateArgs> update;
+
+  // Offload: each offloaded tensor's place in the host pool; copies to host issued after
+  // each step (index s + 1; index 0 is before the first step); each prefetch node's source.
+  std::vector<uint64_t> host_offset;
+  std::vector<std::vector<TensorId>> copy_out_after;
+  absl::flat_hash_map<NodeId, TensorId> prefetch_source;
+  uint64_t host_pool_bytes = 0;
+
+  // The step's input and label tensors.
+  std::vector<TensorId> batch_tensors;
+
+  // In flight during a step.
+  absl::flat_hash_map<TensorId, std::unique_ptr<Event>> copy_out_events;  // By original.
+  absl::flat_hash_map<TensorId, std::unique_ptr<Event>> prefetch_events;  // By device copy.
+};
+
+Executor::Executor(const graph::Graph& forward,
+                   std::shared_ptr<const planner::SectionedStep> step,
+                   std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
+                   const ExecutorOptions& options)
+    : forward_(forward),
+      step_(std::move(step)),
+      memory_(std::move(memory)),
+      backend_(backend),
+      options_(options),
+      prepared_(std::make_unique<Prepared>()) {}
+
+Executor::~Executor() {
+  if (backend_ != nullptr) backend_->Synchronize().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
+    std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
+    const std::vector<HostTensor>& initial_state, const ExecutorOptions& options) {
+  CHECK(step != nullptr && memory != nullptr && backend != nullptr);
+  if (memory->tensors.size() != step->graph.tensors().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: the memory plan has ", memory->tensors.size(),
+                     " tensors but the step has ", step->graph.tensors().size()));
+  }
+  std::unique_ptr<Executor> e(
+      new Executor(forward, std::move(step), std::move(memory), backend, options));
+  // Decide everything before allocating anything.
+  RETURN_IF_ERROR(e->Prepare());
+  ASSIGN_OR_RETURN(std::unique_ptr<Buffer> arena,
+                   backend->AllocateDevice(e->memory_->arena_bytes));
+  e->arena_ = std::make_unique<DeviceArena>(std::move(arena));
+  if (e->prepared_->host_pool_bytes > 0) {
+    ASSIGN_OR_RETURN(e->host_pool_, backend->AllocateHost(e->prepared_->host_pool_bytes));
+  }
+  RETURN_IF_ERROR(e->PlaceState(initial_state));
+  return e;
+}
+
+TensorView Executor::View(TensorId t) const {
+  const planner::TrainingTensor& tensor = step_->graph.tensor(t);
+  TensorView v;
+  v.shape = tensor.shape;
+  v.dtype = tensor.dtype;
+  // Before the arena exists (in Prepare) a view holds its offset plus one, so that offset
+  // 0 is not taken for an absent tensor; PlaceState rebases it to an address.
+  v.data = reinterpret_cast<void*>(static_cast<uintptr_t>(memory_->tensors[t].offset + 1));
+  return v;
+}
+
+absl::Status Executor::Prepare() {
+  const TrainingGraph& g = step_->graph;
+  const planner::MemoryPlan& plan = *memory_;
+  Prepared& p = *prepared_;
+  const int32_t num_steps = static_cast<int32_t>(g.nodes().size());
+  const uint64_t align = std::max<uint64_t>(plan.alignment_bytes, 1);
+
+  // 1. Buffers: the tensors that share bytes, alive from the first one's first step to the
+  //    last one's last step.
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    if (!Supported(tensor.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("executor: tensor '", tensor.name,
+                                                     "' has dtype ",
+                                                     graph::DTypeName(tensor.dtype),
+                                                     "; the executor takes float32, int32, "
+                                                     "int64 and bool"));
+    }
+  }
+  absl::flat_hash_map<int32_t, int32_t> index_of_buffer;
+  p.buffer_of.assign(g.tensors().size(), -1);
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
+    const planner::PlannedTensor& pt = plan.tensors[t];
+    auto [it, added] =
+        index_of_buffer.emplace(pt.buffer, static_cast<int32_t>(p.buffers.size()));
+    if (added) {
+      Prepared::BufferInfo b;
+      b.name = pt.name;
+      b.offset = pt.offset;
+      b.first_step = pt.lifetime.first_step;
+      b.last_step = pt.lifetime.last_step;
+      p.buffers.push_back(b);
+    }
+    Prepared::BufferInfo& b = p.buffers[it->second];
+    if (pt.offset != b.offset) {
+      return absl::InternalError(absl::StrCat("executor: '", pt.name,
+                                              "' shares a buffer with '", b.name,
+                                              "' at another offset"));
+    }
+    b.bytes = std::max(b.bytes, (pt.bytes + align - 1) / align * align);
+    b.first_step = std::min(b.first_step, pt.lifetime.first_step);
+    b.last_step = std::max(b.last_step, pt.lifetime.last_step);
+    b.persistent = b.persistent || g.tensor(t).persistent();
+    p.buffer_of[t] = it->second;
+  }
+  p.allocate_at.assign(num_steps, {});
+  p.free_at.assign(num_steps, {});
+  for (int32_t b = 0; b < static_cast<int32_t>(p.buffers.size()); ++b) {
+    if (p.buffers[b].persistent) continue;
+    p.allocate_at[std::clamp(p.buffers[b].first_step, 0, num_steps - 1)].push_back(b);
+    p.free_at[std::clamp(p.buffers[b].last_step, 0, num_steps - 1)].push_back(b);
+  }
+  for (TensorId t = 0; t < g.num_forward_tensors(); ++t) {
+    const proto::TensorRole role = g.tensor(t).role;
+    if (role == proto::ROLE_INPUT || role == proto::ROLE_LABEL) p.batch_tensors.push_back(t);
+  }
+
+  // 2. Copies: a host slot per offloaded tensor, when each copy out is issued, and where
+  //    each prefetch reads from.
+  p.host_offset.assign(g.tensors().size(), kNoOffset);
+  p.copy_out_after.assign(num_steps + 1, {});
+  for (const planner::SectionInfo& section : step_->sections) {
+    for (const planner::CachedInput& c : section.boundary) {
+      if (!c.offloaded) continue;
+      p.host_offset[c.tensor] = p.host_pool_bytes;
+      p.host_pool_bytes += (c.bytes + align - 1) / align * align;
+      p.copy_out_after[c.copy_out_after_step + 1].push_back(c.tensor);
+      p.prefetch_source[c.prefetch_step] = c.tensor;
+    }
+  }
+
+  // 3. Each node's arguments, as offsets (rebased once the arena exists). A backward node
+  //    reads its forward node's saved state; node ids are schedule steps, so find the step
+  //    of each forward node.
+  std::vector<NodeId> forward_step(forward_.nodes().size(), planner::kNone);
+  for (NodeId n = 0; n < num_steps; ++n) {
+    const TrainingNode& node = g.node(step_->schedule.order[n]);
+    if (node.kind == NodeKind::kForward) forward_step[node.forward_node] = step_->schedule.order[n];
+  }
+  p.forward.resize(num_steps);
+  p.backward.resize(num_steps);
+  p.update.resize(num_steps);
+  for (NodeId n = 0; n < num_steps; ++n) {
+    const TrainingNode& node = g.node(step_->schedule.order[n]);
+    switch (node.kind) {
+      case NodeKind::kForward:
+      case NodeKind::kRecompute: {
+        const graph::Node& fn = forward_.node(node.forward_node);
+        ForwardArgs& args = p.forward[n];
+        args.op = fn.op->name;
+        args.attrs = &fn.attrs;
+        args.training = !g.inference();
+        for (TensorId t : node.inputs) args.inputs.push_back(View(t));
+        for (size_t o = 0; o < node.outputs.size(); ++o) {
+          (o < fn.outputs.size() ? args.outputs : args.saved).push_back(View(node.outputs[o]));
+        }
+        for (TensorId t : node.updates) args.running.push_back(View(t));
+        break;
+      }
+      case NodeKind::kBackward: {
+        const graph::Node& fn = forward_.node(node.forward_node);
+        const planner::GradientRule* rule = planner::FindGradientRule(fn.op->name);
+        CHECK(rule != nullptr);
+        if (forward_step[node.forward_node] == planner::kNone) {
+          return absl::InternalError(absl::StrCat("executor: backward of '", fn.name,
+                                                  "' has no forward node in the step"));
+        }
+        const TrainingNode& fwd_node = g.node(forward_step[node.forward_node]);
+        BackwardArgs& args = p.backward[n];
+        args.op = fn.op->name;
+        args.attrs = &fn.attrs;
+        for (graph::TensorId t : fn.inputs) {
+          args.inputs.push_back({nullptr, forward_.tensor(t).shape, forward_.tensor(t).dtype});
+        }
+        for (graph::TensorId t : fn.outputs) {
+          args.outputs.push_back({nullptr, forward_.tensor(t).shape, forward_.tensor(t).dtype});
+        }
+        for (size_t o = fn.outputs.size(); o < fwd_node.outputs.size(); ++o) {
+          const planner::TrainingTensor& s = g.tensor(fwd_node.outputs[o]);
+          args.saved.push_back({nullptr, s.shape, s.dtype});
+        }
+        // Inputs of the backward node: the output gradients that flow, then the forward
+        // tensors the rule reads, each once (training_graph.cc builds them in this order).
+        size_t pos = 0;
+        for (graph::TensorId t : fn.outputs) {
+          args.output_grads.push_back({nullptr, forward_.tensor(t).shape,
+                                       forward_.tensor(t).dtype});
+          if (g.final_gradient_of(t) != planner::kNone) {
+            args.output_grads.back().data = View(node.inputs[pos++]).data;
+          }
+        }
+        // Input gradients: the backward node's outputs, by the forward tensor they are of.
+        std::vector<TensorId> grad_of_input(fn.inputs.size(), planner::kNone);
+        for (size_t i = 0; i < fn.inputs.size(); ++i) {
+          for (TensorId out : node.outputs) {
+            if (g.tensor(out).forward_tensor != fn.inputs[i]) continue;
+            if (std::count(fn.inputs.begin(), fn.inputs.end(), fn.inputs[i]) > 1) {
+              return absl::UnimplementedError(absl::StrCat(
+                  "executor: node '", fn.name, "' (", fn.op->name, ") reads '",
+                  forward_.tensor(fn.inputs[i]).name,
+                  "' twice; its gradient would need summing, which the executor lacks"));
+            }
+            grad_of_input[i] = out;
+          }
+        }
+        for (size_t i = 0; i < fn.inputs.size(); ++i) {
+          args.input_grads.push_back({nullptr, forward_.tensor(fn.inputs[i]).shape,
+                                      forward_.tensor(fn.inputs[i]).dtype});
+          if (grad_of_input[i] != planner::kNone) {
+            args.input_grads.back().data = View(grad_of_input[i]).data;
+          }
+        }
+        std::vector<TensorId> seen;
+        for (const planner::GradientRead& read : rule->reads) {
+          if (read.only_if_input_needs_grad >= 0 &&
+              grad_of_input[read.only_if_input_needs_grad] == planner::kNone) {
+            continue;
+          }
+          TensorView* slot = nullptr;
+          TensorId original = planner::kNone;
+          switch (read.tensor.kind) {
+            case planner::TensorRef::Kind::kInput:
+              slot = &args.inputs[read.tensor.index];
+              original = fn.inputs[read.tensor.index];
+              break;
+            case planner::TensorRef::Kind::kOutput:
+              slot = &args.outputs[read.tensor.index];
+              original = fn.outputs[read.tensor.index];
+              break;
+            case planner::TensorRef::Kind::kSaved:
+              slot = &args.saved[read.tensor.index];
+              original = fwd_node.outputs[fn.outputs.size() + read.tensor.index];
+              break;
+          }
+          auto it = std::find(seen.begin(), seen.end(), original);
+          const size_t at = pos + (it - seen.begin());
+          if (it == seen.end()) seen.push_back(original);
+          if (at >= node.inputs.size()) {
+            return absl::InternalError(absl::StrCat("executor: backward of '", fn.name,
+                                                    "' has fewer inputs than its rule reads"));
+          }
+          slot->data = View(node.inputs[at]).data;
+        }
+        break;
+      }
+      case NodeKind::kUpdate: {
+        UpdateArgs& args = p.update[n];
+        args.op = node.op;
+        args.grad = View(node.inputs[0]);
+        args.param = View(node.updates[0]);
+        for (size_t i = 1; i < node.updates.size(); ++i) {
+          args.state.push_back(View(node.updates[i]));
+        }
+        args.params = options_.optimizer;
+        break;
+      }
+      case NodeKind::kPrefetch:
+        if (!p.prefetch_source.contains(n)) {
+          return absl::InternalError(absl::StrCat("executor: prefetch node '", node.name,
+                                                  "' has no offloaded source"));
+        }
+        break;
+      case NodeKind::kLossSeed:
+      case NodeKind::kAccumulate:
+      case NodeKind::kOffload:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::PlaceState(const std::vector<HostTensor>& initial_state) {
+  Prepared& p = *prepared_;
+  const TrainingGraph& g = step_->graph;
+  // Rebase every prepared view from an offset to an address in the arena.
+  auto rebase = [&](TensorView& v) {
+    if (v.data != nullptr) v.data = arena_->At(reinterpret_cast<uintptr_t>(v.data) - 1);
+  };
+  auto rebase_all = [&](std::vector<TensorView>& views) {
+    for (TensorView& v : views) rebase(v);
+  };
+  for (NodeId n = 0; n < static_cast<NodeId>(g.nodes().size()); ++n) {
+    switch (g.node(step_->schedule.order[n]).kind) {
+      case NodeKind::kForward:
+      case NodeKind::kRecompute:
+        rebase_all(p.forward[n].inputs);
+        rebase_all(p.forward[n].outputs);
+        rebase_all(p.forward[n].saved);
+        rebase_all(p.forward[n].running);
+        break;
+      case NodeKind::kBackward: {
+        BackwardArgs& a = p.backward[n];
+        for (auto* views : {&a.inputs, &a.outputs, &a.saved, &a.output_grads, &a.input_grads}) {
+          rebase_all(*views);
+        }
+        break;
+      }
+      case NodeKind::kUpdate:
+        rebase(p.update[n].param);
+        rebase(p.update[n].grad);
+        rebase_all(p.update[n].state);
+        break;
+      default:
+        break;
+    }
+  }
+  // Allocate persistent buffers for good, and write the initial state.
+  for (int32_t b = 0; b < static_cast<int32_t>(p.buffers.size()); ++b) {
+    const Prepared::BufferInfo& info = p.buffers[b];
+    if (!info.persistent) continue;
+    RETURN_IF_ERROR(arena_->Allocate(b, info.offset, info.bytes, info.name).status());
+  }
+  absl::flat_hash_map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : initial_state) by_name[t.name] = &t;
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    if (!tensor.persistent()) continue;
+    void* dst = arena_->At(memory_->tensors[t].offset);
+    if (tensor.role == proto::ROLE_OPTIMIZER_STATE) {
+      std::vector<uint8_t> zeros(tensor.bytes, 0);
+      RETURN_IF_ERROR(backend_->Upload(dst, zeros.data(), tensor.bytes));
+      continue;
+    }
+    auto it = by_name.find(tensor.name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: no initial value for '", tensor.name, "'"));
+    }
+    const HostTensor& value = *it->second;
+    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
+        value.bytes.size() != tensor.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: initial value of '", tensor.name, "' is ", graph::ShapeString(value.shape),
+          " ", graph::DTypeName(value.dtype), "; the graph has ",
+          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
+    }
+    RETURN_IF_ERROR(backend_->Upload(dst, value.bytes.data(), tensor.bytes));
+  }
+  arena_->ResetPeaks();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batch) {
+  const auto start = std::chrono::steady_clock::now();
+  Prepared& p = *prepared_;
+  const TrainingGraph& g = step_->graph;
+  const int32_t num_steps = static_cast<int32_t>(g.nodes().size());
+  StepResult result;
+  result.step = steps_run_;
+  const uint64_t high_water_before = arena_->high_water_bytes();
+  arena_->ResetPeaks();
+
+  absl::flat_hash_map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : batch) by_name[t.name] = &t;
+  for (int32_t s = 0; s < num_steps; ++s) {
+    for (int32_t b : p.allocate_at[s]) {
+      const Prepared::BufferInfo& info = p.buffers[b];
+      RETURN_IF_ERROR(arena_->Allocate(b, info.offset, info.bytes, info.name).status());
+    }
+    if (s == 0) {
+      // The batch exists before the first node runs.
+      for (TensorId t : p.batch_tensors) {
+        const planner::TrainingTensor& tensor = g.tensor(t);
+        auto it = by_name.find(tensor.name);
+        if (it == by_name.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("executor: the batch has no '", tensor.name, "'"));
+        }
+        if (it->second->shape != tensor.shape || it->second->dtype != tensor.dtype ||
+            it->second->bytes.size() != tensor.bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "executor: batch tensor '", tensor.name, "' is ",
+              graph::ShapeString(it->second->shape), " ", graph::DTypeName(it->second->dtype),
+              "; the graph has ", graph::ShapeString(tensor.shape), " ",
+              graph::DTypeName(tensor.dtype)));
+        }
+        RETURN_IF_ERROR(backend_->Upload(arena_->At(memory_->tensors[t].offset),
+                                         it->second->bytes.data(), tensor.bytes));
+      }
+      RETURN_IF_ERROR(IssueCopiesOut(0, &result));
+    }
+    RETURN_IF_ERROR(RunNode(s, &result));
+    RETURN_IF_ERROR(IssueCopiesOut(s + 1, &result));
+    for (int32_t b : p.free_at[s]) RETURN_IF_ERROR(arena_->Free(b));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  if (!p.copy_out_events.empty() || !p.prefetch_events.empty()) {
+    return absl::InternalError("executor: copies left unawaited at the end of the step");
+  }
+  // The loss's bytes are intact: nothing runs after the last node.
+  float loss = 0;
+  RETURN_IF_ERROR(backend_->Download(&loss, arena_->At(memory_->tensors[g.loss()].offset),
+                                     sizeof(float)));
+  result.loss = loss;
+  result.peak_live_bytes = arena_->peak_live_bytes();
+  run_high_water_bytes_ =
+      std::max({run_high_water_bytes_, high_water_before, arena_->high_water_bytes()});
+  result.arena_high_water_bytes = run_high_water_bytes_;
+  ++steps_run_;
+  result.seconds = Seconds(start);
+  return result;
+}
+
+absl::Status Executor::IssueCopiesOut(int32_t index, StepResult* result) {
+  Prepared& p = *prepared_;
+  for (TensorId t : p.copy_out_after[index]) {
+    const uint64_t bytes = step_->graph.tensor(t).bytes;
+    void* host = static_cast<char*>(host_pool_->data()) + p.host_offset[t];
+    ASSIGN_OR_RETURN(p.copy_out_events[t],
+                     backend_->CopyAsync(CopyDirection::kToHost, host,
+                                         arena_->At(memory_->tensors[t].offset), bytes));
+    result->offloaded_bytes += bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::RunNode(int32_t s, StepResult* result) {
+  Prepared& p = *prepared_;
+  const TrainingGraph& g = step_->graph;
+  const TrainingNode& node = g.node(step_->schedule.order[s]);
+  // A prefetched copy is awaited where it is first read.
+  for (TensorId t : node.inputs) {
+    auto it = p.prefetch_events.find(t);
+    if (it == p.prefetch_events.end()) continue;
+    const auto wait_start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(backend_->ComputeWaits(*it->second));
+    result->copy_wait_seconds += Seconds(wait_start);
+    p.prefetch_events.erase(it);
+  }
+  auto view = [&](TensorId t) {
+    TensorView v = View(t);
+    v.data = arena_->At(memory_->tensors[t].offset);
+    return v;
+  };
+  absl::Status status;
+  switch (node.kind) {
+    case NodeKind::kForward:
+    case NodeKind::kRecompute: {
+      ForwardArgs& args = p.forward[s];
+      // The same seed in the forward and the re-forward: dropout replays its mask.
+      args.seed = SplitMix64(options_.seed ^
+                             SplitMix64(static_cast<uint64_t>(steps_run_) * 1000003u +
+                                        static_cast<uint64_t>(node.forward_node)));
+      status = backend_->Forward(args);
+      break;
+    }
+    case NodeKind::kLossSeed:
+      status = backend_->Fill(view(node.outputs[0]), 1.0f);
+      break;
+    case NodeKind::kBackward:
+      status = backend_->Backward(p.backward[s]);
+      break;
+    case NodeKind::kAccumulate:
+      status = backend_->Accumulate(view(node.outputs[0]), view(node.inputs[0]),
+                                    view(node.inputs[1]));
+      break;
+    case NodeKind::kUpdate:
+      p.update[s].step = steps_run_ + 1;
+      status = backend_->Update(p.update[s]);
+      break;
+    case NodeKind::kOffload: {
+      const TensorId t = node.inputs[0];
+      auto it = p.copy_out_events.find(t);
+      if (it == p.copy_out_events.end()) {
+        return absl::InternalError(absl::StrCat("executor: offload of '", g.tensor(t).name,
+                                                "' before its copy was issued"));
+      }
+      const auto wait_start = std::chrono::steady_clock::now();
+      status = it->second->Wait();
+      result->copy_wait_seconds += Seconds(wait_start);
+      p.copy_out_events.erase(it);
+      break;
+    }
+    case NodeKind::kPrefetch: {
+      const TensorId source = p.prefetch_source.at(s);
+      const TensorId copy = node.outputs[0];
+      void* host = static_cast<char*>(host_pool_->data()) + p.host_offset[source];
+      ASSIGN_OR_RETURN(p.prefetch_events[copy],
+                       backend_->CopyAsync(CopyDirection::kToDevice,
+                                           arena_->At(memory_->tensors[copy].offset), host,
+                                           g.tensor(copy).bytes));
+      break;
+    }
+  }
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("node '", node.name, "' (", node.op, "): ",
+                                     status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<HostTensor>> Executor::ReadState() const {
+  RETURN_IF_ERROR(backend_->Synchronize());
+  std::vector<HostTensor> state;
+  const TrainingGraph& g = step_->graph;
+  for (TensorId t = 0; t < g.num_forward_tensors(); ++t) {
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    if (!tensor.persistent()) continue;
+    HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+    RETURN_IF_ERROR(backend_->Download(value.bytes.data(),
+                                       arena_->At(memory_->tensors[t].offset), tensor.bytes));
+    state.push_back(std::move(value));
+  }
+  return state;
+}
+
+}  // namespace headroom::executor

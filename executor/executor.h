@@ -1,0 +1,109 @@
+// The executor: runs training steps of one expanded training step (planner/sections.h)
+// on a backend, with every tensor in one device arena at the offset its memory plan gave
+// it, allocated when the plan says it comes alive and freed when the plan says it dies.
+// Sections need nothing special here: the expanded step already lists the forward pass,
+// each section's re-forward and backward, and the copies to and from host memory; the
+// executor runs its nodes in order, issues each offloaded tensor's copy to host right
+// after it is written, awaits it at the offload node, issues each prefetch at its node and
+// waits for it only where the prefetched copy is first read.
+//
+// Create() allocates everything once (the arena of the plan's size, the host pool for
+// offloaded tensors) and places the persistent state; then call RunStep() per batch.
+// Measured peak: the arena's high-water mark, which equals the plan's arena_bytes when the
+// run keeps to the plan (the contract "predicted is measured").
+//
+// Thread-compatible. Borrows the backend, which must outlive it.
+#ifndef HEADROOM_EXECUTOR_EXECUTOR_H_
+#define HEADROOM_EXECUTOR_EXECUTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "executor/backend.h"
+#include "executor/device_arena.h"
+#include "executor/host_tensor.h"
+#include "executor/kernel_args.h"
+#include "graph/graph.h"
+#include "planner/memory_planner.h"
+#include "planner/sections.h"
+
+namespace headroom::executor {
+
+struct ExecutorOptions {
+  // The optimizer's hyper-parameters (which optimizer is fixed by the training graph).
+  OptimizerParams optimizer;
+  // Seeds the dropout masks (with the step number and the node).
+  uint64_t seed = 1;
+};
+
+// What one step did.
+struct StepResult {
+  // 0 for the first step run.
+  int64_t step = 0;
+  // The loss before this step's update.
+  double loss = 0;
+  double seconds = 0;
+  // The arena's high-water mark (over the whole run so far) and its live peak this step.
+  uint64_t arena_high_water_bytes = 0;
+  uint64_t peak_live_bytes = 0;
+  // Time the compute thread spent waiting for copies from host memory.
+  double copy_wait_seconds = 0;
+  // Bytes copied to host and back.
+  uint64_t offloaded_bytes = 0;
+};
+
+class Executor {
+ public:
+  // Returns an executor for `step`, laid out by `memory` (its plan), with parameters and
+  // buffers set from `initial_state` (every one must be present, by name, with its shape
+  // and dtype). InvalidArgument for a tensor the backend cannot hold or an op it lacks;
+  // ResourceExhausted if the arena cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(
+      const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
+      std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
+      const std::vector<HostTensor>& initial_state, const ExecutorOptions& options);
+
+  ~Executor();
+
+  // Runs one training step on `batch`: every input and label tensor, by name.
+  absl::StatusOr<StepResult> RunStep(const std::vector<HostTensor>& batch);
+
+  // Returns the values of every parameter and buffer now, in tensor-id order.
+  absl::StatusOr<std::vector<HostTensor>> ReadState() const;
+
+  // The arena's size: the plan's predicted peak.
+  uint64_t predicted_peak_bytes() const { return memory_->arena_bytes; }
+  const DeviceArena& arena() const { return *arena_; }
+
+ private:
+  struct Prepared;
+  Executor(const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
+           std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
+           const ExecutorOptions& options);
+
+  absl::Status Prepare();
+  absl::Status PlaceState(const std::vector<HostTensor>& initial_state);
+  absl::Status RunNode(int32_t s, StepResult* result);
+  // Issues the copies to host due after step `index - 1` (index 0: before the first).
+  absl::Status IssueCopiesOut(int32_t index, StepResult* result);
+  TensorView View(planner::TensorId t) const;
+
+  const graph::Graph& forward_;
+  std::shared_ptr<const planner::SectionedStep> step_;
+  std::shared_ptr<const planner::MemoryPlan> memory_;
+  Backend* backend_;
+  ExecutorOptions options_;
+  std::unique_ptr<DeviceArena> arena_;
+  std::unique_ptr<Buffer> host_pool_;
+  std::unique_ptr<Prepared> prepared_;
+  int64_t steps_run_ = 0;
+  uint64_t run_high_water_bytes_ = 0;
+};
+
+}  // namespace headroom::executor
+
+#endif  // HEADROOM_EXECUTOR_EXECUTOR_H_

@@ -1,0 +1,186 @@
+#include "executor/synthetic_data.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace headroom::executor {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Returns the i-th number of stream `stream`, uniform in [-1, 1).
+float Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+  const uint64_t bits = Mix(Mix(seed ^ Mix(stream)) + i) >> 40;  // 24 bits.
+  return static_cast<float>(bits) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+uint64_t StreamOf(const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a.
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ULL;
+  return h;
+}
+
+// The scale of uniform noise with unit variance.
+constexpr float kUnitVariance = 1.7320508f;  // sqrt(3)
+
+// Returns the half-width of a parameter's uniform initialiser and whether it is a
+// constant instead (`constant` set), from the first node that reads it.
+float InitBound(const graph::Graph& g, graph::TensorId t, float* constant, bool* is_constant) {
+  *is_constant = false;
+  const graph::Tensor& tensor = g.tensor(t);
+  for (graph::NodeId n : tensor.consumers) {
+    const graph::Node& node = g.node(n);
+    int pos = -1;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (node.inputs[i] == t) pos = static_cast<int>(i);
+    }
+    const std::string& op = node.op->name;
+    if (op == "BatchNorm" || op == "LayerNorm") {
+      *is_constant = true;
+      *constant = (pos == 1 || pos == 4) ? 1.0f : 0.0f;
+      return 0;
+    }
+    if (op == "Conv2D" && pos >= 1) {
+      const graph::Shape& w = g.tensor(node.inputs[1]).shape;
+      return 1.0f / std::sqrt(static_cast<float>(w[1] * w[2] * w[3]));
+    }
+    if (op == "MatMul" && pos >= 1) {
+      const graph::Shape& b = g.tensor(node.inputs[1]).shape;
+      const int64_t fan_in = node.attrs.Bool("transpose_b") ? b.back() : b[b.size() - 2];
+      return 1.0f / std::sqrt(static_cast<float>(fan_in));
+    }
+    if (op == "Embedding") return 0.02f * kUnitVariance;  // As GPT-2, std 0.02.
+  }
+  if (tensor.role == proto::ROLE_BUFFER) {
+    *is_constant = true;
+    *constant = 0.0f;
+    return 0;
+  }
+  return 0.02f * kUnitVariance;
+}
+
+}  // namespace
+
+std::vector<HostTensor> InitialState(const graph::Graph& forward, uint64_t seed) {
+  std::vector<HostTensor> state;
+  for (graph::TensorId t = 0; t < static_cast<graph::TensorId>(forward.tensors().size()); ++t) {
+    const graph::Tensor& tensor = forward.tensor(t);
+    if (tensor.role != proto::ROLE_PARAMETER && tensor.role != proto::ROLE_BUFFER) continue;
+    HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+    if (tensor.dtype == proto::DTYPE_FLOAT32) {
+      float constant = 0;
+      bool is_constant = false;
+      const float bound = InitBound(forward, t, &constant, &is_constant);
+      const uint64_t stream = StreamOf(tensor.name);
+      float* v = value.f32();
+      for (int64_t i = 0; i < value.num_elements(); ++i) {
+        v[i] = is_constant ? constant : bound * Uniform(seed, stream, i);
+      }
+    }
+    state.push_back(std::move(value));
+  }
+  return state;
+}
+
+absl::StatusOr<SyntheticTask> SyntheticTask::Create(const graph::Graph& forward, uint64_t seed) {
+  SyntheticTask task(forward, seed);
+  const graph::Tensor& loss = forward.tensor(forward.loss());
+  const graph::Node& sce = forward.node(loss.producer);
+  if (sce.op->name != "SoftmaxCrossEntropy" ||
+      forward.tensor(sce.inputs[1]).role != proto::ROLE_LABEL) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "synthetic data: the loss '", loss.name, "' must be a SoftmaxCrossEntropy of a "
+        "labels tensor; node '", sce.name, "' is ", sce.op->name));
+  }
+  task.labels_ = sce.inputs[1];
+  task.num_classes_ = forward.tensor(sce.inputs[0]).shape.back();
+  task.id_range_.assign(forward.tensors().size(), 0);
+  for (const graph::Node& node : forward.nodes()) {
+    if (node.op->name == "Embedding") {
+      task.id_range_[node.inputs[0]] = forward.tensor(node.inputs[1]).shape[0];
+    }
+  }
+  return task;
+}
+
+std::vector<HostTensor> SyntheticTask::Batch(int64_t step) const {
+  const graph::Graph& g = *forward_;
+  const uint64_t batch_seed = seed_ ^ Mix(0xba7c4 + static_cast<uint64_t>(step));
+  const graph::Tensor& labels_tensor = g.tensor(labels_);
+  // Integer inputs first: labels may be a function of them.
+  std::vector<HostTensor> batch;
+  int ids_like_labels_index = -1;
+  for (graph::TensorId t = 0; t < static_cast<graph::TensorId>(g.tensors().size()); ++t) {
+    const graph::Tensor& tensor = g.tensor(t);
+    if (tensor.role != proto::ROLE_INPUT || !graph::IsInteger(tensor.dtype)) continue;
+    HostTensor ids = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+    const int64_t range = id_range_[t] > 0 ? id_range_[t] : num_classes_;
+    for (int64_t i = 0; i < ids.num_elements(); ++i) {
+      const float u = 0.5f * (Uniform(batch_seed, StreamOf(tensor.name), i) + 1.0f);
+      const int64_t id = std::min<int64_t>(static_cast<int64_t>(u * range), range - 1);
+      if (tensor.dtype == proto::DTYPE_INT64) {
+        reinterpret_cast<int64_t*>(ids.bytes.data())[i] = id;
+      } else {
+        reinterpret_cast<int32_t*>(ids.bytes.data())[i] = static_cast<int32_t>(id);
+      }
+    }
+    batch.push_back(std::move(ids));
+    if (batch.back().shape == labels_tensor.shape) {
+      ids_like_labels_index = static_cast<int>(batch.size()) - 1;
+    }
+  }
+  // Labels: the next id modulo the classes, or random classes.
+  HostTensor labels = MakeHostTensor(labels_tensor.name, labels_tensor.shape,
+                                     labels_tensor.dtype);
+  const HostTensor* ids_like_labels =
+      ids_like_labels_index >= 0 ? &batch[ids_like_labels_index] : nullptr;
+  std::vector<int64_t> classes(labels.num_elements());
+  for (int64_t i = 0; i < labels.num_elements(); ++i) {
+    if (ids_like_labels != nullptr) {
+      const int64_t id = ids_like_labels->dtype == proto::DTYPE_INT64
+                             ? reinterpret_cast<const int64_t*>(ids_like_labels->bytes.data())[i]
+                             : reinterpret_cast<const int32_t*>(ids_like_labels->bytes.data())[i];
+      classes[i] = (id + 1) % num_classes_;
+    } else {
+      const float u = 0.5f * (Uniform(batch_seed, StreamOf(labels.name), i) + 1.0f);
+      classes[i] = std::min<int64_t>(static_cast<int64_t>(u * num_classes_), num_classes_ - 1);
+    }
+    if (labels.dtype == proto::DTYPE_INT64) {
+      reinterpret_cast<int64_t*>(labels.bytes.data())[i] = classes[i];
+    } else {
+      reinterpret_cast<int32_t*>(labels.bytes.data())[i] = static_cast<int32_t>(classes[i]);
+    }
+  }
+  // Float inputs: sample n is the prototype of its first label plus noise.
+  const int64_t labels_per_sample =
+      labels_tensor.shape.empty() ? 1 : labels.num_elements() / labels_tensor.shape[0];
+  for (graph::TensorId t = 0; t < static_cast<graph::TensorId>(g.tensors().size()); ++t) {
+    const graph::Tensor& tensor = g.tensor(t);
+    if (tensor.role != proto::ROLE_INPUT || tensor.dtype != proto::DTYPE_FLOAT32) continue;
+    HostTensor x = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+    const int64_t samples = tensor.shape.empty() ? 1 : tensor.shape[0];
+    const int64_t per_sample = x.num_elements() / samples;
+    const uint64_t stream = StreamOf(tensor.name);
+    float* v = x.f32();
+    for (int64_t n = 0; n < samples; ++n) {
+      const int64_t c = classes[std::min<int64_t>(n * labels_per_sample,
+                                                  labels.num_elements() - 1)];
+      for (int64_t i = 0; i < per_sample; ++i) {
+        const float prototype = kUnitVariance * Uniform(seed_, stream + c, i);
+        const float noise = kUnitVariance * Uniform(batch_seed, stream, n * per_sample + i);
+        v[n * per_sample + i] = prototype + 0.5f * noise;
+      }
+    }
+    batch.push_back(std::move(x));
+  }
+  batch.push_back(std::move(labels));
+  return batch;
+}
+
+}  // namespace headroom::executor

@@ -1,0 +1,83 @@
+// Training a forward graph end to end: plan the step for a memory budget (or take given
+// cuts), lay out the arena, initialise the weights, and run steps on the synthetic task.
+// What `headroom train` and the daemon's jobs call.
+//
+// Create() plans first and allocates only once a plan fits, so a budget below the feasible
+// minimum fails with the planner's message before any memory is taken. Then call Step()
+// repeatedly. Borrows the forward graph and the backend, which must outlive it.
+// Thread-compatible.
+#ifndef HEADROOM_EXECUTOR_TRAINER_H_
+#define HEADROOM_EXECUTOR_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "executor/backend.h"
+#include "executor/executor.h"
+#include "executor/synthetic_data.h"
+#include "graph/graph.h"
+#include "planner/cost_model.h"
+#include "planner/section_search.h"
+#include "planner/training_graph.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::executor {
+
+struct TrainerOptions {
+  // Seeds the initial weights, the synthetic batches and dropout. Default 1.
+  uint64_t seed = 1;
+  // The device memory budget the plan must fit; 0 plans the plain step (no sections).
+  uint64_t budget_bytes = 0;
+  // Let the plan offload cached section inputs to host memory. Default true.
+  bool allow_offload = true;
+  // Use exactly these cuts (and offloads) instead of searching; for tests and experiments.
+  std::optional<planner::SectionCuts> cuts;
+  // The optimizer (default SGD with momentum 0.9, learning rate 0.01).
+  proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM;
+  OptimizerParams optimizer_params;
+  // The device the planner's cost model describes. Default the "cpu" preset.
+  planner::DeviceSpec device = planner::DevicePreset("cpu").value();
+};
+
+class Trainer {
+ public:
+  // Returns a trainer with its plan made and its arena allocated. FailedPrecondition (the
+  // planner's message) when no plan fits the budget; InvalidArgument for a graph the
+  // synthetic task or the backend cannot take.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const graph::Graph& forward,
+                                                         Backend* backend,
+                                                         const TrainerOptions& options);
+
+  // Runs the next step on the next synthetic batch.
+  absl::StatusOr<StepResult> Step();
+
+  // Returns every parameter and buffer now.
+  absl::StatusOr<std::vector<HostTensor>> State() const { return executor_->ReadState(); }
+
+  // The plan the steps run under.
+  const planner::SectionPlan& plan() const { return plan_; }
+  const Executor& executor() const { return *executor_; }
+  const SyntheticTask& task() const { return task_; }
+  const std::vector<HostTensor>& initial_state() const { return initial_state_; }
+
+ private:
+  Trainer(const graph::Graph& forward, planner::TrainingGraph training,
+          const TrainerOptions& options, SyntheticTask task);
+
+  const graph::Graph& forward_;
+  planner::TrainingGraph training_;
+  planner::RooflineCostModel cost_;
+  TrainerOptions options_;
+  SyntheticTask task_;
+  planner::SectionPlan plan_;
+  std::vector<HostTensor> initial_state_;
+  std::unique_ptr<Executor> executor_;
+  int64_t next_step_ = 0;
+};
+
+}  // namespace headroom::executor
+
+#endif  // HEADROOM_EXECUTOR_TRAINER_H_
