@@ -26,6 +26,10 @@ uint64_t StreamOf(const std::string& name) {
   return h;
 }
 
+// Classes the prototype task draws labels from (the first ones of the model's): few enough
+// that a short run sees each class often, so the loss falls within tens of steps.
+constexpr int64_t kMaxTaskClasses = 10;
+
 // The scale of uniform noise with unit variance.
 constexpr float kUnitVariance = 1.7320508f;  // sqrt(3)
 
@@ -149,7 +153,8 @@ std::vector<HostTensor> SyntheticTask::Batch(int64_t step) const {
       classes[i] = (id + 1) % num_classes_;
     } else {
       const float u = 0.5f * (Uniform(batch_seed, StreamOf(labels.name), i) + 1.0f);
-      classes[i] = std::min<int64_t>(static_cast<int64_t>(u * num_classes_), num_classes_ - 1);
+      const int64_t used = std::min<int64_t>(num_classes_, kMaxTaskClasses);
+      classes[i] = std::min<int64_t>(static_cast<int64_t>(u * used), used - 1);
     }
     if (labels.dtype == proto::DTYPE_INT64) {
       reinterpret_cast<int64_t*>(labels.bytes.data())[i] = classes[i];

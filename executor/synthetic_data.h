@@ -21,8 +21,9 @@ namespace headroom::executor {
 // 0.02 (as GPT-2 initialises them).
 std::vector<HostTensor> InitialState(const graph::Graph& forward, uint64_t seed);
 
-// The batches of a learnable task. Each class has a fixed random prototype; a sample is its
-// class's prototype plus noise, so the loss must fall. Integer inputs (token ids) are random
+// The batches of a learnable task. Labels are drawn from the first 10 classes; each has a
+// fixed random prototype, and a sample is its class's prototype plus noise, so the loss must
+// fall. Integer inputs (token ids) are random
 // ids below the size of the table they index, and labels of the same shape are each id
 // plus one, modulo the number of classes (each token predicts a function of itself).
 // Thread-compatible; Batch() is const.

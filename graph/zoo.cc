@@ -68,7 +68,9 @@ ModelSpec TransformerSpec() {
            {{"sequence", 1024, "tokens per sample; at most positions"}},
            {{"vocab", 50257, "vocabulary size (rows of wte)"}},
            {{"positions", 1024, "learned positions (rows of wpe)"}},
-           {{"d_ff", 0, "hidden width of the MLP; 0 means 4 * d_model"}, /*min_value=*/0}},
+           {{"d_ff", 0, "hidden width of the MLP; 0 means 4 * d_model"}, /*min_value=*/0},
+           {{"dropout_percent", 10, "dropout rate in percent; 0 leaves out the dropout nodes"},
+            /*min_value=*/0}},
           zoo_internal::BuildTransformer};
 }
 

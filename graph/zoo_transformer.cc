@@ -15,9 +15,6 @@
 namespace headroom::graph::zoo_internal {
 namespace {
 
-// GPT-2's dropout rate, used for embeddings, attention probabilities and residual branches.
-constexpr double kDropoutRate = 0.1;
-
 // The validated sizes of one transformer.
 struct TransformerConfig {
   int64_t batch;
@@ -28,6 +25,8 @@ struct TransformerConfig {
   int64_t vocab;
   int64_t positions;
   int64_t d_ff;
+  // For embeddings, attention probabilities and residual branches; GPT-2's is 0.1.
+  double dropout;
 
   int64_t head_dim() const { return d_model / heads; }
 };
@@ -42,12 +41,18 @@ absl::StatusOr<TransformerConfig> ConfigOf(int64_t batch, const ZooOptions& opti
                       options.at("sequence"),
                       options.at("vocab"),
                       options.at("positions"),
-                      options.at("d_ff")};
+                      options.at("d_ff"),
+                      static_cast<double>(options.at("dropout_percent")) / 100.0};
   if (c.d_ff == 0) c.d_ff = 4 * c.d_model;
   if (c.d_model % c.heads != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("zoo model 'transformer': d_model ", c.d_model,
                      " is not divisible by heads ", c.heads));
+  }
+  if (c.dropout >= 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zoo model 'transformer': dropout_percent ", options.at("dropout_percent"),
+        " must be below 100"));
   }
   if (c.sequence > c.positions) {
     return absl::InvalidArgumentError(
@@ -55,6 +60,12 @@ absl::StatusOr<TransformerConfig> ConfigOf(int64_t batch, const ZooOptions& opti
                      " exceeds positions ", c.positions, " (the rows of wpe)"));
   }
   return c;
+}
+
+// Returns Dropout(x) at the config's rate, or x itself when the rate is 0 (no node).
+std::string Dropout(GraphBuilder& b, const std::string& name, const std::string& x,
+                    const TransformerConfig& c) {
+  return c.dropout > 0 ? AddDropout(b, name, x, c.dropout) : x;
 }
 
 // Hugging Face's Conv1D: x W + b with weight [in, out] (not transposed) and bias [out].
@@ -73,7 +84,7 @@ std::string Embeddings(GraphBuilder& b, const TransformerConfig& c) {
       "Embedding", "wte", {tokens, b.Parameter("wte.weight", {c.vocab, c.d_model})});
   const std::string wpe = b.Op(
       "Embedding", "wpe", {positions, b.Parameter("wpe.weight", {c.positions, c.d_model})});
-  return AddDropout(b, "drop", b.Add("embeddings", wte, wpe), kDropoutRate);
+  return Dropout(b, "drop", b.Add("embeddings", wte, wpe), c);
 }
 
 // [B,T,D] -> [B,H,T,D/H]: "<x>.reshape" then "<x>.transpose".
@@ -112,9 +123,9 @@ std::string SelfAttention(GraphBuilder& b, const std::string& prefix, const std:
        {"causal", BoolAttr(true)}});
   const std::string context =
       b.Op("MatMul", prefix + ".context",
-           {AddDropout(b, prefix + ".attn_dropout", probs, kDropoutRate), v});
+           {Dropout(b, prefix + ".attn_dropout", probs, c), v});
   const std::string out = Conv1D(b, prefix + ".c_proj", MergeHeads(b, prefix, context, c), d, d);
-  return AddDropout(b, prefix + ".resid_dropout", out, kDropoutRate);
+  return Dropout(b, prefix + ".resid_dropout", out, c);
 }
 
 // Feed-forward "<prefix>" (e.g. "h.0.mlp"): c_fc, GELU (tanh), c_proj, dropout.
@@ -123,7 +134,7 @@ std::string Mlp(GraphBuilder& b, const std::string& prefix, const std::string& x
   std::string y = Conv1D(b, prefix + ".c_fc", x, c.d_model, c.d_ff);
   y = b.Op("GELU", prefix + ".act", {y}, {{"approximate", StringAttr("tanh")}});
   y = Conv1D(b, prefix + ".c_proj", y, c.d_ff, c.d_model);
-  return AddDropout(b, prefix + ".dropout", y, kDropoutRate);
+  return Dropout(b, prefix + ".dropout", y, c);
 }
 
 // Pre-norm block "<block>" (e.g. "h.0"): x + attn(ln_1(x)), then that + mlp(ln_2(that)).

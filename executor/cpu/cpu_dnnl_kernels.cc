@@ -297,8 +297,21 @@ struct ConvBackwardWeightsPrims {
   StagedArg src, diff_dst, diff_weights;
   memory::desc bias;
   memory bias_scratch;  // Where dbias goes when the bias needs no gradient.
-  memory weights_scratch;
 };
+
+// dbias[o] = sum of dy[:, o, :, :], for when dweight (and so x) is not there.
+void ConvBiasGrad(const ConvGeometry& g, const float* dy, float* dbias) {
+  const int64_t n = g.y[0], channels = g.y[1], plane = g.y[2] * g.y[3];
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* p = dy + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) sum += p[j];
+    }
+    dbias[c] = static_cast<float>(sum);
+  }
+}
 
 absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const ConvGeometry g,
@@ -324,28 +337,23 @@ absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
                                 {DNNL_ARG_DIFF_SRC, p.diff_src.Output(dx.data)}});
     p.diff_src.Finish(ctx.stream, dx.data);
   }
-  // Step 2: dw (and dbias, computed by the same primitive).
-  if (dw.present() || want_db) {
+  // Step 2: dw (and dbias, computed by the same primitive); dbias alone, without x, as a loop.
+  if (!dw.present()) {
+    if (want_db) ConvBiasGrad(g, static_cast<const float*>(dy), args.input_grads[2].f32());
+  } else {
     auto& p = ctx.Cached<ConvBackwardWeightsPrims>(
         absl::StrCat("Conv2D.bwd_weights:", g.Key()),
         [&] { return std::make_shared<ConvBackwardWeightsPrims>(ctx.engine, g); });
-    memory diff_weights;
-    if (dw.present()) {
-      diff_weights = p.diff_weights.Output(dw.data);
-    } else {
-      if (!p.weights_scratch) p.weights_scratch = memory(p.pd.diff_weights_desc(), ctx.engine);
-      diff_weights = p.weights_scratch;
-    }
     std::unordered_map<int, memory> exec_args = {
         {DNNL_ARG_SRC, p.src.Input(ctx.stream, args.inputs[0].data)},
         {DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, dy)},
-        {DNNL_ARG_DIFF_WEIGHTS, diff_weights}};
+        {DNNL_ARG_DIFF_WEIGHTS, p.diff_weights.Output(dw.data)}};
     if (g.has_bias) {
       exec_args[DNNL_ARG_DIFF_BIAS] =
           want_db ? Mem(p.bias, ctx.engine, args.input_grads[2].data) : p.bias_scratch;
     }
     p.prim.execute(ctx.stream, exec_args);
-    if (dw.present()) p.diff_weights.Finish(ctx.stream, dw.data);
+    p.diff_weights.Finish(ctx.stream, dw.data);
   }
   ctx.stream.wait();
   return absl::OkStatus();

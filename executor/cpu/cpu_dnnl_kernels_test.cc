@@ -259,6 +259,15 @@ TEST_P(ConvTest, ForwardAndBackwardMatchReference) {
   bwd.input_grads[1] = dw3.View();
   ASSERT_TRUE(Backward(bwd).ok());
   ExpectBitwiseEqual(dw, dw3, "dweight without dx");
+
+  // Only the bias needs a gradient: neither x nor the weight is given.
+  if (c.bias) {
+    Tensor db4 = Tensor::Zeros({c.w[0]});
+    bwd.inputs[0] = Absent(c.x);
+    bwd.input_grads = {Absent(c.x), Absent(c.w), db4.View()};
+    ASSERT_TRUE(Backward(bwd).ok());
+    ExpectClose(db4.values, ref.db, "dbias alone");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
