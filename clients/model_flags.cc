@@ -30,7 +30,8 @@ absl::StatusOr<proto::GraphDef> ModelFromFlags(CliFlags& flags) {
     if (info.name != spec.name()) continue;
     for (const graph::ZooOption& option : info.options) {
       if (!flags.Has(option.name)) continue;
-      ASSIGN_OR_RETURN(int64_t value, flags.TakeInt(option.name, option.default_value));
+      ASSIGN_OR_RETURN(int64_t value,
+                       flags.TakeInt(option.name, option.default_value, option.min_value));
       (*spec.mutable_options())[option.name] = value;
     }
   }

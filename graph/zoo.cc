@@ -162,7 +162,10 @@ const std::vector<ZooModelInfo>& ZooModels() {
     auto* infos = new std::vector<ZooModelInfo>;
     for (const ModelSpec& model : Registry()) {
       ZooModelInfo info{model.name, model.doc, {}};
-      for (const OptionSpec& option : model.options) info.options.push_back(option.option);
+      for (const OptionSpec& option : model.options) {
+        info.options.push_back(option.option);
+        info.options.back().min_value = option.min_value;
+      }
       infos->push_back(std::move(info));
     }
     return infos;

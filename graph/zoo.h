@@ -26,6 +26,8 @@ struct ZooOption {
   int64_t default_value;
   // One line for people, e.g. "output classes".
   std::string doc;
+  // The smallest value it accepts.
+  int64_t min_value = 1;
 };
 
 // A zoo model and the options it accepts.

@@ -106,8 +106,8 @@ def main():
         tp = ref["peak_bytes"] if ref else float("nan")
         match = "n/a"
         if ref and "comparison" in ref:
-            match = ("yes" if ref["exit_code"] == 0 else "NO") + \
-                f" (max |dloss| {ref['comparison'].get('max_abs_loss_difference', float('nan')):.2e})"
+            match = ("yes" if ref["comparison"].get("ok") else "NO") + \
+                f" (max |dloss| {(ref['comparison'].get('max_loss_abs_diff') or float('nan')):.2e})"
         cells = (name, f"{o:.3f}", f"{t:.3f}", f"{o / t:.2f}",
                  f"{b:.3f}" if tight else "infeasible", f"{b / o:.2f}" if tight else "-",
                  f"{mib(ours['measured_peak_bytes']):.1f}", f"{mib(budget):.1f}",
