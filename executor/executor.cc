@@ -7,6 +7,7 @@
 #include "graph/shape.h"
 #include "planner/gradient_rules.h"
 #include "util/check.h"
+#include "util/split_mix.h"
 #include "util/status_macros.h"
 
 namespace headroom::executor {
@@ -19,13 +20,6 @@ using planner::TrainingGraph;
 using planner::TrainingNode;
 
 constexpr uint64_t kNoOffset = ~uint64_t{0};
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();

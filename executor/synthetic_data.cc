@@ -3,20 +3,14 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "util/split_mix.h"
 
 namespace headroom::executor {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Returns the i-th number of stream `stream`, uniform in [-1, 1).
 float Uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-  const uint64_t bits = Mix(Mix(seed ^ Mix(stream)) + i) >> 40;  // 24 bits.
+  const uint64_t bits = SplitMix64(SplitMix64(seed ^ SplitMix64(stream)) + i) >> 40;  // 24 bits.
   return static_cast<float>(bits) * (2.0f / 16777216.0f) - 1.0f;
 }
 
@@ -115,7 +109,7 @@ absl::StatusOr<SyntheticTask> SyntheticTask::Create(const graph::Graph& forward,
 
 std::vector<HostTensor> SyntheticTask::Batch(int64_t step) const {
   const graph::Graph& g = *forward_;
-  const uint64_t batch_seed = seed_ ^ Mix(0xba7c4 + static_cast<uint64_t>(step));
+  const uint64_t batch_seed = seed_ ^ SplitMix64(0xba7c4 + static_cast<uint64_t>(step));
   const graph::Tensor& labels_tensor = g.tensor(labels_);
   // Integer inputs first: labels may be a function of them.
   std::vector<HostTensor> batch;

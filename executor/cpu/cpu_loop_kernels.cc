@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "executor/cpu/cpu_context.h"
+#include "util/split_mix.h"
 #include "graph/op_registry.h"
 #include "graph/shape.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -238,13 +239,6 @@ absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
 }
 
 // ---- Dropout ------------------------------------------------------------------------------
-
-uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Returns whether element i survives: a counter-based draw from (seed, i), so any thread
 // computes any element's draw and a re-forward with the same seed draws the same mask.
