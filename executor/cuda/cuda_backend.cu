@@ -1,0 +1,310 @@
+#include "executor/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "executor/cuda/cuda_context.h"
+
+namespace headroom::executor::cuda {
+
+// The copy streams, and an event marking "all compute issued so far" for them to wait on.
+struct CudaStreams {
+  cudaStream_t to_host = nullptr;
+  cudaStream_t to_device = nullptr;
+  cudaEvent_t compute_marker = nullptr;
+};
+
+namespace {
+
+const KernelTable& Table() {
+  static const KernelTable* table = [] {
+    auto* t = new KernelTable;
+    RegisterDnnKernels(t);
+    RegisterPoolKernels(t);
+    RegisterBlasKernels(t);
+    RegisterElementwiseKernels(t);
+    RegisterRowKernels(t);
+    return t;
+  }();
+  return *table;
+}
+
+// Returns `status` with "CUDA backend: <what>: " in front of its message.
+absl::Status Annotate(absl::Status status, const std::string& what) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("CUDA backend: ", what, ": ", status.message()));
+}
+
+class DeviceBuffer : public Buffer {
+ public:
+  DeviceBuffer(int device, void* data, uint64_t bytes)
+      : device_(device), data_(data), bytes_(bytes) {}
+  ~DeviceBuffer() override {
+    cudaSetDevice(device_);
+    cudaFree(data_);
+  }
+  void* data() const override { return data_; }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  int device_;
+  void* data_;
+  uint64_t bytes_;
+};
+
+class PinnedBuffer : public Buffer {
+ public:
+  PinnedBuffer(void* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
+  ~PinnedBuffer() override { cudaFreeHost(data_); }
+  void* data() const override { return data_; }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  uint64_t bytes_;
+};
+
+// The completion of one copy; owns its CUDA event.
+class CudaEvent : public Event {
+ public:
+  explicit CudaEvent(cudaEvent_t event) : event_(event) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  absl::Status Wait() override {
+    return Annotate(CudaStatus(cudaEventSynchronize(event_), "cudaEventSynchronize"),
+                    "waiting for a copy");
+  }
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device_ordinal, CudaBackendOptions options)
+    : device_(device_ordinal),
+      ctx_(std::make_unique<CudaContext>()),
+      streams_(std::make_unique<CudaStreams>()) {
+  ctx_->device = device_ordinal;
+  ctx_->allow_tf32 = options.allow_tf32;
+  ctx_->max_conv_workspace_bytes = options.max_conv_workspace_bytes;
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (ctx_->compute != nullptr) cudaStreamSynchronize(ctx_->compute);
+  if (streams_->to_host != nullptr) cudaStreamSynchronize(streams_->to_host);
+  if (streams_->to_device != nullptr) cudaStreamSynchronize(streams_->to_device);
+  ctx_->cache.clear();  // Destroys cuDNN descriptors before the handle.
+  if (ctx_->cublas != nullptr) cublasDestroy(ctx_->cublas);
+  if (ctx_->cudnn != nullptr) cudnnDestroy(ctx_->cudnn);
+  if (ctx_->workspace != nullptr) cudaFree(ctx_->workspace);
+  if (streams_->compute_marker != nullptr) cudaEventDestroy(streams_->compute_marker);
+  if (streams_->to_host != nullptr) cudaStreamDestroy(streams_->to_host);
+  if (streams_->to_device != nullptr) cudaStreamDestroy(streams_->to_device);
+  if (ctx_->compute != nullptr) cudaStreamDestroy(ctx_->compute);
+}
+
+absl::Status CudaBackend::Activate() {
+  return Annotate(CudaStatus(cudaSetDevice(device_), "cudaSetDevice"),
+                  absl::StrCat("selecting cuda:", device_));
+}
+
+absl::Status CudaBackend::Init() {
+  RETURN_IF_ERROR(Activate());
+  HR_CUDA(cudaStreamCreateWithFlags(&ctx_->compute, cudaStreamNonBlocking));
+  HR_CUDA(cudaStreamCreateWithFlags(&streams_->to_host, cudaStreamNonBlocking));
+  HR_CUDA(cudaStreamCreateWithFlags(&streams_->to_device, cudaStreamNonBlocking));
+  HR_CUDA(cudaEventCreateWithFlags(&streams_->compute_marker, cudaEventDisableTiming));
+  HR_CUDNN(cudnnCreate(&ctx_->cudnn));
+  HR_CUDNN(cudnnSetStream(ctx_->cudnn, ctx_->compute));
+  HR_CUBLAS(cublasCreate(&ctx_->cublas));
+  HR_CUBLAS(cublasSetStream(ctx_->cublas, ctx_->compute));
+  HR_CUBLAS(cublasSetMathMode(ctx_->cublas, ctx_->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                             : CUBLAS_DEFAULT_MATH));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::AllocateDevice(uint64_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  void* data = nullptr;
+  const cudaError_t err = cudaMalloc(&data, std::max<uint64_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    absl::Status status = CudaStatus(err, "cudaMalloc");
+    return absl::Status(status.code(), absl::StrCat("CUDA backend: cannot allocate ", bytes,
+                                                    " bytes of device memory on cuda:",
+                                                    device_, ": ", status.message()));
+  }
+  return std::unique_ptr<Buffer>(std::make_unique<DeviceBuffer>(device_, data, bytes));
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::AllocateHost(uint64_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  void* data = nullptr;
+  const cudaError_t err = cudaMallocHost(&data, std::max<uint64_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    absl::Status status = CudaStatus(err, "cudaMallocHost");
+    return absl::Status(status.code(), absl::StrCat("CUDA backend: cannot allocate ", bytes,
+                                                    " bytes of pinned host memory: ",
+                                                    status.message()));
+  }
+  return std::unique_ptr<Buffer>(std::make_unique<PinnedBuffer>(data, bytes));
+}
+
+absl::StatusOr<std::unique_ptr<Event>> CudaBackend::CopyAsync(CopyDirection direction,
+                                                              void* dst, const void* src,
+                                                              uint64_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  const bool to_host = direction == CopyDirection::kToHost;
+  cudaStream_t stream = to_host ? streams_->to_host : streams_->to_device;
+  auto issue = [&]() -> absl::StatusOr<cudaEvent_t> {
+    // After all compute issued so far.
+    HR_CUDA(cudaEventRecord(streams_->compute_marker, ctx_->compute));
+    HR_CUDA(cudaStreamWaitEvent(stream, streams_->compute_marker, 0));
+    HR_CUDA(cudaMemcpyAsync(dst, src, bytes,
+                            to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream));
+    cudaEvent_t done = nullptr;
+    HR_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    absl::Status recorded = CudaStatus(cudaEventRecord(done, stream), "cudaEventRecord");
+    if (!recorded.ok()) {
+      cudaEventDestroy(done);
+      return recorded;
+    }
+    return done;
+  };
+  absl::StatusOr<cudaEvent_t> done = issue();
+  if (!done.ok()) {
+    return Annotate(done.status(), absl::StrCat("copying ", bytes, " bytes to ",
+                                                to_host ? "host" : "device"));
+  }
+  return std::unique_ptr<Event>(std::make_unique<CudaEvent>(*done));
+}
+
+absl::Status CudaBackend::ComputeWaits(Event& event) {
+  auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
+  if (cuda_event == nullptr) {
+    return absl::InvalidArgumentError("CUDA backend: ComputeWaits: not an event of this backend");
+  }
+  RETURN_IF_ERROR(Activate());
+  return Annotate(CudaStatus(cudaStreamWaitEvent(ctx_->compute, cuda_event->event(), 0),
+                             "cudaStreamWaitEvent"),
+                  "ComputeWaits");
+}
+
+absl::Status CudaBackend::Upload(void* device_dst, const void* host_src, uint64_t bytes) {
+  RETURN_IF_ERROR(Synchronize());
+  absl::Status status = [&]() -> absl::Status {
+    HR_CUDA(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, ctx_->compute));
+    HR_CUDA(cudaStreamSynchronize(ctx_->compute));
+    return absl::OkStatus();
+  }();
+  return Annotate(status, absl::StrCat("uploading ", bytes, " bytes"));
+}
+
+absl::Status CudaBackend::Download(void* host_dst, const void* device_src, uint64_t bytes) {
+  RETURN_IF_ERROR(Synchronize());
+  absl::Status status = [&]() -> absl::Status {
+    HR_CUDA(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, ctx_->compute));
+    HR_CUDA(cudaStreamSynchronize(ctx_->compute));
+    return absl::OkStatus();
+  }();
+  return Annotate(status, absl::StrCat("downloading ", bytes, " bytes"));
+}
+
+absl::Status CudaBackend::Forward(const ForwardArgs& args) {
+  auto it = Table().find(args.op);
+  if (it == Table().end() || it->second.forward == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("CUDA backend: no forward kernel for op '", args.op, "'"));
+  }
+  if (args.attrs == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: ", args.op, " forward: no attributes given"));
+  }
+  RETURN_IF_ERROR(Activate());
+  return Annotate(it->second.forward(*ctx_, args), absl::StrCat(args.op, " forward"));
+}
+
+absl::Status CudaBackend::Backward(const BackwardArgs& args) {
+  auto it = Table().find(args.op);
+  if (it == Table().end() || it->second.backward == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("CUDA backend: no backward kernel for op '", args.op, "'"));
+  }
+  if (args.attrs == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: ", args.op, " backward: no attributes given"));
+  }
+  RETURN_IF_ERROR(Activate());
+  // No gradient flows in at all: every input gradient is zero.
+  bool any_flows = false;
+  for (const TensorView& dy : args.output_grads) any_flows = any_flows || dy.present();
+  if (!any_flows) {
+    absl::Status status;
+    for (const TensorView& dx : args.input_grads) {
+      status.Update(ZeroIfPresent(*ctx_, dx));
+    }
+    return Annotate(status, absl::StrCat(args.op, " backward"));
+  }
+  return Annotate(it->second.backward(*ctx_, args), absl::StrCat(args.op, " backward"));
+}
+
+absl::Status CudaBackend::Update(const UpdateArgs& args) {
+  RETURN_IF_ERROR(Activate());
+  return Annotate(RunUpdate(*ctx_, args), args.op);
+}
+
+absl::Status CudaBackend::Accumulate(const TensorView& out, const TensorView& a,
+                                     const TensorView& b) {
+  RETURN_IF_ERROR(Activate());
+  return Annotate(RunAccumulate(*ctx_, out, a, b), "Accumulate");
+}
+
+absl::Status CudaBackend::Fill(const TensorView& out, float value) {
+  RETURN_IF_ERROR(Activate());
+  return Annotate(RunFill(*ctx_, out, value), "Fill");
+}
+
+absl::Status CudaBackend::Synchronize() {
+  RETURN_IF_ERROR(Activate());
+  absl::Status status;
+  status.Update(CudaStatus(cudaStreamSynchronize(ctx_->compute), "cudaStreamSynchronize"));
+  status.Update(CudaStatus(cudaStreamSynchronize(streams_->to_host), "cudaStreamSynchronize"));
+  status.Update(CudaStatus(cudaStreamSynchronize(streams_->to_device), "cudaStreamSynchronize"));
+  return Annotate(status, "Synchronize");
+}
+
+uint64_t CudaBackend::workspace_bytes() const { return ctx_->workspace_bytes; }
+
+absl::Status CudaBackend::ReserveWorkspace(uint64_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  return Annotate(ctx_->ReserveWorkspace(bytes), "reserving the workspace");
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal) {
+  return CreateCudaBackend(device_ordinal, CudaBackendOptions{});
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
+                                                           const CudaBackendOptions& options) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device: cudaGetDeviceCount: ", cudaGetErrorString(err), " (",
+        cudaGetErrorName(err), ")"));
+  }
+  if (count == 0) return absl::FailedPreconditionError("no CUDA device: the driver lists none");
+  if (device_ordinal < 0 || device_ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device_ordinal,
+                                                   " out of range [0, ", count, ")"));
+  }
+  auto backend = std::make_unique<CudaBackend>(device_ordinal, options);
+  RETURN_IF_ERROR(Annotate(backend->Init(), absl::StrCat("initialising cuda:", device_ordinal)));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace headroom::executor::cuda

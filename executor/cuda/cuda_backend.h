@@ -1,0 +1,111 @@
+// The CUDA backend: a Backend whose arena is one cudaMalloc'd block on one GPU, whose host
+// memory for offloaded tensors is pinned (cudaMallocHost), and whose kernels are cuDNN
+// (convolution, batch norm, pooling, activations), cuBLAS (MatMul) and small CUDA kernels
+// of its own (everything else), all float32 NCHW, with the semantics of the CPU backend and
+// PyTorch 1.13.
+//
+// Phases: CreateCudaBackend() once; AllocateDevice() for the arena and AllocateHost() for
+// offload space; then per step Upload(), Forward()/Backward()/Update()/Accumulate()/Fill()
+// in schedule order, CopyAsync()/ComputeWaits() for offloading, Synchronize() and
+// Download() at the end.
+//
+// Streams: every kernel runs in issue order on one compute stream; copies run on one copy
+// stream per direction (all three cudaStreamNonBlocking). CopyAsync() orders its copy
+// after all compute issued so far; ComputeWaits() orders later compute after a copy.
+// Kernel calls return once the work is issued: an error inside a kernel shows at the next
+// call that synchronises (Upload, Download, Synchronize, Event::Wait).
+//
+// Memory: besides the buffers handed out, the backend owns one workspace buffer for cuDNN
+// algorithm workspaces and kernel temporaries. It grows on demand (a kernel that needs more
+// waits for the compute stream and reallocates), so after one step `workspace_bytes()` is
+// what a memory plan must leave free; ReserveWorkspace() sets it up front.
+//
+// Limits: float32 only (int32/int64 ids and labels, bool dropout masks); tensors of at most
+// 8 dims for broadcasting and transposes; MatMul needs b 2-D or equal batch dims (else
+// Unimplemented); cuDNN plans (descriptors, algorithms, workspace sizes) are cached per
+// shape and attributes for the backend's lifetime.
+//
+// Ownership: Buffers and Events handed out own their CUDA memory and events and may outlive
+// the backend. Thread-compatible: one executor thread calls it.
+#ifndef HEADROOM_EXECUTOR_CUDA_CUDA_BACKEND_H_
+#define HEADROOM_EXECUTOR_CUDA_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "executor/backend.h"
+
+namespace headroom::executor::cuda {
+
+struct CudaBackendOptions {
+  // Whether cuDNN convolutions and cuBLAS GEMMs may use TF32 tensor cores (faster on
+  // Ampere and Hopper, about 1e-3 relative error). Default false: full float32, comparable
+  // with the CPU backend.
+  bool allow_tf32 = false;
+  // The most workspace one convolution algorithm may use; faster algorithms needing more
+  // are passed over. Default 1 GiB.
+  uint64_t max_conv_workspace_bytes = uint64_t{1} << 30;
+};
+
+struct CudaContext;
+struct CudaStreams;
+
+class CudaBackend : public Backend {
+ public:
+  // Use CreateCudaBackend().
+  CudaBackend(int device_ordinal, CudaBackendOptions options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  // Creates the streams and the cuDNN and cuBLAS handles. Called once by the factory.
+  absl::Status Init();
+
+  std::string name() const override { return "cuda"; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateDevice(uint64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateHost(uint64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Event>> CopyAsync(CopyDirection direction, void* dst,
+                                                   const void* src, uint64_t bytes) override;
+  // REQUIRES: `event` came from this backend's CopyAsync (else InvalidArgument).
+  absl::Status ComputeWaits(Event& event) override;
+  absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) override;
+  absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) override;
+  absl::Status Forward(const ForwardArgs& args) override;
+  absl::Status Backward(const BackwardArgs& args) override;
+  absl::Status Update(const UpdateArgs& args) override;
+  absl::Status Accumulate(const TensorView& out, const TensorView& a,
+                          const TensorView& b) override;
+  absl::Status Fill(const TensorView& out, float value) override;
+  absl::Status Synchronize() override;
+
+  // Returns the bytes of device memory the workspace holds now (0 before any kernel that
+  // needs one): memory the backend uses besides the buffers it handed out.
+  uint64_t workspace_bytes() const;
+  // Grows the workspace to at least `bytes` now, so that no kernel has to grow it later.
+  absl::Status ReserveWorkspace(uint64_t bytes);
+
+  int device_ordinal() const { return device_; }
+
+ private:
+  // Makes this backend's device current for the calling thread.
+  absl::Status Activate();
+
+  int device_;
+  std::unique_ptr<CudaContext> ctx_;
+  std::unique_ptr<CudaStreams> streams_;
+};
+
+// Returns a CUDA backend on device `device_ordinal`: FailedPrecondition("no CUDA device:
+// ...") where the machine has no usable CUDA device or driver, InvalidArgument for an
+// ordinal out of range.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal);
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
+                                                           const CudaBackendOptions& options);
+
+}  // namespace headroom::executor::cuda
+
+#endif  // HEADROOM_EXECUTOR_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,1243 @@
+// Checks every op of the CUDA backend against naive host references: forwards against a
+// double-precision reference, backwards against central differences of that reference
+// (d/dx of sum(dy * y(x)) for a random dy), so each op needs only its forward written twice.
+// Also the copy streams, out-of-memory, and the optimizer steps against their formulas.
+// Without a CUDA device every test is skipped.
+#include "executor/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "executor/backend.h"
+#include "executor/cuda/device_info.h"
+#include "graph/op_registry.h"
+#include "gtest/gtest.h"
+
+namespace headroom::executor::cuda {
+namespace {
+
+using graph::Shape;
+using Values = std::vector<double>;
+// A reference forward: all outputs from all float inputs (in double).
+using Reference = std::function<std::vector<Values>(const std::vector<Values>&)>;
+
+// ---- Attributes -------------------------------------------------------------------------
+
+proto::AttrValue Int(int64_t v) {
+  proto::AttrValue a;
+  a.set_i(v);
+  return a;
+}
+proto::AttrValue Float(double v) {
+  proto::AttrValue a;
+  a.set_f(v);
+  return a;
+}
+proto::AttrValue Bool(bool v) {
+  proto::AttrValue a;
+  a.set_b(v);
+  return a;
+}
+proto::AttrValue Str(const std::string& v) {
+  proto::AttrValue a;
+  a.set_s(v);
+  return a;
+}
+proto::AttrValue Ints(const std::vector<int64_t>& v) {
+  proto::AttrValue a;
+  a.mutable_ints();
+  for (int64_t x : v) a.mutable_ints()->add_values(x);
+  return a;
+}
+
+// Returns `op`'s attributes: its schema's defaults, then `set`.
+graph::Attrs AttrsOf(const std::string& op, std::map<std::string, proto::AttrValue> set = {}) {
+  const graph::OpSchema* schema = graph::FindOp(op);
+  EXPECT_NE(schema, nullptr) << op;
+  std::map<std::string, proto::AttrValue> values;
+  if (schema != nullptr) {
+    for (const graph::AttrSpec& spec : schema->attrs) {
+      if (!spec.required) values[spec.name] = spec.default_value;
+    }
+  }
+  for (auto& [name, value] : set) values[name] = value;
+  return graph::Attrs(std::move(values));
+}
+
+// ---- Host helpers -----------------------------------------------------------------------
+
+int64_t Count(const Shape& s) {
+  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+std::vector<float> Random(int64_t n, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Distinct values 0.01 apart, shuffled: no ties, and no two closer than the finite
+// difference step, for max pooling.
+std::vector<float> Distinct(int64_t n, std::mt19937& rng) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = 0.01f * static_cast<float>(i - n / 2);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+Values ToDouble(const std::vector<float>& v) { return Values(v.begin(), v.end()); }
+
+// Expects got ~ want elementwise: |got - want| <= 1e-3 |want| + 1e-4 (`atol`).
+void ExpectNear(const std::vector<float>& got, const Values& want, const std::string& what,
+                double atol = 1e-4, double rtol = 1e-3) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]))) {
+      if (++bad <= 5) {
+        ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+// ---- The fixture: a backend, an arena and a bump allocator in it ------------------------
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
+
+  void SetUp() override {
+    absl::StatusOr<std::vector<CudaDevice>> devices = ListCudaDevices();
+    if (!devices.ok()) GTEST_SKIP() << "no CUDA device: " << devices.status();
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(0);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+    absl::StatusOr<std::unique_ptr<Buffer>> arena = backend_->AllocateDevice(kArenaBytes);
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    arena_ = *std::move(arena);
+  }
+
+  // Returns a view of fresh arena memory, filled with NaN (float) or 0xff bytes so a kernel
+  // that leaves elements unwritten fails.
+  TensorView Alloc(const Shape& shape, proto::DType dtype = proto::DTYPE_FLOAT32) {
+    TensorView v;
+    v.shape = shape;
+    v.dtype = dtype;
+    const uint64_t bytes = v.bytes();
+    EXPECT_LE(used_ + bytes, kArenaBytes);
+    v.data = static_cast<char*>(arena_->data()) + used_;
+    used_ += (bytes + 255) / 256 * 256;
+    std::vector<uint8_t> poison(bytes, 0xff);
+    EXPECT_TRUE(backend_->Upload(v.data, poison.data(), bytes).ok());
+    return v;
+  }
+
+  TensorView Put(const Shape& shape, const std::vector<float>& values) {
+    TensorView v = Alloc(shape);
+    EXPECT_EQ(static_cast<int64_t>(values.size()), Count(shape));
+    EXPECT_TRUE(backend_->Upload(v.data, values.data(), v.bytes()).ok());
+    return v;
+  }
+
+  template <typename T>
+  TensorView PutIds(const Shape& shape, const std::vector<T>& ids) {
+    TensorView v = Alloc(shape, sizeof(T) == 4 ? proto::DTYPE_INT32 : proto::DTYPE_INT64);
+    EXPECT_TRUE(backend_->Upload(v.data, ids.data(), v.bytes()).ok());
+    return v;
+  }
+
+  std::vector<float> Get(const TensorView& v) {
+    std::vector<float> out(v.num_elements());
+    absl::Status s = backend_->Download(out.data(), v.data, v.bytes());
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  std::vector<uint8_t> GetBytes(const TensorView& v) {
+    std::vector<uint8_t> out(v.bytes());
+    absl::Status s = backend_->Download(out.data(), v.data, v.bytes());
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  // One op checked end to end: forward against `reference`, then backward against central
+  // differences of `reference` for the inputs in `grad_inputs`.
+  struct OpCase {
+    std::string op;
+    graph::Attrs attrs;
+    std::vector<Shape> input_shapes;
+    std::vector<std::vector<float>> inputs;
+    std::vector<Shape> output_shapes;
+    std::vector<Shape> saved_shapes;  // float32 saved state, if any
+    Reference reference;
+    std::vector<bool> grad_inputs;
+    double atol = 1e-4;
+  };
+
+  void CheckOp(const OpCase& c) {
+    SCOPED_TRACE(c.op);
+    std::mt19937 rng(7);
+    ForwardArgs fwd;
+    fwd.op = c.op;
+    fwd.attrs = &c.attrs;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      fwd.inputs.push_back(Put(c.input_shapes[i], c.inputs[i]));
+    }
+    for (const Shape& s : c.output_shapes) fwd.outputs.push_back(Alloc(s));
+    for (const Shape& s : c.saved_shapes) fwd.saved.push_back(Alloc(s));
+    absl::Status status = backend_->Forward(fwd);
+    ASSERT_TRUE(status.ok()) << status;
+
+    std::vector<Values> host_inputs;
+    for (const auto& v : c.inputs) host_inputs.push_back(ToDouble(v));
+    const std::vector<Values> want = c.reference(host_inputs);
+    ASSERT_EQ(want.size(), c.output_shapes.size());
+    for (size_t o = 0; o < want.size(); ++o) {
+      ExpectNear(Get(fwd.outputs[o]), want[o], absl::StrCat("forward output ", o), c.atol);
+    }
+
+    // Backward: random dy per output; numerical d/dx sum(dy * y).
+    BackwardArgs bwd;
+    bwd.op = c.op;
+    bwd.attrs = &c.attrs;
+    bwd.inputs = fwd.inputs;
+    bwd.outputs = fwd.outputs;
+    bwd.saved = fwd.saved;
+    std::vector<Values> dys;
+    for (const Shape& s : c.output_shapes) {
+      std::vector<float> dy = Random(Count(s), rng);
+      dys.push_back(ToDouble(dy));
+      bwd.output_grads.push_back(Put(s, dy));
+    }
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      TensorView dx;
+      dx.shape = c.input_shapes[i];
+      if (c.grad_inputs[i]) dx = Alloc(c.input_shapes[i]);
+      bwd.input_grads.push_back(dx);
+    }
+    status = backend_->Backward(bwd);
+    ASSERT_TRUE(status.ok()) << status;
+
+    auto loss = [&](const std::vector<Values>& in) {
+      const std::vector<Values> y = c.reference(in);
+      double l = 0;
+      for (size_t o = 0; o < y.size(); ++o) {
+        for (size_t k = 0; k < y[o].size(); ++k) l += dys[o][k] * y[o][k];
+      }
+      return l;
+    };
+    constexpr double kStep = 1e-4;
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      if (!c.grad_inputs[i]) continue;
+      Values numeric(host_inputs[i].size());
+      std::vector<Values> in = host_inputs;
+      for (size_t k = 0; k < numeric.size(); ++k) {
+        in[i][k] = host_inputs[i][k] + kStep;
+        const double up = loss(in);
+        in[i][k] = host_inputs[i][k] - kStep;
+        const double down = loss(in);
+        in[i][k] = host_inputs[i][k];
+        numeric[k] = (up - down) / (2 * kStep);
+      }
+      ExpectNear(Get(bwd.input_grads[i]), numeric, absl::StrCat("gradient of input ", i),
+                 std::max(c.atol, 2e-4), 2e-3);
+    }
+  }
+
+  template <typename Id>
+  void CheckEmbedding() {
+    SCOPED_TRACE(sizeof(Id) == 4 ? "int32 ids" : "int64 ids");
+    std::mt19937 rng(20);
+    const int64_t vocab = 5, d = 3;
+    const std::vector<Id> ids = {4, 0, 4, 2, 1, 4};  // [2, 3], with repeats
+    const std::vector<float> table = Random(vocab * d, rng), dy = Random(6 * d, rng);
+    graph::Attrs attrs = AttrsOf("Embedding");
+    ForwardArgs fwd;
+    fwd.op = "Embedding";
+    fwd.attrs = &attrs;
+    fwd.inputs = {PutIds<Id>({2, 3}, ids), Put({vocab, d}, table)};
+    fwd.outputs = {Alloc({2, 3, d})};
+    ASSERT_TRUE(backend_->Forward(fwd).ok());
+    Values want(6 * d);
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < d; ++j) want[i * d + j] = table[ids[i] * d + j];
+    ExpectNear(Get(fwd.outputs[0]), want, "rows");
+
+    // dtable scatter-adds rows of dy at the ids (repeated ids sum).
+    BackwardArgs bwd;
+    bwd.op = "Embedding";
+    bwd.attrs = &attrs;
+    bwd.inputs = {fwd.inputs[0], TensorView{nullptr, {vocab, d}}};
+    bwd.outputs = {TensorView{nullptr, {2, 3, d}}};
+    bwd.output_grads = {Put({2, 3, d}, dy)};
+    bwd.input_grads = {TensorView{nullptr, {2, 3}, fwd.inputs[0].dtype}, Alloc({vocab, d})};
+    ASSERT_TRUE(backend_->Backward(bwd).ok());
+    Values dtable(vocab * d, 0.0);
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < d; ++j) dtable[ids[i] * d + j] += dy[i * d + j];
+    ExpectNear(Get(bwd.input_grads[1]), dtable, "dtable");
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Buffer> arena_;
+  uint64_t used_ = 0;
+};
+
+// ---- References -------------------------------------------------------------------------
+
+// Conv2D, NCHW, weight [O, C/g, kh, kw]; pad {top, left, bottom, right}.
+Values RefConv(const Values& x, const Values& w, const Values* bias, const Shape& xs,
+               const Shape& ws, int64_t oh_n, int64_t ow_n, std::vector<int64_t> stride,
+               std::vector<int64_t> pad, std::vector<int64_t> dil, int64_t groups) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3];
+  const int64_t o = ws[0], cg = ws[1], kh = ws[2], kw = ws[3];
+  const int64_t og = o / groups;
+  Values y(n * o * oh_n * ow_n, 0.0);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t oc = 0; oc < o; ++oc)
+      for (int64_t oy = 0; oy < oh_n; ++oy)
+        for (int64_t ox = 0; ox < ow_n; ++ox) {
+          double s = bias != nullptr ? (*bias)[oc] : 0.0;
+          const int64_t g = oc / og;
+          for (int64_t ic = 0; ic < cg; ++ic)
+            for (int64_t ky = 0; ky < kh; ++ky)
+              for (int64_t kx = 0; kx < kw; ++kx) {
+                const int64_t iy = oy * stride[0] - pad[0] + ky * dil[0];
+                const int64_t ix = ox * stride[1] - pad[1] + kx * dil[1];
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                s += x[((b * c + g * cg + ic) * h + iy) * wd + ix] *
+                     w[((oc * cg + ic) * kh + ky) * kw + kx];
+              }
+          y[((b * o + oc) * oh_n + oy) * ow_n + ox] = s;
+        }
+  return y;
+}
+
+// PyTorch pooling over [N*C planes, H, W]; pad {top, left, bottom, right}.
+Values RefPool(const Values& x, int64_t planes, int64_t h, int64_t w, int64_t oh_n, int64_t ow_n,
+               std::vector<int64_t> k, std::vector<int64_t> s, std::vector<int64_t> pad,
+               bool max, bool count_include_pad) {
+  Values y(planes * oh_n * ow_n);
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t oy = 0; oy < oh_n; ++oy)
+      for (int64_t ox = 0; ox < ow_n; ++ox) {
+        int64_t y0 = oy * s[0] - pad[0], x0 = ox * s[1] - pad[1];
+        int64_t y1 = std::min(y0 + k[0], h + pad[2]), x1 = std::min(x0 + k[1], w + pad[3]);
+        const int64_t pool_size = (y1 - y0) * (x1 - x0);
+        y0 = std::max<int64_t>(y0, 0);
+        x0 = std::max<int64_t>(x0, 0);
+        y1 = std::min(y1, h);
+        x1 = std::min(x1, w);
+        double acc = max ? -INFINITY : 0.0;
+        for (int64_t iy = y0; iy < y1; ++iy)
+          for (int64_t ix = x0; ix < x1; ++ix) {
+            const double v = x[(p * h + iy) * w + ix];
+            acc = max ? std::max(acc, v) : acc + v;
+          }
+        if (!max) acc /= count_include_pad ? pool_size : (y1 - y0) * (x1 - x0);
+        y[(p * oh_n + oy) * ow_n + ox] = acc;
+      }
+  return y;
+}
+
+// Batched matmul: a [batch, ...] with b shared (b_batch 1) or per batch.
+Values RefMatMul(const Values& a, const Values& b, const Values* bias, int64_t batch,
+                 bool b_shared, int64_t m, int64_t k, int64_t n, bool ta, bool tb) {
+  Values y(batch * m * n, 0.0);
+  for (int64_t i = 0; i < batch; ++i) {
+    const double* ai = a.data() + i * m * k;
+    const double* bi = b.data() + (b_shared ? 0 : i * k * n);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = 0; col < n; ++col) {
+        double s = bias != nullptr ? (*bias)[col] : 0.0;
+        for (int64_t t = 0; t < k; ++t) {
+          const double av = ta ? ai[t * m + r] : ai[r * k + t];
+          const double bv = tb ? bi[col * k + t] : bi[t * n + col];
+          s += av * bv;
+        }
+        y[(i * m + r) * n + col] = s;
+      }
+  }
+  return y;
+}
+
+// Softmax of scale * x over `axis` of [outer, n, inner]; causal masks j > i (inner 1).
+Values RefSoftmax(const Values& x, int64_t outer, int64_t n, int64_t inner, double scale,
+                  bool causal) {
+  Values y(x.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      const int64_t limit = causal ? o % n + 1 : n;
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < limit; ++j) m = std::max(m, scale * x[(o * n + j) * inner + in]);
+      for (int64_t j = 0; j < limit; ++j) s += std::exp(scale * x[(o * n + j) * inner + in] - m);
+      for (int64_t j = 0; j < n; ++j) {
+        y[(o * n + j) * inner + in] =
+            j < limit ? std::exp(scale * x[(o * n + j) * inner + in] - m) / s : 0.0;
+      }
+    }
+  return y;
+}
+
+// Numpy broadcast of a and b into `out` (all shapes right-aligned).
+Values RefBinary(const Values& a, const Shape& as, const Values& b, const Shape& bs,
+                 const Shape& out, bool mul) {
+  const int r = static_cast<int>(out.size());
+  Values y(Count(out));
+  for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i) {
+    int64_t rest = i, ai = 0, bi = 0, astride = 1, bstride = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      const int64_t c = rest % out[d];
+      rest /= out[d];
+      const int da = d - (r - static_cast<int>(as.size()));
+      const int db = d - (r - static_cast<int>(bs.size()));
+      if (da >= 0) {
+        if (as[da] != 1) ai += c * astride;
+        astride *= as[da];
+      }
+      if (db >= 0) {
+        if (bs[db] != 1) bi += c * bstride;
+        bstride *= bs[db];
+      }
+    }
+    y[i] = mul ? a[ai] * b[bi] : a[ai] + b[bi];
+  }
+  return y;
+}
+
+// ---- Op tests ---------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, Conv2DGroupedStridedWithBias) {
+  std::mt19937 rng(1);
+  const Shape xs = {2, 4, 7, 6}, ws = {6, 2, 3, 3};
+  // stride 2, padding 1, dilation 1, groups 2: out (7+2-3)/2+1 = 4, (6+2-3)/2+1 = 3.
+  OpCase c;
+  c.op = "Conv2D";
+  c.attrs = AttrsOf("Conv2D", {{"stride", Ints({2, 2})}, {"padding", Ints({1, 1})},
+                               {"groups", Int(2)}});
+  c.input_shapes = {xs, ws, {6}};
+  c.inputs = {Random(Count(xs), rng), Random(Count(ws), rng), Random(6, rng)};
+  c.output_shapes = {{2, 6, 4, 3}};
+  c.reference = [&](const std::vector<Values>& in) {
+    return std::vector<Values>{
+        RefConv(in[0], in[1], &in[2], xs, ws, 4, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2)};
+  };
+  c.grad_inputs = {true, true, true};
+  CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, Conv2DAsymmetricPaddingDilated) {
+  std::mt19937 rng(2);
+  const Shape xs = {1, 3, 6, 6}, ws = {4, 3, 3, 2};
+  // padding [top 2, left 0, bottom 1, right 1], dilation [1, 2]:
+  // out h = 6+3-3+1 = 7, w = 6+1-2*1-1+1 = 5.
+  OpCase c;
+  c.op = "Conv2D";
+  c.attrs = AttrsOf("Conv2D", {{"padding", Ints({2, 0, 1, 1})}, {"dilation", Ints({1, 2})}});
+  c.input_shapes = {xs, ws};
+  c.inputs = {Random(Count(xs), rng), Random(Count(ws), rng)};
+  c.output_shapes = {{1, 4, 7, 5}};
+  c.reference = [&](const std::vector<Values>& in) {
+    return std::vector<Values>{
+        RefConv(in[0], in[1], nullptr, xs, ws, 7, 5, {1, 1}, {2, 0, 1, 1}, {1, 2}, 1)};
+  };
+  c.grad_inputs = {true, true};
+  CheckOp(c);
+}
+
+// Batch statistics over N, H, W per channel.
+struct BatchStats {
+  Values mean, var;  // biased variance
+};
+BatchStats Stats(const Values& x, int64_t n, int64_t c, int64_t hw) {
+  BatchStats s{Values(c, 0.0), Values(c, 0.0)};
+  for (int64_t ch = 0; ch < c; ++ch) {
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < hw; ++i) s.mean[ch] += x[(b * c + ch) * hw + i];
+    s.mean[ch] /= n * hw;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < hw; ++i) {
+        const double d = x[(b * c + ch) * hw + i] - s.mean[ch];
+        s.var[ch] += d * d;
+      }
+    s.var[ch] /= n * hw;
+  }
+  return s;
+}
+
+TEST_F(CudaBackendTest, BatchNormTrainingForwardBackwardAndRunningStats) {
+  std::mt19937 rng(3);
+  const Shape xs = {3, 4, 3, 2};
+  const int64_t n = 3, c = 4, hw = 6;
+  const double eps = 1e-5, momentum = 0.1;
+  OpCase oc;
+  oc.op = "BatchNorm";
+  oc.attrs = AttrsOf("BatchNorm");
+  oc.input_shapes = {xs, {c}, {c}};
+  oc.inputs = {Random(Count(xs), rng, -2, 3), Random(c, rng, 0.5, 1.5), Random(c, rng)};
+  oc.output_shapes = {xs};
+  oc.saved_shapes = {{c}, {c}};
+  oc.reference = [&](const std::vector<Values>& in) {
+    const BatchStats s = Stats(in[0], n, c, hw);
+    Values y(in[0].size());
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t i = 0; i < hw; ++i) {
+          const int64_t k = (b * c + ch) * hw + i;
+          y[k] = (in[0][k] - s.mean[ch]) / std::sqrt(s.var[ch] + eps) * in[1][ch] + in[2][ch];
+        }
+    return std::vector<Values>{y};
+  };
+  oc.grad_inputs = {true, true, true};
+  CheckOp(oc);
+
+  // Running statistics and saved state, on a second forward.
+  const std::vector<float> rm0 = Random(c, rng), rv0 = Random(c, rng, 0.5, 2);
+  ForwardArgs fwd;
+  fwd.op = "BatchNorm";
+  fwd.attrs = &oc.attrs;
+  fwd.inputs = {Put(xs, oc.inputs[0]), Put({c}, oc.inputs[1]), Put({c}, oc.inputs[2])};
+  fwd.outputs = {Alloc(xs)};
+  fwd.saved = {Alloc({c}), Alloc({c})};
+  fwd.running = {Put({c}, rm0), Put({c}, rv0)};
+  absl::Status status = backend_->Forward(fwd);
+  ASSERT_TRUE(status.ok()) << status;
+  const BatchStats s = Stats(ToDouble(oc.inputs[0]), n, c, hw);
+  Values rm(c), rv(c), invstd(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    rm[ch] = (1 - momentum) * rm0[ch] + momentum * s.mean[ch];
+    rv[ch] = (1 - momentum) * rv0[ch] + momentum * s.var[ch] * (n * hw) / (n * hw - 1.0);
+    invstd[ch] = 1 / std::sqrt(s.var[ch] + eps);
+  }
+  ExpectNear(Get(fwd.running[0]), rm, "running_mean");
+  ExpectNear(Get(fwd.running[1]), rv, "running_var (unbiased)");
+  ExpectNear(Get(fwd.saved[0]), s.mean, "saved mean");
+  ExpectNear(Get(fwd.saved[1]), invstd, "saved invstd");
+
+  // Inference normalises with the running statistics.
+  ForwardArgs inf = fwd;
+  inf.training = false;
+  inf.inputs.push_back(Put({c}, rm0));
+  inf.inputs.push_back(Put({c}, rv0));
+  inf.saved.clear();
+  inf.running.clear();
+  inf.outputs = {Alloc(xs)};
+  status = backend_->Forward(inf);
+  ASSERT_TRUE(status.ok()) << status;
+  Values want(Count(xs));
+  for (int64_t k = 0; k < Count(xs); ++k) {
+    const int64_t ch = (k / hw) % c;
+    want[k] = (oc.inputs[0][k] - rm0[ch]) / std::sqrt(rv0[ch] + eps) * oc.inputs[1][ch] +
+              oc.inputs[2][ch];
+  }
+  ExpectNear(Get(inf.outputs[0]), want, "inference output");
+}
+
+TEST_F(CudaBackendTest, BatchNormInPlaceOn2D) {
+  std::mt19937 rng(4);
+  const std::vector<float> x = Random(5 * 3, rng);
+  graph::Attrs attrs = AttrsOf("BatchNorm");
+  ForwardArgs fwd;
+  fwd.op = "BatchNorm";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Put({5, 3}, x), Put({3}, {1, 1, 1}), Put({3}, {0, 0, 0})};
+  fwd.outputs = {fwd.inputs[0]};  // y aliases x
+  fwd.saved = {Alloc({3}), Alloc({3})};
+  absl::Status status = backend_->Forward(fwd);
+  ASSERT_TRUE(status.ok()) << status;
+  const BatchStats s = Stats(ToDouble(x), 5, 3, 1);
+  Values want(x.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    want[k] = (x[k] - s.mean[k % 3]) / std::sqrt(s.var[k % 3] + 1e-5);
+  }
+  ExpectNear(Get(fwd.outputs[0]), want, "in-place output");
+}
+
+TEST_F(CudaBackendTest, MatMulBatchedAgainst2DWeightWithBias) {
+  std::mt19937 rng(5);
+  for (bool tb : {false, true}) {
+    SCOPED_TRACE(tb ? "transpose_b" : "plain");
+    // a [2, 3, 4, 5] x b [5, 6] (or [6, 5] transposed) + bias [6].
+    OpCase c;
+    c.op = "MatMul";
+    c.attrs = AttrsOf("MatMul", {{"transpose_b", Bool(tb)}});
+    const Shape bs = tb ? Shape{6, 5} : Shape{5, 6};
+    c.input_shapes = {{2, 3, 4, 5}, bs, {6}};
+    c.inputs = {Random(120, rng), Random(30, rng), Random(6, rng)};
+    c.output_shapes = {{2, 3, 4, 6}};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefMatMul(in[0], in[1], &in[2], 6, true, 4, 5, 6, false, tb)};
+    };
+    c.grad_inputs = {true, true, true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, MatMulTransposedAWith2DB) {
+  std::mt19937 rng(6);
+  for (bool tb : {false, true}) {
+    SCOPED_TRACE(tb ? "transpose_b" : "plain");
+    // a stored [batch, K, M] = [3, 5, 4] (M 4, K 5) x b 2-D.
+    OpCase c;
+    c.op = "MatMul";
+    c.attrs = AttrsOf("MatMul", {{"transpose_a", Bool(true)}, {"transpose_b", Bool(tb)}});
+    c.input_shapes = {{3, 5, 4}, tb ? Shape{6, 5} : Shape{5, 6}};
+    c.inputs = {Random(60, rng), Random(30, rng)};
+    c.output_shapes = {{3, 4, 6}};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefMatMul(in[0], in[1], nullptr, 3, true, 4, 5, 6, true, tb)};
+    };
+    c.grad_inputs = {true, true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, MatMulEqualBatchDimsAllTransposes) {
+  std::mt19937 rng(7);
+  for (int mode = 0; mode < 4; ++mode) {
+    const bool ta = mode & 1, tb = mode & 2;
+    SCOPED_TRACE(absl::StrCat("transpose_a=", ta, " transpose_b=", tb));
+    const int64_t m = 3, k = 4, n = 5;
+    OpCase c;
+    c.op = "MatMul";
+    c.attrs = AttrsOf("MatMul", {{"transpose_a", Bool(ta)}, {"transpose_b", Bool(tb)}});
+    c.input_shapes = {ta ? Shape{2, k, m} : Shape{2, m, k}, tb ? Shape{2, n, k} : Shape{2, k, n}};
+    c.inputs = {Random(2 * m * k, rng), Random(2 * k * n, rng)};
+    c.output_shapes = {{2, m, n}};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefMatMul(in[0], in[1], nullptr, 2, false, m, k, n, ta, tb)};
+    };
+    c.grad_inputs = {true, true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, MatMulBroadcastBatchIsUnimplemented) {
+  graph::Attrs attrs = AttrsOf("MatMul");
+  ForwardArgs fwd;
+  fwd.op = "MatMul";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Alloc({2, 3, 4}), Alloc({3, 4, 5})};
+  fwd.inputs[0].shape = {1, 3, 4};  // [1,3,4] x [3,4,5]: a broadcasts along the batch.
+  fwd.outputs = {Alloc({3, 3, 5})};
+  EXPECT_EQ(backend_->Forward(fwd).code(), absl::StatusCode::kUnimplemented);
+}
+
+struct PoolCase {
+  const char* name;
+  bool max;
+  std::vector<int64_t> kernel, stride, padding;  // padding as the attribute holds it
+  bool ceil_mode, count_include_pad;
+  Shape out;
+};
+
+TEST_F(CudaBackendTest, PoolingCudnnAndOwnKernels) {
+  const Shape xs = {2, 3, 7, 6};
+  const PoolCase cases[] = {
+      // cuDNN: symmetric padding, floor rule.
+      {"max k3 s2 p1", true, {3, 3}, {2, 2}, {1, 1}, false, true, {2, 3, 4, 3}},
+      {"avg k3 s2 p1 include", false, {3, 3}, {2, 2}, {1, 1}, false, true, {2, 3, 4, 3}},
+      {"avg k3 s2 p1 exclude", false, {3, 3}, {2, 2}, {1, 1}, false, false, {2, 3, 4, 3}},
+      // Own kernels: ceil_mode where it adds a window (k2 s2 on h 7: 4, floor 3; k3 s2 p1
+      // on w 6: 4, floor 3), and asymmetric padding.
+      {"max k2 s2 ceil", true, {2, 2}, {2, 2}, {0, 0}, true, true, {2, 3, 4, 3}},
+      {"avg k3 s2 ceil p1", false, {3, 3}, {2, 2}, {1, 1}, true, true, {2, 3, 4, 4}},
+      {"avg k3 s2 ceil p1 exclude", false, {3, 3}, {2, 2}, {1, 1}, true, false, {2, 3, 4, 4}},
+      {"max asym", true, {2, 2}, {2, 2}, {1, 0, 0, 1}, false, true, {2, 3, 4, 3}},
+      {"avg asym", false, {2, 2}, {2, 2}, {1, 0, 0, 1}, false, true, {2, 3, 4, 3}},
+  };
+  for (const PoolCase& pc : cases) {
+    SCOPED_TRACE(pc.name);
+    std::mt19937 rng(8);
+    OpCase c;
+    c.op = pc.max ? "MaxPool" : "AvgPool";
+    std::map<std::string, proto::AttrValue> set = {{"kernel_size", Ints(pc.kernel)},
+                                                   {"stride", Ints(pc.stride)},
+                                                   {"padding", Ints(pc.padding)},
+                                                   {"ceil_mode", Bool(pc.ceil_mode)}};
+    if (!pc.max) set["count_include_pad"] = Bool(pc.count_include_pad);
+    c.attrs = AttrsOf(c.op, set);
+    c.input_shapes = {xs};
+    c.inputs = {pc.max ? Distinct(Count(xs), rng) : Random(Count(xs), rng)};
+    c.output_shapes = {pc.out};
+    std::vector<int64_t> pad = pc.padding;
+    if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefPool(in[0], 6, 7, 6, pc.out[2], pc.out[3], pc.kernel,
+                                         pc.stride, pad, pc.max, pc.count_include_pad)};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, GlobalAvgPool) {
+  std::mt19937 rng(9);
+  OpCase c;
+  c.op = "GlobalAvgPool";
+  c.attrs = AttrsOf("GlobalAvgPool");
+  c.input_shapes = {{2, 3, 5, 7}};
+  c.inputs = {Random(210, rng)};
+  c.output_shapes = {{2, 3, 1, 1}};
+  c.reference = [](const std::vector<Values>& in) {
+    Values y(6, 0.0);
+    for (int64_t i = 0; i < 210; ++i) y[i / 35] += in[0][i] / 35;
+    return std::vector<Values>{y};
+  };
+  c.grad_inputs = {true};
+  CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, Activations) {
+  const std::map<std::string, std::function<double(double)>> ops = {
+      {"ReLU", [](double v) { return std::max(v, 0.0); }},
+      {"ReLU6", [](double v) { return std::min(std::max(v, 0.0), 6.0); }},
+      {"Sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {"Tanh", [](double v) { return std::tanh(v); }},
+      {"GELU", [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }},
+  };
+  for (const auto& [op, f] : ops) {
+    std::mt19937 rng(10);
+    OpCase c;
+    c.op = op;
+    c.attrs = AttrsOf(op);
+    c.input_shapes = {{3, 50}};
+    c.inputs = {Random(150, rng, -8, 8)};  // Covers ReLU6's upper clip.
+    c.output_shapes = {{3, 50}};
+    auto fn = f;
+    c.reference = [fn](const std::vector<Values>& in) {
+      Values y(in[0].size());
+      for (size_t i = 0; i < y.size(); ++i) y[i] = fn(in[0][i]);
+      return std::vector<Values>{y};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, GeluTanhApproximation) {
+  std::mt19937 rng(11);
+  OpCase c;
+  c.op = "GELU";
+  c.attrs = AttrsOf("GELU", {{"approximate", Str("tanh")}});
+  c.input_shapes = {{100}};
+  c.inputs = {Random(100, rng, -4, 4)};
+  c.output_shapes = {{100}};
+  c.reference = [](const std::vector<Values>& in) {
+    Values y(in[0].size());
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double v = in[0][i];
+      y[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    }
+    return std::vector<Values>{y};
+  };
+  c.grad_inputs = {true};
+  CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, ActivationBackwardInPlace) {
+  // dx aliases dy (the gradient rule allows it): ReLU from y.
+  graph::Attrs attrs = AttrsOf("ReLU");
+  const std::vector<float> y = {0, 1, 0, 2.5f}, dy = {1, 2, 3, 4};
+  BackwardArgs bwd;
+  bwd.op = "ReLU";
+  bwd.attrs = &attrs;
+  bwd.inputs = {TensorView{nullptr, {4}}};
+  bwd.outputs = {Put({4}, y)};
+  bwd.output_grads = {Put({4}, dy)};
+  bwd.input_grads = {bwd.output_grads[0]};
+  absl::Status status = backend_->Backward(bwd);
+  ASSERT_TRUE(status.ok()) << status;
+  ExpectNear(Get(bwd.input_grads[0]), {0, 2, 0, 4}, "dx");
+}
+
+TEST_F(CudaBackendTest, DropoutReplaysItsMaskAndScales) {
+  std::mt19937 rng(12);
+  const int64_t n = 4096;
+  const float rate = 0.25f;
+  graph::Attrs attrs = AttrsOf("Dropout", {{"rate", Float(rate)}});
+  const std::vector<float> x = Random(n, rng);
+  ForwardArgs fwd;
+  fwd.op = "Dropout";
+  fwd.attrs = &attrs;
+  fwd.seed = 1234;
+  fwd.inputs = {Put({n}, x)};
+  fwd.outputs = {Alloc({n})};
+  fwd.saved = {Alloc({n}, proto::DTYPE_BOOL)};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  const std::vector<float> y = Get(fwd.outputs[0]);
+  const std::vector<uint8_t> mask = GetBytes(fwd.saved[0]);
+  int kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(mask[i] == 0 || mask[i] == 1) << i;
+    kept += mask[i];
+    EXPECT_NEAR(y[i], mask[i] ? x[i] / (1 - rate) : 0.0f, 1e-6) << i;
+  }
+  EXPECT_NEAR(kept / static_cast<double>(n), 1 - rate, 0.05);
+
+  // A re-forward with the same seed writes the same mask and output; another seed differs.
+  ForwardArgs again = fwd;
+  again.outputs = {Alloc({n})};
+  again.saved = {Alloc({n}, proto::DTYPE_BOOL)};
+  ASSERT_TRUE(backend_->Forward(again).ok());
+  EXPECT_EQ(GetBytes(again.saved[0]), mask);
+  EXPECT_EQ(Get(again.outputs[0]), y);
+  again.seed = 99;
+  ASSERT_TRUE(backend_->Forward(again).ok());
+  EXPECT_NE(GetBytes(again.saved[0]), mask);
+
+  // Backward in place: dx = dy * mask / (1 - rate).
+  const std::vector<float> dy = Random(n, rng);
+  BackwardArgs bwd;
+  bwd.op = "Dropout";
+  bwd.attrs = &attrs;
+  bwd.inputs = {TensorView{nullptr, {n}}};
+  bwd.outputs = {TensorView{nullptr, {n}}};
+  bwd.saved = fwd.saved;
+  bwd.output_grads = {Put({n}, dy)};
+  bwd.input_grads = {bwd.output_grads[0]};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  Values want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = mask[i] ? dy[i] / (1 - rate) : 0.0;
+  ExpectNear(Get(bwd.input_grads[0]), want, "dx");
+
+  // Not training: the identity.
+  ForwardArgs eval = fwd;
+  eval.training = false;
+  eval.saved.clear();
+  eval.outputs = {Alloc({n})};
+  ASSERT_TRUE(backend_->Forward(eval).ok());
+  EXPECT_EQ(Get(eval.outputs[0]), x);
+}
+
+TEST_F(CudaBackendTest, AddAndMulBroadcast) {
+  const Shape as = {2, 3, 4}, bs = {3, 1}, out = {2, 3, 4};
+  for (bool mul : {false, true}) {
+    SCOPED_TRACE(mul ? "Mul" : "Add");
+    std::mt19937 rng(13);
+    OpCase c;
+    c.op = mul ? "Mul" : "Add";
+    c.attrs = AttrsOf(c.op);
+    c.input_shapes = {as, bs};
+    c.inputs = {Random(24, rng), Random(3, rng)};
+    c.output_shapes = {out};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefBinary(in[0], as, in[1], bs, out, mul)};
+    };
+    c.grad_inputs = {true, true};
+    CheckOp(c);
+  }
+  // Both operands broadcast: [2, 1, 4] and [3, 1] into [2, 3, 4].
+  for (bool mul : {false, true}) {
+    SCOPED_TRACE(mul ? "Mul both" : "Add both");
+    std::mt19937 rng(14);
+    OpCase c;
+    c.op = mul ? "Mul" : "Add";
+    c.attrs = AttrsOf(c.op);
+    c.input_shapes = {{2, 1, 4}, bs};
+    c.inputs = {Random(8, rng), Random(3, rng)};
+    c.output_shapes = {out};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefBinary(in[0], {2, 1, 4}, in[1], bs, out, mul)};
+    };
+    c.grad_inputs = {true, true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, MulBackwardWithGradientAliasingDy) {
+  // da aliases dy; db reduces over the broadcast dims and must read dy before da is written.
+  std::mt19937 rng(15);
+  graph::Attrs attrs = AttrsOf("Mul");
+  const std::vector<float> a = Random(6, rng), b = Random(3, rng), dy = Random(6, rng);
+  BackwardArgs bwd;
+  bwd.op = "Mul";
+  bwd.attrs = &attrs;
+  bwd.inputs = {Put({2, 3}, a), Put({3}, b)};
+  bwd.outputs = {TensorView{nullptr, {2, 3}}};
+  bwd.output_grads = {Put({2, 3}, dy)};
+  bwd.input_grads = {bwd.output_grads[0], Alloc({3})};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  Values da(6), db(3, 0.0);
+  for (int i = 0; i < 6; ++i) {
+    da[i] = dy[i] * b[i % 3];
+    db[i % 3] += dy[i] * a[i];
+  }
+  ExpectNear(Get(bwd.input_grads[0]), da, "da");
+  ExpectNear(Get(bwd.input_grads[1]), db, "db");
+}
+
+TEST_F(CudaBackendTest, LayerNorm) {
+  std::mt19937 rng(16);
+  const int64_t rows = 6, d = 40;
+  const double eps = 1e-5;
+  OpCase c;
+  c.op = "LayerNorm";
+  c.attrs = AttrsOf("LayerNorm");
+  c.input_shapes = {{2, 3, d}, {d}, {d}};
+  c.inputs = {Random(rows * d, rng, -2, 2), Random(d, rng, 0.5, 1.5), Random(d, rng)};
+  c.output_shapes = {{2, 3, d}};
+  c.saved_shapes = {{2, 3}, {2, 3}};
+  c.reference = [&](const std::vector<Values>& in) {
+    Values y(rows * d);
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < d; ++i) mean += in[0][r * d + i] / d;
+      for (int64_t i = 0; i < d; ++i) var += std::pow(in[0][r * d + i] - mean, 2) / d;
+      for (int64_t i = 0; i < d; ++i) {
+        y[r * d + i] = (in[0][r * d + i] - mean) / std::sqrt(var + eps) * in[1][i] + in[2][i];
+      }
+    }
+    return std::vector<Values>{y};
+  };
+  c.grad_inputs = {true, true, true};
+  CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, SoftmaxLastAxisScaledCausal) {
+  std::mt19937 rng(17);
+  const int64_t t = 5;
+  OpCase c;
+  c.op = "Softmax";
+  c.attrs = AttrsOf("Softmax", {{"scale", Float(0.5)}, {"causal", Bool(true)}});
+  c.input_shapes = {{2, t, t}};
+  c.inputs = {Random(2 * t * t, rng, -3, 3)};
+  c.output_shapes = {{2, t, t}};
+  c.reference = [&](const std::vector<Values>& in) {
+    return std::vector<Values>{RefSoftmax(in[0], 2 * t, t, 1, 0.5, true)};
+  };
+  c.grad_inputs = {true};
+  CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, SoftmaxInnerAxis) {
+  std::mt19937 rng(18);
+  OpCase c;
+  c.op = "Softmax";
+  c.attrs = AttrsOf("Softmax", {{"axis", Int(1)}});
+  c.input_shapes = {{2, 7, 3}};
+  c.inputs = {Random(42, rng, -3, 3)};
+  c.output_shapes = {{2, 7, 3}};
+  c.reference = [&](const std::vector<Values>& in) {
+    return std::vector<Values>{RefSoftmax(in[0], 2, 7, 3, 1.0, false)};
+  };
+  c.grad_inputs = {true};
+  CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, TransposeConcatSplit) {
+  std::mt19937 rng(19);
+  {
+    const Shape xs = {2, 3, 4};  // perm [2, 0, 1] -> [4, 2, 3]
+    OpCase c;
+    c.op = "Transpose";
+    c.attrs = AttrsOf("Transpose", {{"perm", Ints({2, 0, 1})}});
+    c.input_shapes = {xs};
+    c.inputs = {Random(24, rng)};
+    c.output_shapes = {{4, 2, 3}};
+    c.reference = [](const std::vector<Values>& in) {
+      Values y(24);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j)
+          for (int k = 0; k < 4; ++k) y[(k * 2 + i) * 3 + j] = in[0][(i * 3 + j) * 4 + k];
+      return std::vector<Values>{y};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+  // Concat along axis 1 of [2, 1, 3] and [2, 2, 3]; Split undoes it.
+  auto concat = [](const Values& a, const Values& b) {
+    Values y;
+    for (int i = 0; i < 2; ++i) {
+      y.insert(y.end(), a.begin() + i * 3, a.begin() + (i + 1) * 3);
+      y.insert(y.end(), b.begin() + i * 6, b.begin() + (i + 1) * 6);
+    }
+    return y;
+  };
+  {
+    OpCase c;
+    c.op = "Concat";
+    c.attrs = AttrsOf("Concat", {{"axis", Int(1)}});
+    c.input_shapes = {{2, 1, 3}, {2, 2, 3}};
+    c.inputs = {Random(6, rng), Random(12, rng)};
+    c.output_shapes = {{2, 3, 3}};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{concat(in[0], in[1])};
+    };
+    c.grad_inputs = {true, true};
+    CheckOp(c);
+  }
+  {
+    OpCase c;
+    c.op = "Split";
+    c.attrs = AttrsOf("Split", {{"axis", Int(-2)}, {"sizes", Ints({1, 2})}});
+    c.input_shapes = {{2, 3, 3}};
+    c.inputs = {Random(18, rng)};
+    c.output_shapes = {{2, 1, 3}, {2, 2, 3}};
+    c.reference = [](const std::vector<Values>& in) {
+      Values a, b;
+      for (int i = 0; i < 2; ++i) {
+        a.insert(a.end(), in[0].begin() + i * 9, in[0].begin() + i * 9 + 3);
+        b.insert(b.end(), in[0].begin() + i * 9 + 3, in[0].begin() + (i + 1) * 9);
+      }
+      return std::vector<Values>{a, b};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, SplitBackwardZeroesPiecesWithoutGradient) {
+  graph::Attrs attrs = AttrsOf("Split", {{"axis", Int(0)}, {"sizes", Ints({1, 2})}});
+  BackwardArgs bwd;
+  bwd.op = "Split";
+  bwd.attrs = &attrs;
+  bwd.inputs = {TensorView{nullptr, {3, 2}}};
+  bwd.outputs = {TensorView{nullptr, {1, 2}}, TensorView{nullptr, {2, 2}}};
+  bwd.output_grads = {TensorView{nullptr, {1, 2}}, Put({2, 2}, {1, 2, 3, 4})};
+  bwd.input_grads = {Alloc({3, 2})};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  ExpectNear(Get(bwd.input_grads[0]), {0, 0, 1, 2, 3, 4}, "dx");
+}
+
+TEST_F(CudaBackendTest, ViewsCopyOnlyWhenNotAliased) {
+  graph::Attrs attrs = AttrsOf("Flatten");
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  ForwardArgs fwd;
+  fwd.op = "Flatten";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Put({2, 3, 1}, x)};
+  fwd.outputs = {fwd.inputs[0]};
+  fwd.outputs[0].shape = {2, 3};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  ExpectNear(Get(fwd.outputs[0]), ToDouble(x), "aliased");
+  fwd.outputs[0] = Alloc({2, 3});
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  ExpectNear(Get(fwd.outputs[0]), ToDouble(x), "copied");
+
+  graph::Attrs reshape_attrs = AttrsOf("Reshape", {{"shape", Ints({3, 2})}});
+  BackwardArgs bwd;
+  bwd.op = "Reshape";
+  bwd.attrs = &reshape_attrs;
+  bwd.inputs = {TensorView{nullptr, {6}}};
+  bwd.outputs = {TensorView{nullptr, {3, 2}}};
+  bwd.output_grads = {Put({3, 2}, x)};
+  bwd.input_grads = {Alloc({6})};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  ExpectNear(Get(bwd.input_grads[0]), ToDouble(x), "dx");
+}
+
+TEST_F(CudaBackendTest, EmbeddingInt32AndInt64) {
+  CheckEmbedding<int32_t>();
+  CheckEmbedding<int64_t>();
+}
+
+TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
+  std::mt19937 rng(21);
+  const int64_t rows = 6, classes = 7;
+  const std::vector<float> logits = Random(rows * classes, rng, -3, 3);
+  const std::vector<int64_t> labels = {0, 6, 3, 3, 1, 5};
+  graph::Attrs attrs = AttrsOf("SoftmaxCrossEntropy");
+  ForwardArgs fwd;
+  fwd.op = "SoftmaxCrossEntropy";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Put({2, 3, classes}, logits), PutIds<int64_t>({2, 3}, labels)};
+  fwd.outputs = {Alloc({})};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  double loss = 0;
+  Values probs(rows * classes);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < classes; ++j) m = std::max<double>(m, logits[r * classes + j]);
+    for (int64_t j = 0; j < classes; ++j) s += std::exp(logits[r * classes + j] - m);
+    for (int64_t j = 0; j < classes; ++j) {
+      probs[r * classes + j] = std::exp(logits[r * classes + j] - m) / s;
+    }
+    loss += (m + std::log(s) - logits[r * classes + labels[r]]) / rows;
+  }
+  ExpectNear(Get(fwd.outputs[0]), {loss}, "loss");
+
+  BackwardArgs bwd;
+  bwd.op = "SoftmaxCrossEntropy";
+  bwd.attrs = &attrs;
+  bwd.inputs = fwd.inputs;
+  bwd.outputs = {TensorView{nullptr, {}}};
+  bwd.output_grads = {Put({}, {2.0f})};
+  bwd.input_grads = {Alloc({2, 3, classes}), TensorView{nullptr, {2, 3}, proto::DTYPE_INT64}};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  Values want(rows * classes);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < classes; ++j) {
+      want[r * classes + j] =
+          (probs[r * classes + j] - (j == labels[r] ? 1.0 : 0.0)) * 2.0 / rows;
+    }
+  ExpectNear(Get(bwd.input_grads[0]), want, "dlogits");
+}
+
+TEST_F(CudaBackendTest, BackwardWithoutIncomingGradientWritesZeros) {
+  graph::Attrs attrs = AttrsOf("Tanh");
+  BackwardArgs bwd;
+  bwd.op = "Tanh";
+  bwd.attrs = &attrs;
+  bwd.inputs = {TensorView{nullptr, {4}}};
+  bwd.outputs = {Put({4}, {0.1f, 0.2f, 0.3f, 0.4f})};
+  bwd.output_grads = {TensorView{nullptr, {4}}};
+  bwd.input_grads = {Alloc({4})};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  ExpectNear(Get(bwd.input_grads[0]), {0, 0, 0, 0}, "dx");
+}
+
+// ---- Optimizer steps, Accumulate, Fill --------------------------------------------------
+
+TEST_F(CudaBackendTest, SgdMomentumTwoSteps) {
+  const std::vector<float> p0 = {1.0f, -2.0f, 0.5f}, g1 = {0.1f, 0.2f, -0.3f},
+                           g2 = {-0.2f, 0.4f, 0.1f};
+  UpdateArgs u;
+  u.op = "SgdMomentumUpdate";
+  u.param = Put({3}, p0);
+  u.grad = Put({3}, g1);
+  u.state = {Alloc({3})};  // Poisoned: step 1 must not read it.
+  u.params.learning_rate = 0.1;
+  u.params.momentum = 0.9;
+  u.params.weight_decay = 0.01;
+  u.step = 1;
+  ASSERT_TRUE(backend_->Update(u).ok());
+  ASSERT_TRUE(backend_->Upload(u.grad.data, g2.data(), 12).ok());
+  u.step = 2;
+  ASSERT_TRUE(backend_->Update(u).ok());
+  Values p(3), buf(3);
+  for (int i = 0; i < 3; ++i) {
+    double gi = g1[i] + 0.01 * p0[i];
+    buf[i] = gi;
+    p[i] = p0[i] - 0.1 * buf[i];
+    gi = g2[i] + 0.01 * p[i];
+    buf[i] = 0.9 * buf[i] + gi;
+    p[i] -= 0.1 * buf[i];
+  }
+  ExpectNear(Get(u.param), p, "param", 1e-6);
+  ExpectNear(Get(u.state[0]), buf, "momentum buffer", 1e-6);
+}
+
+TEST_F(CudaBackendTest, AdamTwoSteps) {
+  const std::vector<float> p0 = {1.0f, -2.0f, 0.5f}, g1 = {0.1f, 0.2f, -0.3f},
+                           g2 = {-0.2f, 0.4f, 0.1f};
+  UpdateArgs u;
+  u.op = "AdamUpdate";
+  u.param = Put({3}, p0);
+  u.grad = Put({3}, g1);
+  u.state = {Alloc({3}), Alloc({3})};
+  u.params.learning_rate = 0.01;
+  u.params.weight_decay = 0.1;
+  u.step = 1;
+  ASSERT_TRUE(backend_->Update(u).ok());
+  ASSERT_TRUE(backend_->Upload(u.grad.data, g2.data(), 12).ok());
+  u.step = 2;
+  ASSERT_TRUE(backend_->Update(u).ok());
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 0.01;
+  Values p(p0.begin(), p0.end()), m(3, 0.0), v(3, 0.0);
+  for (int step = 1; step <= 2; ++step) {
+    for (int i = 0; i < 3; ++i) {
+      const double g = (step == 1 ? g1[i] : g2[i]) + 0.1 * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+      p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
+    }
+  }
+  ExpectNear(Get(u.param), p, "param", 1e-6);
+  ExpectNear(Get(u.state[0]), m, "m", 1e-6);
+  ExpectNear(Get(u.state[1]), v, "v", 1e-8);
+}
+
+TEST_F(CudaBackendTest, AccumulateInPlaceAndFill) {
+  TensorView a = Put({3}, {1, 2, 3});
+  TensorView b = Put({3}, {10, 20, 30});
+  ASSERT_TRUE(backend_->Accumulate(a, a, b).ok());
+  ExpectNear(Get(a), {11, 22, 33}, "a += b");
+  ASSERT_TRUE(backend_->Fill(b, 0.5f).ok());
+  ExpectNear(Get(b), {0.5, 0.5, 0.5}, "fill");
+}
+
+// ---- Memory and streams -----------------------------------------------------------------
+
+TEST_F(CudaBackendTest, CopyStreamsRoundTrip) {
+  const int64_t n = 1 << 20;
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i) * 0.5f;
+  absl::StatusOr<std::unique_ptr<Buffer>> host = backend_->AllocateHost(n * sizeof(float));
+  ASSERT_TRUE(host.ok()) << host.status();
+  TensorView device = Put({n}, values);
+  TensorView back = Alloc({n});
+
+  // Device -> pinned host after the compute that wrote `device` (a Fill then an
+  // Accumulate, so the copy must wait for them), then host -> another device tensor.
+  TensorView twice = Alloc({n});
+  ASSERT_TRUE(backend_->Fill(twice, 0.0f).ok());
+  ASSERT_TRUE(backend_->Accumulate(twice, device, device).ok());
+  absl::StatusOr<std::unique_ptr<Event>> out =
+      backend_->CopyAsync(CopyDirection::kToHost, (*host)->data(), twice.data, twice.bytes());
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE((*out)->Wait().ok());
+  const float* h = static_cast<const float*>((*host)->data());
+  for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(h[i], 2 * values[i]) << i;
+
+  absl::StatusOr<std::unique_ptr<Event>> in =
+      backend_->CopyAsync(CopyDirection::kToDevice, back.data, (*host)->data(), back.bytes());
+  ASSERT_TRUE(in.ok()) << in.status();
+  ASSERT_TRUE(backend_->ComputeWaits(**in).ok());
+  // Compute after ComputeWaits sees the copied bytes.
+  TensorView sum = Alloc({n});
+  ASSERT_TRUE(backend_->Accumulate(sum, back, back).ok());
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  const std::vector<float> got = Get(sum);
+  for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], 4 * values[i]) << i;
+}
+
+TEST_F(CudaBackendTest, OutOfMemoryIsResourceExhausted) {
+  absl::StatusOr<std::unique_ptr<Buffer>> huge = backend_->AllocateDevice(uint64_t{1} << 50);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_NE(huge.status().message().find(std::to_string(uint64_t{1} << 50)), std::string::npos)
+      << huge.status();
+  // The backend still works.
+  TensorView v = Put({2}, {1, 2});
+  ASSERT_TRUE(backend_->Accumulate(v, v, v).ok());
+  ExpectNear(Get(v), {2, 4}, "after OOM");
+}
+
+TEST_F(CudaBackendTest, WorkspaceIsReportedAndReservable) {
+  auto* cuda = dynamic_cast<CudaBackend*>(backend_.get());
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_EQ(backend_->name(), "cuda");
+  ASSERT_TRUE(cuda->ReserveWorkspace(3 << 20).ok());
+  EXPECT_GE(cuda->workspace_bytes(), uint64_t{3} << 20);
+}
+
+TEST(CudaBackendFactoryTest, NoDeviceIsFailedPreconditionElseOutOfRangeOrdinal) {
+  absl::StatusOr<std::vector<CudaDevice>> devices = ListCudaDevices();
+  if (!devices.ok()) {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCudaBackend(0);
+    ASSERT_FALSE(backend.ok());
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(backend.status().message().find("no CUDA device"), std::string::npos);
+    GTEST_SKIP() << "no CUDA device: " << devices.status();
+  }
+  EXPECT_EQ(CreateCudaBackend(static_cast<int>(devices->size())).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headroom::executor::cuda

@@ -1,0 +1,141 @@
+// Internal to the CUDA backend: the device state its kernels share (the compute stream, the
+// cuDNN and cuBLAS handles bound to it, the one workspace buffer, a cache of cuDNN plans),
+// the conversion of CUDA, cuDNN and cuBLAS errors to absl::Status, and the per-op kernel
+// table the kernel files fill in.
+//
+// Not thread-safe: kernels run one at a time on the executor thread, and everything they
+// issue goes to `compute`, so stream order is the only synchronisation they need.
+#ifndef HEADROOM_EXECUTOR_CUDA_CUDA_CONTEXT_H_
+#define HEADROOM_EXECUTOR_CUDA_CUDA_CONTEXT_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "executor/kernel_args.h"
+#include "util/status_macros.h"
+
+namespace headroom::executor::cuda {
+
+// Returns OK for success, else Internal (ResourceExhausted for out-of-memory) naming the
+// call `expr` (the text up to its '(') and the library's own message.
+absl::Status CudaStatus(cudaError_t err, const char* expr);
+absl::Status CudnnStatus(cudnnStatus_t status, const char* expr);
+absl::Status CublasStatus(cublasStatus_t status, const char* expr);
+
+}  // namespace headroom::executor::cuda
+
+// Each returns the error from the enclosing function, naming the call.
+#define HR_CUDA(call) RETURN_IF_ERROR(::headroom::executor::cuda::CudaStatus((call), #call))
+#define HR_CUDNN(call) RETURN_IF_ERROR(::headroom::executor::cuda::CudnnStatus((call), #call))
+#define HR_CUBLAS(call) RETURN_IF_ERROR(::headroom::executor::cuda::CublasStatus((call), #call))
+// After a <<<...>>> launch: returns a launch error (bad configuration, no kernel image).
+#define HR_CUDA_LAUNCHED(kernel_name) \
+  RETURN_IF_ERROR(::headroom::executor::cuda::CudaStatus(cudaGetLastError(), kernel_name))
+
+namespace headroom::executor::cuda {
+
+// Threads per block of the simple kernels, and the grid of a grid-stride loop over n items.
+inline constexpr int kThreads = 256;
+inline unsigned GridFor(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 20));
+}
+
+struct CudaContext {
+  int device = 0;
+  // Whether cuDNN convolutions and cuBLAS GEMMs may use TF32 tensor cores.
+  bool allow_tf32 = false;
+  // Caps the workspace a cuDNN convolution algorithm may ask for.
+  uint64_t max_conv_workspace_bytes = 0;
+  cudaStream_t compute = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+
+  // The workspace: one device buffer, grown (never shrunk) by Scratch(). Holds cuDNN
+  // algorithm workspaces and every kernel's temporaries; its contents do not survive from
+  // one kernel call to the next.
+  void* workspace = nullptr;
+  uint64_t workspace_bytes = 0;
+
+  // Descriptors and chosen algorithms (cuDNN plans), keyed by a string a kernel makes from
+  // its op, shapes and attributes; built once per key.
+  absl::flat_hash_map<std::string, std::shared_ptr<void>> cache;
+
+  // Returns the cached object for `key`, building it with `make()` (returning
+  // absl::StatusOr<std::shared_ptr<T>>) on first use; a failed build is not cached.
+  template <typename T, typename Make>
+  absl::StatusOr<T*> Cached(const std::string& key, Make make) {
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      absl::StatusOr<std::shared_ptr<T>> built = make();
+      if (!built.ok()) return built.status();
+      it = cache.emplace(key, std::shared_ptr<void>(*std::move(built))).first;
+    }
+    return static_cast<T*>(it->second.get());
+  }
+
+  // Returns one pointer per entry of `bytes`, each 256-byte aligned, carved from the
+  // workspace (grown first if it is too small; growing waits for the compute stream).
+  // The pointers are valid until the next call. Sizes of 0 give unusable (maybe null)
+  // pointers, and a call asking for 0 bytes in all allocates nothing.
+  absl::StatusOr<std::vector<void*>> Scratch(std::initializer_list<uint64_t> bytes);
+
+  // Grows the workspace to at least `bytes`.
+  absl::Status ReserveWorkspace(uint64_t bytes);
+};
+
+// Returns InvalidArgument unless `view` is present and float32; `what` names it.
+absl::Status RequireF32(const TensorView& view, const char* what);
+// Issues a device-to-device copy of `bytes` on the compute stream unless dst == src.
+absl::Status CopyIfDistinct(CudaContext& ctx, void* dst, const void* src, uint64_t bytes);
+// Issues a memset of the view's bytes to zero on the compute stream (nothing if absent).
+absl::Status ZeroIfPresent(CudaContext& ctx, const TensorView& view);
+
+using ForwardKernel = absl::Status (*)(CudaContext& ctx, const ForwardArgs& args);
+using BackwardKernel = absl::Status (*)(CudaContext& ctx, const BackwardArgs& args);
+
+struct OpKernels {
+  ForwardKernel forward = nullptr;
+  BackwardKernel backward = nullptr;
+};
+
+// Op set name ("Conv2D") -> its kernels.
+using KernelTable = absl::flat_hash_map<std::string, OpKernels>;
+
+// cuda_dnn_kernels.cu: Conv2D, BatchNorm, ReLU, ReLU6, Sigmoid, Tanh (cuDNN).
+void RegisterDnnKernels(KernelTable* table);
+// cuda_pool_kernels.cu: MaxPool, AvgPool (cuDNN, or own kernels for ceil_mode and
+// asymmetric padding), GlobalAvgPool.
+void RegisterPoolKernels(KernelTable* table);
+// cuda_blas_kernels.cu: MatMul (cuBLAS).
+void RegisterBlasKernels(KernelTable* table);
+// cuda_elementwise_kernels.cu: GELU, Dropout, Add, Mul, Flatten, Reshape, Transpose,
+// Concat, Split.
+void RegisterElementwiseKernels(KernelTable* table);
+// cuda_row_kernels.cu: LayerNorm, Softmax, Embedding, SoftmaxCrossEntropy.
+void RegisterRowKernels(KernelTable* table);
+
+// cuda_elementwise_kernels.cu: optimizer steps, gradient sums and fills.
+absl::Status RunUpdate(CudaContext& ctx, const UpdateArgs& args);
+absl::Status RunAccumulate(CudaContext& ctx, const TensorView& out, const TensorView& a,
+                           const TensorView& b);
+absl::Status RunFill(CudaContext& ctx, const TensorView& out, float value);
+
+// cuda_elementwise_kernels.cu: out[c] = sum over r of in[r * cols + c], for bias gradients.
+absl::Status ColumnSums(CudaContext& ctx, const float* in, int64_t rows, int64_t cols,
+                        float* out);
+
+}  // namespace headroom::executor::cuda
+
+#endif  // HEADROOM_EXECUTOR_CUDA_CUDA_CONTEXT_H_
