@@ -524,8 +524,10 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
         return absl::InternalError(absl::StrCat("executor: offload of '", g.tensor(t).name,
                                                 "' before its copy was issued"));
       }
+      // Compute after this point may overwrite the device bytes: it waits for the copy
+      // (on a GPU the host does not block; on the CPU backend the thread does).
       const auto wait_start = std::chrono::steady_clock::now();
-      status = it->second->Wait();
+      status = backend_->ComputeWaits(*it->second);
       result->copy_wait_seconds += Seconds(wait_start);
       p.copy_out_events.erase(it);
       break;
