@@ -16,6 +16,7 @@ both). Each run's first step is a warm-up and is left out of the medians.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -89,17 +90,29 @@ def main():
                 continue
             budget = int(ours["predicted_peak_bytes"] * args.budget_fraction)
             tight, tight_error = train(model_args, args.steps, ["--budget", str(budget)])
+            if tight is None:
+                # Below the smallest feasible peak: measure at that smallest peak instead.
+                match = re.search(r"smallest peak .*?\((\d+) bytes\)", tight_error or "")
+                if match:
+                    tight_error = f"{args.budget_fraction:.0%} is infeasible: {tight_error}"
+                    budget = int(match.group(1))
+                    tight, _ = train(model_args, args.steps, ["--budget", str(budget)])
             ref, ref_error = torch_reference(export, args.threads)
-        rows.append((name, ours, budget, tight, tight_error, ref, ref_error))
+            # The same step in 70% of PyTorch's peak memory: the plan that fits, and its time.
+            seventy = None
+            if ref:
+                seventy, _ = train(model_args, args.steps,
+                                   ["--budget", str(int(0.7 * ref["peak_bytes"]))])
+        rows.append((name, ours, budget, tight, tight_error, ref, ref_error, seventy))
 
     print()
     print(f"CPU, {args.threads} threads, {args.steps} steps per run (first left out), "
           f"medians; budget = {args.budget_fraction:.0%} of our unconstrained peak")
     header = ("model", "ours s", "torch s", "ratio", "budget s", "ratio", "our peak MiB",
-              "budget MiB", "torch peak MiB", "ratio", "loss match")
+              "budget MiB", "budget/peak", "torch peak MiB", "ratio", "loss match")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for name, ours, budget, tight, tight_error, ref, ref_error in rows:
+    for name, ours, budget, tight, tight_error, ref, ref_error, seventy in rows:
         o = ours["median_step_seconds"]
         t = ref["median_step_seconds"] if ref else float("nan")
         b = tight["median_step_seconds"] if tight else float("nan")
@@ -111,10 +124,24 @@ def main():
         cells = (name, f"{o:.3f}", f"{t:.3f}", f"{o / t:.2f}",
                  f"{b:.3f}" if tight else "infeasible", f"{b / o:.2f}" if tight else "-",
                  f"{mib(ours['measured_peak_bytes']):.1f}", f"{mib(budget):.1f}",
+                 f"{budget / ours['predicted_peak_bytes']:.2f}",
                  f"{mib(tp):.1f}", f"{ours['measured_peak_bytes'] / tp:.2f}", match)
         print("| " + " | ".join(cells) + " |")
+        if seventy:
+            print(f"  {name} in 70% of PyTorch's peak: measured peak "
+                  f"{mib(seventy['measured_peak_bytes']):.1f} MiB "
+                  f"({seventy['measured_peak_bytes'] / ref['peak_bytes']:.2f} of PyTorch's), "
+                  f"{seventy['num_sections']} sections, median step "
+                  f"{seventy['median_step_seconds']:.3f} s "
+                  f"({seventy['median_step_seconds'] / ref['median_step_seconds']:.2f} of "
+                  f"PyTorch's, {seventy['median_step_seconds'] / o:.2f} of ours unconstrained)")
+        elif ref:
+            print(f"  {name}: no plan fits 70% of PyTorch's peak")
+        if ref and "comparison" in ref:
+            diffs = ref["comparison"].get("loss_abs_diffs") or []
+            print(f"  {name} |loss - PyTorch's| by step: " + " ".join(f"{d:.1e}" for d in diffs))
         if tight_error:
-            print(f"  {name} at budget: {tight_error}")
+            print(f"  {name} at budget: {tight_error[:300]}")
         if ref_error:
             print(f"  {name} PyTorch: {ref_error}")
 
