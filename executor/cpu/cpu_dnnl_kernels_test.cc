@@ -16,6 +16,7 @@
 #include "executor/kernel_args.h"
 #include "graph/op_registry.h"
 #include "graph/shape.h"
+#include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 
 namespace headroom::executor::cpu {
@@ -42,27 +43,11 @@ TensorView Absent(const graph::Shape& shape) {
   return v;
 }
 
-proto::AttrValue Ints(std::vector<int64_t> values) {
-  proto::AttrValue v;
-  v.mutable_ints();
-  for (int64_t x : values) v.mutable_ints()->add_values(x);
-  return v;
-}
-proto::AttrValue Int(int64_t i) {
-  proto::AttrValue v;
-  v.set_i(i);
-  return v;
-}
-proto::AttrValue Bool(bool b) {
-  proto::AttrValue v;
-  v.set_b(b);
-  return v;
-}
-proto::AttrValue Float(double f) {
-  proto::AttrValue v;
-  v.set_f(f);
-  return v;
-}
+// Short names for attribute values (graph/graph_builder.h).
+const auto Int = &graph::IntAttr;
+const auto Ints = &graph::IntsAttr;
+const auto Bool = &graph::BoolAttr;
+const auto Float = &graph::FloatAttr;
 
 // Returns the op's attributes: its schema's defaults, overridden by `set`.
 graph::Attrs MakeAttrs(const std::string& op, const std::map<std::string, proto::AttrValue>& set) {

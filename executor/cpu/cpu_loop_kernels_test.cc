@@ -14,6 +14,7 @@
 
 #include "executor/cpu/cpu_context.h"
 #include "graph/op_registry.h"
+#include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 
 namespace headroom::executor::cpu {
@@ -68,32 +69,11 @@ Tensor Ids(Shape s, const std::vector<int64_t>& values, proto::DType dtype) {
   return t;
 }
 
-proto::AttrValue IntAttr(int64_t v) {
-  proto::AttrValue a;
-  a.set_i(v);
-  return a;
-}
-proto::AttrValue FloatAttr(double v) {
-  proto::AttrValue a;
-  a.set_f(v);
-  return a;
-}
-proto::AttrValue BoolAttr(bool v) {
-  proto::AttrValue a;
-  a.set_b(v);
-  return a;
-}
-proto::AttrValue StringAttr(const std::string& v) {
-  proto::AttrValue a;
-  a.set_s(v);
-  return a;
-}
-proto::AttrValue IntsAttr(const std::vector<int64_t>& v) {
-  proto::AttrValue a;
-  a.mutable_ints();
-  for (int64_t x : v) a.mutable_ints()->add_values(x);
-  return a;
-}
+using graph::BoolAttr;
+using graph::FloatAttr;
+using graph::IntAttr;
+using graph::IntsAttr;
+using graph::StringAttr;
 
 // The op's attributes: its schema's defaults with `set` on top.
 graph::Attrs MakeAttrs(const std::string& op, std::map<std::string, proto::AttrValue> set = {}) {

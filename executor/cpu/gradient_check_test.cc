@@ -23,6 +23,7 @@
 
 #include "executor/cpu/cpu_kernels.h"
 #include "graph/op_registry.h"
+#include "graph/graph_builder.h"
 #include "gtest/gtest.h"
 #include "planner/gradient_rules.h"
 
@@ -104,32 +105,12 @@ Tensor Ints(Shape s, const std::vector<int64_t>& values, proto::DType dtype) {
   return t;
 }
 
-proto::AttrValue I(int64_t v) {
-  proto::AttrValue a;
-  a.set_i(v);
-  return a;
-}
-proto::AttrValue F(double v) {
-  proto::AttrValue a;
-  a.set_f(v);
-  return a;
-}
-proto::AttrValue B(bool v) {
-  proto::AttrValue a;
-  a.set_b(v);
-  return a;
-}
-proto::AttrValue S(const std::string& v) {
-  proto::AttrValue a;
-  a.set_s(v);
-  return a;
-}
-proto::AttrValue Is(const std::vector<int64_t>& v) {
-  proto::AttrValue a;
-  a.mutable_ints();
-  for (int64_t x : v) a.mutable_ints()->add_values(x);
-  return a;
-}
+// Short names for the attribute values the cases set (graph/graph_builder.h).
+const auto I = &graph::IntAttr;
+const auto F = &graph::FloatAttr;
+const auto B = &graph::BoolAttr;
+const auto S = &graph::StringAttr;
+const auto Is = &graph::IntsAttr;
 
 // ---- Cases --------------------------------------------------------------------------------
 
