@@ -1,5 +1,6 @@
 #include "clients/plan_command.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "graph/summary.h"
@@ -11,6 +12,7 @@
 #include "planner/memory_planner.h"
 #include "planner/section_search.h"
 #include "planner/training_graph.h"
+#include "profiler/measured_cost_model.h"
 #include "util/byte_size.h"
 #include "util/json_writer.h"
 
@@ -21,7 +23,7 @@ constexpr char kUsage[] =
     "usage: headroom plan (--model NAME [--batch N] | --graph FILE) [--inference]\n"
     "                     [--optimizer sgd|adam] [--alignment BYTES] [--tensors] [--json]\n"
     "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
-    "                     [--device-file FILE] [--no-offload]\n";
+    "                     [--device-file FILE] [--no-offload] [--profile FILE]\n";
 
 std::string PlanJson(const std::string& name, const planner::MemoryPlan& plan, bool tensors) {
   JsonWriter w;
@@ -98,6 +100,8 @@ struct SectionFlags {
   bool frontier = false;
   bool offload = true;
   planner::DeviceSpec device;
+  // A profile (`headroom profile --out`) whose measured node times replace the cost model's.
+  std::string profile_path;
 };
 
 // Fills the section flags; returns false (after printing) on a bad value.
@@ -117,7 +121,26 @@ bool SectionFlagsFromFlags(CliFlags& flags, SectionFlags& section, std::ostream&
       file.empty() ? planner::DevicePreset(preset) : planner::ReadDeviceSpecFile(file);
   if (!device.ok()) return err << "headroom plan: " << device.status().message() << "\n", false;
   section.device = *device;
+  section.profile_path = flags.TakeString("profile");
   return true;
+}
+
+// Returns the cost model: the roofline of `flags.device`, under the profile's measured
+// times when one is given.
+absl::StatusOr<std::unique_ptr<planner::CostModel>> MakeCostModel(const graph::Graph& g,
+                                                                  const SectionFlags& flags) {
+  auto roofline = std::make_unique<planner::RooflineCostModel>(g, flags.device);
+  if (flags.profile_path.empty()) return std::unique_ptr<planner::CostModel>(std::move(roofline));
+  absl::StatusOr<proto::ProfileResponse> profile = profiler::ReadProfileFile(flags.profile_path);
+  if (!profile.ok()) return profile.status();
+  absl::StatusOr<std::unique_ptr<profiler::MeasuredCostModel>> measured =
+      profiler::MeasuredCostModel::Create(g, *profile, std::move(roofline));
+  if (!measured.ok()) {
+    return absl::Status(measured.status().code(),
+                        absl::StrCat("--profile ", flags.profile_path, ": ",
+                                     measured.status().message()));
+  }
+  return std::unique_ptr<planner::CostModel>(*std::move(measured));
 }
 
 std::string StepName(const planner::SectionedStep& step, int32_t s) {
@@ -138,7 +161,8 @@ void PointsJson(JsonWriter& w, const std::vector<planner::TradeOffPoint>& points
   w.EndArray();
 }
 
-std::string SectionPlanJson(const std::string& name, const SectionFlags& flags,
+std::string SectionPlanJson(const std::string& name, const std::string& cost_model,
+                            const SectionFlags& flags,
                             const planner::SectionPlan& plan, const planner::SectionPlan& plain,
                             int candidates, double seconds,
                             const std::vector<planner::TradeOffPoint>* frontier,
@@ -148,6 +172,7 @@ std::string SectionPlanJson(const std::string& name, const SectionFlags& flags,
   w.BeginObject()
       .Key("name").String(name)
       .Key("device").String(flags.device.name)
+      .Key("cost_model").String(cost_model)
       .Key("budget_bytes").Uint(flags.budget_bytes)
       .Key("predicted_peak_bytes").Uint(plan.peak_bytes)
       .Key("predicted_step_seconds").Double(plan.step_seconds)
@@ -223,7 +248,9 @@ int RunSectionPlan(const graph::Graph& g, const planner::PlannerOptions& options
   }
   absl::StatusOr<planner::TrainingGraph> t = planner::TrainingGraph::Build(g, options.training);
   if (!t.ok()) return err << "headroom plan: " << t.status().message() << "\n", 1;
-  const planner::RooflineCostModel cost(g, flags.device);
+  absl::StatusOr<std::unique_ptr<planner::CostModel>> cost_model = MakeCostModel(g, flags);
+  if (!cost_model.ok()) return err << "headroom plan: " << cost_model.status().message() << "\n", 1;
+  const planner::CostModel& cost = **cost_model;
   planner::SearchOptions search_options;
   search_options.allow_offload = flags.offload;
   search_options.alignment_bytes = options.alignment_bytes;
@@ -248,7 +275,8 @@ int RunSectionPlan(const graph::Graph& g, const planner::PlannerOptions& options
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (json) {
-    out << SectionPlanJson(g.name(), flags, *plan, *plain, (*search)->num_candidates(), seconds,
+    out << SectionPlanJson(g.name(), cost.name(), flags, *plan, *plain,
+                           (*search)->num_candidates(), seconds,
                            flags.frontier ? &frontier : nullptr,
                            flags.frontier ? &baselines : nullptr)
         << "\n";
@@ -289,7 +317,9 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
            "  --frontier          also the peak/time Pareto frontier and the baselines\n"
            "  --device NAME       cost-model preset: cpu (default), h100 or h200\n"
            "  --device-file FILE  a text-format DeviceModel overriding a preset's rates\n"
-           "  --no-offload        keep every cached section input on the device\n";
+           "  --no-offload        keep every cached section input on the device\n"
+           "  --profile FILE      plan with the node times and copy rates measured by\n"
+           "                      `headroom profile --out FILE` (same model and batch)\n";
     return 0;
   }
   const bool json = flags->TakeBool("json");
@@ -305,7 +335,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
   if (!g.ok()) return err << "headroom plan: " << g.status().message() << "\n", 1;
-  if (section.budget_bytes > 0 || section.frontier) {
+  if (section.budget_bytes > 0 || section.frontier || !section.profile_path.empty()) {
     return RunSectionPlan(*g, options, section, json, out, err);
   }
   absl::StatusOr<planner::MemoryPlan> plan = planner::PlanMemory(*g, options);

@@ -5,18 +5,13 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli_flags.h"
 #include "clients/model_flags.h"
+#include "clients/train_flags.h"
 #include "executor/backend.h"
-#include "executor/cpu/cpu_backend.h"
 #include "executor/reference_export.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
-#include "planner/cost_model.h"
-#include "util/byte_size.h"
 #include "util/json_writer.h"
-#ifdef HEADROOM_HAVE_CUDA
-#include "executor/cuda/cuda_backend.h"
-#endif
 
 namespace headroom::clients {
 namespace {
@@ -27,86 +22,11 @@ constexpr char kUsage[] =
     "                      [--optimizer sgd|adam] [--lr RATE] [--seed N]\n"
     "                      [--device cpu|h100|h200] [--json] [--export DIR]\n";
 
-struct TrainFlags {
-  int64_t steps = 20;
-  std::string backend = "cpu";
+struct TrainCommandFlags {
+  TrainFlags train;
   bool json = false;
   std::string export_dir;
-  executor::TrainerOptions trainer;
 };
-
-// Fills `f` from the flags; returns false (after printing) on a bad value.
-bool TrainFlagsFromFlags(CliFlags& flags, TrainFlags& f, std::ostream& err) {
-  absl::StatusOr<int64_t> steps = flags.TakeInt("steps", 20);
-  if (!steps.ok()) return err << "headroom train: " << steps.status().message() << "\n", false;
-  f.steps = *steps;
-  absl::StatusOr<int64_t> seed = flags.TakeInt("seed", 1, 0);
-  if (!seed.ok()) return err << "headroom train: " << seed.status().message() << "\n", false;
-  f.trainer.seed = static_cast<uint64_t>(*seed);
-  const std::string budget = flags.TakeString("budget");
-  if (!budget.empty()) {
-    absl::StatusOr<uint64_t> bytes = ParseByteSize(budget);
-    if (!bytes.ok() || *bytes == 0) {
-      return err << "headroom train: --budget: "
-                 << (bytes.ok() ? "must be more than 0 bytes" : bytes.status().message())
-                 << "\n", false;
-    }
-    f.trainer.budget_bytes = *bytes;
-  }
-  f.backend = flags.TakeString("backend", "cpu");
-  if (f.backend != "cpu" && f.backend != "cuda") {
-    return err << "headroom train: --backend must be cpu or cuda, not '" << f.backend << "'\n",
-           false;
-  }
-  f.trainer.allow_offload = !flags.TakeBool("no-offload");
-  const std::string optimizer = flags.TakeString("optimizer", "sgd");
-  if (optimizer != "sgd" && optimizer != "adam") {
-    return err << "headroom train: --optimizer must be sgd or adam, not '" << optimizer
-               << "'\n", false;
-  }
-  const bool adam = optimizer == "adam";
-  f.trainer.optimizer = adam ? proto::Optimizer::KIND_ADAM : proto::Optimizer::KIND_SGD_MOMENTUM;
-  f.trainer.optimizer_params.learning_rate = adam ? 1e-3 : 0.01;
-  const std::string lr = flags.TakeString("lr");
-  if (!lr.empty()) {
-    double rate = 0;
-    if (!absl::SimpleAtod(lr, &rate) || !(rate > 0)) {
-      return err << "headroom train: --lr must be a positive number, not '" << lr << "'\n",
-             false;
-    }
-    f.trainer.optimizer_params.learning_rate = rate;
-  }
-  const std::string device = flags.TakeString("device", f.backend == "cuda" ? "h100" : "cpu");
-  absl::StatusOr<planner::DeviceSpec> spec = planner::DevicePreset(device);
-  if (!spec.ok()) return err << "headroom train: " << spec.status().message() << "\n", false;
-  f.trainer.device = *spec;
-  f.json = flags.TakeBool("json");
-  f.export_dir = flags.TakeString("export");
-  return true;
-}
-
-absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string& name) {
-  if (name == "cpu") return executor::cpu::CreateCpuBackend();
-#ifdef HEADROOM_HAVE_CUDA
-  return executor::cuda::CreateCudaBackend(0);
-#else
-  return absl::FailedPreconditionError("this headroom was built without the CUDA backend");
-#endif
-}
-
-// "[#######.............]" for step `done` of `total`.
-std::string ProgressBar(int64_t done, int64_t total) {
-  constexpr int kWidth = 20;
-  const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
-  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]";
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void PrintPlan(const executor::Trainer& trainer, const TrainFlags& f, const graph::Graph& g,
                std::ostream& out) {
@@ -132,24 +52,17 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   absl::StatusOr<CliFlags> flags = CliFlags::Parse(args, {"json", "no-offload", "help"});
   if (!flags.ok()) return err << "headroom train: " << flags.status().message() << "\n" << kUsage, 2;
   if (flags->TakeBool("help")) {
-    out << kUsage << ModelFlagsUsage()
-        << "  --steps N           training steps (default 20)\n"
-           "  --budget SIZE       device memory to fit (6GiB, 400MiB, bytes); default: no\n"
-           "                      limit (the plain step)\n"
-           "  --backend NAME      cpu (oneDNN, default) or cuda\n"
-           "  --no-offload        recompute only; keep cached section inputs on the device\n"
-           "  --optimizer NAME    sgd (momentum 0.9, lr 0.01; default) or adam (lr 0.001)\n"
-           "  --lr RATE           learning rate\n"
-           "  --seed N            seed of the weights, the synthetic batches and dropout\n"
-           "  --device NAME       cost-model preset the plan is chosen for (default cpu,\n"
-           "                      or h100 with --backend cuda)\n"
-           "  --json              one JSON object per step, then a summary object\n"
+    out << kUsage << ModelFlagsUsage() << TrainFlagsUsage(20)
+        << "  --json              one JSON object per step, then a summary object\n"
            "  --export DIR        also write the graph, initial state, batches and results\n"
            "                      for tools/torch_reference.py\n";
     return 0;
   }
-  TrainFlags f;
-  if (!TrainFlagsFromFlags(*flags, f, err)) return 2;
+  TrainCommandFlags command;
+  if (!TakeTrainFlags(*flags, "train", 20, command.train, err)) return 2;
+  command.json = flags->TakeBool("json");
+  command.export_dir = flags->TakeString("export");
+  TrainFlags& f = command.train;
   absl::StatusOr<proto::GraphDef> def = ModelFromFlags(*flags);
   if (!def.ok()) return err << "headroom train: " << def.status().message() << "\n", 1;
   if (absl::Status s = flags->CheckAllTaken("train"); !s.ok()) {
@@ -162,14 +75,14 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   absl::StatusOr<std::unique_ptr<executor::Trainer>> trainer =
       executor::Trainer::Create(*g, backend->get(), f.trainer);
   if (!trainer.ok()) return err << "headroom train: " << trainer.status().message() << "\n", 1;
-  if (!f.json) PrintPlan(**trainer, f, *g, out);
-  if (!f.export_dir.empty()) {
+  if (!command.json) PrintPlan(**trainer, f, *g, out);
+  if (!command.export_dir.empty()) {
     executor::ReferenceRun run;
     run.optimizer = f.trainer.optimizer;
     run.optimizer_params = f.trainer.optimizer_params;
     run.initial_state = (*trainer)->initial_state();
     for (int64_t s = 0; s < f.steps; ++s) run.batches.push_back((*trainer)->task().Batch(s));
-    if (absl::Status s = executor::WriteReferenceInputs(f.export_dir, *g, run); !s.ok()) {
+    if (absl::Status s = executor::WriteReferenceInputs(command.export_dir, *g, run); !s.ok()) {
       return err << "headroom train: --export: " << s.message() << "\n", 1;
     }
   }
@@ -185,7 +98,7 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
     measured_peak = std::max(measured_peak, r->arena_high_water_bytes);
     offloaded += r->offloaded_bytes;
     copy_wait += r->copy_wait_seconds;
-    if (f.json) {
+    if (command.json) {
       JsonWriter w;
       w.BeginObject()
           .Key("step").Int(s)
@@ -206,14 +119,14 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
     }
   }
   const planner::SectionPlan& plan = (*trainer)->plan();
-  if (!f.export_dir.empty()) {
+  if (!command.export_dir.empty()) {
     absl::StatusOr<std::vector<executor::HostTensor>> state = (*trainer)->State();
-    absl::Status s = state.ok() ? executor::WriteReferenceResults(f.export_dir, losses, seconds, *state)
+    absl::Status s = state.ok() ? executor::WriteReferenceResults(command.export_dir, losses, seconds, *state)
                                 : state.status();
     if (!s.ok()) return err << "headroom train: --export: " << s.message() << "\n", 1;
   }
   const double median = Median(seconds);
-  if (f.json) {
+  if (command.json) {
     JsonWriter w;
     w.BeginObject()
         .Key("summary").Bool(true)

@@ -5,8 +5,10 @@
 #ifndef HEADROOM_EXECUTOR_BACKEND_H_
 #define HEADROOM_EXECUTOR_BACKEND_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,6 +32,15 @@ class Event {
   virtual ~Event() = default;
   // Blocks the calling thread until the event is done; returns the copy's error, if any.
   virtual absl::Status Wait() = 0;
+
+  // When the copy ran on its stream.
+  struct Interval {
+    std::chrono::steady_clock::time_point begin;
+    std::chrono::steady_clock::time_point end;
+  };
+  // Returns when the copy ran, once Wait() has returned; nullopt where the backend cannot
+  // say on the host's clock (the CUDA backend: there the device's view comes from CUPTI).
+  virtual std::optional<Interval> interval() const { return std::nullopt; }
 };
 
 enum class CopyDirection { kToHost, kToDevice };
@@ -74,6 +85,10 @@ class Backend {
 
   // Blocks until all compute and copies issued so far are done; returns the first error.
   virtual absl::Status Synchronize() = 0;
+
+  // Returns the device bytes the backend holds now outside the arena for kernel workspaces
+  // (cuDNN, cuBLAS); 0 where kernels need none. It may grow while the first step runs.
+  virtual uint64_t workspace_bytes() const { return 0; }
 };
 
 }  // namespace headroom::executor

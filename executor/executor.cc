@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/shape.h"
 #include "planner/gradient_rules.h"
+#include "profiler/step_layout.h"
 #include "util/check.h"
 #include "util/split_mix.h"
 #include "util/status_macros.h"
@@ -42,6 +43,8 @@ struct Executor::Prepared {
     int32_t first_step = 0;
     int32_t last_step = 0;
     bool persistent = false;
+    TensorId first_tensor = planner::kNone;
+    profiler::MemoryRole role = profiler::MemoryRole::kActivation;  // Of its first tensor.
   };
   std::vector<int32_t> buffer_of;  // By tensor.
   std::vector<BufferInfo> buffers;
@@ -63,9 +66,46 @@ struct Executor::Prepared {
   std::vector<TensorId> batch_tensors;
 
   // In flight during a step.
-  absl::flat_hash_map<TensorId, std::unique_ptr<Event>> copy_out_events;  // By original.
-  absl::flat_hash_map<TensorId, std::unique_ptr<Event>> prefetch_events;  // By device copy.
+  struct Copy {
+    std::unique_ptr<Event> event;
+    TensorId original = planner::kNone;
+    int64_t issue_ns = 0;
+  };
+  absl::flat_hash_map<TensorId, Copy> copy_out_events;  // By original.
+  absl::flat_hash_map<TensorId, Copy> prefetch_events;  // By device copy.
 };
+
+namespace {
+
+// Reports the copy of `original` in `direction`, issued at `issue_ns` and awaited from
+// `wait_start_ns` until now, to `sink`.
+void ReportCopy(profiler::EventSink* sink, profiler::CopyEvent::Direction direction,
+                int64_t step, TensorId original, const Event& event, int64_t issue_ns,
+                uint64_t bytes, int64_t wait_start_ns) {
+  if (sink == nullptr) return;
+  profiler::CopyEvent e;
+  e.direction = direction;
+  e.step = step;
+  e.tensor = original;
+  e.bytes = bytes;
+  e.issue_ns = issue_ns;
+  const int64_t now = profiler::NowNanos();
+  e.wait_ns = now - wait_start_ns;
+  if (std::optional<Event::Interval> ran = event.interval()) {
+    auto ns = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    e.begin_ns = ns(ran->begin);
+    e.end_ns = ns(ran->end);
+    e.measured = true;
+  } else {
+    e.begin_ns = issue_ns;
+    e.end_ns = now;
+  }
+  sink->OnCopy(e);
+}
+
+}  // namespace
 
 Executor::Executor(const graph::Graph& forward,
                    std::shared_ptr<const planner::SectionedStep> step,
@@ -145,6 +185,7 @@ absl::Status Executor::Prepare() {
     if (added) {
       Prepared::BufferInfo b;
       b.name = pt.name;
+      b.first_tensor = t;
       b.offset = pt.offset;
       b.first_step = pt.lifetime.first_step;
       b.last_step = pt.lifetime.last_step;
@@ -161,6 +202,10 @@ absl::Status Executor::Prepare() {
     b.last_step = std::max(b.last_step, pt.lifetime.last_step);
     b.persistent = b.persistent || g.tensor(t).persistent();
     p.buffer_of[t] = it->second;
+  }
+  if (options_.events != nullptr) {
+    const profiler::StepLayout layout = profiler::DescribeStep(*step_);
+    for (Prepared::BufferInfo& b : p.buffers) b.role = layout.tensors[b.first_tensor].role;
   }
   p.allocate_at.assign(num_steps, {});
   p.free_at.assign(num_steps, {});
@@ -368,7 +413,9 @@ absl::Status Executor::PlaceState(const std::vector<HostTensor>& initial_state) 
     const Prepared::BufferInfo& info = p.buffers[b];
     if (!info.persistent) continue;
     RETURN_IF_ERROR(arena_->Allocate(b, info.offset, info.bytes, info.name).status());
+    ReportBuffer(profiler::MemoryEvent::Kind::kAllocate, b, -1);
   }
+  ReportWorkspace(-1);
   absl::flat_hash_map<std::string, const HostTensor*> by_name;
   for (const HostTensor& t : initial_state) by_name[t.name] = &t;
   for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
@@ -415,6 +462,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
     for (int32_t b : p.allocate_at[s]) {
       const Prepared::BufferInfo& info = p.buffers[b];
       RETURN_IF_ERROR(arena_->Allocate(b, info.offset, info.bytes, info.name).status());
+      ReportBuffer(profiler::MemoryEvent::Kind::kAllocate, b, s);
     }
     if (s == 0) {
       // The batch exists before the first node runs.
@@ -440,7 +488,10 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
     }
     RETURN_IF_ERROR(RunNode(s, &result));
     RETURN_IF_ERROR(IssueCopiesOut(s + 1, &result));
-    for (int32_t b : p.free_at[s]) RETURN_IF_ERROR(arena_->Free(b));
+    for (int32_t b : p.free_at[s]) {
+      RETURN_IF_ERROR(arena_->Free(b));
+      ReportBuffer(profiler::MemoryEvent::Kind::kFree, b, s);
+    }
   }
   RETURN_IF_ERROR(backend_->Synchronize());
   if (!p.copy_out_events.empty() || !p.prefetch_events.empty()) {
@@ -455,9 +506,57 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
   run_high_water_bytes_ =
       std::max({run_high_water_bytes_, high_water_before, arena_->high_water_bytes()});
   result.arena_high_water_bytes = run_high_water_bytes_;
-  ++steps_run_;
   result.seconds = Seconds(start);
+  if (options_.events != nullptr) {
+    profiler::StepEvent e;
+    e.step = steps_run_;
+    e.end_ns = profiler::NowNanos();
+    e.begin_ns = e.end_ns - static_cast<int64_t>(result.seconds * 1e9);
+    e.loss = result.loss;
+    options_.events->OnStep(e);
+  }
+  ++steps_run_;
   return result;
+}
+
+void Executor::ReportBuffer(profiler::MemoryEvent::Kind kind, int32_t b, int32_t node) {
+  if (options_.events == nullptr) return;
+  const Prepared::BufferInfo& info = prepared_->buffers[b];
+  profiler::MemoryEvent e;
+  e.kind = kind;
+  e.time_ns = profiler::NowNanos();
+  e.step = node < 0 ? profiler::kSetupStep : steps_run_;
+  e.node = node;
+  e.buffer = b;
+  e.tensor = info.first_tensor;
+  e.role = info.role;
+  e.offset = info.offset;
+  e.bytes = info.bytes;
+  options_.events->OnMemory(e);
+}
+
+void Executor::ReportWorkspace(int32_t node) {
+  if (options_.events == nullptr) return;
+  const uint64_t now_bytes = backend_->workspace_bytes();
+  if (now_bytes == reported_workspace_bytes_) return;
+  // A grown workspace is a new allocation: the old one is freed, the new one allocated.
+  profiler::MemoryEvent e;
+  e.time_ns = profiler::NowNanos();
+  e.step = node < 0 ? profiler::kSetupStep : steps_run_;
+  e.node = node;
+  e.buffer = -1;
+  e.role = profiler::MemoryRole::kWorkspace;
+  if (reported_workspace_bytes_ > 0) {
+    e.kind = profiler::MemoryEvent::Kind::kFree;
+    e.bytes = reported_workspace_bytes_;
+    options_.events->OnMemory(e);
+  }
+  e.kind = profiler::MemoryEvent::Kind::kAllocate;
+  e.bytes = now_bytes;
+  // Workspaces outlive steps: they count as setup, which balance checks leave alone.
+  e.step = profiler::kSetupStep;
+  options_.events->OnMemory(e);
+  reported_workspace_bytes_ = now_bytes;
 }
 
 absl::Status Executor::IssueCopiesOut(int32_t index, StepResult* result) {
@@ -465,10 +564,26 @@ absl::Status Executor::IssueCopiesOut(int32_t index, StepResult* result) {
   for (TensorId t : p.copy_out_after[index]) {
     const uint64_t bytes = step_->graph.tensor(t).bytes;
     void* host = static_cast<char*>(host_pool_->data()) + p.host_offset[t];
-    ASSIGN_OR_RETURN(p.copy_out_events[t],
+    Prepared::Copy& copy = p.copy_out_events[t];
+    copy.original = t;
+    copy.issue_ns = options_.events != nullptr ? profiler::NowNanos() : 0;
+    ASSIGN_OR_RETURN(copy.event,
                      backend_->CopyAsync(CopyDirection::kToHost, host,
                                          arena_->At(memory_->tensors[t].offset), bytes));
     result->offloaded_bytes += bytes;
+    if (options_.events != nullptr) {
+      // The host slot is in use from now until the copy back is done.
+      profiler::MemoryEvent e;
+      e.time_ns = copy.issue_ns;
+      e.step = steps_run_;
+      e.node = index - 1;
+      e.buffer = t;
+      e.tensor = t;
+      e.role = profiler::MemoryRole::kHostOffload;
+      e.offset = p.host_offset[t];
+      e.bytes = bytes;
+      options_.events->OnMemory(e);
+    }
   }
   return absl::OkStatus();
 }
@@ -482,8 +597,26 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
     auto it = p.prefetch_events.find(t);
     if (it == p.prefetch_events.end()) continue;
     const auto wait_start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(backend_->ComputeWaits(*it->second));
+    const int64_t wait_start_ns = options_.events != nullptr ? profiler::NowNanos() : 0;
+    RETURN_IF_ERROR(backend_->ComputeWaits(*it->second.event));
     result->copy_wait_seconds += Seconds(wait_start);
+    if (options_.events != nullptr) {
+      const Prepared::Copy& copy = it->second;
+      ReportCopy(options_.events, profiler::CopyEvent::Direction::kToDevice, steps_run_,
+                 copy.original, *copy.event, copy.issue_ns, g.tensor(t).bytes, wait_start_ns);
+      // The host slot is free once its bytes are back on the device.
+      profiler::MemoryEvent e;
+      e.kind = profiler::MemoryEvent::Kind::kFree;
+      e.time_ns = profiler::NowNanos();
+      e.step = steps_run_;
+      e.node = s;
+      e.buffer = copy.original;
+      e.tensor = copy.original;
+      e.role = profiler::MemoryRole::kHostOffload;
+      e.offset = p.host_offset[copy.original];
+      e.bytes = g.tensor(copy.original).bytes;
+      options_.events->OnMemory(e);
+    }
     p.prefetch_events.erase(it);
   }
   auto view = [&](TensorId t) {
@@ -491,6 +624,7 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
     v.data = arena_->At(memory_->tensors[t].offset);
     return v;
   };
+  const int64_t begin_ns = options_.events != nullptr ? profiler::NowNanos() : 0;
   absl::Status status;
   switch (node.kind) {
     case NodeKind::kForward:
@@ -527,8 +661,12 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
       // Compute after this point may overwrite the device bytes: it waits for the copy
       // (on a GPU the host does not block; on the CPU backend the thread does).
       const auto wait_start = std::chrono::steady_clock::now();
-      status = backend_->ComputeWaits(*it->second);
+      status = backend_->ComputeWaits(*it->second.event);
       result->copy_wait_seconds += Seconds(wait_start);
+      if (status.ok()) {
+        ReportCopy(options_.events, profiler::CopyEvent::Direction::kToHost, steps_run_, t,
+                   *it->second.event, it->second.issue_ns, g.tensor(t).bytes, begin_ns);
+      }
       p.copy_out_events.erase(it);
       break;
     }
@@ -536,7 +674,10 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
       const TensorId source = p.prefetch_source.at(s);
       const TensorId copy = node.outputs[0];
       void* host = static_cast<char*>(host_pool_->data()) + p.host_offset[source];
-      ASSIGN_OR_RETURN(p.prefetch_events[copy],
+      Prepared::Copy& prefetch = p.prefetch_events[copy];
+      prefetch.original = source;
+      prefetch.issue_ns = begin_ns;
+      ASSIGN_OR_RETURN(prefetch.event,
                        backend_->CopyAsync(CopyDirection::kToDevice,
                                            arena_->At(memory_->tensors[copy].offset), host,
                                            g.tensor(copy).bytes));
@@ -547,6 +688,10 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
     return absl::Status(status.code(),
                         absl::StrCat("node '", node.name, "' (", node.op, "): ",
                                      status.message()));
+  }
+  if (options_.events != nullptr) {
+    options_.events->OnOp({steps_run_, s, begin_ns, profiler::NowNanos()});
+    ReportWorkspace(s);
   }
   return absl::OkStatus();
 }

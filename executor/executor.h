@@ -30,6 +30,7 @@
 #include "graph/graph.h"
 #include "planner/memory_planner.h"
 #include "planner/sections.h"
+#include "profiler/events.h"
 
 namespace headroom::executor {
 
@@ -38,6 +39,9 @@ struct ExecutorOptions {
   OptimizerParams optimizer;
   // Seeds the dropout masks (with the step number and the node).
   uint64_t seed = 1;
+  // Where to report every allocation, free, node, copy and step as it happens (borrowed;
+  // must outlive the executor). Default none: nothing is recorded.
+  profiler::EventSink* events = nullptr;
 };
 
 // What one step did.
@@ -91,6 +95,10 @@ class Executor {
   // Issues the copies to host due after step `index - 1` (index 0: before the first).
   absl::Status IssueCopiesOut(int32_t index, StepResult* result);
   TensorView View(planner::TensorId t) const;
+  // Reports buffer `b`'s allocation or free at schedule step `node` (-1: none) to the sink.
+  void ReportBuffer(profiler::MemoryEvent::Kind kind, int32_t b, int32_t node);
+  // Reports a change of the backend's workspace since the last report.
+  void ReportWorkspace(int32_t node);
 
   const graph::Graph& forward_;
   std::shared_ptr<const planner::SectionedStep> step_;
@@ -102,6 +110,8 @@ class Executor {
   std::unique_ptr<Prepared> prepared_;
   int64_t steps_run_ = 0;
   uint64_t run_high_water_bytes_ = 0;
+  // The workspace bytes last reported to the sink.
+  uint64_t reported_workspace_bytes_ = 0;
 };
 
 }  // namespace headroom::executor

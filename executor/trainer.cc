@@ -55,6 +55,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   ExecutorOptions executor_options;
   executor_options.optimizer = options.optimizer_params;
   executor_options.seed = options.seed;
+  executor_options.events = options.events;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
                                     t->initial_state_, executor_options));

@@ -22,6 +22,7 @@
 #include "planner/cost_model.h"
 #include "planner/section_search.h"
 #include "planner/training_graph.h"
+#include "profiler/events.h"
 #include "proto/headroom.pb.h"
 
 namespace headroom::executor {
@@ -40,6 +41,9 @@ struct TrainerOptions {
   OptimizerParams optimizer_params;
   // The device the planner's cost model describes. Default the "cpu" preset.
   planner::DeviceSpec device = planner::DevicePreset("cpu").value();
+  // Where the executor reports what it does (borrowed; must outlive the trainer). Default
+  // none.
+  profiler::EventSink* events = nullptr;
 };
 
 class Trainer {

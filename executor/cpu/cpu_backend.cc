@@ -1,5 +1,6 @@
 #include "executor/cpu/cpu_backend.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +46,8 @@ struct CopyState {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  // When the copy thread ran it; written before `done`.
+  Event::Interval ran;
 };
 
 class CopyEvent : public Event {
@@ -54,6 +57,12 @@ class CopyEvent : public Event {
     std::unique_lock<std::mutex> lock(state_->mu);
     state_->cv.wait(lock, [&] { return state_->done; });
     return absl::OkStatus();
+  }
+
+  std::optional<Interval> interval() const override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->done) return std::nullopt;
+    return state_->ran;
   }
 
  private:
@@ -108,9 +117,12 @@ class CopyStream {
         copy = queue_.front();
         queue_.pop_front();
       }
+      const auto begin = std::chrono::steady_clock::now();
       std::memcpy(copy.dst, copy.src, copy.bytes);
+      const auto end = std::chrono::steady_clock::now();
       {
         std::lock_guard<std::mutex> lock(copy.state->mu);
+        copy.state->ran = {begin, end};
         copy.state->done = true;
       }
       copy.state->cv.notify_all();

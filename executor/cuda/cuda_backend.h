@@ -84,7 +84,7 @@ class CudaBackend : public Backend {
 
   // Returns the bytes of device memory the workspace holds now (0 before any kernel that
   // needs one): memory the backend uses besides the buffers it handed out.
-  uint64_t workspace_bytes() const;
+  uint64_t workspace_bytes() const override;
   // Grows the workspace to at least `bytes` now, so that no kernel has to grow it later.
   absl::Status ReserveWorkspace(uint64_t bytes);
 

@@ -1,0 +1,99 @@
+#include "clients/train_flags.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "executor/cpu/cpu_backend.h"
+#include "planner/cost_model.h"
+#include "util/byte_size.h"
+#ifdef HEADROOM_HAVE_CUDA
+#include "executor/cuda/cuda_backend.h"
+#endif
+
+namespace headroom::clients {
+
+bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default_steps,
+                    TrainFlags& f, std::ostream& err) {
+  const std::string prefix = absl::StrCat("headroom ", command, ": ");
+  absl::StatusOr<int64_t> steps = flags.TakeInt("steps", default_steps);
+  if (!steps.ok()) return err << prefix << steps.status().message() << "\n", false;
+  f.steps = *steps;
+  absl::StatusOr<int64_t> seed = flags.TakeInt("seed", 1, 0);
+  if (!seed.ok()) return err << prefix << seed.status().message() << "\n", false;
+  f.trainer.seed = static_cast<uint64_t>(*seed);
+  const std::string budget = flags.TakeString("budget");
+  if (!budget.empty()) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(budget);
+    if (!bytes.ok() || *bytes == 0) {
+      return err << prefix << "--budget: "
+                 << (bytes.ok() ? "must be more than 0 bytes" : bytes.status().message())
+                 << "\n", false;
+    }
+    f.trainer.budget_bytes = *bytes;
+  }
+  f.backend = flags.TakeString("backend", "cpu");
+  if (f.backend != "cpu" && f.backend != "cuda") {
+    return err << prefix << "--backend must be cpu or cuda, not '" << f.backend << "'\n", false;
+  }
+  f.trainer.allow_offload = !flags.TakeBool("no-offload");
+  const std::string optimizer = flags.TakeString("optimizer", "sgd");
+  if (optimizer != "sgd" && optimizer != "adam") {
+    return err << prefix << "--optimizer must be sgd or adam, not '" << optimizer << "'\n",
+           false;
+  }
+  const bool adam = optimizer == "adam";
+  f.trainer.optimizer = adam ? proto::Optimizer::KIND_ADAM : proto::Optimizer::KIND_SGD_MOMENTUM;
+  f.trainer.optimizer_params.learning_rate = adam ? 1e-3 : 0.01;
+  const std::string lr = flags.TakeString("lr");
+  if (!lr.empty()) {
+    double rate = 0;
+    if (!absl::SimpleAtod(lr, &rate) || !(rate > 0)) {
+      return err << prefix << "--lr must be a positive number, not '" << lr << "'\n", false;
+    }
+    f.trainer.optimizer_params.learning_rate = rate;
+  }
+  const std::string device = flags.TakeString("device", f.backend == "cuda" ? "h100" : "cpu");
+  absl::StatusOr<planner::DeviceSpec> spec = planner::DevicePreset(device);
+  if (!spec.ok()) return err << prefix << spec.status().message() << "\n", false;
+  f.trainer.device = *spec;
+  return true;
+}
+
+std::string TrainFlagsUsage(int64_t default_steps) {
+  return absl::StrCat(
+      "  --steps N           training steps (default ", default_steps, ")\n",
+      "  --budget SIZE       device memory to fit (6GiB, 400MiB, bytes); default: no\n"
+      "                      limit (the plain step)\n"
+      "  --backend NAME      cpu (oneDNN, default) or cuda\n"
+      "  --no-offload        recompute only; keep cached section inputs on the device\n"
+      "  --optimizer NAME    sgd (momentum 0.9, lr 0.01; default) or adam (lr 0.001)\n"
+      "  --lr RATE           learning rate\n"
+      "  --seed N            seed of the weights, the synthetic batches and dropout\n"
+      "  --device NAME       cost-model preset the plan is chosen for (default cpu,\n"
+      "                      or h100 with --backend cuda)\n");
+}
+
+absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string& name) {
+  if (name == "cpu") return executor::cpu::CreateCpuBackend();
+#ifdef HEADROOM_HAVE_CUDA
+  return executor::cuda::CreateCudaBackend(0);
+#else
+  return absl::FailedPreconditionError("this headroom was built without the CUDA backend");
+#endif
+}
+
+std::string ProgressBar(int64_t done, int64_t total) {
+  constexpr int kWidth = 20;
+  const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
+  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]";
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace headroom::clients

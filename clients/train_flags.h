@@ -1,0 +1,48 @@
+// The flags `headroom train` and `headroom profile` share: what to train, under which
+// budget, on which backend, with which optimizer; and the backend they name.
+#ifndef HEADROOM_CLIENTS_TRAIN_FLAGS_H_
+#define HEADROOM_CLIENTS_TRAIN_FLAGS_H_
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clients/cli_flags.h"
+#include "executor/backend.h"
+#include "executor/trainer.h"
+
+namespace headroom::clients {
+
+struct TrainFlags {
+  // --steps; the default is the command's.
+  int64_t steps = 20;
+  // --backend: "cpu" (default) or "cuda".
+  std::string backend = "cpu";
+  executor::TrainerOptions trainer;
+};
+
+// Takes --steps (default `default_steps`), --seed, --budget, --backend, --no-offload,
+// --optimizer, --lr and --device from `flags` into `f`; returns false after printing
+// "headroom COMMAND: ..." to `err` for a bad value.
+bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default_steps,
+                    TrainFlags& f, std::ostream& err);
+
+// Returns the help lines of the flags TakeTrainFlags takes.
+std::string TrainFlagsUsage(int64_t default_steps);
+
+// Returns the backend named "cpu" or "cuda" (FailedPrecondition for cuda in a build
+// without the toolkit).
+absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string& name);
+
+// Returns "[#######.............]" for step `done` of `total`.
+std::string ProgressBar(int64_t done, int64_t total);
+
+// Returns the median of `values` (0 for none).
+double Median(std::vector<double> values);
+
+}  // namespace headroom::clients
+
+#endif  // HEADROOM_CLIENTS_TRAIN_FLAGS_H_

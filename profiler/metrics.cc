@@ -1,0 +1,301 @@
+#include "profiler/metrics.h"
+
+#include <cmath>
+#include <exception>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace headroom::profiler {
+namespace {
+
+// StepObservation::bytes() and JobSeries::role_bytes index by the enum value.
+constexpr bool RolesInEnumOrder() {
+  for (size_t i = 0; i < kAllMemoryRoles.size(); ++i) {
+    if (static_cast<size_t>(kAllMemoryRoles[i]) != i) return false;
+  }
+  return true;
+}
+static_assert(RolesInEnumOrder(), "kAllMemoryRoles must list the roles in enum order");
+
+// headroom_jobs' state label values, in JobCounts' field order.
+constexpr std::array<const char*, 5> kJobStateNames = {"queued", "running", "succeeded",
+                                                       "failed", "cancelled"};
+
+constexpr char kLabelValueExtraChars[] = "_.:/@-";
+
+// Returns "what: <exception message>" as an Internal status.
+absl::Status InternalFromException(absl::string_view what, const std::exception& e) {
+  return absl::InternalError(absl::StrCat(what, ": prometheus-cpp threw: ", e.what()));
+}
+
+absl::Status ValidateSeconds(absl::string_view field, double seconds) {
+  if (std::isfinite(seconds) && seconds >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("step observation: ", field, " is ", seconds, ", needs a finite value >= 0"));
+}
+
+}  // namespace
+
+std::vector<double> StepDurationBucketsSeconds() {
+  std::vector<double> bounds;
+  for (double decade : {0.001, 0.01, 0.1, 1.0, 10.0}) {
+    for (double step : {1.0, 2.5, 5.0}) bounds.push_back(decade * step);
+  }
+  bounds.push_back(100.0);
+  return bounds;
+}
+
+absl::Status ValidateLabelValue(const std::string& label_name, const std::string& value) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(label_name, " label value is empty"));
+  }
+  if (value.size() > kMaxLabelValueBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label_name, " label value '", absl::CHexEscape(value.substr(0, 32)),
+                     "...' has ", value.size(), " bytes, at most ", kMaxLabelValueBytes,
+                     " allowed"));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const char c = value[i];
+    if (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+        absl::string_view(kLabelValueExtraChars).find(c) != absl::string_view::npos) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        label_name, " label value '", absl::CHexEscape(value), "' has '",
+        absl::CHexEscape(std::string(1, c)), "' at byte ", i,
+        "; allowed are ASCII letters, digits and \"", kLabelValueExtraChars, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create() {
+  auto registry = std::make_shared<prometheus::Registry>(
+      prometheus::Registry::InsertBehavior::Throw);
+  Families f;
+  JobStateGauges job_state_gauges{};
+  try {
+    // Per job and device.
+    f.job_memory_bytes = &prometheus::BuildGauge()
+        .Name("headroom_job_memory_bytes")
+        .Help("Bytes a job held at the end of its last observed step, by memory role; role "
+              "host_offload counts host memory, every other role device memory.")
+        .Register(*registry);
+    f.planned_peak_bytes = &prometheus::BuildGauge()
+        .Name("headroom_planned_peak_bytes")
+        .Help("Peak device memory the planner predicted for a job's step.")
+        .Register(*registry);
+    f.measured_peak_bytes = &prometheus::BuildGauge()
+        .Name("headroom_measured_peak_bytes")
+        .Help("Peak device memory measured during a job's last observed step.")
+        .Register(*registry);
+    f.offloaded_bytes = &prometheus::BuildCounter()
+        .Name("headroom_offloaded_bytes_total")
+        .Help("Bytes a job copied from device to host memory (offloaded activations).")
+        .Register(*registry);
+    f.prefetched_bytes = &prometheus::BuildCounter()
+        .Name("headroom_prefetched_bytes_total")
+        .Help("Bytes a job copied from host back to device memory (prefetched activations).")
+        .Register(*registry);
+    f.recompute_seconds = &prometheus::BuildCounter()
+        .Name("headroom_recompute_seconds_total")
+        .Help("Seconds a job spent recomputing activations it dropped to save memory.")
+        .Register(*registry);
+    f.step_duration_seconds = &prometheus::BuildHistogram()
+        .Name("headroom_step_duration_seconds")
+        .Help("Wall time of a job's training steps; _count is the number of steps.")
+        .Register(*registry);
+    // Daemon-wide.
+    f.jobs = &prometheus::BuildGauge()
+        .Name("headroom_jobs")
+        .Help("Jobs the daemon keeps, by state.")
+        .Register(*registry);
+    f.device_memory_used_bytes = &prometheus::BuildGauge()
+        .Name("headroom_device_memory_used_bytes")
+        .Help("Physical device memory in use, as the driver reports it (all processes).")
+        .Register(*registry);
+    f.device_memory_total_bytes = &prometheus::BuildGauge()
+        .Name("headroom_device_memory_total_bytes")
+        .Help("Physical device memory capacity, as the driver reports it.")
+        .Register(*registry);
+    for (size_t i = 0; i < kJobStateNames.size(); ++i) {
+      job_state_gauges[i] = &f.jobs->Add({{"state", kJobStateNames[i]}});
+    }
+  } catch (const std::exception& e) {
+    return InternalFromException("registering Headroom's metric families", e);
+  }
+  return std::unique_ptr<Metrics>(
+      new Metrics(std::move(registry), f, job_state_gauges));
+}
+
+Metrics::Metrics(std::shared_ptr<prometheus::Registry> registry, Families families,
+                 JobStateGauges job_state_gauges)
+    : registry_(std::move(registry)),
+      families_(families),
+      job_state_gauges_(job_state_gauges),
+      step_buckets_seconds_(StepDurationBucketsSeconds()) {}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::StartJob(const std::string& job, const std::string& device,
+                               uint64_t planned_peak_bytes) {
+  if (absl::Status s = ValidateLabelValue("job", job); !s.ok()) return s;
+  if (absl::Status s = ValidateLabelValue("device", device); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = jobs_.try_emplace(std::make_pair(job, device));
+  if (!inserted) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", job, "' on device '", device,
+                                                 "' already started; ForgetJob it first"));
+  }
+  try {
+    AddJobSeries(job, device, it->second);
+  } catch (const std::exception& e) {
+    RemoveJobSeries(it->second);
+    jobs_.erase(it);
+    return InternalFromException(
+        absl::StrCat("adding the series of job '", job, "' on device '", device, "'"), e);
+  }
+  it->second.planned_peak_bytes->Set(static_cast<double>(planned_peak_bytes));
+  return absl::OkStatus();
+}
+
+void Metrics::AddJobSeries(const std::string& job, const std::string& device,
+                           JobSeries& series) {
+  const prometheus::Labels labels = {{"device", device}, {"job", job}};
+  for (MemoryRole role : kAllMemoryRoles) {
+    prometheus::Labels role_labels = labels;
+    role_labels.emplace("role", MemoryRoleName(role));
+    series.role_bytes[static_cast<size_t>(role)] = &families_.job_memory_bytes->Add(role_labels);
+  }
+  series.planned_peak_bytes = &families_.planned_peak_bytes->Add(labels);
+  series.measured_peak_bytes = &families_.measured_peak_bytes->Add(labels);
+  series.offloaded_bytes = &families_.offloaded_bytes->Add(labels);
+  series.prefetched_bytes = &families_.prefetched_bytes->Add(labels);
+  series.recompute_seconds = &families_.recompute_seconds->Add(labels);
+  series.step_duration_seconds =
+      &families_.step_duration_seconds->Add(labels, step_buckets_seconds_);
+}
+
+void Metrics::RemoveJobSeries(const JobSeries& series) {
+  for (prometheus::Gauge* gauge : series.role_bytes) {
+    if (gauge != nullptr) families_.job_memory_bytes->Remove(gauge);
+  }
+  if (series.planned_peak_bytes != nullptr) {
+    families_.planned_peak_bytes->Remove(series.planned_peak_bytes);
+  }
+  if (series.measured_peak_bytes != nullptr) {
+    families_.measured_peak_bytes->Remove(series.measured_peak_bytes);
+  }
+  if (series.offloaded_bytes != nullptr) {
+    families_.offloaded_bytes->Remove(series.offloaded_bytes);
+  }
+  if (series.prefetched_bytes != nullptr) {
+    families_.prefetched_bytes->Remove(series.prefetched_bytes);
+  }
+  if (series.recompute_seconds != nullptr) {
+    families_.recompute_seconds->Remove(series.recompute_seconds);
+  }
+  if (series.step_duration_seconds != nullptr) {
+    families_.step_duration_seconds->Remove(series.step_duration_seconds);
+  }
+}
+
+absl::Status Metrics::ObserveStep(const std::string& job, const std::string& device,
+                                  const StepObservation& step) {
+  if (absl::Status s = ValidateSeconds("step_seconds", step.step_seconds); !s.ok()) return s;
+  if (absl::Status s = ValidateSeconds("recompute_seconds", step.recompute_seconds); !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(std::make_pair(job, device));
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
+                                            "' has no metrics: StartJob was not called, or "
+                                            "the job was forgotten"));
+  }
+  const JobSeries& series = it->second;
+  for (MemoryRole role : kAllMemoryRoles) {
+    series.role_bytes[static_cast<size_t>(role)]->Set(static_cast<double>(step.bytes(role)));
+  }
+  series.measured_peak_bytes->Set(static_cast<double>(step.measured_peak_bytes));
+  series.offloaded_bytes->Increment(static_cast<double>(step.offloaded_bytes));
+  series.prefetched_bytes->Increment(static_cast<double>(step.prefetched_bytes));
+  series.recompute_seconds->Increment(step.recompute_seconds);
+  series.step_duration_seconds->Observe(step.step_seconds);
+  return absl::OkStatus();
+}
+
+int Metrics::ForgetJob(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  int forgotten = 0;
+  // The job's devices are adjacent, starting at (job, "").
+  auto it = jobs_.lower_bound(std::make_pair(job, std::string()));
+  while (it != jobs_.end() && it->first.first == job) {
+    RemoveJobSeries(it->second);
+    it = jobs_.erase(it);
+    ++forgotten;
+  }
+  return forgotten;
+}
+
+absl::Status Metrics::SetJobCounts(const JobCounts& counts) {
+  const std::array<int64_t, 5> by_state = {counts.queued, counts.running, counts.succeeded,
+                                           counts.failed, counts.cancelled};
+  for (size_t i = 0; i < by_state.size(); ++i) {
+    if (by_state[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("job count for state '", kJobStateNames[i],
+                                                     "' is ", by_state[i], ", needs >= 0"));
+    }
+  }
+  for (size_t i = 0; i < by_state.size(); ++i) {
+    job_state_gauges_[i]->Set(static_cast<double>(by_state[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Metrics::SetDeviceMemory(const std::string& device, uint64_t used_bytes,
+                                      uint64_t total_bytes) {
+  if (absl::Status s = ValidateLabelValue("device", device); !s.ok()) return s;
+  if (used_bytes > total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("device '", device, "': used_bytes ",
+                                                   used_bytes, " exceeds total_bytes ",
+                                                   total_bytes));
+  }
+  absl::MutexLock lock(&mu_);
+  DeviceSeries& series = devices_[device];
+  if (series.used_bytes == nullptr) {
+    try {
+      series.used_bytes = &families_.device_memory_used_bytes->Add({{"device", device}});
+      series.total_bytes = &families_.device_memory_total_bytes->Add({{"device", device}});
+    } catch (const std::exception& e) {
+      if (series.used_bytes != nullptr) {
+        families_.device_memory_used_bytes->Remove(series.used_bytes);
+      }
+      devices_.erase(device);
+      return InternalFromException(absl::StrCat("adding the series of device '", device, "'"),
+                                   e);
+    }
+  }
+  series.used_bytes->Set(static_cast<double>(used_bytes));
+  series.total_bytes->Set(static_cast<double>(total_bytes));
+  return absl::OkStatus();
+}
+
+std::string Metrics::TextExposition() const {
+  // Collect() and Serialize() document no exceptions (they take the families' locks and
+  // write to a string stream).
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace headroom::profiler

@@ -1,0 +1,46 @@
+// A profile's report: the figures of a profiled run gathered into the wire message
+// (proto::ProfileResponse, what `headroom profile --out` writes and the daemon's Profile
+// call returns), and a summary of it for people.
+#ifndef HEADROOM_PROFILER_PROFILE_REPORT_H_
+#define HEADROOM_PROFILER_PROFILE_REPORT_H_
+
+#include <string>
+
+#include "graph/graph.h"
+#include "planner/section_search.h"
+#include "profiler/events.h"
+#include "profiler/op_costs.h"
+#include "profiler/step_layout.h"
+#include "profiler/timeline.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::profiler {
+
+struct ProfileReportOptions {
+  // "cpu" or "cuda".
+  std::string backend = "cpu";
+  // The budget the plan was asked to fit (0: none).
+  uint64_t budget_bytes = 0;
+  // Timeline samples kept in the message (evenly thinned; the peak's is always kept).
+  // Default 2000; 0 keeps every one.
+  size_t max_samples = 2000;
+};
+
+// Returns the report of a run of `plan` for `forward` whose events are `log`, laid out as
+// `layout`, with timeline `timeline` and measured costs `costs`. Leaves trace_json and
+// physical empty.
+proto::ProfileResponse BuildProfileReport(const graph::Graph& forward,
+                                          const planner::SectionPlan& plan,
+                                          const EventLog& log, const StepLayout& layout,
+                                          const Timeline& timeline, const MeasuredCosts& costs,
+                                          const ProfileReportOptions& options);
+
+// Returns the report for people: the plan, measured against predicted peak and step time,
+// the peak's attribution (its `rows` largest live buffers), the slowest nodes and the
+// copies.
+std::string ProfileSummaryText(const proto::ProfileResponse& report, const Timeline& timeline,
+                               int rows);
+
+}  // namespace headroom::profiler
+
+#endif  // HEADROOM_PROFILER_PROFILE_REPORT_H_

@@ -1,0 +1,246 @@
+#include "profiler/timeline.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "graph/summary.h"
+#include "util/status_macros.h"
+
+namespace headroom::profiler {
+namespace {
+
+size_t Index(MemoryRole role) { return static_cast<size_t>(role); }
+
+// The buffers live in each space, by buffer id: their allocation events.
+struct LiveSet {
+  absl::flat_hash_map<int32_t, MemoryEvent> device;
+  absl::flat_hash_map<int32_t, MemoryEvent> host;
+  absl::flat_hash_map<int32_t, MemoryEvent>& of(const MemoryEvent& e) {
+    return e.host() ? host : device;
+  }
+};
+
+std::string BufferName(const MemoryEvent& e, const StepLayout& layout) {
+  if (e.role == MemoryRole::kWorkspace) return "workspace";
+  if (e.tensor >= 0 && e.tensor < static_cast<int32_t>(layout.tensors.size())) {
+    return layout.tensors[e.tensor].name;
+  }
+  return absl::StrCat("buffer ", e.buffer);
+}
+
+// Applies `e` to `live` and `bytes`; returns the allocation it made or ended, or Internal
+// if it does not balance.
+absl::StatusOr<MemoryEvent> Apply(const MemoryEvent& e, const StepLayout& layout,
+                                  LiveSet& live, RoleBytes& bytes) {
+  auto& set = live.of(e);
+  if (e.kind == MemoryEvent::Kind::kAllocate) {
+    auto [it, added] = set.emplace(e.buffer, e);
+    if (!added) {
+      return absl::InternalError(absl::StrCat("profile: '", BufferName(e, layout),
+                                              "' allocated at step ", e.step,
+                                              " while it is live already"));
+    }
+    bytes[Index(e.role)] += e.bytes;
+    return e;
+  }
+  auto it = set.find(e.buffer);
+  if (it == set.end()) {
+    return absl::InternalError(absl::StrCat("profile: '", BufferName(e, layout),
+                                            "' freed at step ", e.step,
+                                            " while it is not live"));
+  }
+  const MemoryEvent allocation = it->second;
+  bytes[Index(allocation.role)] -= allocation.bytes;
+  set.erase(it);
+  return allocation;
+}
+
+// Returns an error naming a buffer allocated during a step that is still live.
+absl::Status CheckBalanced(const LiveSet& live, const StepLayout& layout, int64_t step,
+                           const char* when) {
+  for (const auto* set : {&live.device, &live.host}) {
+    for (const auto& [id, e] : *set) {
+      if (e.step == kSetupStep) continue;
+      return absl::InternalError(absl::StrCat("profile: '", BufferName(e, layout),
+                                              "' allocated in step ", e.step,
+                                              " is still live ", when, " ", step));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t DeviceBytes(const RoleBytes& bytes) {
+  uint64_t total = 0;
+  for (MemoryRole role : kAllMemoryRoles) {
+    if (!IsHostRole(role)) total += bytes[Index(role)];
+  }
+  return total;
+}
+
+absl::StatusOr<Timeline> Timeline::Build(const EventLog& events, const StepLayout& layout) {
+  Timeline t;
+  const int64_t base = FirstEventNanos(events);
+  const std::vector<MemoryEvent>& memory = events.memory();
+
+  // 1. Replay every event: a point per run of same-kind events at one node, the peak, the
+  //    arena's live bytes and high-water mark, each step's peak.
+  LiveSet live;
+  RoleBytes bytes{};
+  uint64_t arena_live = 0;
+  int64_t step = kSetupStep;
+  size_t peak_event = 0;
+  bool have_peak = false;
+  for (size_t i = 0; i < memory.size(); ++i) {
+    const MemoryEvent& e = memory[i];
+    // Setup events (the persistent state, a workspace growing) may come at any time.
+    if (e.step != kSetupStep && e.step != step) {
+      if (e.step < step) {
+        return absl::InternalError(absl::StrCat("profile: an event of step ", e.step,
+                                                " comes after step ", step));
+      }
+      RETURN_IF_ERROR(CheckBalanced(live, layout, e.step, "when step"));
+      step = e.step;
+    }
+    ASSIGN_OR_RETURN(const MemoryEvent allocation, Apply(e, layout, live, bytes));
+    if (!allocation.host() && allocation.role != MemoryRole::kWorkspace) {
+      if (e.kind == MemoryEvent::Kind::kAllocate) {
+        arena_live += e.bytes;
+        t.high_water_bytes_ = std::max(t.high_water_bytes_, e.offset + e.bytes);
+      } else {
+        arena_live -= allocation.bytes;
+      }
+      t.arena_peak_live_bytes_ = std::max(t.arena_peak_live_bytes_, arena_live);
+    }
+    const uint64_t device = DeviceBytes(bytes);
+    t.peak_host_bytes_ = std::max(t.peak_host_bytes_, bytes[Index(MemoryRole::kHostOffload)]);
+    if (e.step >= 0) {
+      if (t.step_peak_bytes_.size() <= static_cast<size_t>(e.step)) {
+        t.step_peak_bytes_.resize(e.step + 1, 0);
+      }
+      t.step_peak_bytes_[e.step] = std::max(t.step_peak_bytes_[e.step], device);
+    }
+    const bool merge = i > 0 && !t.points_.empty() && e.node >= 0 &&
+                       memory[i - 1].kind == e.kind && memory[i - 1].node == e.node &&
+                       memory[i - 1].step == e.step;
+    if (!merge) {
+      TimelinePoint p;
+      p.time_ns = e.time_ns - base;
+      p.step = e.step;
+      p.node = e.node;
+      t.points_.push_back(p);
+    }
+    t.points_.back().bytes = bytes;
+    t.points_.back().device_bytes = device;
+    if (!have_peak || device > t.peak_.device_bytes) {
+      have_peak = true;
+      peak_event = i;
+      t.peak_point_ = t.points_.size() - 1;
+      t.peak_.device_bytes = device;
+      t.peak_.time_ns = e.time_ns - base;
+      t.peak_.step = e.step;
+      t.peak_.node = e.node;
+      t.peak_.bytes = bytes;
+    }
+  }
+  RETURN_IF_ERROR(CheckBalanced(live, layout, step, "at the end of step"));
+  if (!have_peak) return t;
+
+  // 2. Attribute the peak: replay up to its event for the buffers live then.
+  LiveSet at_peak;
+  RoleBytes scratch{};
+  for (size_t i = 0; i <= peak_event; ++i) {
+    RETURN_IF_ERROR(Apply(memory[i], layout, at_peak, scratch).status());
+  }
+  for (const auto& [id, e] : at_peak.device) {
+    LiveBuffer b;
+    b.tensor = e.tensor;
+    b.name = BufferName(e, layout);
+    b.role = e.role;
+    b.bytes = e.bytes;
+    b.offset = e.offset;
+    b.producer = layout.ProducerName(e.tensor);
+    t.peak_.live.push_back(std::move(b));
+  }
+  std::sort(t.peak_.live.begin(), t.peak_.live.end(),
+            [](const LiveBuffer& a, const LiveBuffer& b) {
+              return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+            });
+  t.peak_.node_name = layout.NodeName(t.peak_.node);
+  if (t.peak_.node >= 0 && t.peak_.node < static_cast<int32_t>(layout.nodes.size())) {
+    t.peak_.op = layout.nodes[t.peak_.node].op;
+  }
+  return t;
+}
+
+std::string Timeline::PeakTable(int rows) const {
+  const PeakAttribution& p = peak_;
+  std::string out;
+  const std::string where =
+      p.node >= 0 ? absl::StrCat("node '", p.node_name, "' (", p.op, ")") : "no node";
+  absl::StrAppendFormat(&out, "peak %s at step %d, %s, %.3f s\n",
+                        graph::HumanBytes(p.device_bytes), p.step, where, p.time_ns * 1e-9);
+  for (MemoryRole role : kAllMemoryRoles) {
+    const uint64_t b = p.bytes[Index(role)];
+    if (b == 0) continue;
+    const double share = p.device_bytes > 0 && !IsHostRole(role)
+                             ? 100.0 * static_cast<double>(b) / p.device_bytes
+                             : 0;
+    absl::StrAppendFormat(&out, "  %-16s %12s %6.1f%%%s\n", MemoryRoleName(role),
+                          graph::HumanBytes(b), share, IsHostRole(role) ? " (host)" : "");
+  }
+  absl::StrAppendFormat(&out, "live at the peak: %d buffers; the %d largest:\n",
+                        p.live.size(), std::min<size_t>(rows, p.live.size()));
+  absl::StrAppendFormat(&out, "  %-40s %-15s %12s %6s  %s\n", "tensor", "role", "bytes",
+                        "share", "produced by");
+  for (int i = 0; i < rows && i < static_cast<int>(p.live.size()); ++i) {
+    const LiveBuffer& b = p.live[i];
+    absl::StrAppendFormat(&out, "  %-40s %-15s %12s %5.1f%%  %s\n", b.name,
+                          MemoryRoleName(b.role), graph::HumanBytes(b.bytes),
+                          p.device_bytes > 0 ? 100.0 * b.bytes / p.device_bytes : 0.0,
+                          b.producer.empty() ? "(before the step)" : b.producer);
+  }
+  return out;
+}
+
+proto::MemoryTimeline Timeline::ToProto(const StepLayout& layout, size_t max_samples) const {
+  proto::MemoryTimeline out;
+  const size_t n = points_.size();
+  const size_t stride = max_samples == 0 || n <= max_samples ? 1 : (n + max_samples - 1) / max_samples;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % stride != 0 && i != peak_point_ && i + 1 != n) continue;
+    const TimelinePoint& p = points_[i];
+    proto::TimelineSample* s = out.add_samples();
+    s->set_time_seconds(p.time_ns * 1e-9);
+    s->set_step(p.step);
+    s->set_node(layout.NodeName(p.node));
+    s->set_device_bytes(p.device_bytes);
+    for (MemoryRole role : kAllMemoryRoles) {
+      (*s->mutable_bytes_by_role())[MemoryRoleName(role)] = p.bytes[Index(role)];
+    }
+  }
+  out.set_peak_bytes(peak_.device_bytes);
+  out.set_peak_time_seconds(peak_.time_ns * 1e-9);
+  out.set_peak_node(peak_.node_name);
+  out.set_peak_op(peak_.op);
+  out.set_peak_step(peak_.step);
+  out.set_high_water_bytes(high_water_bytes_);
+  for (MemoryRole role : kAllMemoryRoles) {
+    (*out.mutable_peak_bytes_by_role())[MemoryRoleName(role)] = peak_.bytes[Index(role)];
+  }
+  for (const LiveBuffer& b : peak_.live) {
+    proto::LiveTensor* l = out.add_peak_live();
+    l->set_tensor(b.name);
+    l->set_memory_role(MemoryRoleName(b.role));
+    l->set_bytes(b.bytes);
+    l->set_offset(b.offset);
+    l->set_producer(b.producer);
+  }
+  return out;
+}
+
+}  // namespace headroom::profiler
