@@ -14,6 +14,8 @@
 #include "graph/summary.h"
 #include "profiler/chrome_trace.h"
 #include "profiler/events.h"
+#include "profiler/metrics.h"
+#include "profiler/metrics_sink.h"
 #include "profiler/op_costs.h"
 #include "profiler/profile_report.h"
 #include "profiler/step_layout.h"
@@ -30,7 +32,7 @@ constexpr char kUsage[] =
     "                        [--budget SIZE] [--backend cpu|cuda] [--no-offload]\n"
     "                        [--optimizer sgd|adam] [--lr RATE] [--seed N]\n"
     "                        [--device cpu|h100|h200] [--trace FILE] [--out FILE]\n"
-    "                        [--rows N] [--json]\n";
+    "                        [--metrics FILE] [--rows N] [--json]\n";
 
 constexpr int64_t kDefaultSteps = 3;
 
@@ -103,6 +105,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
         << "  --trace FILE        write a Chrome trace-event JSON (open it in\n"
            "                      ui.perfetto.dev or chrome://tracing)\n"
            "  --out FILE          write the profile as JSON, for `headroom plan --profile`\n"
+           "  --metrics FILE      write the run's Prometheus metrics (text exposition)\n"
            "  --rows N            rows of the peak and slowest-node tables (default 12)\n"
            "  --json              print the profile as JSON instead of the summary\n";
     return 0;
@@ -112,6 +115,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   if (f.steps < 1) return err << "headroom profile: --steps must be at least 1\n", 2;
   const std::string trace_path = flags->TakeString("trace");
   const std::string out_path = flags->TakeString("out");
+  const std::string metrics_path = flags->TakeString("metrics");
   const bool json = flags->TakeBool("json");
   absl::StatusOr<int64_t> rows = flags->TakeInt("rows", 12, 0);
   if (!rows.ok()) return err << "headroom profile: " << rows.status().message() << "\n", 2;
@@ -131,13 +135,30 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   absl::StatusOr<std::unique_ptr<executor::Backend>> backend = MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom profile: " << backend.status().message() << "\n", 1;
 
-  // 1. Plan, then run the steps with every event recorded.
+  // 1. Plan, then run the steps with every event recorded (and, with --metrics, observed
+  //    as the daemon observes a job's steps).
   profiler::EventLog log;
   f.trainer.events = &log;
+  std::unique_ptr<profiler::Metrics> metrics;
+  std::unique_ptr<profiler::MetricsSink> metrics_sink;
+  const std::string device = absl::StrCat(f.backend, ":0");
+  if (!metrics_path.empty()) {
+    absl::StatusOr<std::unique_ptr<profiler::Metrics>> created = profiler::Metrics::Create();
+    if (!created.ok()) return err << "headroom profile: " << created.status().message() << "\n", 1;
+    metrics = *std::move(created);
+    metrics_sink = std::make_unique<profiler::MetricsSink>(metrics.get(), "profile", device, &log);
+    f.trainer.events = metrics_sink.get();
+  }
   absl::StatusOr<std::unique_ptr<executor::Trainer>> trainer =
       executor::Trainer::Create(*g, backend->get(), f.trainer);
   if (!trainer.ok()) return err << "headroom profile: " << trainer.status().message() << "\n", 1;
   const planner::SectionPlan& plan = (*trainer)->plan();
+  const profiler::StepLayout layout = profiler::DescribeStep(*plan.step);
+  if (metrics != nullptr) {
+    if (absl::Status s = metrics->StartJob("profile", device, plan.peak_bytes); !s.ok()) {
+      return err << "headroom profile: " << s.message() << "\n", 1;
+    }
+  }
   uint64_t high_water = 0, peak_live = 0;
   for (int64_t s = 0; s < f.steps; ++s) {
     absl::StatusOr<executor::StepResult> r = (*trainer)->Step();
@@ -154,7 +175,6 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   }
 
   // 2. The timeline, checked against the executor; the costs; the report.
-  const profiler::StepLayout layout = profiler::DescribeStep(*plan.step);
   absl::StatusOr<profiler::Timeline> timeline = profiler::Timeline::Build(log, layout);
   if (!timeline.ok()) return err << "headroom profile: " << timeline.status().message() << "\n", 1;
   if (absl::Status s = CheckAgainstExecutor(*timeline, high_water, peak_live); !s.ok()) {
@@ -197,6 +217,11 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     if (absl::Status s = WriteFile(out_path, ProfileJson(report, true) + "\n"); !s.ok()) {
       return err << "headroom profile: --out: " << s.message() << "\n", 1;
     }
+  }
+  if (metrics != nullptr) {
+    absl::Status s = metrics_sink->status();
+    if (s.ok()) s = WriteFile(metrics_path, metrics->TextExposition());
+    if (!s.ok()) return err << "headroom profile: --metrics: " << s.message() << "\n", 1;
   }
   if (json) {
     out << ProfileJson(report, false) << "\n";

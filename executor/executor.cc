@@ -690,7 +690,8 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
                                      status.message()));
   }
   if (options_.events != nullptr) {
-    options_.events->OnOp({steps_run_, s, begin_ns, profiler::NowNanos()});
+    options_.events->OnOp({steps_run_, s, begin_ns, profiler::NowNanos(),
+                           node.kind == NodeKind::kRecompute});
     ReportWorkspace(s);
   }
   return absl::OkStatus();

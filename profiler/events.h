@@ -62,6 +62,8 @@ struct OpEvent {
   int32_t node = 0;
   int64_t begin_ns = 0;
   int64_t end_ns = 0;
+  // Whether it re-runs a forward node (a section's re-forward).
+  bool recompute = false;
 };
 
 // One copy between device and host on a copy stream.
