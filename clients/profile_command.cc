@@ -126,6 +126,9 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   }
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
   if (!g.ok()) return err << "headroom profile: " << g.status().message() << "\n", 1;
+  if (absl::Status s = UseProfile(*g, f); !s.ok()) {
+    return err << "headroom profile: " << s.message() << "\n", 1;
+  }
 #ifdef HEADROOM_HAVE_CUDA
   // On a GPU, CUPTI sees every physical allocation from before the backend exists.
   profiler::CuptiMemoryTracer tracer;

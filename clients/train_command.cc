@@ -70,6 +70,9 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   }
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
   if (!g.ok()) return err << "headroom train: " << g.status().message() << "\n", 1;
+  if (absl::Status s = UseProfile(*g, f); !s.ok()) {
+    return err << "headroom train: " << s.message() << "\n", 1;
+  }
   absl::StatusOr<std::unique_ptr<executor::Backend>> backend = MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom train: " << backend.status().message() << "\n", 1;
   absl::StatusOr<std::unique_ptr<executor::Trainer>> trainer =

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "executor/cpu/cpu_backend.h"
 #include "planner/cost_model.h"
+#include "profiler/measured_cost_model.h"
 #include "util/byte_size.h"
 #ifdef HEADROOM_HAVE_CUDA
 #include "executor/cuda/cuda_backend.h"
@@ -57,7 +58,24 @@ bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default
   absl::StatusOr<planner::DeviceSpec> spec = planner::DevicePreset(device);
   if (!spec.ok()) return err << prefix << spec.status().message() << "\n", false;
   f.trainer.device = *spec;
+  f.profile_path = flags.TakeString("profile");
   return true;
+}
+
+absl::Status UseProfile(const graph::Graph& forward, TrainFlags& f) {
+  if (f.profile_path.empty()) return absl::OkStatus();
+  absl::StatusOr<proto::ProfileResponse> profile = profiler::ReadProfileFile(f.profile_path);
+  if (!profile.ok()) return profile.status();
+  absl::StatusOr<std::unique_ptr<profiler::MeasuredCostModel>> model =
+      profiler::MeasuredCostModel::Create(
+          forward, *profile,
+          std::make_unique<planner::RooflineCostModel>(forward, f.trainer.device));
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat("--profile ", f.profile_path, ": ",
+                                                            model.status().message()));
+  }
+  f.trainer.cost = *std::move(model);
+  return absl::OkStatus();
 }
 
 std::string TrainFlagsUsage(int64_t default_steps) {
@@ -71,7 +89,9 @@ std::string TrainFlagsUsage(int64_t default_steps) {
       "  --lr RATE           learning rate\n"
       "  --seed N            seed of the weights, the synthetic batches and dropout\n"
       "  --device NAME       cost-model preset the plan is chosen for (default cpu,\n"
-      "                      or h100 with --backend cuda)\n");
+      "                      or h100 with --backend cuda)\n"
+      "  --profile FILE      choose the plan with the node times and copy rates measured\n"
+      "                      by `headroom profile --out FILE` (same model and batch)\n");
 }
 
 absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string& name) {

@@ -13,6 +13,7 @@
 #include "clients/cli_flags.h"
 #include "executor/backend.h"
 #include "executor/trainer.h"
+#include "graph/graph.h"
 
 namespace headroom::clients {
 
@@ -21,6 +22,8 @@ struct TrainFlags {
   int64_t steps = 20;
   // --backend: "cpu" (default) or "cuda".
   std::string backend = "cpu";
+  // --profile: a profile whose measured costs the plan is chosen with.
+  std::string profile_path;
   executor::TrainerOptions trainer;
 };
 
@@ -29,6 +32,10 @@ struct TrainFlags {
 // "headroom COMMAND: ..." to `err` for a bad value.
 bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default_steps,
                     TrainFlags& f, std::ostream& err);
+
+// Sets f.trainer.cost from --profile for `forward` (nothing without it); the error names
+// the file.
+absl::Status UseProfile(const graph::Graph& forward, TrainFlags& f);
 
 // Returns the help lines of the flags TakeTrainFlags takes.
 std::string TrainFlagsUsage(int64_t default_steps);

@@ -225,7 +225,9 @@ absl::Status Executor::Prepare() {
   p.copy_out_after.assign(num_steps + 1, {});
   for (const planner::SectionInfo& section : step_->sections) {
     for (const planner::CachedInput& c : section.boundary) {
-      if (!c.offloaded) continue;
+      // A tensor cached by several sections is copied out and prefetched once: the planner
+      // gives each section's entry the same copy and prefetch.
+      if (!c.offloaded || p.host_offset[c.tensor] != kNoOffset) continue;
       p.host_offset[c.tensor] = p.host_pool_bytes;
       p.host_pool_bytes += (c.bytes + align - 1) / align * align;
       p.copy_out_after[c.copy_out_after_step + 1].push_back(c.tensor);

@@ -134,6 +134,40 @@ TEST(ExecutorEventsTest, TransformerSectioned) {
   ExpectEventsMatchTheExecutor("transformer", true);
 }
 
+// Cuts before h.1.ln_1, h.1.add_1 and h.1.add_2: the residual h.0.add_2 is read by the
+// section of layer 1's attention (ln_1's backward needs it) and re-read by the next one
+// (its re-forward of add_1 feeds ln_2's backward), so it is a cached input of both, and must
+// still be copied out and back once per step.
+TEST(ExecutorEventsTest, TensorsCachedBySeveralSectionsAreCopiedOnce) {
+  const graph::Graph g = ZooGraph("transformer", 2);
+  planner::TrainingGraph training =
+      planner::TrainingGraph::Build(g, planner::TrainingOptions()).value();
+  const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+  planner::SectionCuts cuts;
+  for (const char* name : {"h.1.ln_1", "h.1.add_1", "h.1.add_2"}) {
+    const planner::NodeId n = training.FindNode(name);
+    ASSERT_NE(n, planner::kNone) << name;
+    cuts.cuts.push_back(n);
+  }
+  cuts.offload = planner::OffloadableTensors(training, cuts.cuts, cost).value();
+  profiler::EventLog log;
+  const TrainRun run = Train(g, cuts, 2, &log);
+  int shared = 0;
+  std::map<planner::TensorId, int> sections_caching;
+  for (const planner::SectionInfo& s : run.step->sections) {
+    for (const planner::CachedInput& c : s.boundary) {
+      if (c.offloaded && ++sections_caching[c.tensor] == 2) ++shared;
+    }
+  }
+  ASSERT_GT(shared, 0) << "the cuts should make some tensor a cached input of two sections";
+  for (const StepResult& r : run.steps) {
+    EXPECT_EQ(r.offloaded_bytes, run.step->offloaded_bytes) << "step " << r.step;
+  }
+  absl::StatusOr<profiler::Timeline> timeline =
+      profiler::Timeline::Build(log, profiler::DescribeStep(*run.step));
+  EXPECT_TRUE(timeline.ok()) << timeline.status();
+}
+
 TEST(ExecutorEventsTest, RecordingChangesNothing) {
   const graph::Graph g = ZooGraph("resnet18", 2);
   const planner::SectionCuts cuts = SqrtCutsWithOffload(g);

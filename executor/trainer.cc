@@ -10,7 +10,9 @@ Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
                  const TrainerOptions& options, SyntheticTask task)
     : forward_(forward),
       training_(std::move(training)),
-      cost_(forward, options.device),
+      cost_(options.cost != nullptr
+                ? options.cost
+                : std::make_shared<planner::RooflineCostModel>(forward, options.device)),
       options_(options),
       task_(std::move(task)) {}
 
@@ -27,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   // 1. Plan: given cuts, or the fastest plan that fits the budget.
   if (options.cuts.has_value()) {
     ASSIGN_OR_RETURN(planner::SectionedStep step,
-                     planner::ExpandSections(t->training_, *options.cuts, t->cost_));
+                     planner::ExpandSections(t->training_, *options.cuts, *t->cost_));
     ASSIGN_OR_RETURN(planner::MemoryPlan memory,
                      planner::PlanScheduledGraph(step.graph, step.schedule,
                                                  planner::kDefaultAlignmentBytes,
@@ -42,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     planner::SearchOptions search_options;
     search_options.allow_offload = options.allow_offload;
     ASSIGN_OR_RETURN(std::unique_ptr<planner::SectionSearch> search,
-                     planner::SectionSearch::Create(t->training_, t->cost_, search_options));
+                     planner::SectionSearch::Create(t->training_, *t->cost_, search_options));
     if (options.budget_bytes > 0) {
       ASSIGN_OR_RETURN(t->plan_, search->Plan(options.budget_bytes));
     } else {

@@ -41,6 +41,9 @@ struct TrainerOptions {
   OptimizerParams optimizer_params;
   // The device the planner's cost model describes. Default the "cpu" preset.
   planner::DeviceSpec device = planner::DevicePreset("cpu").value();
+  // The cost model to plan with (a profile's measured costs, for one); it must describe
+  // this forward graph. Default none: the roofline of `device`.
+  std::shared_ptr<const planner::CostModel> cost;
   // Where the executor reports what it does (borrowed; must outlive the trainer). Default
   // none.
   profiler::EventSink* events = nullptr;
@@ -73,7 +76,7 @@ class Trainer {
 
   const graph::Graph& forward_;
   planner::TrainingGraph training_;
-  planner::RooflineCostModel cost_;
+  std::shared_ptr<const planner::CostModel> cost_;
   TrainerOptions options_;
   SyntheticTask task_;
   planner::SectionPlan plan_;
