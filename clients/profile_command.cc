@@ -163,11 +163,22 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     }
   }
   uint64_t high_water = 0, peak_live = 0;
+  // The driver's used bytes after each step, on a GPU (by step).
+  std::vector<uint64_t> device_used_bytes;
   for (int64_t s = 0; s < f.steps; ++s) {
     absl::StatusOr<executor::StepResult> r = (*trainer)->Step();
     if (!r.ok()) {
       return err << "headroom profile: step " << s << ": " << r.status().message() << "\n", 1;
     }
+#ifdef HEADROOM_HAVE_CUDA
+    if (f.backend == "cuda") {
+      absl::StatusOr<profiler::DeviceMemorySample> used = profiler::SampleDeviceMemory(0);
+      device_used_bytes.push_back(used.ok() ? used->used_bytes() : 0);
+      if (metrics != nullptr && used.ok()) {
+        metrics->SetDeviceMemory(device, used->used_bytes(), used->total_bytes()).IgnoreError();
+      }
+    }
+#endif
     high_water = std::max(high_water, r->arena_high_water_bytes);
     peak_live = std::max(peak_live, r->peak_live_bytes);
     if (!json) {
@@ -189,6 +200,12 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   report_options.budget_bytes = f.trainer.budget_bytes;
   proto::ProfileResponse report = profiler::BuildProfileReport(
       *g, plan, log, layout, *timeline, costs, report_options);
+  // Each sample of a step gets the driver's used bytes sampled when that step ended.
+  for (proto::TimelineSample& sample : *report.mutable_timeline()->mutable_samples()) {
+    if (sample.step() >= 0 && sample.step() < static_cast<int64_t>(device_used_bytes.size())) {
+      sample.set_device_used_bytes(device_used_bytes[sample.step()]);
+    }
+  }
   if ((*backend)->name() != "cuda") {
     report.mutable_physical()->set_unavailable_reason(
         "not measured: physical allocations are traced with CUPTI on the cuda backend");

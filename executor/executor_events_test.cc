@@ -6,6 +6,7 @@
 #include <map>
 
 #include "executor/cpu/cpu_backend.h"
+#include "executor/executor_testing.h"
 #include "executor/trainer.h"
 #include "graph/zoo.h"
 #include "graph/zoo_testing.h"
@@ -25,25 +26,6 @@
 
 namespace headroom::executor {
 namespace {
-
-graph::Graph ZooGraph(const std::string& name, uint64_t batch) {
-  absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(graph::SmallZooSpec(name, batch));
-  CHECK(def.ok()) << def.status();
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
-  CHECK(g.ok()) << g.status();
-  return *std::move(g);
-}
-
-// About sqrt(n) sections, offloading every cached input that can go to host memory.
-planner::SectionCuts SqrtCutsWithOffload(const graph::Graph& forward) {
-  planner::TrainingGraph training =
-      planner::TrainingGraph::Build(forward, planner::TrainingOptions()).value();
-  const planner::RooflineCostModel cost(forward, planner::DevicePreset("cpu").value());
-  planner::SectionCuts cuts;
-  cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
-  cuts.offload = planner::OffloadableTensors(training, cuts.cuts, cost).value();
-  return cuts;
-}
 
 struct TrainRun {
   std::vector<StepResult> steps;

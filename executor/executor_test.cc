@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "executor/cpu/cpu_backend.h"
+#include "executor/executor_testing.h"
 #include "executor/trainer.h"
 #include "graph/graph_builder.h"
 #include "graph/zoo.h"
@@ -21,30 +22,6 @@
 
 namespace headroom::executor {
 namespace {
-
-graph::Graph ZooGraph(const std::string& name, uint64_t batch,
-                      std::map<std::string, int64_t> options = {}) {
-  proto::ZooModel spec = graph::SmallZooSpec(name, batch);
-  for (const auto& [k, v] : options) (*spec.mutable_options())[k] = v;
-  absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(spec);
-  CHECK(def.ok()) << def.status();
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
-  CHECK(g.ok()) << g.status();
-  return *std::move(g);
-}
-
-// Cuts into about sqrt(n) sections, offloading every cached input that can go to host.
-planner::SectionCuts SqrtCutsWithOffload(const graph::Graph& forward,
-                                         proto::Optimizer::Kind optimizer) {
-  planner::TrainingOptions options;
-  options.optimizer = optimizer;
-  planner::TrainingGraph training = planner::TrainingGraph::Build(forward, options).value();
-  const planner::RooflineCostModel cost(forward, planner::DevicePreset("cpu").value());
-  planner::SectionCuts cuts;
-  cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
-  cuts.offload = planner::OffloadableTensors(training, cuts.cuts, cost).value();
-  return cuts;
-}
 
 struct TrainRun {
   std::vector<StepResult> steps;

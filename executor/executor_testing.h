@@ -1,0 +1,49 @@
+// For executor tests: small zoo graphs and the sectioned plan that exercises the most (about
+// sqrt(n) sections, every cached input that can go to host memory offloaded).
+#ifndef HEADROOM_EXECUTOR_EXECUTOR_TESTING_H_
+#define HEADROOM_EXECUTOR_EXECUTOR_TESTING_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "graph/graph.h"
+#include "graph/zoo.h"
+#include "graph/zoo_testing.h"
+#include "planner/cost_model.h"
+#include "planner/section_search.h"
+#include "planner/sections.h"
+#include "util/check.h"
+
+namespace headroom::executor {
+
+// Returns zoo model `name` at `batch`, small (graph::SmallZooSpec), with `options` on top.
+inline graph::Graph ZooGraph(const std::string& name, uint64_t batch,
+                             const std::map<std::string, int64_t>& options = {}) {
+  proto::ZooModel spec = graph::SmallZooSpec(name, batch);
+  for (const auto& [k, v] : options) (*spec.mutable_options())[k] = v;
+  absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(spec);
+  CHECK(def.ok()) << def.status();
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
+  CHECK(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+// Returns cuts into about sqrt(n) sections, offloading every cached input that can go to
+// host memory, for the training graph of `forward` with `optimizer`.
+inline planner::SectionCuts SqrtCutsWithOffload(
+    const graph::Graph& forward,
+    proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
+  planner::TrainingOptions options;
+  options.optimizer = optimizer;
+  planner::TrainingGraph training = planner::TrainingGraph::Build(forward, options).value();
+  const planner::RooflineCostModel cost(forward, planner::DevicePreset("cpu").value());
+  planner::SectionCuts cuts;
+  cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
+  cuts.offload = planner::OffloadableTensors(training, cuts.cuts, cost).value();
+  return cuts;
+}
+
+}  // namespace headroom::executor
+
+#endif  // HEADROOM_EXECUTOR_EXECUTOR_TESTING_H_
