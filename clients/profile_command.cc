@@ -175,7 +175,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
       absl::StatusOr<profiler::DeviceMemorySample> used = profiler::SampleDeviceMemory(0);
       device_used_bytes.push_back(used.ok() ? used->used_bytes() : 0);
       if (metrics != nullptr && used.ok()) {
-        metrics->SetDeviceMemory(device, used->used_bytes(), used->total_bytes()).IgnoreError();
+        metrics->SetDeviceMemory(device, used->used_bytes(), used->total_bytes).IgnoreError();
       }
     }
 #endif
