@@ -129,12 +129,14 @@ bool SectionFlagsFromFlags(CliFlags& flags, SectionFlags& section, std::ostream&
 // times when one is given.
 absl::StatusOr<std::unique_ptr<planner::CostModel>> MakeCostModel(const graph::Graph& g,
                                                                   const SectionFlags& flags) {
-  auto roofline = std::make_unique<planner::RooflineCostModel>(g, flags.device);
-  if (flags.profile_path.empty()) return std::unique_ptr<planner::CostModel>(std::move(roofline));
+  if (flags.profile_path.empty()) {
+    return std::unique_ptr<planner::CostModel>(
+        std::make_unique<planner::RooflineCostModel>(g, flags.device));
+  }
   absl::StatusOr<proto::ProfileResponse> profile = profiler::ReadProfileFile(flags.profile_path);
   if (!profile.ok()) return profile.status();
   absl::StatusOr<std::unique_ptr<profiler::MeasuredCostModel>> measured =
-      profiler::MeasuredCostModel::Create(g, *profile, std::move(roofline));
+      profiler::MeasuredCostModel::Create(g, *profile, flags.device);
   if (!measured.ok()) {
     return absl::Status(measured.status().code(),
                         absl::StrCat("--profile ", flags.profile_path, ": ",

@@ -89,6 +89,9 @@ void FillPhysical(const absl::StatusOr<profiler::PhysicalMemoryTrace>& trace,
   physical.set_peak_device_bytes(account.peak_device_bytes);
   physical.set_allocations(allocations);
   physical.set_live_device_bytes(live);
+  physical.set_dropped_records(trace->dropped_records);
+  physical.set_unmatched_frees(account.unmatched_frees.size());
+  physical.set_replaced_allocations(account.replaced_allocations.size());
 }
 #endif
 
@@ -198,6 +201,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   profiler::ProfileReportOptions report_options;
   report_options.backend = f.backend;
   report_options.budget_bytes = f.trainer.budget_bytes;
+  report_options.node_times_measured = f.backend == "cpu";
   proto::ProfileResponse report = profiler::BuildProfileReport(
       *g, plan, log, layout, *timeline, costs, report_options);
   // Each sample of a step gets the driver's used bytes sampled when that step ended.

@@ -67,9 +67,7 @@ absl::Status UseProfile(const graph::Graph& forward, TrainFlags& f) {
   absl::StatusOr<proto::ProfileResponse> profile = profiler::ReadProfileFile(f.profile_path);
   if (!profile.ok()) return profile.status();
   absl::StatusOr<std::unique_ptr<profiler::MeasuredCostModel>> model =
-      profiler::MeasuredCostModel::Create(
-          forward, *profile,
-          std::make_unique<planner::RooflineCostModel>(forward, f.trainer.device));
+      profiler::MeasuredCostModel::Create(forward, *profile, f.trainer.device);
   if (!model.ok()) {
     return absl::Status(model.status().code(), absl::StrCat("--profile ", f.profile_path, ": ",
                                                             model.status().message()));

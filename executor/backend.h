@@ -39,7 +39,7 @@ class Event {
     std::chrono::steady_clock::time_point end;
   };
   // Returns when the copy ran, once Wait() has returned; nullopt where the backend cannot
-  // say on the host's clock (the CUDA backend: there the device's view comes from CUPTI).
+  // say on the host's clock (the CUDA backend, so far).
   virtual std::optional<Interval> interval() const { return std::nullopt; }
 };
 

@@ -553,10 +553,9 @@ void Executor::ReportWorkspace(int32_t node) {
     e.bytes = reported_workspace_bytes_;
     options_.events->OnMemory(e);
   }
+  // Workspaces outlive steps; the timeline's balance checks leave them alone.
   e.kind = profiler::MemoryEvent::Kind::kAllocate;
   e.bytes = now_bytes;
-  // Workspaces outlive steps: they count as setup, which balance checks leave alone.
-  e.step = profiler::kSetupStep;
   options_.events->OnMemory(e);
   reported_workspace_bytes_ = now_bytes;
 }

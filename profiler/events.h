@@ -39,8 +39,10 @@ struct MemoryEvent {
   int64_t time_ns = 0;
   // Training step (0 for the first run), or kSetupStep.
   int64_t step = kSetupStep;
-  // The schedule position it happens at: allocations before that node runs, frees after
-  // it; -1 outside nodes (setup, workspaces).
+  // The schedule position it happens at: a buffer is allocated before that node runs and
+  // freed after it; a host slot is allocated after that node wrote the tensor (when the
+  // copy out is issued) and freed where the copy back is awaited; a workspace changes after
+  // that node. -1 outside nodes (setup).
   int32_t node = -1;
   // Unique among live allocations of the same space (device or host).
   int32_t buffer = 0;
@@ -55,8 +57,8 @@ struct MemoryEvent {
 };
 
 // One node run on the compute stream: from issuing it to its return. On the CPU backend a
-// kernel is done when it returns; on a GPU this is the host's view (launch time), and the
-// device's view comes from CUPTI.
+// kernel is done when it returns; on a GPU this is only the launch (kernel times would need
+// CUPTI's kernel activity, which is not collected), so measured costs are CPU-only.
 struct OpEvent {
   int64_t step = 0;
   int32_t node = 0;
@@ -75,7 +77,8 @@ struct CopyEvent {
   int32_t tensor = 0;
   uint64_t bytes = 0;
   // When it was issued, when the copy stream ran it (where the backend can say; else the
-  // issue time and the time its wait returned), and whether those two are measured.
+  // issue time and the time its wait returned, which on a GPU is when the wait was queued,
+  // not when the copy ended), and whether those two are measured.
   int64_t issue_ns = 0;
   int64_t begin_ns = 0;
   int64_t end_ns = 0;

@@ -66,7 +66,7 @@ absl::StatusOr<proto::ProfileResponse> ReadProfileFile(const std::string& path) 
 
 absl::StatusOr<std::unique_ptr<MeasuredCostModel>> MeasuredCostModel::Create(
     const graph::Graph& forward, const proto::ProfileResponse& profile,
-    std::unique_ptr<planner::CostModel> fallback) {
+    const planner::DeviceSpec& device) {
   const std::string fingerprint = GraphFingerprint(forward);
   if (profile.graph_fingerprint() != fingerprint) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -74,11 +74,20 @@ absl::StatusOr<std::unique_ptr<MeasuredCostModel>> MeasuredCostModel::Create(
         profile.graph_fingerprint(), "), not of '", forward.name(), "' as given (fingerprint ",
         fingerprint, "): profile the same model at the same batch size"));
   }
+  if ((profile.backend() == "cpu") != (device.name == "cpu")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the profile was taken on the ", profile.backend(), " backend; it cannot stand in for "
+        "the '", device.name, "' device: profile on that device, or plan for the preset ",
+        "of the device profiled"));
+  }
   int measured = 0;
   for (const proto::OpCost& op : profile.op_costs()) measured += op.runs() > 0 ? 1 : 0;
   if (measured == 0) {
-    return absl::FailedPreconditionError("the profile has no measured node times");
+    return absl::FailedPreconditionError(
+        "the profile has no measured node times (on the cuda backend only launch times are "
+        "recorded, which do not measure kernels)");
   }
+  auto fallback = std::make_unique<planner::RooflineCostModel>(forward, device);
   std::string description =
       absl::StrFormat("measured (%s profile, %d steps) over %s", profile.backend(),
                       profile.step_seconds_size(), fallback ? fallback->name() : "nothing");

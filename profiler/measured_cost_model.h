@@ -31,11 +31,13 @@ absl::StatusOr<proto::ProfileResponse> ReadProfileFile(const std::string& path);
 
 class MeasuredCostModel : public planner::CostModel {
  public:
-  // Returns the model for `forward` from `profile`, with `fallback` for what the profile
-  // lacks. FailedPrecondition if the profile is of another graph or has no node times.
+  // Returns the model for `forward` on `device` from `profile`, with `device`'s roofline
+  // for what the profile lacks. FailedPrecondition if the profile is of another graph, was
+  // taken on another kind of device (a "cpu" profile plans only for the "cpu" preset, a
+  // "cuda" one only for a GPU preset), or has no measured node times.
   static absl::StatusOr<std::unique_ptr<MeasuredCostModel>> Create(
       const graph::Graph& forward, const proto::ProfileResponse& profile,
-      std::unique_ptr<planner::CostModel> fallback);
+      const planner::DeviceSpec& device);
 
   // "measured (cpu profile, 3 steps) over roofline cpu".
   std::string name() const override;

@@ -20,6 +20,8 @@ graph::Graph Mlp(uint64_t batch) {
       .value();
 }
 
+planner::DeviceSpec Cpu() { return planner::DevicePreset("cpu").value(); }
+
 std::unique_ptr<planner::CostModel> Roofline(const graph::Graph& g) {
   return std::make_unique<planner::RooflineCostModel>(g, planner::DevicePreset("cpu").value());
 }
@@ -50,7 +52,7 @@ TEST(MeasuredCostModelTest, MeasuredTimesWhereTheProfileHasThemRooflineElsewhere
   const graph::Graph g = Mlp(4);
   const planner::TrainingGraph t =
       planner::TrainingGraph::Build(g, planner::TrainingOptions()).value();
-  auto model = MeasuredCostModel::Create(g, ForwardProfile(g, t), Roofline(g));
+  auto model = MeasuredCostModel::Create(g, ForwardProfile(g, t), Cpu());
   ASSERT_TRUE(model.ok()) << model.status();
   const auto roofline = Roofline(g);
   const int32_t nf = planner::NumForwardNodes(t);
@@ -71,7 +73,7 @@ TEST(MeasuredCostModelTest, ReForwardNodesTakeTheirForwardNodesTime) {
   const graph::Graph g = Mlp(4);
   const planner::TrainingGraph t =
       planner::TrainingGraph::Build(g, planner::TrainingOptions()).value();
-  auto model = MeasuredCostModel::Create(g, ForwardProfile(g, t), Roofline(g));
+  auto model = MeasuredCostModel::Create(g, ForwardProfile(g, t), Cpu());
   ASSERT_TRUE(model.ok()) << model.status();
   planner::SectionCuts cuts;
   cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(t));
@@ -94,14 +96,25 @@ TEST(MeasuredCostModelTest, CopiesTakeTheSlowerMeasuredRate) {
   const planner::TrainingGraph t =
       planner::TrainingGraph::Build(g, planner::TrainingOptions()).value();
   proto::ProfileResponse p = ForwardProfile(g, t);
-  auto without = MeasuredCostModel::Create(g, p, Roofline(g));
+  auto without = MeasuredCostModel::Create(g, p, Cpu());
   ASSERT_TRUE(without.ok());
   EXPECT_DOUBLE_EQ((*without)->CopySeconds(1 << 20), Roofline(g)->CopySeconds(1 << 20));
   p.set_copy_to_host_bytes_per_second(4e9);
   p.set_copy_to_device_bytes_per_second(2e9);
-  auto with = MeasuredCostModel::Create(g, p, Roofline(g));
+  auto with = MeasuredCostModel::Create(g, p, Cpu());
   ASSERT_TRUE(with.ok());
   EXPECT_DOUBLE_EQ((*with)->CopySeconds(2000000000), 1.0);
+}
+
+TEST(MeasuredCostModelTest, RefusesAProfileOfAnotherDevice) {
+  const graph::Graph g = Mlp(4);
+  const planner::TrainingGraph t =
+      planner::TrainingGraph::Build(g, planner::TrainingOptions()).value();
+  auto model = MeasuredCostModel::Create(g, ForwardProfile(g, t),
+                                         planner::DevicePreset("h100").value());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(model.status().message().find("cpu backend"), std::string::npos) << model.status();
 }
 
 TEST(MeasuredCostModelTest, RefusesAProfileOfAnotherGraph) {
@@ -109,15 +122,18 @@ TEST(MeasuredCostModelTest, RefusesAProfileOfAnotherGraph) {
   const graph::Graph g8 = Mlp(8);
   const planner::TrainingGraph t =
       planner::TrainingGraph::Build(g4, planner::TrainingOptions()).value();
-  auto model = MeasuredCostModel::Create(g8, ForwardProfile(g4, t), Roofline(g8));
+  auto model = MeasuredCostModel::Create(g8, ForwardProfile(g4, t), Cpu());
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(model.status().message().find("same batch size"), std::string::npos)
       << model.status();
   proto::ProfileResponse empty;
   empty.set_graph_fingerprint(GraphFingerprint(g4));
-  EXPECT_EQ(MeasuredCostModel::Create(g4, empty, Roofline(g4)).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  empty.set_backend("cpu");
+  auto unmeasured = MeasuredCostModel::Create(g4, empty, Cpu());
+  EXPECT_EQ(unmeasured.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(unmeasured.status().message().find("no measured node times"), std::string::npos)
+      << unmeasured.status();
 }
 
 TEST(MeasuredCostModelTest, ReadsTheProfileJson) {

@@ -26,14 +26,17 @@ void MetricsSink::OnMemory(const MemoryEvent& event) {
     live_bytes_[static_cast<size_t>(it->second.role)] -= it->second.bytes;
     live_.erase(it);
   }
+  // Device roles are taken at the step's device peak; host bytes peak on their own (copies
+  // back free them during the backward pass, usually before the device peak), so their
+  // largest value is kept apart.
+  const size_t host = static_cast<size_t>(MemoryRole::kHostOffload);
+  const uint64_t host_peak = std::max(step_peak_bytes_[host], live_bytes_[host]);
   const uint64_t device = DeviceBytes(live_bytes_);
   if (device > step_peak_device_bytes_) {
     step_peak_device_bytes_ = device;
     step_peak_bytes_ = live_bytes_;
   }
-  // Host bytes have no peak of their own in the device's: keep their largest too.
-  const size_t host = static_cast<size_t>(MemoryRole::kHostOffload);
-  step_peak_bytes_[host] = std::max(step_peak_bytes_[host], live_bytes_[host]);
+  step_peak_bytes_[host] = host_peak;
 }
 
 void MetricsSink::OnOp(const OpEvent& event) {

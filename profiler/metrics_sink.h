@@ -3,7 +3,9 @@
 // each way, the re-forward seconds and the step time go to Metrics::ObserveStep. Events are
 // passed on to `next` (if any), so a job can be profiled and watched at once.
 //
-// Construct it after Metrics::StartJob(job, device). Sinks cannot fail, so the first error
+// Call Metrics::StartJob(job, device) before the first step ends (events before that, such
+// as the persistent state placed when the trainer is created, are fine). Sinks cannot
+// fail, so the first error
 // ObserveStep returns is kept for status(). Thread-compatible: the executor's one thread
 // calls it; Metrics itself may be scraped from any thread meanwhile.
 #ifndef HEADROOM_PROFILER_METRICS_SINK_H_

@@ -64,7 +64,11 @@ proto::ProfileResponse BuildProfileReport(const graph::Graph& forward,
   r.set_recompute_seconds(costs.recompute_seconds);
   r.set_copy_to_host_bytes_per_second(costs.copy_to_host_bytes_per_second);
   r.set_copy_to_device_bytes_per_second(costs.copy_to_device_bytes_per_second);
-  for (const proto::OpCost& op : costs.ops) *r.add_op_costs() = op;
+  for (const proto::OpCost& op : costs.ops) {
+    proto::OpCost* out = r.add_op_costs();
+    *out = op;
+    if (!options.node_times_measured) out->set_runs(0);
+  }
   return r;
 }
 
@@ -100,9 +104,18 @@ std::string ProfileSummaryText(const proto::ProfileResponse& report, const Timel
                           report.physical().unavailable_reason());
   } else if (report.physical().allocations() > 0) {
     const proto::PhysicalMemory& p = report.physical();
-    absl::StrAppendFormat(&out, "%-26s peak %s in %d allocation(s); arena + workspace %s\n",
+    absl::StrAppendFormat(&out, "%-26s peak %s in %d allocation(s); arena + workspace %s (%+.1f%%)\n",
                           "physical (CUPTI)", graph::HumanBytes(p.peak_device_bytes()),
-                          p.allocations(), graph::HumanBytes(p.expected_bytes()));
+                          p.allocations(), graph::HumanBytes(p.expected_bytes()),
+                          p.expected_bytes() > 0
+                              ? 100.0 * (static_cast<double>(p.peak_device_bytes()) /
+                                             p.expected_bytes() - 1)
+                              : 0.0);
+    if (p.dropped_records() + p.unmatched_frees() + p.replaced_allocations() > 0) {
+      absl::StrAppendFormat(&out, "%-26s incomplete: %d record(s) dropped, %d unmatched free(s), "
+                            "%d replaced allocation(s)\n", "", p.dropped_records(),
+                            p.unmatched_frees(), p.replaced_allocations());
+    }
   }
   out += "\n";
   out += timeline.PeakTable(rows);

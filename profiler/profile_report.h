@@ -24,6 +24,9 @@ struct ProfileReportOptions {
   // Timeline samples kept in the message (evenly thinned; the peak's is always kept).
   // Default 2000; 0 keeps every one.
   size_t max_samples = 2000;
+  // Whether node events time the kernels (the CPU backend) or only their launches (a GPU):
+  // without, op costs are written with runs 0 so that no planner takes them. Default true.
+  bool node_times_measured = true;
 };
 
 // Returns the report of a run of `plan` for `forward` whose events are `log`, laid out as

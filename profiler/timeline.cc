@@ -63,7 +63,8 @@ absl::Status CheckBalanced(const LiveSet& live, const StepLayout& layout, int64_
                            const char* when) {
   for (const auto* set : {&live.device, &live.host}) {
     for (const auto& [id, e] : *set) {
-      if (e.step == kSetupStep) continue;
+      // The persistent state and kernel workspaces live across steps.
+      if (e.step == kSetupStep || e.role == MemoryRole::kWorkspace) continue;
       return absl::InternalError(absl::StrCat("profile: '", BufferName(e, layout),
                                               "' allocated in step ", e.step,
                                               " is still live ", when, " ", step));

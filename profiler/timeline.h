@@ -6,7 +6,8 @@
 // Build() checks the events as it replays them: a buffer allocated twice, or freed while
 // not live, or allocated in a step and still live when the next step begins (allocations
 // and frees must balance within each step; only the persistent state placed before the
-// first step lives across steps) is an Internal error naming the buffer. Immutable after
+// first step and kernel workspaces live across steps) is an Internal error naming the
+// buffer. Immutable after
 // Build(); thread-safe.
 #ifndef HEADROOM_PROFILER_TIMELINE_H_
 #define HEADROOM_PROFILER_TIMELINE_H_
