@@ -1,7 +1,6 @@
 #include "clients/profile_command.h"
 
 #include <algorithm>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,6 +19,7 @@
 #include "profiler/profile_report.h"
 #include "profiler/step_layout.h"
 #include "profiler/timeline.h"
+#include "util/file_io.h"
 #ifdef HEADROOM_HAVE_CUDA
 #include "profiler/cupti_memory.h"
 #endif
@@ -35,14 +35,6 @@ constexpr char kUsage[] =
     "                        [--metrics FILE] [--rows N] [--json]\n";
 
 constexpr int64_t kDefaultSteps = 3;
-
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  file.close();
-  if (!file) return absl::UnavailableError(absl::StrCat("cannot write '", path, "'"));
-  return absl::OkStatus();
-}
 
 // Returns the profile as JSON (field names as in the .proto file).
 std::string ProfileJson(const proto::ProfileResponse& report, bool pretty) {
@@ -233,18 +225,18 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     absl::StatusOr<profiler::ChromeTrace> trace =
         profiler::BuildChromeTrace(log, layout, *timeline, trace_options);
     if (!trace.ok()) return err << "headroom profile: " << trace.status().message() << "\n", 1;
-    if (absl::Status s = WriteFile(trace_path, trace->json); !s.ok()) {
+    if (absl::Status s = WriteFileContents(trace_path, trace->json, "trace"); !s.ok()) {
       return err << "headroom profile: --trace: " << s.message() << "\n", 1;
     }
   }
   if (!out_path.empty()) {
-    if (absl::Status s = WriteFile(out_path, ProfileJson(report, true) + "\n"); !s.ok()) {
+    if (absl::Status s = WriteFileContents(out_path, ProfileJson(report, true) + "\n", "profile"); !s.ok()) {
       return err << "headroom profile: --out: " << s.message() << "\n", 1;
     }
   }
   if (metrics != nullptr) {
     absl::Status s = metrics_sink->status();
-    if (s.ok()) s = WriteFile(metrics_path, metrics->TextExposition());
+    if (s.ok()) s = WriteFileContents(metrics_path, metrics->TextExposition(), "metrics");
     if (!s.ok()) return err << "headroom profile: --metrics: " << s.message() << "\n", 1;
   }
   if (json) {

@@ -6,6 +6,7 @@
 #include "clients/cli_flags.h"
 #include "clients/model_flags.h"
 #include "clients/train_flags.h"
+#include "util/median.h"
 #include "executor/backend.h"
 #include "executor/reference_export.h"
 #include "executor/trainer.h"

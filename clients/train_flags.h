@@ -47,9 +47,6 @@ absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string
 // Returns "[#######.............]" for step `done` of `total`.
 std::string ProgressBar(int64_t done, int64_t total);
 
-// Returns the median of `values` (0 for none).
-double Median(std::vector<double> values);
-
 }  // namespace headroom::clients
 
 #endif  // HEADROOM_CLIENTS_TRAIN_FLAGS_H_

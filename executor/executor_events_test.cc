@@ -13,19 +13,19 @@
 #include "gtest/gtest.h"
 #include "planner/section_search.h"
 #include "planner/sections.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "profiler/events.h"
 #include "profiler/metrics.h"
 #include "profiler/metrics_sink.h"
+#include "profiler/metrics_testing.h"
 #include "profiler/step_layout.h"
 #include "profiler/timeline.h"
 #include "util/check.h"
 
 namespace headroom::executor {
 namespace {
+
+using profiler::ExpositionValue;
 
 struct TrainRun {
   std::vector<StepResult> steps;
@@ -162,18 +162,6 @@ TEST(ExecutorEventsTest, RecordingChangesNothing) {
   }
 }
 
-// Returns the value of the exposition line that starts with `series` (name and labels).
-double Sample(const std::string& exposition, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
-    if (!absl::StartsWith(line, series + " ")) continue;
-    double value = 0;
-    CHECK(absl::SimpleAtod(line.substr(series.size() + 1), &value)) << line;
-    return value;
-  }
-  ADD_FAILURE() << "no series " << series << " in\n" << exposition;
-  return -1;
-}
-
 TEST(ExecutorEventsTest, MetricsFollowTheSteps) {
   const graph::Graph g = ZooGraph("resnet18", 2);
   const planner::SectionCuts cuts = SqrtCutsWithOffload(g);
@@ -190,16 +178,16 @@ TEST(ExecutorEventsTest, MetricsFollowTheSteps) {
   uint64_t offloaded = 0;
   for (const StepResult& r : run.steps) offloaded += r.offloaded_bytes;
   ASSERT_GT(offloaded, 0u);
-  EXPECT_EQ(Sample(text, "headroom_offloaded_bytes_total" + labels), offloaded);
-  EXPECT_EQ(Sample(text, "headroom_prefetched_bytes_total" + labels), offloaded);
-  EXPECT_EQ(Sample(text, "headroom_measured_peak_bytes" + labels), run.steps.back().peak_live_bytes);
-  EXPECT_EQ(Sample(text, "headroom_step_duration_seconds_count" + labels), kSteps);
-  EXPECT_GT(Sample(text, "headroom_recompute_seconds_total" + labels), 0);
+  EXPECT_EQ(ExpositionValue(text, "headroom_offloaded_bytes_total" + labels), offloaded);
+  EXPECT_EQ(ExpositionValue(text, "headroom_prefetched_bytes_total" + labels), offloaded);
+  EXPECT_EQ(ExpositionValue(text, "headroom_measured_peak_bytes" + labels), run.steps.back().peak_live_bytes);
+  EXPECT_EQ(ExpositionValue(text, "headroom_step_duration_seconds_count" + labels), kSteps);
+  EXPECT_GT(ExpositionValue(text, "headroom_recompute_seconds_total" + labels), 0);
   // Memory by role at the last step's peak adds up to that peak.
   double device = 0;
   for (profiler::MemoryRole role : profiler::kAllMemoryRoles) {
     if (profiler::IsHostRole(role)) continue;
-    device += Sample(text, absl::StrCat("headroom_job_memory_bytes{device=\"cpu:0\",job=\"job-1\",role=\"",
+    device += ExpositionValue(text, absl::StrCat("headroom_job_memory_bytes{device=\"cpu:0\",job=\"job-1\",role=\"",
                                         profiler::MemoryRoleName(role), "\"}"));
   }
   EXPECT_EQ(device, run.steps.back().peak_live_bytes);

@@ -6,16 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "graph/shape.h"
 #include "util/json_writer.h"
+#include "util/file_io.h"
 
 namespace headroom::executor {
 namespace {
 
 absl::Status WriteFile(const std::string& path, const std::string& contents) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileContents(path, contents, "reference file");
 }
 
 absl::Status MakeDir(const std::string& dir) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "util/file_io.h"
 
 namespace headroom::graph {
 namespace {
@@ -63,14 +64,6 @@ absl::StatusOr<proto::GraphDef> ParseGraphText(const std::string& text, const st
   return def;
 }
 
-absl::StatusOr<std::string> ReadFileContents(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", what, " '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 absl::StatusOr<proto::GraphDef> ReadGraphFile(const std::string& path) {
   absl::StatusOr<std::string> read = ReadFileContents(path, "graph file");
   if (!read.ok()) return read.status();
@@ -94,11 +87,7 @@ absl::Status WriteGraphFile(const proto::GraphDef& def, const std::string& path)
   } else if (!def.SerializeToString(&contents)) {
     return absl::InternalError(absl::StrCat("cannot serialize graph '", def.name(), "'"));
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << contents;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write graph file '", path, "'"));
-  return absl::OkStatus();
+  return WriteFileContents(path, contents, "graph file");
 }
 
 }  // namespace headroom::graph

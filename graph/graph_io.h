@@ -25,9 +25,6 @@ absl::StatusOr<proto::GraphDef> ParseGraphText(const std::string& text, const st
 absl::Status ParseTextMessage(const std::string& text, const std::string& what,
                               google::protobuf::Message* message);
 
-// Returns the contents of the file at `path`, or NotFound naming `what` ("graph file").
-absl::StatusOr<std::string> ReadFileContents(const std::string& path, const std::string& what);
-
 absl::Status WriteGraphFile(const proto::GraphDef& def, const std::string& path);
 
 }  // namespace headroom::graph

@@ -8,6 +8,7 @@
 #include "graph/graph_io.h"
 #include "graph/shape.h"
 #include "util/status_macros.h"
+#include "util/file_io.h"
 
 namespace headroom::planner {
 namespace {
@@ -99,7 +100,7 @@ absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model) 
 }
 
 absl::StatusOr<DeviceSpec> ReadDeviceSpecFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, graph::ReadFileContents(path, "device file"));
+  ASSIGN_OR_RETURN(std::string text, ReadFileContents(path, "device file"));
   proto::DeviceModel model;
   RETURN_IF_ERROR(graph::ParseTextMessage(text, absl::StrCat("device file '", path, "'"), &model));
   absl::StatusOr<DeviceSpec> spec = DeviceSpecFromProto(model);

@@ -1,8 +1,6 @@
 #include "profiler/measured_cost_model.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +8,8 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/shape.h"
+#include "util/file_io.h"
+#include "util/status_macros.h"
 
 namespace headroom::profiler {
 namespace {
@@ -49,14 +49,11 @@ std::string GraphFingerprint(const graph::Graph& forward) {
 }
 
 absl::StatusOr<proto::ProfileResponse> ReadProfileFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read profile '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text, ReadFileContents(path, "profile"));
   proto::ProfileResponse profile;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;
-  const auto status = google::protobuf::util::JsonStringToMessage(text.str(), &profile, options);
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &profile, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("profile '", path, "' is not a profile's JSON: ", status.ToString()));

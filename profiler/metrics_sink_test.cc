@@ -1,10 +1,9 @@
 // The metrics sink on hand-built events: roles at the step's device peak, the host peak kept
 // on its own, per-step counters, and events passed on.
 #include "profiler/metrics_sink.h"
+#include "profiler/metrics_testing.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace headroom::profiler {
@@ -20,16 +19,6 @@ MemoryEvent Mem(Kind kind, int32_t buffer, MemoryRole role, uint64_t bytes, int6
   e.role = role;
   e.bytes = bytes;
   return e;
-}
-
-// Returns the value of the exposition line that starts with `series`, or -1.
-double Sample(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::StartsWith(line, series + " ")) continue;
-    double v = 0;
-    if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
-  }
-  return -1;
 }
 
 std::string Role(MemoryRole role) {
@@ -59,25 +48,25 @@ TEST(MetricsSinkTest, RolesAtTheDevicePeakHostPeakApart) {
   ASSERT_TRUE(sink.status().ok()) << sink.status();
 
   const std::string text = metrics->TextExposition();
-  EXPECT_EQ(Sample(text, Role(MemoryRole::kParameter)), 100);
-  EXPECT_EQ(Sample(text, Role(MemoryRole::kGradient)), 500);
-  EXPECT_EQ(Sample(text, Role(MemoryRole::kActivation)), 0) << "not live at the device peak";
-  EXPECT_EQ(Sample(text, Role(MemoryRole::kHostOffload)), 700) << "the host's own peak";
+  EXPECT_EQ(ExpositionValue(text, Role(MemoryRole::kParameter)), 100);
+  EXPECT_EQ(ExpositionValue(text, Role(MemoryRole::kGradient)), 500);
+  EXPECT_EQ(ExpositionValue(text, Role(MemoryRole::kActivation)), 0) << "not live at the device peak";
+  EXPECT_EQ(ExpositionValue(text, Role(MemoryRole::kHostOffload)), 700) << "the host's own peak";
   const std::string labels = "{device=\"cpu:0\",job=\"j\"}";
-  EXPECT_EQ(Sample(text, "headroom_measured_peak_bytes" + labels), 600);
-  EXPECT_EQ(Sample(text, "headroom_offloaded_bytes_total" + labels), 700);
-  EXPECT_EQ(Sample(text, "headroom_prefetched_bytes_total" + labels), 700);
-  EXPECT_DOUBLE_EQ(Sample(text, "headroom_recompute_seconds_total" + labels), 0.25);
-  EXPECT_DOUBLE_EQ(Sample(text, "headroom_step_duration_seconds_sum" + labels), 2.0);
+  EXPECT_EQ(ExpositionValue(text, "headroom_measured_peak_bytes" + labels), 600);
+  EXPECT_EQ(ExpositionValue(text, "headroom_offloaded_bytes_total" + labels), 700);
+  EXPECT_EQ(ExpositionValue(text, "headroom_prefetched_bytes_total" + labels), 700);
+  EXPECT_DOUBLE_EQ(ExpositionValue(text, "headroom_recompute_seconds_total" + labels), 0.25);
+  EXPECT_DOUBLE_EQ(ExpositionValue(text, "headroom_step_duration_seconds_sum" + labels), 2.0);
   EXPECT_EQ(log.memory().size(), 7u) << "every event passes on";
   EXPECT_EQ(log.ops().size(), 2u);
 
   // Step 1 starts from what lives across steps: its peak is the parameters alone.
   sink.OnStep({1, 2000000000, 3000000000, 1.4});
   const std::string next = metrics->TextExposition();
-  EXPECT_EQ(Sample(next, "headroom_measured_peak_bytes" + labels), 100);
-  EXPECT_EQ(Sample(next, Role(MemoryRole::kHostOffload)), 0);
-  EXPECT_EQ(Sample(next, "headroom_offloaded_bytes_total" + labels), 700) << "nothing new";
+  EXPECT_EQ(ExpositionValue(next, "headroom_measured_peak_bytes" + labels), 100);
+  EXPECT_EQ(ExpositionValue(next, Role(MemoryRole::kHostOffload)), 0);
+  EXPECT_EQ(ExpositionValue(next, "headroom_offloaded_bytes_total" + labels), 700) << "nothing new";
 }
 
 TEST(MetricsSinkTest, KeepsTheFirstErrorOfAJobNeverStarted) {

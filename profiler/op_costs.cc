@@ -4,22 +4,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "planner/training_graph.h"
+#include "util/median.h"
 
 namespace headroom::profiler {
-namespace {
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  double upper = values[mid];
-  if (values.size() % 2 == 1) return upper;
-  const double lower = *std::max_element(values.begin(), values.begin() + mid);
-  return (lower + upper) / 2;
-}
-
-}  // namespace
-
 MeasuredCosts MeasureCosts(const EventLog& log, const StepLayout& layout) {
   MeasuredCosts costs;
   int64_t last_step = -1;

@@ -7,19 +7,9 @@
 #include "absl/strings/str_format.h"
 #include "graph/summary.h"
 #include "profiler/measured_cost_model.h"
+#include "util/median.h"
 
 namespace headroom::profiler {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
-
 proto::ProfileResponse BuildProfileReport(const graph::Graph& forward,
                                           const planner::SectionPlan& plan,
                                           const EventLog& log, const StepLayout& layout,

@@ -21,15 +21,10 @@
 #include "profiler/op_costs.h"
 #include "profiler/step_layout.h"
 #include "profiler/timeline.h"
+#include "util/median.h"
 
 namespace headroom {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
