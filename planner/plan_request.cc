@@ -1,0 +1,155 @@
+#include "planner/plan_request.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "util/status_macros.h"
+
+namespace headroom::planner {
+namespace {
+
+// Sets the figures every plan has: the arena and its bounds, bytes by role, sizes.
+void FillMemory(const MemoryPlan& memory, proto::PlanSummary& summary) {
+  summary.set_arena_bytes(memory.arena_bytes);
+  summary.set_lower_bound_bytes(memory.lower_bound_bytes);
+  summary.set_no_sharing_bytes(memory.no_sharing_bytes);
+  summary.set_num_tensors(memory.tensors.size());
+  summary.set_num_steps(memory.num_steps);
+  summary.clear_bytes_by_role();
+  for (const auto& [role, bytes] : memory.bytes_by_role) {
+    proto::RoleBytes* r = summary.add_bytes_by_role();
+    r->set_role(role);
+    r->set_bytes(bytes);
+  }
+}
+
+void AddPoints(const std::vector<TradeOffPoint>& points, proto::PlanResponse& response) {
+  for (const TradeOffPoint& p : points) {
+    proto::FrontierPoint* f = response.add_frontier();
+    f->set_peak_bytes(p.peak_bytes);
+    f->set_step_seconds(p.step_seconds);
+    f->set_strategy(p.strategy);
+    f->set_num_sections(p.num_sections);
+    f->set_offloaded_bytes(p.offloaded_bytes);
+  }
+}
+
+// The forward pass alone: a sharing plan, no sections.
+absl::StatusOr<proto::PlanResponse> AnswerInference(const graph::Graph& forward,
+                                                    const proto::PlanOptions& options,
+                                                    const PlannerOptions& planner_options) {
+  if (options.budget_bytes() > 0 || options.frontier()) {
+    return absl::InvalidArgumentError(
+        "options.inference: a budget or frontier plans a training step, not inference");
+  }
+  ASSIGN_OR_RETURN(MemoryPlan memory, PlanMemory(forward, planner_options));
+  proto::PlanResponse response;
+  proto::PlanSummary& summary = *response.mutable_summary();
+  FillMemory(memory, summary);
+  summary.set_predicted_peak_bytes(memory.arena_bytes);
+  summary.set_unconstrained_peak_bytes(memory.arena_bytes);
+  summary.set_strategy("inference");
+  summary.set_planning_seconds(memory.planning_seconds);
+  return response;
+}
+
+}  // namespace
+
+absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions& options) {
+  PlannerOptions planner_options;
+  planner_options.training.inference = options.inference();
+  if (options.optimizer().kind() != proto::Optimizer::KIND_UNSPECIFIED) {
+    planner_options.training.optimizer = options.optimizer().kind();
+  }
+  const uint64_t alignment = options.alignment_bytes();
+  if (alignment != 0) {
+    if ((alignment & (alignment - 1)) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.alignment_bytes: ", alignment, " is not a power of two"));
+    }
+    planner_options.alignment_bytes = alignment;
+  }
+  return planner_options;
+}
+
+proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPlan& plain,
+                                       uint64_t budget_bytes, const std::string& cost_model) {
+  const SectionedStep& step = *plan.step;
+  proto::PlanResponse response;
+  proto::PlanSummary& summary = *response.mutable_summary();
+  FillMemory(*plan.memory, summary);
+  summary.set_budget_bytes(budget_bytes);
+  summary.set_predicted_peak_bytes(plan.peak_bytes);
+  summary.set_predicted_step_seconds(plan.step_seconds);
+  summary.set_overhead_ratio(plan.overhead_ratio);
+  summary.set_recompute_flops(step.recompute_flops);
+  summary.set_offloaded_bytes(step.offloaded_bytes);
+  summary.set_copy_wait_seconds(step.stall_seconds);
+  summary.set_strategy(plan.strategy);
+  summary.set_unconstrained_peak_bytes(plain.peak_bytes);
+  summary.set_unconstrained_step_seconds(plain.step_seconds);
+  summary.set_cost_model(cost_model);
+  for (size_t s = 0; s < step.sections.size(); ++s) {
+    const SectionInfo& info = step.sections[s];
+    proto::Section* section = response.add_sections();
+    section->set_index(s);
+    section->set_first_node(step.graph.node(info.begin).name);
+    section->set_last_node(step.graph.node(info.end - 1).name);
+    section->set_recompute_flops(info.recompute_flops);
+    section->set_recomputed(info.recomputed);
+    section->set_recompute_nodes(info.recompute_nodes);
+    for (const CachedInput& c : info.boundary) {
+      proto::BoundaryTensor* b = section->add_boundary();
+      b->set_tensor(step.graph.tensor(c.tensor).name);
+      b->set_bytes(c.bytes);
+      b->set_placement(c.offloaded ? proto::PLACEMENT_HOST : proto::PLACEMENT_DEVICE);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
+                                               const proto::PlanOptions& options,
+                                               const CostModel* cost) {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
+  if (planner_options.training.inference) {
+    return AnswerInference(forward, options, planner_options);
+  }
+  // 1. The training graph and the cost model.
+  ASSIGN_OR_RETURN(TrainingGraph training,
+                   TrainingGraph::Build(forward, planner_options.training));
+  std::unique_ptr<CostModel> roofline;
+  if (cost == nullptr) {
+    ASSIGN_OR_RETURN(DeviceSpec device, DeviceSpecFromProto(options.device()));
+    roofline = std::make_unique<RooflineCostModel>(forward, device);
+    cost = roofline.get();
+  }
+  // 2. The search: the plain step, then the plan for the budget.
+  SearchOptions search_options;
+  search_options.allow_offload = !options.disable_offload();
+  search_options.alignment_bytes = planner_options.alignment_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<SectionSearch> search,
+                   SectionSearch::Create(training, *cost, search_options));
+  ASSIGN_OR_RETURN(SectionPlan plain, search->Unconstrained());
+  SectionPlan plan = plain;
+  if (options.budget_bytes() > 0) {
+    ASSIGN_OR_RETURN(plan, search->Plan(options.budget_bytes()));
+  }
+  proto::PlanResponse response =
+      SectionPlanToProto(plan, plain, options.budget_bytes(), cost->name());
+  // 3. The frontier, when asked.
+  if (options.frontier()) {
+    ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, search->Frontier());
+    ASSIGN_OR_RETURN(std::vector<TradeOffPoint> baselines, search->Baselines());
+    AddPoints(frontier, response);
+    AddPoints(baselines, response);
+  }
+  response.mutable_summary()->set_num_candidates(search->num_candidates());
+  response.mutable_summary()->set_planning_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
+}
+
+}  // namespace headroom::planner

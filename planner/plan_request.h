@@ -1,0 +1,40 @@
+// The planner behind the wire's Plan request: PlanOptions become planner options, a plan
+// becomes a PlanResponse. headroomd's Plan and SubmitJob handlers call this; so does any
+// client that wants the response without a daemon.
+#ifndef HEADROOM_PLANNER_PLAN_REQUEST_H_
+#define HEADROOM_PLANNER_PLAN_REQUEST_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "graph/graph.h"
+#include "planner/cost_model.h"
+#include "planner/memory_planner.h"
+#include "planner/section_search.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::planner {
+
+// Returns the planner options `options` asks for (optimizer, inference, alignment: default
+// 256). InvalidArgument naming the field for an alignment that is not a power of two.
+absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions& options);
+
+// Returns the summary and sections of `plan` (chosen for `budget_bytes`; 0: none) with the
+// plain step's figures from `plain` and the name of the cost model the times come from.
+proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPlan& plain,
+                                       uint64_t budget_bytes, const std::string& cost_model);
+
+// Returns the plan of `forward` under `options`:
+//   - inference: the forward pass's sharing plan (no sections; a budget is InvalidArgument);
+//   - otherwise the fastest sectioned plan whose peak fits options.budget_bytes (the plain
+//     step when it is 0), with the Pareto frontier and the baselines' points appended when
+//     options.frontier is set.
+// Times come from `cost` when given (it must describe `forward`), else from the roofline of
+// options.device. FailedPrecondition, naming the smallest feasible budget, when nothing fits.
+absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
+                                               const proto::PlanOptions& options,
+                                               const CostModel* cost = nullptr);
+
+}  // namespace headroom::planner
+
+#endif  // HEADROOM_PLANNER_PLAN_REQUEST_H_

@@ -1,0 +1,109 @@
+#include "planner/plan_request.h"
+
+#include "gmock/gmock.h"
+#include "graph/zoo.h"
+#include "gtest/gtest.h"
+
+namespace headroom::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+graph::Graph Zoo(const std::string& name, uint64_t batch) {
+  proto::ZooModel spec;
+  spec.set_name(name);
+  spec.set_batch(batch);
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::BuildZooModel(spec).value());
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+uint64_t SumOfRoles(const proto::PlanSummary& s) {
+  uint64_t sum = 0;
+  for (const proto::RoleBytes& r : s.bytes_by_role()) sum += r.bytes();
+  return sum;
+}
+
+TEST(PlanRequestTest, WithoutABudgetThePlainStepIsOneSection) {
+  const graph::Graph g = Zoo("resnet18", 4);
+  absl::StatusOr<proto::PlanResponse> r = AnswerPlan(g, proto::PlanOptions());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->sections_size(), 1);
+  EXPECT_EQ(r->sections(0).first_node(), g.node(0).name);
+  EXPECT_FALSE(r->sections(0).recomputed());
+  const proto::PlanSummary& s = r->summary();
+  EXPECT_EQ(s.predicted_peak_bytes(), s.arena_bytes());
+  EXPECT_EQ(s.predicted_peak_bytes(), s.unconstrained_peak_bytes());
+  EXPECT_LE(s.lower_bound_bytes(), s.arena_bytes());
+  EXPECT_LE(s.arena_bytes(), s.no_sharing_bytes());
+  EXPECT_EQ(SumOfRoles(s), s.no_sharing_bytes());
+  EXPECT_DOUBLE_EQ(s.overhead_ratio(), 1.0);
+  EXPECT_THAT(s.cost_model(), HasSubstr("cpu"));
+}
+
+TEST(PlanRequestTest, UnderABudgetThePlanFitsAndMatchesTheSearch) {
+  const graph::Graph g = Zoo("resnet18", 32);
+  proto::PlanOptions options;
+  const uint64_t plain = AnswerPlan(g, options)->summary().predicted_peak_bytes();
+  options.set_budget_bytes(plain * 3 / 4);
+  options.mutable_device()->set_preset("h100");
+  absl::StatusOr<proto::PlanResponse> r = AnswerPlan(g, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LE(r->summary().predicted_peak_bytes(), options.budget_bytes());
+  EXPECT_GT(r->sections_size(), 1);
+  EXPECT_GT(r->summary().overhead_ratio(), 1.0);
+  EXPECT_EQ(r->summary().budget_bytes(), options.budget_bytes());
+  // The same search by hand gives the same plan.
+  TrainingGraph training = TrainingGraph::Build(g, TrainingOptions()).value();
+  RooflineCostModel cost(g, DevicePreset("h100").value());
+  auto search = SectionSearch::Create(training, cost, SearchOptions()).value();
+  SectionPlan plan = search->Plan(options.budget_bytes()).value();
+  EXPECT_EQ(r->summary().predicted_peak_bytes(), plan.peak_bytes);
+  EXPECT_EQ(r->sections_size(), static_cast<int>(plan.step->sections.size()));
+  // Sections tile the forward order.
+  for (int i = 1; i < r->sections_size(); ++i) EXPECT_EQ(r->sections(i).index(), i);
+}
+
+TEST(PlanRequestTest, ABudgetBelowTheMinimumNamesTheMinimum) {
+  const graph::Graph g = Zoo("mlp", 8);
+  proto::PlanOptions options;
+  options.set_budget_bytes(1024);
+  absl::Status s = AnswerPlan(g, options).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("smallest peak"));
+}
+
+TEST(PlanRequestTest, FrontierPointsComeWithTheirSections) {
+  const graph::Graph g = Zoo("mlp", 8);
+  proto::PlanOptions options;
+  options.set_frontier(true);
+  absl::StatusOr<proto::PlanResponse> r = AnswerPlan(g, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(r->frontier_size(), 0);
+  for (const proto::FrontierPoint& p : r->frontier()) {
+    EXPECT_GT(p.peak_bytes(), 0u);
+    EXPECT_GE(p.num_sections(), 1u);
+    EXPECT_FALSE(p.strategy().empty());
+  }
+}
+
+TEST(PlanRequestTest, InferenceAndBadOptions) {
+  const graph::Graph g = Zoo("mlp", 8);
+  proto::PlanOptions options;
+  options.set_inference(true);
+  absl::StatusOr<proto::PlanResponse> r = AnswerPlan(g, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary().strategy(), "inference");
+  EXPECT_LT(r->summary().arena_bytes(), AnswerPlan(g, proto::PlanOptions())->summary().arena_bytes());
+  options.set_budget_bytes(1 << 20);
+  EXPECT_EQ(AnswerPlan(g, options).status().code(), absl::StatusCode::kInvalidArgument);
+  proto::PlanOptions misaligned;
+  misaligned.set_alignment_bytes(100);
+  EXPECT_THAT(AnswerPlan(g, misaligned).status().message(), HasSubstr("alignment_bytes"));
+  proto::PlanOptions unknown_device;
+  unknown_device.mutable_device()->set_preset("tpu");
+  EXPECT_EQ(AnswerPlan(g, unknown_device).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace headroom::planner
