@@ -488,6 +488,10 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
       }
       RETURN_IF_ERROR(IssueCopiesOut(0, &result));
     }
+    if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat("executor: cancelled in step ", steps_run_,
+                                               " before node '", g.node(s).name, "'"));
+    }
     RETURN_IF_ERROR(RunNode(s, &result));
     RETURN_IF_ERROR(IssueCopiesOut(s + 1, &result));
     for (int32_t b : p.free_at[s]) {
@@ -711,6 +715,60 @@ absl::StatusOr<std::vector<HostTensor>> Executor::ReadState() const {
     state.push_back(std::move(value));
   }
   return state;
+}
+
+absl::StatusOr<ExecutorState> Executor::SaveState() const {
+  RETURN_IF_ERROR(backend_->Synchronize());
+  ExecutorState state;
+  state.steps_run = steps_run_;
+  const TrainingGraph& g = step_->graph;
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    if (!tensor.persistent()) continue;
+    HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+    RETURN_IF_ERROR(backend_->Download(value.bytes.data(),
+                                       arena_->At(memory_->tensors[t].offset), tensor.bytes));
+    state.tensors.push_back(std::move(value));
+  }
+  return state;
+}
+
+absl::Status Executor::RestoreState(const ExecutorState& state) {
+  if (state.steps_run < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: a saved state with ", state.steps_run, " steps run"));
+  }
+  absl::flat_hash_map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : state.tensors) by_name[t.name] = &t;
+  // 1. Check every tensor before writing any.
+  const TrainingGraph& g = step_->graph;
+  std::vector<std::pair<TensorId, const HostTensor*>> writes;
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    if (!tensor.persistent()) continue;
+    auto it = by_name.find(tensor.name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: the saved state has no '", tensor.name, "'"));
+    }
+    const HostTensor& value = *it->second;
+    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
+        value.bytes.size() != tensor.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: saved '", tensor.name, "' is ", graph::ShapeString(value.shape), " ",
+          graph::DTypeName(value.dtype), " (", value.bytes.size(), " bytes); the graph has ",
+          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
+    }
+    writes.emplace_back(t, &value);
+  }
+  // 2. Write them.
+  for (const auto& [t, value] : writes) {
+    RETURN_IF_ERROR(backend_->Upload(arena_->At(memory_->tensors[t].offset),
+                                     value->bytes.data(), value->bytes.size()));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  steps_run_ = state.steps_run;
+  return absl::OkStatus();
 }
 
 }  // namespace headroom::executor

@@ -16,6 +16,7 @@
 #ifndef HEADROOM_EXECUTOR_EXECUTOR_H_
 #define HEADROOM_EXECUTOR_EXECUTOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,6 +43,16 @@ struct ExecutorOptions {
   // Where to report every allocation, free, node, copy and step as it happens (borrowed;
   // must outlive the executor). Default none: nothing is recorded.
   profiler::EventSink* events = nullptr;
+  // When set (borrowed), RunStep() checks it before every node and stops with Cancelled once
+  // it is true; the executor can then only be destroyed. Default none.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Everything a run needs to go on where it stopped: every persistent tensor of the training
+// graph (parameters, buffers and the optimizer's state) and the steps run.
+struct ExecutorState {
+  int64_t steps_run = 0;
+  std::vector<HostTensor> tensors;
 };
 
 // What one step did.
@@ -78,6 +89,16 @@ class Executor {
 
   // Returns the values of every parameter and buffer now, in tensor-id order.
   absl::StatusOr<std::vector<HostTensor>> ReadState() const;
+
+  // Returns every persistent tensor now, the optimizer's state included, and the steps run.
+  absl::StatusOr<ExecutorState> SaveState() const;
+
+  // Sets every persistent tensor and the step counter from `state` (taken by SaveState() of
+  // an executor of the same training graph, under any plan). InvalidArgument naming the
+  // tensor when one is missing or its shape, dtype or size differs; nothing is written then.
+  absl::Status RestoreState(const ExecutorState& state);
+
+  int64_t steps_run() const { return steps_run_; }
 
   // The arena's size: the plan's predicted peak.
   uint64_t predicted_peak_bytes() const { return memory_->arena_bytes; }

@@ -58,10 +58,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.optimizer = options.optimizer_params;
   executor_options.seed = options.seed;
   executor_options.events = options.events;
+  executor_options.cancel = options.cancel;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
                                     t->initial_state_, executor_options));
   return t;
+}
+
+absl::Status Trainer::RestoreState(const ExecutorState& state) {
+  RETURN_IF_ERROR(executor_->RestoreState(state));
+  next_step_ = state.steps_run;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Trainer::Step() { return executor_->RunStep(task_.Batch(next_step_++)); }

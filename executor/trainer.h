@@ -9,6 +9,7 @@
 #ifndef HEADROOM_EXECUTOR_TRAINER_H_
 #define HEADROOM_EXECUTOR_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +48,9 @@ struct TrainerOptions {
   // Where the executor reports what it does (borrowed; must outlive the trainer). Default
   // none.
   profiler::EventSink* events = nullptr;
+  // Checked before every node; once true, Step() stops with Cancelled (borrowed). Default
+  // none.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class Trainer {
@@ -60,6 +64,18 @@ class Trainer {
 
   // Runs the next step on the next synthetic batch.
   absl::StatusOr<StepResult> Step();
+
+  // Returns what resuming needs: every parameter, buffer and optimizer-state tensor now,
+  // and the steps run.
+  absl::StatusOr<ExecutorState> SaveState() const { return executor_->SaveState(); }
+
+  // Goes on from `state` (SaveState() of a trainer of the same graph, optimizer and seed,
+  // under any plan): the next Step() runs step state.steps_run on its batch. InvalidArgument
+  // naming a missing or mismatched tensor.
+  absl::Status RestoreState(const ExecutorState& state);
+
+  // Steps run so far (restored ones included).
+  int64_t steps_run() const { return next_step_; }
 
   // Returns every parameter and buffer now.
   absl::StatusOr<std::vector<HostTensor>> State() const { return executor_->ReadState(); }
