@@ -1,0 +1,139 @@
+// headroomd's persistence: jobs, their plans, timelines and checkpoints, and profiles, kept in
+// one SQLite database so that they survive a restart (or a SIGKILL) of the daemon.
+#ifndef HEADROOM_SERVER_JOB_STORE_H_
+#define HEADROOM_SERVER_JOB_STORE_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/headroom.pb.h"
+
+struct sqlite3;
+
+namespace headroom::server {
+
+// The daemon's write-through store. The daemon keeps every job in memory and writes each change
+// here; on start it calls `Open()` and `LoadJobs()`/`LoadProfiles()` to get them all back.
+//
+// Phases: `Open()` once (it creates `state_dir`, the database and its schema, or migrates an
+// older schema); then any mix of `NewJobId()`, `Put*()`, `Get*()`, `Load*()` and
+// `DeleteCheckpoint()`; the destructor closes the database.
+//
+// Storage: `state_dir/headroom.db`, in WAL journal mode with synchronous=NORMAL. Every write is
+// its own transaction, so once a `Put*()` returns OK the write survives the daemon being killed
+// at any later moment (not a power cut: that needs synchronous=FULL). Messages are stored as
+// serialized protobuf blobs beside indexed columns for what is queried (job id, state,
+// submission time; checkpoint step; profile creation time). The schema version is SQLite's
+// `user_version`; a database written by a newer headroomd is refused.
+//
+// Limits: one checkpoint per job (the latest); a blob may not exceed SQLite's length limit
+// (1e9 bytes by default). Plans, timelines and checkpoints are keyed by job id alone: the store
+// does not require the job itself to have been put first.
+//
+// Ownership: the store owns its one SQLite connection. Results are copies.
+//
+// Thread-safety: thread-safe. One mutex (`mu_`) serializes every use of the connection, so
+// each method's statements, and each multi-statement transaction, run alone.
+class JobStore {
+ public:
+  // The schema version this build writes (SQLite's `PRAGMA user_version`).
+  static constexpr int kSchemaVersion = 1;
+  // The database's file name under `state_dir`.
+  static constexpr absl::string_view kDatabaseFileName = "headroom.db";
+  // How long a statement waits for a lock held by another connection to the same file.
+  static constexpr int kBusyTimeoutMilliseconds = 5000;
+
+  // Returns the store for `state_dir` (created with its parents if missing), opening or creating
+  // `state_dir/headroom.db` and creating or migrating its schema. FailedPrecondition naming the
+  // file if its schema version is newer than kSchemaVersion; other errors name the path and
+  // carry SQLite's message (DataLoss for a file that is not a database).
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& state_dir);
+
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+  // Closes the connection.
+  ~JobStore();
+
+  // Returns a fresh job id, unique across restarts: "job-000001", "job-000002", ...
+  absl::StatusOr<std::string> NewJobId();
+  // Returns a fresh profile id, unique across restarts: "profile-000001", ...
+  absl::StatusOr<std::string> NewProfileId();
+
+  // Inserts the job, or replaces the one with its job_id. REQUIRES: job.job_id() is non-empty
+  // (InvalidArgument otherwise).
+  absl::Status PutJob(const proto::JobInfo& job);
+  // Returns every job, newest first (submitted_unix_seconds descending, then job_id
+  // descending). DataLoss naming the job if a stored job does not parse.
+  absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() const;
+  // Returns the job `job_id`; NotFound("no job 'job_id'") when absent.
+  absl::StatusOr<proto::JobInfo> GetJob(const std::string& job_id) const;
+
+  // Inserts or replaces the plan of job `job_id` (non-empty).
+  absl::Status PutPlan(const std::string& job_id, const proto::PlanResponse& plan);
+  // Returns the plan of job `job_id`; NotFound naming the job when it has none.
+  absl::StatusOr<proto::PlanResponse> GetPlan(const std::string& job_id) const;
+  // Inserts or replaces the memory timeline of job `job_id` (non-empty); kept when it ends.
+  absl::Status PutTimeline(const std::string& job_id, const proto::MemoryTimeline& timeline);
+  // Returns the memory timeline of job `job_id`; NotFound naming the job when it has none.
+  absl::StatusOr<proto::MemoryTimeline> GetTimeline(const std::string& job_id) const;
+
+  // Replaces the checkpoint of job `checkpoint.job_id()` (non-empty) with `checkpoint`, in one
+  // transaction: after a crash the job has either its old or its new checkpoint, whole.
+  absl::Status PutCheckpoint(const proto::Checkpoint& checkpoint);
+  // Returns the latest checkpoint of job `job_id`, or std::nullopt when it has none.
+  absl::StatusOr<std::optional<proto::Checkpoint>> GetCheckpoint(const std::string& job_id) const;
+  // Drops the checkpoint of job `job_id` (when it ends); OK if it had none.
+  absl::Status DeleteCheckpoint(const std::string& job_id);
+
+  // Inserts the profile, or replaces the one with its profile_id (non-empty).
+  absl::Status PutProfile(const proto::StoredProfile& profile);
+  // Returns every profile, newest first (created_unix_seconds descending, then profile_id
+  // descending). DataLoss naming the profile if a stored profile does not parse.
+  absl::StatusOr<std::vector<proto::StoredProfile>> LoadProfiles() const;
+
+  // Returns the database file's path.
+  const std::string& path() const { return path_; }
+
+ private:
+  class Statement;
+  class Transaction;
+
+  JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+
+  // Sets the connection's pragmas and brings the schema to kSchemaVersion.
+  absl::Status Initialize() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status MigrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Returns `sql` prepared on the connection.
+  absl::StatusOr<Statement> PrepareLocked(const char* sql) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `sql` (constant SQL without values: pragmas, DDL, BEGIN/COMMIT).
+  absl::Status ExecLocked(const char* sql, absl::string_view doing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the error for SQLite result `rc` while `doing` ("writing job 'job-000001'"), naming
+  // the database and carrying SQLite's message.
+  absl::Status SqliteError(int rc, absl::string_view doing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Increments the counter `name` in a transaction; returns "<name>-NNNNNN".
+  absl::StatusOr<std::string> NextId(const char* name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Steps `statement`, which returns no rows, to its end.
+  absl::Status RunLocked(Statement& statement, absl::string_view doing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string path_;
+  // Guards the connection and every statement prepared on it.
+  mutable absl::Mutex mu_;
+  sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+};
+
+}  // namespace headroom::server
+
+#endif  // HEADROOM_SERVER_JOB_STORE_H_
