@@ -7,18 +7,13 @@
 #include "clients/cli_flags.h"
 #include "clients/model_flags.h"
 #include "clients/train_flags.h"
-#include "executor/trainer.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
-#include "profiler/chrome_trace.h"
-#include "profiler/events.h"
 #include "profiler/metrics.h"
 #include "profiler/metrics_sink.h"
-#include "profiler/op_costs.h"
 #include "profiler/profile_report.h"
-#include "profiler/step_layout.h"
-#include "profiler/timeline.h"
+#include "profiler/profile_run.h"
 #include "util/file_io.h"
 #ifdef HEADROOM_HAVE_CUDA
 #include "profiler/cupti_memory.h"
@@ -45,20 +40,6 @@ std::string ProfileJson(const proto::ProfileResponse& report, bool pretty) {
   std::string json;
   (void)google::protobuf::util::MessageToJsonString(report, &json, options);
   return json;
-}
-
-// Returns an error if the timeline's figures differ from what the executor measured.
-absl::Status CheckAgainstExecutor(const profiler::Timeline& timeline, uint64_t high_water_bytes,
-                                  uint64_t peak_live_bytes) {
-  if (timeline.high_water_bytes() != high_water_bytes ||
-      timeline.arena_peak_live_bytes() != peak_live_bytes) {
-    return absl::InternalError(absl::StrFormat(
-        "the timeline (high-water %d B, live peak %d B) disagrees with the executor "
-        "(high-water %d B, live peak %d B): a bug",
-        timeline.high_water_bytes(), timeline.arena_peak_live_bytes(), high_water_bytes,
-        peak_live_bytes));
-  }
-  return absl::OkStatus();
 }
 
 #ifdef HEADROOM_HAVE_CUDA
@@ -133,10 +114,12 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   absl::StatusOr<std::unique_ptr<executor::Backend>> backend = MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom profile: " << backend.status().message() << "\n", 1;
 
-  // 1. Plan, then run the steps with every event recorded (and, with --metrics, observed
-  //    as the daemon observes a job's steps).
-  profiler::EventLog log;
-  f.trainer.events = &log;
+  // 1. Profile: plan, run the steps with every event recorded (and, with --metrics,
+  //    observed as the daemon observes a job's steps), build the timeline and the report.
+  profiler::ProfileRunOptions run_options;
+  run_options.steps = f.steps;
+  run_options.backend = f.backend;
+  run_options.trace = !trace_path.empty();
   std::unique_ptr<profiler::Metrics> metrics;
   std::unique_ptr<profiler::MetricsSink> metrics_sink;
   const std::string device = absl::StrCat(f.backend, ":0");
@@ -144,88 +127,46 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     absl::StatusOr<std::unique_ptr<profiler::Metrics>> created = profiler::Metrics::Create();
     if (!created.ok()) return err << "headroom profile: " << created.status().message() << "\n", 1;
     metrics = *std::move(created);
-    metrics_sink = std::make_unique<profiler::MetricsSink>(metrics.get(), "profile", device, &log);
-    f.trainer.events = metrics_sink.get();
+    metrics_sink = std::make_unique<profiler::MetricsSink>(metrics.get(), "profile", device, nullptr);
+    run_options.also = metrics_sink.get();
+    run_options.on_start = [&](const executor::Trainer& trainer) {
+      return metrics->StartJob("profile", device, trainer.plan().peak_bytes);
+    };
   }
-  absl::StatusOr<std::unique_ptr<executor::Trainer>> trainer =
-      executor::Trainer::Create(*g, backend->get(), f.trainer);
-  if (!trainer.ok()) return err << "headroom profile: " << trainer.status().message() << "\n", 1;
-  const planner::SectionPlan& plan = (*trainer)->plan();
-  const profiler::StepLayout layout = profiler::DescribeStep(*plan.step);
-  if (metrics != nullptr) {
-    if (absl::Status s = metrics->StartJob("profile", device, plan.peak_bytes); !s.ok()) {
-      return err << "headroom profile: " << s.message() << "\n", 1;
-    }
-  }
-  uint64_t high_water = 0, peak_live = 0;
-  // The driver's used bytes after each step, on a GPU (by step).
-  std::vector<uint64_t> device_used_bytes;
-  for (int64_t s = 0; s < f.steps; ++s) {
-    absl::StatusOr<executor::StepResult> r = (*trainer)->Step();
-    if (!r.ok()) {
-      return err << "headroom profile: step " << s << ": " << r.status().message() << "\n", 1;
-    }
+  run_options.on_step = [&](int64_t s, const executor::StepResult& r) -> uint64_t {
+    uint64_t used_bytes = 0;
 #ifdef HEADROOM_HAVE_CUDA
     if (f.backend == "cuda") {
       absl::StatusOr<profiler::DeviceMemorySample> used = profiler::SampleDeviceMemory(0);
-      device_used_bytes.push_back(used.ok() ? used->used_bytes() : 0);
-      if (metrics != nullptr && used.ok()) {
-        metrics->SetDeviceMemory(device, used->used_bytes(), used->total_bytes).IgnoreError();
+      if (used.ok()) {
+        used_bytes = used->used_bytes();
+        if (metrics != nullptr) {
+          metrics->SetDeviceMemory(device, used->used_bytes(), used->total_bytes).IgnoreError();
+        }
       }
     }
 #endif
-    high_water = std::max(high_water, r->arena_high_water_bytes);
-    peak_live = std::max(peak_live, r->peak_live_bytes);
     if (!json) {
       err << absl::StrFormat("%s %d/%d  loss %.5f  %.3f s\n", ProgressBar(s + 1, f.steps), s + 1,
-                             f.steps, r->loss, r->seconds)
+                             f.steps, r.loss, r.seconds)
           << std::flush;
     }
-  }
-
-  // 2. The timeline, checked against the executor; the costs; the report.
-  absl::StatusOr<profiler::Timeline> timeline = profiler::Timeline::Build(log, layout);
-  if (!timeline.ok()) return err << "headroom profile: " << timeline.status().message() << "\n", 1;
-  if (absl::Status s = CheckAgainstExecutor(*timeline, high_water, peak_live); !s.ok()) {
-    return err << "headroom profile: " << s.message() << "\n", 1;
-  }
-  const profiler::MeasuredCosts costs = profiler::MeasureCosts(log, layout);
-  profiler::ProfileReportOptions report_options;
-  report_options.backend = f.backend;
-  report_options.budget_bytes = f.trainer.budget_bytes;
-  report_options.node_times_measured = f.backend == "cpu";
-  proto::ProfileResponse report = profiler::BuildProfileReport(
-      *g, plan, log, layout, *timeline, costs, report_options);
-  // Each sample of a step gets the driver's used bytes sampled when that step ended.
-  for (proto::TimelineSample& sample : *report.mutable_timeline()->mutable_samples()) {
-    if (sample.step() >= 0 && sample.step() < static_cast<int64_t>(device_used_bytes.size())) {
-      sample.set_device_used_bytes(device_used_bytes[sample.step()]);
-    }
-  }
-  if ((*backend)->name() != "cuda") {
-    report.mutable_physical()->set_unavailable_reason(
-        "not measured: physical allocations are traced with CUPTI on the cuda backend");
-  }
+    return used_bytes;
+  };
+  absl::StatusOr<profiler::ProfileRun> run =
+      profiler::RunProfile(*g, backend->get(), f.trainer, run_options);
+  if (!run.ok()) return err << "headroom profile: " << run.status().message() << "\n", 1;
+  proto::ProfileResponse& report = run->report;
+  const profiler::Timeline& timeline = run->timeline;
 #ifdef HEADROOM_HAVE_CUDA
   if (f.backend == "cuda") {
     FillPhysical(tracing.ok() ? tracer.Stop() : absl::StatusOr<profiler::PhysicalMemoryTrace>(tracing),
                  report.measured_peak_bytes(), *report.mutable_physical());
   }
 #endif
-
   // 3. Files, then the summary.
   if (!trace_path.empty()) {
-    profiler::ChromeTraceOptions trace_options;
-    trace_options.process_name = absl::StrCat("headroom ", g->name(), " (", f.backend, ")");
-    trace_options.metadata = {{"model", g->name()},
-                              {"backend", f.backend},
-                              {"plan", absl::StrFormat("%s, %d section(s), predicted peak %d B",
-                                                       plan.strategy, plan.step->sections.size(),
-                                                       plan.peak_bytes)}};
-    absl::StatusOr<profiler::ChromeTrace> trace =
-        profiler::BuildChromeTrace(log, layout, *timeline, trace_options);
-    if (!trace.ok()) return err << "headroom profile: " << trace.status().message() << "\n", 1;
-    if (absl::Status s = WriteFileContents(trace_path, trace->json, "trace"); !s.ok()) {
+    if (absl::Status s = WriteFileContents(trace_path, run->trace_json, "trace"); !s.ok()) {
       return err << "headroom profile: --trace: " << s.message() << "\n", 1;
     }
   }
@@ -243,7 +184,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     out << ProfileJson(report, false) << "\n";
     return 0;
   }
-  out << profiler::ProfileSummaryText(report, *timeline, static_cast<int>(*rows));
+  out << profiler::ProfileSummaryText(report, timeline, static_cast<int>(*rows));
   if (!trace_path.empty()) out << "\ntrace: " << trace_path << " (open in ui.perfetto.dev)\n";
   if (!out_path.empty()) {
     out << (trace_path.empty() ? "\n" : "") << "profile: " << out_path

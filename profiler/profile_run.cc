@@ -1,0 +1,112 @@
+#include "profiler/profile_run.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "profiler/chrome_trace.h"
+#include "profiler/op_costs.h"
+#include "profiler/profile_report.h"
+#include "profiler/step_layout.h"
+#include "util/status_macros.h"
+
+namespace headroom::profiler {
+namespace {
+
+// Records every event in `log` and passes it on to `next` (may be null).
+class TeeSink : public EventSink {
+ public:
+  TeeSink(EventLog* log, EventSink* next) : log_(log), next_(next) {}
+  void OnMemory(const MemoryEvent& e) override { log_->OnMemory(e); if (next_) next_->OnMemory(e); }
+  void OnOp(const OpEvent& e) override { log_->OnOp(e); if (next_) next_->OnOp(e); }
+  void OnCopy(const CopyEvent& e) override { log_->OnCopy(e); if (next_) next_->OnCopy(e); }
+  void OnStep(const StepEvent& e) override { log_->OnStep(e); if (next_) next_->OnStep(e); }
+
+ private:
+  EventLog* log_;
+  EventSink* next_;
+};
+
+// Returns an error if the timeline's figures differ from what the executor measured.
+absl::Status CheckAgainstExecutor(const Timeline& timeline, uint64_t high_water_bytes,
+                                  uint64_t peak_live_bytes) {
+  if (timeline.high_water_bytes() != high_water_bytes ||
+      timeline.arena_peak_live_bytes() != peak_live_bytes) {
+    return absl::InternalError(absl::StrFormat(
+        "the timeline (high-water %d B, live peak %d B) disagrees with the executor "
+        "(high-water %d B, live peak %d B): a bug",
+        timeline.high_water_bytes(), timeline.arena_peak_live_bytes(), high_water_bytes,
+        peak_live_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Backend* backend,
+                                      executor::TrainerOptions trainer_options,
+                                      const ProfileRunOptions& options) {
+  if (options.steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps: a profile runs at least 1 step, not ", options.steps));
+  }
+  // 1. Plan, then run the steps with every event recorded.
+  EventLog log;
+  TeeSink tee(&log, options.also);
+  trainer_options.events = &tee;
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
+                   executor::Trainer::Create(forward, backend, trainer_options));
+  const planner::SectionPlan& plan = trainer->plan();
+  const StepLayout layout = DescribeStep(*plan.step);
+  if (options.on_start) RETURN_IF_ERROR(options.on_start(*trainer));
+  uint64_t high_water = 0, peak_live = 0;
+  std::vector<uint64_t> device_used_bytes;
+  for (int64_t s = 0; s < options.steps; ++s) {
+    absl::StatusOr<executor::StepResult> r = trainer->Step();
+    if (!r.ok()) {
+      return absl::Status(r.status().code(), absl::StrCat("step ", s, ": ", r.status().message()));
+    }
+    high_water = std::max(high_water, r->arena_high_water_bytes);
+    peak_live = std::max(peak_live, r->peak_live_bytes);
+    device_used_bytes.push_back(options.on_step ? options.on_step(s, *r) : 0);
+  }
+  // 2. The timeline, checked against the executor; the costs; the report.
+  ASSIGN_OR_RETURN(Timeline timeline, Timeline::Build(log, layout));
+  RETURN_IF_ERROR(CheckAgainstExecutor(timeline, high_water, peak_live));
+  const MeasuredCosts costs = MeasureCosts(log, layout);
+  ProfileReportOptions report_options;
+  report_options.backend = options.backend;
+  report_options.budget_bytes = trainer_options.budget_bytes;
+  report_options.max_samples = options.max_samples;
+  report_options.node_times_measured = options.backend == "cpu";
+  proto::ProfileResponse report =
+      BuildProfileReport(forward, plan, log, layout, timeline, costs, report_options);
+  // Each sample of a step gets the driver's used bytes sampled when that step ended.
+  for (proto::TimelineSample& sample : *report.mutable_timeline()->mutable_samples()) {
+    if (sample.step() >= 0 && sample.step() < static_cast<int64_t>(device_used_bytes.size())) {
+      sample.set_device_used_bytes(device_used_bytes[sample.step()]);
+    }
+  }
+  if (options.backend != "cuda") {
+    report.mutable_physical()->set_unavailable_reason(
+        "not measured: physical allocations are traced with CUPTI on the cuda backend");
+  }
+  // 3. The trace, when asked.
+  std::string trace_json;
+  if (options.trace) {
+    ChromeTraceOptions trace_options;
+    trace_options.process_name = absl::StrCat("headroom ", forward.name(), " (", options.backend, ")");
+    trace_options.metadata = {{"model", forward.name()},
+                              {"backend", options.backend},
+                              {"plan", absl::StrFormat("%s, %d section(s), predicted peak %d B",
+                                                       plan.strategy, plan.step->sections.size(),
+                                                       plan.peak_bytes)}};
+    ASSIGN_OR_RETURN(ChromeTrace trace, BuildChromeTrace(log, layout, timeline, trace_options));
+    trace_json = std::move(trace.json);
+  }
+  return ProfileRun{std::move(report), std::move(timeline), std::move(trace_json)};
+}
+
+}  // namespace headroom::profiler

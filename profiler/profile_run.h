@@ -1,0 +1,58 @@
+// A profile, start to end: train a few steps of a forward graph under a plan with every
+// event recorded, build the timeline and check it against the executor, measure the node
+// costs and write the report (and, when asked, the Chrome trace). What `headroom profile`
+// and headroomd's Profile handler both run.
+//
+// Thread-compatible: one call runs on the caller's thread. Borrows the backend.
+#ifndef HEADROOM_PROFILER_PROFILE_RUN_H_
+#define HEADROOM_PROFILER_PROFILE_RUN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "executor/backend.h"
+#include "executor/trainer.h"
+#include "graph/graph.h"
+#include "profiler/events.h"
+#include "profiler/timeline.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::profiler {
+
+struct ProfileRunOptions {
+  // Training steps to run (at least 1). Default 3.
+  int64_t steps = 3;
+  // "cpu" or "cuda": the backend's name, as the report gives it. Default "cpu".
+  std::string backend = "cpu";
+  // Also build the Chrome trace-event JSON (ProfileRun::trace_json). Default false.
+  bool trace = false;
+  // Timeline samples kept in the report (0: all). Default 2000.
+  size_t max_samples = 2000;
+  // Another sink to pass every event on to (a MetricsSink, say); borrowed. Default none.
+  EventSink* also = nullptr;
+  // Called after the trainer is made, before the first step (to StartJob the metrics, say).
+  std::function<absl::Status(const executor::Trainer&)> on_start;
+  // Called after every step with its result; it returns the driver's used device bytes
+  // then (0: unknown), which the report's samples of that step carry.
+  std::function<uint64_t(int64_t step, const executor::StepResult&)> on_step;
+};
+
+struct ProfileRun {
+  proto::ProfileResponse report;
+  Timeline timeline;
+  std::string trace_json;
+};
+
+// Returns the profile of `steps` steps of `forward` trained with `trainer_options` (its
+// `events` is replaced) on `backend`. The error of planning, of a step, or InternalError
+// when the timeline disagrees with the executor's high-water mark or live peak (a bug).
+absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Backend* backend,
+                                      executor::TrainerOptions trainer_options,
+                                      const ProfileRunOptions& options);
+
+}  // namespace headroom::profiler
+
+#endif  // HEADROOM_PROFILER_PROFILE_RUN_H_
