@@ -1,4 +1,6 @@
 // `headroom`: Headroom's command line.
+#include <unistd.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -6,6 +8,7 @@
 #include "clients/graph_command.h"
 #include "clients/plan_command.h"
 #include "clients/profile_command.h"
+#include "clients/remote_commands.h"
 #include "clients/train_command.h"
 
 namespace {
@@ -22,11 +25,24 @@ constexpr char kUsage[] =
     "          what made it, measured node times (for plan --profile), a Perfetto trace\n"
     "  ops     list the op set: inputs and attributes\n"
     "  zoo     list the model zoo and each model's options\n"
-    "  help    this text; 'headroom COMMAND --help' for a command's flags\n";
+    "  help    this text; 'headroom COMMAND --help' for a command's flags\n"
+    "\n"
+    "commands on a running headroomd (--server ADDR, default 127.0.0.1:50051):\n"
+    "  plan --server ADDR     plan on the daemon (its flags: 'headroom plan --server ADDR\n"
+    "                         --help')\n"
+    "  profile --server ADDR  profile on the daemon; --out FILE keeps the profile\n"
+    "  submit    queue a training job under a budget; --watch to follow it\n"
+    "  watch     follow a job's progress until it ends (exit 0 succeeded, 1 failed,\n"
+    "            3 cancelled)\n"
+    "  jobs      list jobs: state, steps, planned and measured peak, loss\n"
+    "  cancel    cancel a job and free its device memory\n"
+    "  timeline  a job's memory over time and what made its peak\n"
+    "  profiles  list the profiles the daemon ran\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  namespace c = headroom::clients;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage;
@@ -34,14 +50,28 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[0];
   args.erase(args.begin());
-  if (command == "graph") return headroom::clients::RunGraphCommand(args, std::cout, std::cerr);
-  if (command == "plan") return headroom::clients::RunPlanCommand(args, std::cout, std::cerr);
-  if (command == "train") return headroom::clients::RunTrainCommand(args, std::cout, std::cerr);
-  if (command == "profile") {
-    return headroom::clients::RunProfileCommand(args, std::cout, std::cerr);
+  std::ostream& out = std::cout;
+  std::ostream& err = std::cerr;
+  // plan and profile run here unless given --server; the commands below them always ask
+  // the daemon.
+  const c::RemoteIo io{out, err, isatty(STDOUT_FILENO) != 0};
+  const bool remote = c::HasServerFlag(args);
+  if (command == "plan") {
+    return remote ? c::RunRemotePlanCommand(args, io) : c::RunPlanCommand(args, out, err);
   }
-  if (command == "ops") return headroom::clients::RunOpsCommand(args, std::cout, std::cerr);
-  if (command == "zoo") return headroom::clients::RunZooCommand(args, std::cout, std::cerr);
+  if (command == "profile") {
+    return remote ? c::RunRemoteProfileCommand(args, io) : c::RunProfileCommand(args, out, err);
+  }
+  if (command == "submit") return c::RunSubmitCommand(args, io);
+  if (command == "watch") return c::RunWatchCommand(args, io);
+  if (command == "jobs") return c::RunJobsCommand(args, io);
+  if (command == "cancel") return c::RunCancelCommand(args, io);
+  if (command == "timeline") return c::RunTimelineCommand(args, io);
+  if (command == "profiles") return c::RunProfilesCommand(args, io);
+  if (command == "graph") return c::RunGraphCommand(args, out, err);
+  if (command == "train") return c::RunTrainCommand(args, out, err);
+  if (command == "ops") return c::RunOpsCommand(args, out, err);
+  if (command == "zoo") return c::RunZooCommand(args, out, err);
   std::cerr << "headroom: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

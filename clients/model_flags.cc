@@ -7,20 +7,26 @@
 
 namespace headroom::clients {
 
-absl::StatusOr<proto::GraphDef> ModelFromFlags(CliFlags& flags) {
+namespace {
+
+// Returns an error unless exactly one of --model and --graph is given, and --batch only with
+// --model.
+absl::Status CheckModelFlags(const CliFlags& flags) {
   const bool has_model = flags.Has("model");
   const bool has_graph = flags.Has("graph");
   if (has_model == has_graph) {
     return absl::InvalidArgumentError(
         "give exactly one of --model NAME (see 'headroom zoo') or --graph FILE");
   }
-  if (has_graph) {
-    if (flags.Has("batch")) {
-      return absl::InvalidArgumentError(
-          "--batch applies to --model; a --graph description carries its own shapes");
-    }
-    return graph::ReadGraphFile(flags.TakeString("graph"));
+  if (has_graph && flags.Has("batch")) {
+    return absl::InvalidArgumentError(
+        "--batch applies to --model; a --graph description carries its own shapes");
   }
+  return absl::OkStatus();
+}
+
+// Returns the zoo model named by --model, with --batch and the model's own options.
+absl::StatusOr<proto::ZooModel> ZooModelFromFlags(CliFlags& flags) {
   proto::ZooModel spec;
   spec.set_name(flags.TakeString("model"));
   ASSIGN_OR_RETURN(int64_t batch, flags.TakeInt("batch", kDefaultBatch));
@@ -35,7 +41,27 @@ absl::StatusOr<proto::GraphDef> ModelFromFlags(CliFlags& flags) {
       (*spec.mutable_options())[option.name] = value;
     }
   }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<proto::GraphDef> ModelFromFlags(CliFlags& flags) {
+  RETURN_IF_ERROR(CheckModelFlags(flags));
+  if (flags.Has("graph")) return graph::ReadGraphFile(flags.TakeString("graph"));
+  ASSIGN_OR_RETURN(proto::ZooModel spec, ZooModelFromFlags(flags));
   return graph::BuildZooModel(spec);
+}
+
+absl::StatusOr<proto::ModelSource> ModelSourceFromFlags(CliFlags& flags) {
+  RETURN_IF_ERROR(CheckModelFlags(flags));
+  proto::ModelSource source;
+  if (flags.Has("graph")) {
+    ASSIGN_OR_RETURN(*source.mutable_graph(), graph::ReadGraphFile(flags.TakeString("graph")));
+  } else {
+    ASSIGN_OR_RETURN(*source.mutable_zoo(), ZooModelFromFlags(flags));
+  }
+  return source;
 }
 
 std::string ModelFlagsUsage() {

@@ -18,6 +18,10 @@ inline constexpr int64_t kDefaultBatch = 32;
 // options from `flags`. Exactly one of --model and --graph must be given.
 absl::StatusOr<proto::GraphDef> ModelFromFlags(CliFlags& flags);
 
+// Returns the model as the daemon takes it, from the same flags: the zoo model's name, batch
+// and options (built by the daemon), or the --graph file's description (read here).
+absl::StatusOr<proto::ModelSource> ModelSourceFromFlags(CliFlags& flags);
+
 // The usage lines for these flags.
 std::string ModelFlagsUsage();
 

@@ -321,7 +321,9 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
            "  --device-file FILE  a text-format DeviceModel overriding a preset's rates\n"
            "  --no-offload        keep every cached section input on the device\n"
            "  --profile FILE      plan with the node times and copy rates measured by\n"
-           "                      `headroom profile --out FILE` (same model and batch)\n";
+           "                      `headroom profile --out FILE` (same model and batch)\n"
+           "  --server ADDR       plan on headroomd instead (see 'headroom plan --server\n"
+           "                      ADDR --help')\n";
     return 0;
   }
   const bool json = flags->TakeBool("json");

@@ -83,7 +83,9 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
            "  --out FILE          write the profile as JSON, for `headroom plan --profile`\n"
            "  --metrics FILE      write the run's Prometheus metrics (text exposition)\n"
            "  --rows N            rows of the peak and slowest-node tables (default 12)\n"
-           "  --json              print the profile as JSON instead of the summary\n";
+           "  --json              print the profile as JSON instead of the summary\n"
+           "  --server ADDR       profile on headroomd instead (see 'headroom profile\n"
+           "                      --server ADDR --help')\n";
     return 0;
   }
   TrainFlags f;

@@ -1,0 +1,322 @@
+#include "clients/remote_text.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "clients/train_flags.h"
+#include "google/protobuf/util/json_util.h"
+#include "graph/shape.h"
+#include "graph/summary.h"
+
+namespace headroom::clients {
+namespace {
+
+using graph::HumanBytes;
+
+// Returns "12.30 GFLOP" style text for a count of floating-point operations.
+std::string HumanFlops(uint64_t flops) {
+  static const char* kUnits[] = {"FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  double value = static_cast<double>(flops);
+  int unit = 0;
+  while (value >= 1000.0 && unit < 5) {
+    value /= 1000.0;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrCat(flops, " FLOP") : absl::StrFormat("%.2f %s", value, kUnits[unit]);
+}
+
+// Returns "42s", "5m", "3h" or "2d".
+std::string AgeText(double seconds) {
+  const int64_t s = std::max<int64_t>(0, static_cast<int64_t>(seconds));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrCat(s / 60, "m");
+  if (s < 86400) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+// Returns `rows` (the first the header) as left-aligned columns two spaces apart.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const std::vector<std::string>& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const std::vector<std::string>& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c], std::string(widths[c] - row[c].size() + 2, ' '));
+    }
+    out += std::string(absl::StripTrailingAsciiWhitespace(line)) + "\n";
+  }
+  return out;
+}
+
+// Returns "name bytes" pairs sorted by bytes, largest first.
+template <typename Map>
+std::vector<std::pair<std::string, uint64_t>> LargestFirst(const Map& bytes_by_name) {
+  std::vector<std::pair<std::string, uint64_t>> sorted(bytes_by_name.begin(), bytes_by_name.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return sorted;
+}
+
+std::string PlacementName(proto::Placement placement) {
+  switch (placement) {
+    case proto::PLACEMENT_DEVICE:
+      return "DEVICE";
+    case proto::PLACEMENT_HOST:
+      return "HOST";
+    default:
+      return "UNDECIDED";
+  }
+}
+
+// The plan's peak against its budget, step time, recompute and offload.
+std::string SummaryLines(const proto::PlanSummary& s) {
+  std::string out;
+  if (s.budget_bytes() > 0) {
+    absl::StrAppendFormat(&out, "%-24s %s of the %s budget (%.0f%%)\n", "predicted peak",
+                          HumanBytes(s.predicted_peak_bytes()), HumanBytes(s.budget_bytes()),
+                          100.0 * s.predicted_peak_bytes() / s.budget_bytes());
+  } else {
+    absl::StrAppendFormat(&out, "%-24s %s (no budget)\n", "predicted peak",
+                          HumanBytes(s.predicted_peak_bytes()));
+  }
+  absl::StrAppendFormat(&out, "%-24s %.4f s, %.2fx the step with no sections\n",
+                        "predicted step", s.predicted_step_seconds(), s.overhead_ratio());
+  absl::StrAppendFormat(&out, "%-24s %s per step\n", "recomputed", HumanFlops(s.recompute_flops()));
+  absl::StrAppendFormat(&out, "%-24s %s per step\n", "offloaded to host",
+                        HumanBytes(s.offloaded_bytes()));
+  return out;
+}
+
+// Each section: its nodes, whether its forward is recomputed, the tensors it caches.
+std::string SectionsText(const proto::PlanResponse& plan) {
+  std::string out = absl::StrFormat("sections (%d):\n", plan.sections_size());
+  for (const proto::Section& s : plan.sections()) {
+    absl::StrAppendFormat(&out, "  #%-3d %s .. %s  %s\n", s.index(), s.first_node(), s.last_node(),
+                          s.recompute_flops() > 0
+                              ? absl::StrCat("recomputed (", HumanFlops(s.recompute_flops()), ")")
+                              : "kept");
+    for (const proto::BoundaryTensor& b : s.boundary()) {
+      absl::StrAppendFormat(&out, "        caches %-32s %11s  %s\n", b.tensor(),
+                            HumanBytes(b.bytes()), PlacementName(b.placement()));
+    }
+  }
+  return out;
+}
+
+std::string RolesText(const proto::PlanSummary& s) {
+  std::string out = "bytes by role (no sharing):\n";
+  for (const proto::RoleBytes& r : s.bytes_by_role()) {
+    absl::StrAppendFormat(&out, "  %-22s %11s\n", graph::RoleName(r.role()), HumanBytes(r.bytes()));
+  }
+  return out;
+}
+
+std::string FrontierText(const proto::PlanResponse& plan) {
+  std::vector<std::vector<std::string>> rows = {{"  PEAK", "STEP S", "STRATEGY"}};
+  for (const proto::FrontierPoint& p : plan.frontier()) {
+    rows.push_back({"  " + HumanBytes(p.peak_bytes()), absl::StrFormat("%.5f", p.step_seconds()),
+                    p.strategy()});
+  }
+  return "frontier (peak, predicted step time):\n" + Table(rows);
+}
+
+}  // namespace
+
+std::string JobStateName(proto::JobState state) {
+  return std::string(absl::StripPrefix(proto::JobState_Name(state), "JOB_STATE_"));
+}
+
+std::string ProtoJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  options.add_whitespace = pretty;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+std::string PlanText(const proto::PlanResponse& plan) {
+  const proto::PlanSummary& s = plan.summary();
+  std::string out = SummaryLines(s);
+  absl::StrAppendFormat(&out, "%-24s %s (lower bound %s, no sharing %s)\n", "arena",
+                        HumanBytes(s.arena_bytes()), HumanBytes(s.lower_bound_bytes()),
+                        HumanBytes(s.no_sharing_bytes()));
+  absl::StrAppendFormat(&out, "%-24s %d tensors, %d steps, planned in %.1f ms\n", "training graph",
+                        s.num_tensors(), s.num_steps(), s.planning_seconds() * 1e3);
+  out += SectionsText(plan) + RolesText(s);
+  if (plan.frontier_size() > 0) out += FrontierText(plan);
+  return out;
+}
+
+std::string PlanBrief(const proto::PlanResponse& plan) {
+  int recomputed = 0, offloaded = 0;
+  for (const proto::Section& s : plan.sections()) {
+    recomputed += s.recompute_flops() > 0;
+    for (const proto::BoundaryTensor& b : s.boundary()) offloaded += b.placement() == proto::PLACEMENT_HOST;
+  }
+  const proto::PlanSummary& s = plan.summary();
+  std::string out = SummaryLines(s);
+  absl::StrAppendFormat(&out, "%-24s %d of %d section(s) recomputed, %d tensor(s) offloaded\n",
+                        "split", recomputed, plan.sections_size(), offloaded);
+  return out + SectionsText(plan);
+}
+
+std::string ProgressLine(const proto::JobProgress& p) {
+  std::vector<std::pair<std::string, uint64_t>> by_role;
+  for (const proto::RoleBytes& r : p.memory_by_role()) {
+    if (r.bytes() > 0) by_role.emplace_back(graph::RoleName(r.role()), r.bytes());
+  }
+  by_role = LargestFirst(by_role);
+  std::vector<std::string> memory;
+  for (size_t i = 0; i < by_role.size() && i < 3; ++i) {
+    memory.push_back(absl::StrCat(by_role[i].first, " ", HumanBytes(by_role[i].second)));
+  }
+  if (by_role.size() > 3) memory.push_back(absl::StrCat("+", by_role.size() - 3, " more"));
+  std::string line = absl::StrFormat(
+      "%s %d/%d  loss %.5f  %.3f s/step  %s  peak %s  %s",
+      ProgressBar(static_cast<int64_t>(p.step()), static_cast<int64_t>(p.total_steps())),
+      p.step(), p.total_steps(), p.loss(), p.step_seconds(),
+      memory.empty() ? "no memory in use" : absl::StrJoin(memory, ", "),
+      HumanBytes(p.measured_peak_bytes()), JobStateName(p.state()));
+  if (!p.message().empty()) absl::StrAppend(&line, " (", p.message(), ")");
+  return line;
+}
+
+std::string JobsTable(const std::vector<proto::JobInfo>& jobs, double now_unix_seconds) {
+  if (jobs.empty()) return "no jobs\n";
+  std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "PLANNED PEAK",
+                                                 "MEASURED PEAK", "LOSS", "AGE", "NOTE"}};
+  for (const proto::JobInfo& j : jobs) {
+    rows.push_back({j.job_id(), j.name().empty() ? "-" : j.name(), JobStateName(j.state()),
+                    absl::StrCat(j.step(), "/", j.total_steps()),
+                    HumanBytes(j.planned_peak_bytes()),
+                    j.measured_peak_bytes() > 0 ? HumanBytes(j.measured_peak_bytes()) : "-",
+                    j.step() > 0 ? absl::StrFormat("%.4f", j.loss()) : "-",
+                    j.submitted_unix_seconds() > 0
+                        ? AgeText(now_unix_seconds - j.submitted_unix_seconds())
+                        : "-",
+                    j.error().empty() ? j.message() : j.error()});
+  }
+  return Table(rows);
+}
+
+std::string PeakText(const proto::MemoryTimeline& t, int rows) {
+  std::string out = absl::StrFormat("%-24s %s at step %d, node %s (%s), %.3f s\n", "peak",
+                                    HumanBytes(t.peak_bytes()), t.peak_step(),
+                                    t.peak_node().empty() ? "-" : t.peak_node(),
+                                    t.peak_op().empty() ? "-" : t.peak_op(),
+                                    t.peak_time_seconds());
+  absl::StrAppendFormat(&out, "%-24s %s\n", "arena high-water", HumanBytes(t.high_water_bytes()));
+  out += "peak by role:\n";
+  for (const auto& [role, bytes] : LargestFirst(t.peak_bytes_by_role())) {
+    absl::StrAppendFormat(&out, "  %-22s %11s\n", role, HumanBytes(bytes));
+  }
+  std::vector<std::vector<std::string>> table = {{"  TENSOR", "ROLE", "BYTES", "PRODUCER"}};
+  for (int i = 0; i < rows && i < t.peak_live_size(); ++i) {
+    const proto::LiveTensor& l = t.peak_live(i);
+    table.push_back({"  " + l.tensor(), l.memory_role(), HumanBytes(l.bytes()),
+                     l.producer().empty() ? "-" : l.producer()});
+  }
+  absl::StrAppendFormat(&out, "largest live tensors at the peak (%d of %d):\n",
+                        table.size() - 1, t.peak_live_size());
+  return out + Table(table);
+}
+
+std::string DeviceBytesChart(const proto::MemoryTimeline& t, int width, int height) {
+  if (t.samples().empty()) return "no samples\n";
+  // 1. Each column holds the highest sample of its stretch of time; a column no sample
+  //    falls in repeats the one before.
+  const double t0 = t.samples(0).time_seconds();
+  const double span = t.samples(t.samples_size() - 1).time_seconds() - t0;
+  std::vector<uint64_t> column(width, 0);
+  std::vector<bool> seen(width, false);
+  for (const proto::TimelineSample& s : t.samples()) {
+    const int c = span > 0 ? static_cast<int>(std::lround((s.time_seconds() - t0) / span * (width - 1)))
+                           : 0;
+    const int at = std::clamp(c, 0, width - 1);
+    column[at] = std::max(column[at], s.device_bytes());
+    seen[at] = true;
+  }
+  for (int c = 1; c < width; ++c) {
+    if (!seen[c]) column[c] = column[c - 1];
+  }
+  const uint64_t top = std::max<uint64_t>(1, *std::max_element(column.begin(), column.end()));
+  // 2. Rows from the top: a column is filled up to its share of the highest sample.
+  std::string out;
+  for (int r = height; r >= 1; --r) {
+    std::string line = absl::StrFormat("%10s |", r == height ? HumanBytes(top) : "");
+    for (int c = 0; c < width; ++c) {
+      const double filled = std::ceil(static_cast<double>(column[c]) / top * height);
+      line += filled >= r ? '#' : ' ';
+    }
+    out += std::string(absl::StripTrailingAsciiWhitespace(line)) + "\n";
+  }
+  absl::StrAppendFormat(&out, "%10s +%s\n", "0 B", std::string(width, '-'));
+  const std::string end = absl::StrFormat("%.3f s", t0 + span);
+  const std::string start = absl::StrFormat("%.3f s", t0);
+  const int gap = std::max<int>(1, width - static_cast<int>(start.size() + end.size()));
+  absl::StrAppendFormat(&out, "%10s  %s%s%s\n", "", start, std::string(gap, ' '), end);
+  return out;
+}
+
+std::string ProfileText(const proto::ProfileResponse& p, int rows) {
+  std::string out = absl::StrFormat("%-24s %s on %s, %d step(s)%s\n", "profiled", p.graph_name(),
+                                    p.backend(), p.step_seconds_size(),
+                                    p.profile_id().empty() ? "" : " as " + p.profile_id());
+  absl::StrAppendFormat(&out, "%-24s %s (predicted %s)\n", "measured peak",
+                        HumanBytes(p.measured_peak_bytes()),
+                        HumanBytes(p.plan().predicted_peak_bytes()));
+  const double measured = p.median_step_seconds(), predicted = p.predicted_step_seconds();
+  absl::StrAppendFormat(&out, "%-24s %.4f s (cost model predicted %.4f s, %.2fx)\n",
+                        "median step", measured, predicted,
+                        predicted > 0 ? measured / predicted : 0.0);
+  if (p.offloaded_bytes() > 0) {
+    absl::StrAppendFormat(&out, "%-24s %s per step\n", "offloaded", HumanBytes(p.offloaded_bytes()));
+  }
+  if (p.recompute_seconds() > 0) {
+    absl::StrAppendFormat(&out, "%-24s %.4f s per step\n", "recomputed forward",
+                          p.recompute_seconds());
+  }
+  if (!p.physical().unavailable_reason().empty()) {
+    absl::StrAppendFormat(&out, "%-24s %s\n", "physical (CUPTI)", p.physical().unavailable_reason());
+  } else if (p.physical().allocations() > 0) {
+    absl::StrAppendFormat(&out, "%-24s peak %s in %d allocation(s)\n", "physical (CUPTI)",
+                          HumanBytes(p.physical().peak_device_bytes()), p.physical().allocations());
+  }
+  return out + "\n" + PeakText(p.timeline(), rows);
+}
+
+std::string ProfilesTable(const proto::ListProfilesResponse& profiles, double now_unix_seconds) {
+  if (profiles.profiles().empty()) return "no profiles\n";
+  std::vector<std::vector<std::string>> rows = {{"PROFILE", "AGE", "MODEL", "BACKEND", "STEPS",
+                                                 "BUDGET", "MEASURED PEAK", "PREDICTED PEAK",
+                                                 "MEDIAN STEP"}};
+  for (const proto::StoredProfile& s : profiles.profiles()) {
+    const proto::ProfileResponse& r = s.response();
+    const uint64_t budget = s.request().plan().budget_bytes();
+    const int steps = r.step_seconds_size() > 0 ? r.step_seconds_size()
+                                                : static_cast<int>(s.request().steps());
+    rows.push_back({s.profile_id(),
+                    s.created_unix_seconds() > 0
+                        ? AgeText(now_unix_seconds - s.created_unix_seconds())
+                        : "-",
+                    r.graph_name().empty() ? s.request().model().zoo().name() : r.graph_name(),
+                    r.backend(), absl::StrCat(steps),
+                    budget > 0 ? HumanBytes(budget) : "-", HumanBytes(r.measured_peak_bytes()),
+                    HumanBytes(r.plan().predicted_peak_bytes()),
+                    absl::StrFormat("%.4f s", r.median_step_seconds())});
+  }
+  return Table(rows);
+}
+
+}  // namespace headroom::clients

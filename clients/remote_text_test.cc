@@ -1,0 +1,102 @@
+// Text for people from the daemon's answers: the chart's shape, the tables, progress lines.
+#include "clients/remote_text.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace headroom::clients {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+proto::MemoryTimeline Samples(const std::vector<uint64_t>& mib) {
+  proto::MemoryTimeline t;
+  for (size_t i = 0; i < mib.size(); ++i) {
+    proto::TimelineSample* s = t.add_samples();
+    s->set_time_seconds(static_cast<double>(i));
+    s->set_device_bytes(mib[i] * kMiB);
+  }
+  return t;
+}
+
+TEST(DeviceBytesChartTest, ColumnsRiseToTheirShareOfThePeak) {
+  // Five samples over five columns, one per column: 100, 400, 200, 400, 0 MiB over 4 rows
+  // fill 1, 4, 2, 4 and 0 rows.
+  const std::string chart = DeviceBytesChart(Samples({100, 400, 200, 400, 0}), 5, 4);
+  const std::vector<std::string> lines = absl::StrSplit(chart, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << chart;  // 4 rows, the axis, the times
+  EXPECT_EQ(lines[0], " 400.0 MiB | # #") << chart;
+  EXPECT_EQ(lines[1], "           | # #") << chart;
+  EXPECT_EQ(lines[2], "           | ###") << chart;
+  EXPECT_EQ(lines[3], "           |####") << chart;
+  EXPECT_EQ(lines[4], "       0 B +-----") << chart;
+  EXPECT_THAT(lines[5], HasSubstr("0.000 s")) << chart;
+  EXPECT_THAT(lines[5], HasSubstr("4.000 s")) << chart;
+}
+
+TEST(DeviceBytesChartTest, ColumnsWithoutSamplesRepeatTheOneBefore) {
+  // Two samples stretched over six columns: the first five hold the first sample's height.
+  const std::string chart = DeviceBytesChart(Samples({100, 200}), 6, 2);
+  const std::vector<std::string> lines = absl::StrSplit(chart, '\n', absl::SkipEmpty());
+  ASSERT_GE(lines.size(), 2u) << chart;
+  EXPECT_EQ(lines[0], " 200.0 MiB |     #") << chart;
+  EXPECT_EQ(lines[1], "           |######") << chart;
+  EXPECT_EQ(DeviceBytesChart(proto::MemoryTimeline(), 6, 2), "no samples\n");
+}
+
+TEST(ProgressLineTest, ShowsTheThreeLargestRolesAndTheState) {
+  proto::JobProgress p;
+  p.set_state(proto::JOB_STATE_RUNNING);
+  p.set_step(3);
+  p.set_total_steps(4);
+  const std::vector<std::pair<proto::TensorRole, uint64_t>> roles = {
+      {proto::ROLE_PARAMETER, 10}, {proto::ROLE_ACTIVATION, 40}, {proto::ROLE_GRADIENT, 20},
+      {proto::ROLE_OPTIMIZER_STATE, 30}};
+  for (const auto& [role, mib] : roles) {
+    proto::RoleBytes* r = p.add_memory_by_role();
+    r->set_role(role);
+    r->set_bytes(mib * kMiB);
+  }
+  const std::string line = ProgressLine(p);
+  EXPECT_THAT(line, HasSubstr("[###############.....] 3/4"));
+  EXPECT_THAT(line, HasSubstr("activation 40.0 MiB, optimizer_state 30.0 MiB, gradient 20.0 MiB, "
+                              "+1 more"));
+  EXPECT_THAT(line, HasSubstr("RUNNING"));
+}
+
+TEST(JobsTableTest, ShowsAgesAndTheErrorBeforeTheMessage) {
+  proto::JobInfo job;
+  job.set_job_id("job-1");
+  job.set_state(proto::JOB_STATE_FAILED);
+  job.set_submitted_unix_seconds(1000);
+  job.set_error("step 3: out of memory");
+  job.set_message("queued behind job-0");
+  const std::string table = JobsTable({job}, 1000 + 7200 + 5);
+  EXPECT_THAT(table, HasSubstr("FAILED"));
+  EXPECT_THAT(table, HasSubstr("2h"));
+  EXPECT_THAT(table, HasSubstr("step 3: out of memory"));
+  EXPECT_THAT(table, ::testing::Not(HasSubstr("queued behind")));
+  EXPECT_EQ(JobsTable({}, 0), "no jobs\n");
+}
+
+TEST(PlanTextTest, ListsTheFrontierOnlyWhenThereIsOne) {
+  proto::PlanResponse plan;
+  plan.add_sections()->set_first_node("conv1");
+  EXPECT_THAT(PlanText(plan), HasSubstr("(no budget)"));
+  EXPECT_THAT(PlanText(plan), ::testing::Not(HasSubstr("frontier")));
+  proto::FrontierPoint* point = plan.add_frontier();
+  point->set_peak_bytes(64 * kMiB);
+  point->set_strategy("sqrt_n");
+  EXPECT_THAT(PlanText(plan), HasSubstr("frontier"));
+  EXPECT_THAT(PlanText(plan), HasSubstr("64.0 MiB"));
+  EXPECT_THAT(PlanText(plan), HasSubstr("sqrt_n"));
+}
+
+}  // namespace
+}  // namespace headroom::clients
