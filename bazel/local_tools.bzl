@@ -1,6 +1,7 @@
-"""Finds the system's protoc and grpc_cpp_plugin and exposes them as @local_tools//:NAME."""
+"""Finds the system's protoc, grpc_cpp_plugin and grpc_python_plugin; exposes them as
+@local_tools//:NAME."""
 
-_TOOLS = ["protoc", "grpc_cpp_plugin"]
+_TOOLS = ["protoc", "grpc_cpp_plugin", "grpc_python_plugin"]
 
 def _local_tools_impl(ctx):
     build = ['package(default_visibility = ["//visibility:public"])']

@@ -1,0 +1,63 @@
+"""Where a model comes from: zoo specs, graph descriptions and their files."""
+
+import os
+
+from google.protobuf import text_format
+
+from headroom_client.protos import pb
+
+# File name endings the headroom CLI reads as protobuf text; anything else is binary.
+_TEXT_SUFFIXES = (".pbtxt", ".txtpb", ".textproto")
+
+
+def zoo(name, batch=16, **options):
+    """Returns a ModelSource for the zoo model `name` ("resnet18", "mlp", "transformer", ...;
+    `headroom zoo` lists them) with `batch` samples per step. Options are the builder's
+    integer options by name (image_size=64, classes=10, depth=..., ...); the daemon rejects
+    unknown ones."""
+    spec = pb.ZooModel(name=name, batch=batch)
+    for key, value in options.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"zoo option '{key}' is {value!r}; zoo options are integers")
+        spec.options[key] = value
+    return pb.ModelSource(zoo=spec)
+
+
+def model_source(model):
+    """Returns `model` as a ModelSource: a ModelSource as is, a ZooModel or GraphDef wrapped.
+    Raises TypeError for anything else."""
+    if isinstance(model, pb.ModelSource):
+        return model
+    if isinstance(model, pb.ZooModel):
+        return pb.ModelSource(zoo=model)
+    if isinstance(model, pb.GraphDef):
+        return pb.ModelSource(graph=model)
+    raise TypeError(f"a model is a ModelSource (see zoo()), ZooModel or GraphDef, not "
+                    f"{type(model).__name__}")
+
+
+def _is_text(path):
+    return os.fspath(path).endswith(_TEXT_SUFFIXES)
+
+
+def write_graph(graph, path):
+    """Writes `graph` (a GraphDef) to `path`: protobuf text for .pbtxt, .txtpb and
+    .textproto, binary otherwise (.pb), as `headroom graph --graph FILE` reads them."""
+    if _is_text(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text_format.MessageToString(graph))
+    else:
+        with open(path, "wb") as f:
+            f.write(graph.SerializeToString())
+
+
+def read_graph(path):
+    """Returns the GraphDef in `path`, read as write_graph() writes it."""
+    graph = pb.GraphDef()
+    if _is_text(path):
+        with open(path, encoding="utf-8") as f:
+            text_format.Parse(f.read(), graph)
+    else:
+        with open(path, "rb") as f:
+            graph.ParseFromString(f.read())
+    return graph

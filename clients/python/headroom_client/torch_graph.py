@@ -1,0 +1,621 @@
+"""graph_from_module: a PyTorch nn.Module as Headroom's training-graph description.
+
+    import torchvision
+    from headroom_client import write_graph
+    from headroom_client.torch_graph import graph_from_module
+
+    model = torchvision.models.resnet18(weights=None)
+    graph = graph_from_module(model, torch.randn(32, 3, 224, 224), name="resnet18")
+    write_graph(graph, "resnet18.pbtxt")   # headroom graph --graph resnet18.pbtxt
+
+The module is traced with torch.fx (torch.nn modules are leaves, everything else is traced
+through, so nn.Sequential and custom blocks nest freely) and run once on the example inputs
+(in eval mode, without gradients, its training flags restored after) to learn every tensor's
+shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
+
+    nn.Conv2d                     Conv2D (zeros padding; 'same'/'valid' too)
+    nn.BatchNorm1d/2d             BatchNorm (affine, with running statistics)
+    nn.Linear                     MatMul(x, weight, bias, transpose_b=true)
+    nn.ReLU, F.relu, .relu()      ReLU (likewise ReLU6, Sigmoid, Tanh, GELU)
+    nn.MaxPool2d, nn.AvgPool2d    MaxPool, AvgPool
+    nn.AdaptiveAvgPool2d          GlobalAvgPool for (1, 1); AvgPool where the sizes divide
+    torch.flatten, nn.Flatten     Flatten (Reshape where the result is not 2-D)
+    .view, .reshape               Reshape to the traced shape
+    +, torch.add, *, torch.mul    Add, Mul (of two tensors)
+    nn.Dropout, F.dropout         Dropout (nothing when p is 0 or training is off)
+    nn.LayerNorm (last dim)       LayerNorm
+    nn.Softmax, F.softmax         Softmax
+    nn.Embedding                  Embedding
+    torch.cat                     Concat
+    .permute, .transpose          Transpose
+    nn.Identity, .contiguous      nothing: the output is the input
+
+Anything else raises UnsupportedOpsError listing every unsupported op with its count.
+Parameters become ROLE_PARAMETER leaves named as in module.named_parameters() (only those
+the forward pass uses), batch-norm running statistics ROLE_BUFFER leaves, the forward
+arguments ROLE_INPUT leaves named after them. Node outputs are listed with the traced shape,
+so Headroom checks its shape inference against PyTorch's. The module's single output is the
+logits the loss reads.
+"""
+
+import collections
+import operator
+import re
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from headroom_client.protos import pb
+
+_DTYPES = {
+    torch.float32: pb.DTYPE_FLOAT32,
+    torch.float16: pb.DTYPE_FLOAT16,
+    torch.bfloat16: pb.DTYPE_BFLOAT16,
+    torch.int32: pb.DTYPE_INT32,
+    torch.int64: pb.DTYPE_INT64,
+    torch.bool: pb.DTYPE_BOOL,
+}
+
+_LOSSES = ("softmax_cross_entropy",)
+
+
+class UnsupportedOpsError(ValueError):
+    """The module uses ops Headroom's op set lacks. `unsupported` maps each op's label
+    ("nn.LSTM", "torch.sin", "Tensor.sum") to how many times the traced graph calls it."""
+
+    def __init__(self, module_name, unsupported):
+        self.unsupported = dict(unsupported)
+        listing = ", ".join(f"{op} x{count}" for op, count in sorted(self.unsupported.items()))
+        total = sum(self.unsupported.values())
+        super().__init__(
+            f"cannot convert '{module_name}' to a Headroom graph: {total} unsupported "
+            f"op{'s' if total != 1 else ''} ({listing}); `headroom ops` lists the op set")
+
+
+def graph_from_module(module, example_inputs, name=None, loss="softmax_cross_entropy",
+                      classes=None):
+    """Returns the GraphDef of training `module` on batches shaped like `example_inputs`.
+
+    example_inputs: a tensor, or a tuple of tensors for a forward with several arguments;
+      their shapes (batch included) and dtypes become the graph's inputs.
+    name: the graph's name; default the module's class name, lower-cased.
+    loss: "softmax_cross_entropy" (the only one): SoftmaxCrossEntropy of the module's output
+      (logits [..., C]) against int64 labels [...] named "labels".
+    classes: when given, the number of classes C the logits must have.
+
+    Raises UnsupportedOpsError naming every op Headroom cannot express, ValueError for a
+    module whose output cannot be the loss's logits.
+    """
+    if loss not in _LOSSES:
+        raise ValueError(f"loss '{loss}' is not supported; one of {', '.join(_LOSSES)}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    name = name or type(module).__name__.lower()
+    traced = _trace(module)
+    _propagate_shapes(traced, module, example_inputs)
+    converter = _Converter(traced, module, name)
+    logits = converter.convert()
+    converter.add_loss(logits, classes)
+    return converter.graph
+
+
+# ---- Tracing --------------------------------------------------------------------------------
+
+class _ScopeTracer(torch.fx.Tracer):
+    """torch.fx's default tracer that also records, in node.meta["scope"], the qualified
+    name of the module whose forward created each node ("layer1.0" for a residual add)."""
+
+    def __init__(self):
+        super().__init__()
+        self._scopes = [""]
+
+    def call_module(self, m, forward, args, kwargs):
+        self._scopes.append(self.path_of_module(m))
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self._scopes.pop()
+
+    def create_node(self, *args, **kwargs):
+        node = super().create_node(*args, **kwargs)
+        node.meta["scope"] = self._scopes[-1]
+        return node
+
+
+def _trace(module):
+    tracer = _ScopeTracer()
+    try:
+        graph = tracer.trace(module)
+    except Exception as err:
+        raise ValueError(
+            f"torch.fx cannot trace {type(module).__name__}: {type(err).__name__}: {err}. "
+            "Symbolic tracing needs forward() free of control flow on tensor values; with "
+            "torch 1.13 on Python 3.11 it also cannot unpack a traced tuple "
+            "(`out, state = self.lstm(x)`: index it instead)") from err
+    return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+
+
+def _propagate_shapes(traced, module, example_inputs):
+    """Runs `traced` once on the inputs, recording each node's tensor_meta; leaves every
+    submodule's training flag as it was."""
+    training = {m: m.training for m in module.modules()}
+    try:
+        module.eval()
+        with torch.no_grad():
+            ShapeProp(traced).propagate(*example_inputs)
+    finally:
+        for m, flag in training.items():
+            m.training = flag
+
+
+# ---- Labels for ops -------------------------------------------------------------------------
+
+def _module_label(m):
+    cls = type(m)
+    if cls.__module__.startswith("torch.nn"):
+        return f"nn.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _function_label(fn):
+    module = getattr(fn, "__module__", None) or "torch"
+    module = {"_operator": "operator", "torch.nn.functional": "F"}.get(module, module)
+    return f"{module}.{getattr(fn, '__name__', repr(fn))}"
+
+
+def _pair(value):
+    return list(value) if isinstance(value, (tuple, list)) else [value, value]
+
+
+# ---- Conversion -----------------------------------------------------------------------------
+
+class _Unsupported(Exception):
+    """Raised by a handler: the node's op (with `label`) has no Headroom equivalent."""
+
+    def __init__(self, label):
+        super().__init__(label)
+        self.label = label
+
+
+class _Converter:
+    """Walks a shape-propagated fx graph once, in order, building `graph`. Call convert(),
+    then add_loss(). Handlers are methods named by the op family; each reads the node's
+    arguments and calls _emit() (or _alias()), or raises _Unsupported."""
+
+    def __init__(self, traced, module, graph_name):
+        self.traced = traced
+        self.graph = pb.GraphDef(name=graph_name)
+        self._module_name = graph_name
+        self._modules = dict(traced.named_modules())
+        # Shared parameters keep their first name, as module.parameters() counts them once.
+        self._param_names = {id(p): n for n, p in module.named_parameters()}
+        self._buffer_names = {id(b): n for n, b in module.named_buffers()}
+        self._declared = set()        # Leaf tensors added so far.
+        # Node and tensor names taken; parameter and buffer names are reserved up front.
+        self._used_names = set(self._param_names.values()) | set(self._buffer_names.values())
+        self._env = {}                # fx node -> Headroom tensor name.
+        self._poisoned = set()        # fx nodes downstream of an unsupported op.
+        self._unsupported = collections.Counter()
+        self._module_handlers = [
+            (nn.Conv2d, self._conv2d),
+            ((nn.BatchNorm1d, nn.BatchNorm2d), self._batch_norm),
+            (nn.Linear, self._linear),
+            (nn.ReLU, lambda n, m: self._unary(n, "ReLU")),
+            (nn.ReLU6, lambda n, m: self._unary(n, "ReLU6")),
+            (nn.Sigmoid, lambda n, m: self._unary(n, "Sigmoid")),
+            (nn.Tanh, lambda n, m: self._unary(n, "Tanh")),
+            (nn.GELU, lambda n, m: self._unary(n, "GELU", approximate=m.approximate)),
+            (nn.MaxPool2d, self._max_pool),
+            (nn.AvgPool2d, self._avg_pool),
+            (nn.AdaptiveAvgPool2d, lambda n, m: self._adaptive_avg_pool(n, m.output_size)),
+            (nn.Flatten, lambda n, m: self._flatten(n, m.start_dim, m.end_dim)),
+            (nn.Dropout, lambda n, m: self._dropout(n, m.p, True)),
+            (nn.LayerNorm, self._layer_norm),
+            (nn.Softmax, lambda n, m: self._softmax(n, m.dim)),
+            (nn.Embedding, self._embedding),
+            (nn.Identity, lambda n, m: self._alias(n)),
+        ]
+        self._function_handlers = {
+            F.relu: lambda n: self._unary(n, "ReLU"),
+            torch.relu: lambda n: self._unary(n, "ReLU"),
+            F.relu6: lambda n: self._unary(n, "ReLU6"),
+            torch.sigmoid: lambda n: self._unary(n, "Sigmoid"),
+            torch.tanh: lambda n: self._unary(n, "Tanh"),
+            F.gelu: lambda n: self._unary(n, "GELU", approximate=self._arg(n, 1, "approximate",
+                                                                           "none")),
+            F.adaptive_avg_pool2d: lambda n: self._adaptive_avg_pool(
+                n, self._arg(n, 1, "output_size")),
+            torch.flatten: lambda n: self._flatten(n, self._arg(n, 1, "start_dim", 0),
+                                                   self._arg(n, 2, "end_dim", -1)),
+            torch.reshape: self._reshape,
+            operator.add: lambda n: self._binary(n, "Add"),
+            operator.iadd: lambda n: self._binary(n, "Add"),
+            torch.add: lambda n: self._binary(n, "Add"),
+            operator.mul: lambda n: self._binary(n, "Mul"),
+            operator.imul: lambda n: self._binary(n, "Mul"),
+            torch.mul: lambda n: self._binary(n, "Mul"),
+            F.dropout: lambda n: self._dropout(n, self._arg(n, 1, "p", 0.5),
+                                               self._arg(n, 2, "training", True)),
+            F.softmax: lambda n: self._softmax(n, self._arg(n, 1, "dim")),
+            torch.softmax: lambda n: self._softmax(n, self._arg(n, 1, "dim")),
+            torch.cat: self._concat,
+            torch.permute: lambda n: self._permute(n, self._arg(n, 1, "dims")),
+            torch.transpose: lambda n: self._transpose(n),
+        }
+        self._method_handlers = {
+            "relu": lambda n: self._unary(n, "ReLU"),
+            "relu_": lambda n: self._unary(n, "ReLU"),
+            "sigmoid": lambda n: self._unary(n, "Sigmoid"),
+            "tanh": lambda n: self._unary(n, "Tanh"),
+            "flatten": lambda n: self._flatten(n, self._arg(n, 1, "start_dim", 0),
+                                               self._arg(n, 2, "end_dim", -1)),
+            "view": self._reshape,
+            "reshape": self._reshape,
+            "add": lambda n: self._binary(n, "Add"),
+            "add_": lambda n: self._binary(n, "Add"),
+            "mul": lambda n: self._binary(n, "Mul"),
+            "mul_": lambda n: self._binary(n, "Mul"),
+            "softmax": lambda n: self._softmax(n, self._arg(n, 1, "dim")),
+            "permute": lambda n: self._permute(n, self._method_dims(n)),
+            "transpose": lambda n: self._transpose(n),
+            "contiguous": self._alias,
+        }
+
+    # -- The walk --
+
+    def convert(self):
+        """Returns the name of the logits tensor (the module's output) once every node is
+        converted; raises UnsupportedOpsError listing what could not be."""
+        logits = None
+        for node in self.traced.graph.nodes:
+            if node.op == "output":
+                logits = node.args[0]
+                continue
+            if self._is_shape_arithmetic(node):
+                continue  # size(), .shape and int maths: reshape targets read traced shapes.
+            if node.op == "call_function" and node.target is operator.getitem and \
+                    self._inputs_poisoned(node):
+                self._poisoned.add(node)  # Unpacking an unsupported op's tuple: counted there.
+                continue
+            try:
+                self._convert_node(node)
+            except _Unsupported as err:
+                self._unsupported[err.label] += 1
+                self._poisoned.add(node)
+        if self._unsupported:
+            raise UnsupportedOpsError(self._module_name, self._unsupported)
+        if not isinstance(logits, torch.fx.Node) or logits not in self._env:
+            raise ValueError(f"'{self._module_name}' must return one tensor, the logits; it "
+                             f"returns {logits!r}")
+        return self._env[logits]
+
+    def add_loss(self, logits, classes):
+        """Adds int64 "labels" [logits.shape[:-1]] and the scalar "loss" node."""
+        shape = list(self._leaf_or_activation_shape(logits))
+        if len(shape) < 2:
+            raise ValueError(f"the output '{logits}' has shape {shape}; softmax cross entropy "
+                             "needs logits [..., classes]")
+        if classes is not None and shape[-1] != classes:
+            raise ValueError(f"the output '{logits}' has {shape[-1]} classes (shape {shape}), "
+                             f"not {classes}")
+        labels = self._unique("labels")
+        self.graph.tensors.add(name=labels, shape=shape[:-1], dtype=pb.DTYPE_INT64,
+                               role=pb.ROLE_LABEL, doc="class indices")
+        loss = self._unique("loss")
+        self.graph.nodes.add(name=loss, op="SoftmaxCrossEntropy", inputs=[logits, labels],
+                             outputs=[loss])
+        self.graph.loss = loss
+
+    def _convert_node(self, node):
+        if node.op == "placeholder":
+            self._placeholder(node)
+        elif node.op == "get_attr":
+            self._get_attr(node)
+        elif node.op == "call_module":
+            module = self._modules[node.target]
+            for types, handler in self._module_handlers:
+                if type(module) in (types if isinstance(types, tuple) else (types,)):
+                    return handler(node, module)
+            raise _Unsupported(_module_label(module))
+        elif node.op == "call_function":
+            handler = self._function_handlers.get(node.target)
+            if handler is None:
+                raise _Unsupported(_function_label(node.target))
+            handler(node)
+        elif node.op == "call_method":
+            handler = self._method_handlers.get(node.target)
+            if handler is None:
+                raise _Unsupported(f"Tensor.{node.target}")
+            handler(node)
+        else:
+            raise _Unsupported(f"fx '{node.op}' node")
+
+    # -- Helpers --
+
+    def _is_shape_arithmetic(self, node):
+        """Returns whether `node` computes no tensor (x.size(0), x.shape, their int maths)."""
+        if node.op not in ("call_function", "call_method") or "tensor_meta" in node.meta:
+            return False
+        return node.meta.get("type") in (int, torch.Size, tuple, float)
+
+    def _inputs_poisoned(self, node):
+        return any(a in self._poisoned for a in node.all_input_nodes)
+
+    def _unique(self, base):
+        name, k = base, 0
+        while name in self._used_names:
+            k += 1
+            name = f"{base}_{k}"
+        self._used_names.add(name)
+        return name
+
+    def _node_name(self, node):
+        """Returns a unique name for `node`: its module's qualified name for a module call,
+        else "<scope>.<function>" ("layer1.0.add", "flatten")."""
+        if node.op == "call_module":
+            return self._unique(node.target)
+        base = re.sub(r"_\d+$", "", node.name)
+        scope = node.meta.get("scope", "")
+        return self._unique(f"{scope}.{base}" if scope else base)
+
+    def _meta(self, node):
+        meta = node.meta.get("tensor_meta")
+        if meta is None or not hasattr(meta, "shape"):
+            raise _Unsupported(f"{node.op} '{node.target}' not returning one tensor")
+        return meta
+
+    def _leaf_or_activation_shape(self, tensor_name):
+        for t in self.graph.tensors:
+            if t.name == tensor_name:
+                return t.shape
+        raise AssertionError(f"tensor '{tensor_name}' was never declared")
+
+    def _dtype(self, torch_dtype, what):
+        dtype = _DTYPES.get(torch_dtype)
+        if dtype is None:
+            raise _Unsupported(f"{what} of dtype {torch_dtype}")
+        return dtype
+
+    def _arg(self, node, index, keyword, default=None):
+        """Returns argument `index` (or `keyword`) of a function or method call."""
+        if index < len(node.args):
+            return node.args[index]
+        return node.kwargs.get(keyword, default)
+
+    def _input(self, node, index=0, keyword="input"):
+        """Returns the Headroom tensor name of the node's tensor argument `index`."""
+        arg = self._arg(node, index, keyword)
+        if not isinstance(arg, torch.fx.Node):
+            raise _Unsupported(f"{self._label(node)} of a constant")
+        if arg in self._poisoned:
+            return f"<{arg.name}>"  # The error will be raised for the unsupported producer.
+        return self._env[arg]
+
+    def _label(self, node):
+        if node.op == "call_module":
+            return _module_label(self._modules[node.target])
+        if node.op == "call_method":
+            return f"Tensor.{node.target}"
+        return _function_label(node.target)
+
+    def _in_shape(self, node, index=0):
+        return list(self._meta(node.args[index]).shape)
+
+    def _leaf(self, name, tensor, role, doc):
+        """Declares a parameter, buffer or input leaf once; returns its name."""
+        if name not in self._declared:
+            self._declared.add(name)
+            self.graph.tensors.add(name=name, shape=list(tensor.shape),
+                                   dtype=self._dtype(tensor.dtype, name), role=role, doc=doc)
+        return name
+
+    def _parameter(self, tensor, doc="parameter"):
+        return self._leaf(self._param_names[id(tensor)], tensor, pb.ROLE_PARAMETER, doc)
+
+    def _buffer(self, tensor, doc="buffer"):
+        return self._leaf(self._buffer_names[id(tensor)], tensor, pb.ROLE_BUFFER, doc)
+
+    def _emit(self, node, op, inputs, **attrs):
+        """Adds node `op` reading `inputs`, its output listed with the traced shape."""
+        meta = self._meta(node)
+        name = self._node_name(node)
+        nd = self.graph.nodes.add(name=name, op=op, inputs=inputs, outputs=[name])
+        for key, value in attrs.items():
+            _set_attr(nd.attrs[key], value)
+        self.graph.tensors.add(name=name, shape=list(meta.shape),
+                               dtype=self._dtype(meta.dtype, name), role=pb.ROLE_ACTIVATION,
+                               doc=self._label(node))
+        self._env[node] = name
+
+    def _alias(self, node, *unused):
+        """The node's output is its input (identity, dropout that drops nothing)."""
+        self._env[node] = self._input(node)
+
+    # -- Leaves --
+
+    def _placeholder(self, node):
+        meta = self._meta(node)
+        name = self._unique(node.name)
+        self._declared.add(name)
+        self.graph.tensors.add(name=name, shape=list(meta.shape),
+                               dtype=self._dtype(meta.dtype, name), role=pb.ROLE_INPUT,
+                               doc=f"forward argument '{node.target}'")
+        self._env[node] = name
+
+    def _get_attr(self, node):
+        value = self.traced
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if isinstance(value, nn.Parameter) and id(value) in self._param_names:
+            self._env[node] = self._parameter(value)
+        elif isinstance(value, torch.Tensor) and id(value) in self._buffer_names:
+            self._env[node] = self._buffer(value)
+        else:
+            raise _Unsupported("constant tensor (get_attr)")
+
+    # -- Layers --
+
+    def _conv2d(self, node, m):
+        if m.padding_mode != "zeros":
+            raise _Unsupported(f"nn.Conv2d(padding_mode='{m.padding_mode}')")
+        if m.padding == "valid":
+            padding = [0, 0]
+        elif m.padding == "same":
+            # PyTorch puts the odd pixel of 'same' padding at the bottom and right.
+            total = [d * (k - 1) for d, k in zip(m.dilation, m.kernel_size)]
+            padding = [total[0] // 2, total[1] // 2, total[0] - total[0] // 2,
+                       total[1] - total[1] // 2]
+        else:
+            padding = _pair(m.padding)
+        inputs = [self._input(node), self._parameter(m.weight, "Conv2d weight")]
+        if m.bias is not None:
+            inputs.append(self._parameter(m.bias, "Conv2d bias"))
+        self._emit(node, "Conv2D", inputs, stride=_pair(m.stride), padding=padding,
+                   dilation=_pair(m.dilation), groups=m.groups)
+
+    def _batch_norm(self, node, m):
+        label = _module_label(m)
+        if not m.affine:
+            raise _Unsupported(f"{label}(affine=False)")
+        if not m.track_running_stats or m.running_mean is None:
+            raise _Unsupported(f"{label}(track_running_stats=False)")
+        if m.momentum is None:
+            raise _Unsupported(f"{label}(momentum=None)")
+        if len(self._in_shape(node)) not in (2, 4):
+            raise _Unsupported(f"{label} of a {len(self._in_shape(node))}-D input")
+        inputs = [self._input(node), self._parameter(m.weight), self._parameter(m.bias),
+                  self._buffer(m.running_mean, "running mean"),
+                  self._buffer(m.running_var, "running variance")]
+        self._emit(node, "BatchNorm", inputs, epsilon=float(m.eps), momentum=float(m.momentum))
+
+    def _linear(self, node, m):
+        if len(self._in_shape(node)) < 2:
+            raise _Unsupported("nn.Linear of a 1-D input")
+        inputs = [self._input(node), self._parameter(m.weight, "Linear weight [out, in]")]
+        if m.bias is not None:
+            inputs.append(self._parameter(m.bias, "Linear bias"))
+        self._emit(node, "MatMul", inputs, transpose_b=True)
+
+    def _layer_norm(self, node, m):
+        if len(m.normalized_shape) != 1 or not m.elementwise_affine:
+            raise _Unsupported("nn.LayerNorm over several dims or without affine")
+        self._emit(node, "LayerNorm",
+                   [self._input(node), self._parameter(m.weight), self._parameter(m.bias)],
+                   epsilon=float(m.eps))
+
+    def _embedding(self, node, m):
+        if m.padding_idx is not None or m.max_norm is not None:
+            raise _Unsupported("nn.Embedding(padding_idx or max_norm)")
+        self._emit(node, "Embedding", [self._input(node), self._parameter(m.weight)])
+
+    # -- Elementwise and pooling --
+
+    def _unary(self, node, op, **attrs):
+        self._emit(node, op, [self._input(node)], **attrs)
+
+    def _binary(self, node, op):
+        if node.kwargs.get("alpha", 1) != 1:
+            raise _Unsupported(f"{self._label(node)}(alpha != 1)")
+        a = self._input(node, 0, "input")
+        b = self._input(node, 1, "other")
+        self._emit(node, op, [a, b])
+
+    def _dropout(self, node, p, training):
+        if not training or p == 0:
+            return self._alias(node)
+        self._emit(node, "Dropout", [self._input(node)], rate=float(p))
+
+    def _max_pool(self, node, m):
+        if _pair(m.dilation) != [1, 1] or m.return_indices:
+            raise _Unsupported("nn.MaxPool2d(dilation or return_indices)")
+        self._emit(node, "MaxPool", [self._input(node)], kernel_size=_pair(m.kernel_size),
+                   stride=_pair(m.stride or m.kernel_size), padding=_pair(m.padding),
+                   ceil_mode=bool(m.ceil_mode))
+
+    def _avg_pool(self, node, m):
+        if m.divisor_override is not None:
+            raise _Unsupported("nn.AvgPool2d(divisor_override)")
+        self._emit(node, "AvgPool", [self._input(node)], kernel_size=_pair(m.kernel_size),
+                   stride=_pair(m.stride or m.kernel_size), padding=_pair(m.padding),
+                   ceil_mode=bool(m.ceil_mode), count_include_pad=bool(m.count_include_pad))
+
+    def _adaptive_avg_pool(self, node, output_size):
+        shape = self._in_shape(node)
+        out = [s if s is not None else shape[2 + i] for i, s in enumerate(_pair(output_size))]
+        if out == [1, 1]:
+            return self._emit(node, "GlobalAvgPool", [self._input(node)])
+        if out == shape[2:]:
+            return self._alias(node)
+        if len(shape) != 4 or shape[2] % out[0] or shape[3] % out[1]:
+            raise _Unsupported(f"{self._label(node)} to a size not dividing the input")
+        kernel = [shape[2] // out[0], shape[3] // out[1]]
+        self._emit(node, "AvgPool", [self._input(node)], kernel_size=kernel, stride=kernel)
+
+    # -- Shapes --
+
+    def _flatten(self, node, start_dim, end_dim):
+        shape = self._in_shape(node)
+        out = list(self._meta(node).shape)
+        axis = start_dim + len(shape) if start_dim < 0 else start_dim
+        # Headroom's Flatten(axis) makes [prod(dims before axis), prod(the rest)].
+        if 0 < axis < len(shape) and out == [_prod(shape[:axis]), _prod(shape[axis:])]:
+            return self._emit(node, "Flatten", [self._input(node)], axis=axis)
+        self._emit(node, "Reshape", [self._input(node)], shape=out)
+
+    def _reshape(self, node):
+        self._emit(node, "Reshape", [self._input(node)], shape=list(self._meta(node).shape))
+
+    def _softmax(self, node, dim):
+        if not isinstance(dim, int):
+            raise _Unsupported(f"{self._label(node)} without an int dim")
+        self._emit(node, "Softmax", [self._input(node)], axis=dim)
+
+    def _concat(self, node):
+        tensors = self._arg(node, 0, "tensors")
+        dim = self._arg(node, 1, "dim", 0)
+        if not all(isinstance(t, torch.fx.Node) for t in tensors):
+            raise _Unsupported("torch.cat of constants")
+        inputs = [f"<{t.name}>" if t in self._poisoned else self._env[t] for t in tensors]
+        self._emit(node, "Concat", inputs, axis=dim)
+
+    def _method_dims(self, node):
+        dims = node.args[1:]
+        return list(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) \
+            else list(dims)
+
+    def _permute(self, node, dims):
+        rank = len(self._in_shape(node))
+        self._emit(node, "Transpose", [self._input(node)],
+                   perm=[d + rank if d < 0 else d for d in dims])
+
+    def _transpose(self, node):
+        rank = len(self._in_shape(node))
+        a, b = (d + rank if d < 0 else d for d in (self._arg(node, 1, "dim0"),
+                                                    self._arg(node, 2, "dim1")))
+        perm = list(range(rank))
+        perm[a], perm[b] = perm[b], perm[a]
+        self._emit(node, "Transpose", [self._input(node)], perm=perm)
+
+
+def _prod(values):
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def _set_attr(attr, value):
+    """Sets an AttrValue from a Python bool, int, float, str or list of ints."""
+    if isinstance(value, bool):
+        attr.b = value
+    elif isinstance(value, int):
+        attr.i = value
+    elif isinstance(value, float):
+        attr.f = value
+    elif isinstance(value, str):
+        attr.s = value
+    else:
+        attr.ints.values.extend(int(v) for v in value)
