@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "clients/model_flags.h"
 #include "graph/graph.h"
 #include "graph/graph_io.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "proto/headroom.pb.h"
 
 namespace headroom::clients {

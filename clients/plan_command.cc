@@ -4,7 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "graph/summary.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "clients/model_flags.h"
 #include "graph/graph.h"
 #include "graph/shape.h"

@@ -4,9 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "clients/model_flags.h"
 #include "clients/train_flags.h"
+#include "executor/backends.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
@@ -113,7 +114,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   absl::Status tracing = absl::FailedPreconditionError("not traced");
   if (f.backend == "cuda") tracing = tracer.Start();
 #endif
-  absl::StatusOr<std::unique_ptr<executor::Backend>> backend = MakeBackend(f.backend);
+  absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom profile: " << backend.status().message() << "\n", 1;
 
   // 1. Profile: plan, run the steps with every event recorded (and, with --metrics,

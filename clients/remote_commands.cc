@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "clients/model_flags.h"
 #include "clients/remote_text.h"
 #include "planner/cost_model.h"

@@ -3,9 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "clients/model_flags.h"
 #include "clients/train_flags.h"
+#include "executor/backends.h"
 #include "util/median.h"
 #include "executor/backend.h"
 #include "executor/reference_export.h"
@@ -74,7 +75,7 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   if (absl::Status s = UseProfile(*g, f); !s.ok()) {
     return err << "headroom train: " << s.message() << "\n", 1;
   }
-  absl::StatusOr<std::unique_ptr<executor::Backend>> backend = MakeBackend(f.backend);
+  absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom train: " << backend.status().message() << "\n", 1;
   absl::StatusOr<std::unique_ptr<executor::Trainer>> trainer =
       executor::Trainer::Create(*g, backend->get(), f.trainer);

@@ -4,13 +4,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "executor/cpu/cpu_backend.h"
 #include "planner/cost_model.h"
 #include "profiler/measured_cost_model.h"
 #include "util/byte_size.h"
-#ifdef HEADROOM_HAVE_CUDA
-#include "executor/cuda/cuda_backend.h"
-#endif
 
 namespace headroom::clients {
 
@@ -90,15 +86,6 @@ std::string TrainFlagsUsage(int64_t default_steps) {
       "                      or h100 with --backend cuda)\n"
       "  --profile FILE      choose the plan with the node times and copy rates measured\n"
       "                      by `headroom profile --out FILE` (same model and batch)\n");
-}
-
-absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string& name) {
-  if (name == "cpu") return executor::cpu::CreateCpuBackend();
-#ifdef HEADROOM_HAVE_CUDA
-  return executor::cuda::CreateCudaBackend(0);
-#else
-  return absl::FailedPreconditionError("this headroom was built without the CUDA backend");
-#endif
 }
 
 std::string ProgressBar(int64_t done, int64_t total) {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 #include "executor/backend.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
@@ -39,10 +39,6 @@ absl::Status UseProfile(const graph::Graph& forward, TrainFlags& f);
 
 // Returns the help lines of the flags TakeTrainFlags takes.
 std::string TrainFlagsUsage(int64_t default_steps);
-
-// Returns the backend named "cpu" or "cuda" (FailedPrecondition for cuda in a build
-// without the toolkit).
-absl::StatusOr<std::unique_ptr<executor::Backend>> MakeBackend(const std::string& name);
 
 // Returns "[#######.............]" for step `done` of `total`.
 std::string ProgressBar(int64_t done, int64_t total);

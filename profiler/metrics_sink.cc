@@ -59,6 +59,7 @@ void MetricsSink::OnStep(const StepEvent& event) {
   o.offloaded_bytes = offloaded_bytes_;
   o.prefetched_bytes = prefetched_bytes_;
   o.recompute_seconds = recompute_seconds_;
+  last_step_ = o;
   absl::Status s = metrics_->ObserveStep(job_, device_, o);
   if (status_.ok() && !s.ok()) status_ = std::move(s);
   // The next step starts from what lives across steps.

@@ -35,12 +35,16 @@ class MetricsSink : public EventSink {
   // Returns OK, or the first error Metrics returned.
   const absl::Status& status() const { return status_; }
 
+  // Returns what the last step ended observed (all zero before the first step ends).
+  const StepObservation& last_step() const { return last_step_; }
+
  private:
   Metrics* metrics_;
   const std::string job_;
   const std::string device_;
   EventSink* next_;
   absl::Status status_;
+  StepObservation last_step_;
 
   // Live allocations by (space, buffer): their role and bytes; bytes live by role now.
   absl::flat_hash_map<int64_t, MemoryEvent> live_;

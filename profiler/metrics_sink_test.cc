@@ -60,6 +60,9 @@ TEST(MetricsSinkTest, RolesAtTheDevicePeakHostPeakApart) {
   EXPECT_DOUBLE_EQ(ExpositionValue(text, "headroom_step_duration_seconds_sum" + labels), 2.0);
   EXPECT_EQ(log.memory().size(), 7u) << "every event passes on";
   EXPECT_EQ(log.ops().size(), 2u);
+  EXPECT_EQ(sink.last_step().measured_peak_bytes, 600u);
+  EXPECT_EQ(sink.last_step().bytes(MemoryRole::kGradient), 500u);
+  EXPECT_EQ(sink.last_step().offloaded_bytes, 700u);
 
   // Step 1 starts from what lives across steps: its peak is the parameters alone.
   sink.OnStep({1, 2000000000, 3000000000, 1.4});

@@ -1,10 +1,10 @@
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace headroom::clients {
+namespace headroom {
 
 absl::StatusOr<CliFlags> CliFlags::Parse(const std::vector<std::string>& args,
                                          const std::set<std::string>& booleans) {
@@ -70,4 +70,4 @@ absl::Status CliFlags::CheckAllTaken(const std::string& command) const {
                                                  "'; see 'headroom help'"));
 }
 
-}  // namespace headroom::clients
+}  // namespace headroom

@@ -1,7 +1,7 @@
 // Command-line flags of one `headroom` subcommand: `--name value`, `--name=value`, and
 // boolean `--name`.
-#ifndef HEADROOM_CLIENTS_CLI_FLAGS_H_
-#define HEADROOM_CLIENTS_CLI_FLAGS_H_
+#ifndef HEADROOM_UTIL_CLI_FLAGS_H_
+#define HEADROOM_UTIL_CLI_FLAGS_H_
 
 #include <cstdint>
 #include <map>
@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace headroom::clients {
+namespace headroom {
 
 // Parsed flags. Parse() once, then read each flag the command knows with Take*(), which
 // removes it; Remaining() lists what no one took, so unknown flags become errors.
@@ -42,6 +42,6 @@ class CliFlags {
   std::map<std::string, std::string> values_;
 };
 
-}  // namespace headroom::clients
+}  // namespace headroom
 
-#endif  // HEADROOM_CLIENTS_CLI_FLAGS_H_
+#endif  // HEADROOM_UTIL_CLI_FLAGS_H_

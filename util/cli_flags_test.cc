@@ -1,9 +1,9 @@
-#include "clients/cli_flags.h"
+#include "util/cli_flags.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace headroom::clients {
+namespace headroom {
 namespace {
 
 using ::testing::HasSubstr;
@@ -46,4 +46,4 @@ TEST(CliFlagsTest, RejectsPositionalRepeatedAndBadIntegers) {
 }
 
 }  // namespace
-}  // namespace headroom::clients
+}  // namespace headroom

@@ -1,0 +1,177 @@
+// headroomd's jobs: admission, the queue, one worker per device that trains them, progress
+// for watchers, checkpoints, cancellation, and recovery after a restart.
+//
+// A submitted job is planned at once (so a bad graph or a budget below the minimum is an
+// error of the submit call), stored as QUEUED with its plan, and queued. The device's worker
+// takes jobs in submission order; it starts the head of the queue once its planned peak fits
+// the device's free memory, and otherwise leaves it QUEUED with a message saying what it
+// waits for. A job whose planned peak exceeds the device's whole memory is rejected at
+// submit. While a job trains, every step updates its progress (for WatchJob and ListJobs)
+// and its metrics; every `checkpoint_interval_steps` steps its parameters, buffers and
+// optimizer state are stored, so a daemon killed mid-job resumes it from there when it
+// starts again (bitwise as if never interrupted: SaveState/RestoreState). Cancel() stops a
+// running job before its next node and frees its arena at once.
+//
+// Phases: Create() (loads every stored job; requeues those that were queued or running),
+// then any mix of Submit(), Cancel(), Get(), List(), Watch(), Timeline() and Profile() from
+// any thread; Shutdown() (or the destructor) lets a running step finish, checkpoints it,
+// leaves the job QUEUED for the next start, and joins the worker.
+//
+// Ownership: borrows the store and the metrics, which must outlive it.
+// Thread-safety: thread-safe. One mutex (mu_) guards the job table, the queue and the
+// device's reservations; it is never held while a step trains, a plan is searched or the
+// store writes a checkpoint.
+#ifndef HEADROOM_SERVER_JOB_MANAGER_H_
+#define HEADROOM_SERVER_JOB_MANAGER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "executor/backend.h"
+#include "profiler/metrics.h"
+#include "profiler/step_layout.h"
+#include "profiler/timeline.h"
+#include "proto/headroom.pb.h"
+#include "server/job_store.h"
+
+namespace headroom::server {
+
+struct JobManagerOptions {
+  // The backend jobs run on when their spec names none: "cpu" or "cuda". Default "cpu".
+  std::string backend = "cpu";
+  // Device memory in bytes: the budget a job without one is planned for, and the most a
+  // job's planned peak may be. 0: unlimited (only a job's own budget applies). Default 0.
+  uint64_t device_memory_bytes = 0;
+  // Steps between checkpoints when a job's spec leaves it 0. Default 10.
+  uint64_t checkpoint_interval_steps = 10;
+  // Steps of each run whose every memory event is kept for GetTimeline (memory repeats
+  // from step to step). Default 2.
+  int64_t timeline_steps = 2;
+  // How often a queued job that does not fit is looked at again. Default 1 s.
+  absl::Duration admission_poll = absl::Seconds(1);
+  // Least time between two writes of a running job's progress to the store (checkpoints
+  // and state changes are written at once). Default 0.5 s.
+  absl::Duration progress_write_interval = absl::Milliseconds(500);
+  // Makes the backend a job or profile names. Required.
+  std::function<absl::StatusOr<std::unique_ptr<executor::Backend>>(const std::string&)>
+      make_backend;
+  // Returns the device's free bytes as its driver reports them (a GPU shared with other
+  // processes); none: device_memory_bytes less what Headroom's own work holds.
+  std::function<absl::StatusOr<uint64_t>()> free_device_bytes;
+};
+
+class JobManager {
+ public:
+  // Returns a manager with its worker started and every stored job loaded: jobs stored as
+  // RUNNING or QUEUED are queued again (a running one resumes from its checkpoint, or from
+  // step 0 when it had none; one whose checkpoint cannot be read is marked FAILED with the
+  // reason). The error of reading the store.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobStore* store,
+                                                            profiler::Metrics* metrics,
+                                                            JobManagerOptions options);
+  ~JobManager();
+
+  // Returns the submitted job's id, state and plan. InvalidArgument for a bad spec or graph
+  // (naming the field or node); FailedPrecondition, naming the smallest feasible budget,
+  // when no plan fits the budget, or when the plan's peak exceeds the device's memory.
+  absl::StatusOr<proto::SubmitJobResponse> Submit(const proto::JobSpec& spec);
+
+  // Returns the job's state after cancelling it (a job that already ended keeps its
+  // state). NotFound for an unknown job.
+  absl::StatusOr<proto::JobState> Cancel(const std::string& job_id);
+
+  // Returns the job. NotFound for an unknown job.
+  absl::StatusOr<proto::JobInfo> Get(const std::string& job_id) const;
+
+  // Returns a page of jobs, newest first. InvalidArgument for a bad page token.
+  absl::StatusOr<proto::ListJobsResponse> List(const proto::ListJobsRequest& request) const;
+
+  // Calls `write` with the job's progress now and after every change until the job ends
+  // (the last call carries its final state), `write` returns false, or `stop` returns true
+  // (it is polled every 200 ms). NotFound for an unknown job.
+  absl::Status Watch(const std::string& job_id,
+                     const std::function<bool(const proto::JobProgress&)>& write,
+                     const std::function<bool()>& stop) const;
+
+  // Returns the job's memory timeline: its first `timeline_steps` recorded steps, thinned
+  // to `max_samples` (0: all). NotFound for an unknown job, or one with no complete step
+  // recorded yet.
+  absl::StatusOr<proto::MemoryTimeline> Timeline(const std::string& job_id,
+                                                 uint32_t max_samples) const;
+
+  // Runs a profile on this device now, beside any running job, if its planned peak fits
+  // the free memory (else ResourceExhausted saying what is free), and stores it.
+  absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request);
+
+  // Returns the stored profiles, newest first (without samples and op costs when
+  // `summaries_only`).
+  absl::StatusOr<proto::ListProfilesResponse> ListProfiles(bool summaries_only) const;
+
+  // Stops taking jobs: lets a running step finish, checkpoints the job and leaves it QUEUED
+  // for the next start, then joins the worker. Idempotent.
+  void Shutdown();
+
+  // Returns the device bytes Headroom's running work holds (by planned peak).
+  uint64_t reserved_bytes() const {
+    absl::MutexLock lock(&mu_);
+    return reserved_bytes_;
+  }
+
+  // The device label of jobs and metrics: "cpu:0" or "cuda:0".
+  const std::string& device() const { return device_; }
+
+ private:
+  struct Job;
+  struct Run;
+
+  JobManager(JobStore* store, profiler::Metrics* metrics, JobManagerOptions options);
+
+  // Loads stored jobs; requeues unfinished ones.
+  absl::Status Recover();
+  // The worker: takes queued jobs in order as they fit, runs them.
+  void WorkerLoop();
+  // Returns the free bytes now (kUnlimited when there is no limit).
+  uint64_t FreeBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Trains one job to its end (or until cancelled or shut down); sets its final state.
+  void RunJob(const std::string& job_id);
+  absl::Status TrainJob(Run& run);
+  // Updates the job's info under mu_, persists it (always when `force`), notifies watchers.
+  void UpdateJob(const std::string& job_id, const std::function<void(Job&)>& change,
+                 bool force);
+  // Sets headroom_jobs{state}.
+  void PublishCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the plan of `spec` for this device, with the budget it was planned for.
+  absl::StatusOr<proto::PlanResponse> PlanSpec(const proto::JobSpec& spec,
+                                               uint64_t* budget_bytes) const;
+
+  JobStore* const store_;
+  profiler::Metrics* const metrics_;
+  const JobManagerOptions options_;
+  const std::string device_;
+
+  mutable absl::Mutex mu_;
+  // Signalled on every change of a job, the queue or the reservations.
+  mutable absl::CondVar changed_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  // Device bytes held by running work (the job and any profiles), by planned peak.
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Ended jobs whose metric series are kept, oldest first.
+  std::deque<std::string> ended_with_series_ ABSL_GUARDED_BY(mu_);
+  std::thread worker_;
+};
+
+}  // namespace headroom::server
+
+#endif  // HEADROOM_SERVER_JOB_MANAGER_H_

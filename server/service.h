@@ -1,0 +1,45 @@
+// headroomd's gRPC service: each handler checks nothing itself and calls the library (the
+// planner for Plan, the JobManager for the rest), converting absl::Status to grpc::Status in
+// one place. Borrows the JobManager, which must outlive it. Thread-safe (the manager is).
+#ifndef HEADROOM_SERVER_SERVICE_H_
+#define HEADROOM_SERVER_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/headroom.grpc.pb.h"
+#include "server/job_manager.h"
+
+namespace headroom::server {
+
+// Returns the gRPC status of `status`: the same code (absl's codes are gRPC's) and message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class HeadroomService final : public proto::Headroom::Service {
+ public:
+  explicit HeadroomService(JobManager* jobs) : jobs_(jobs) {}
+
+  grpc::Status Plan(grpc::ServerContext* context, const proto::PlanRequest* request,
+                    proto::PlanResponse* response) override;
+  grpc::Status Profile(grpc::ServerContext* context, const proto::ProfileRequest* request,
+                       proto::ProfileResponse* response) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context, const proto::SubmitJobRequest* request,
+                         proto::SubmitJobResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const proto::WatchJobRequest* request,
+                        grpc::ServerWriter<proto::JobProgress>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const proto::CancelJobRequest* request,
+                         proto::CancelJobResponse* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const proto::ListJobsRequest* request,
+                        proto::ListJobsResponse* response) override;
+  grpc::Status GetTimeline(grpc::ServerContext* context, const proto::GetTimelineRequest* request,
+                           proto::GetTimelineResponse* response) override;
+  grpc::Status ListProfiles(grpc::ServerContext* context,
+                            const proto::ListProfilesRequest* request,
+                            proto::ListProfilesResponse* response) override;
+
+ private:
+  JobManager* const jobs_;
+};
+
+}  // namespace headroom::server
+
+#endif  // HEADROOM_SERVER_SERVICE_H_
