@@ -1,0 +1,184 @@
+// Plan latency of a real headroomd, and its idle footprint.
+//
+// Starts headroomd (the binary beside this one in the runfiles, or --headroomd PATH) on
+// loopback ports with a fresh state directory, then:
+//   1. idle: after it settles, its resident memory and its CPU use over --idle-seconds;
+//   2. Plan latency for resnet50 (batch 32, under 2 GiB: its plain step needs 2.7 GiB) with 1, 8 and
+//      32 concurrent clients, each on its own channel sending requests back to back;
+//      p50 and p99 of the per-request latency, and requests per second.
+// Every answer is checked against the first one (same peak, same sections).
+//
+//   bazel run -c opt //server:plan_latency_bench -- [--requests-per-client N]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/headroom.grpc.pb.h"
+#include "util/cli_flags.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string address;
+};
+
+// Starts headroomd and waits for its ready file.
+Daemon Start(const std::string& binary, const std::string& dir) {
+  const std::string ready = dir + "/ready";
+  Daemon d;
+  d.pid = fork();
+  if (d.pid == 0) {
+    const std::string log = dir + "/headroomd.log";
+    freopen(log.c_str(), "w", stdout);
+    freopen(log.c_str(), "a", stderr);
+    execl(binary.c_str(), binary.c_str(), "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+          "--state", (dir + "/state").c_str(), "--ready-file", ready.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 300 && d.address.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(ready);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("grpc=", 0) == 0) d.address = line.substr(5);
+    }
+  }
+  return d;
+}
+
+// Returns (resident bytes, CPU seconds so far) of `pid` from /proc.
+std::pair<uint64_t, double> Usage(pid_t pid) {
+  uint64_t rss_kib = 0;
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss_kib = std::stoull(line.substr(6));
+  }
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return {rss_kib * 1024, ticks / sysconf(_SC_CLK_TCK)};
+}
+
+headroom::proto::PlanRequest Resnet50Request() {
+  headroom::proto::PlanRequest r;
+  r.mutable_model()->mutable_zoo()->set_name("resnet50");
+  r.mutable_model()->mutable_zoo()->set_batch(32);
+  r.mutable_options()->set_budget_bytes(2ull << 30);  // its plain step needs 2.7 GiB
+  r.mutable_options()->mutable_device()->set_preset("h100");
+  return r;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::StatusOr<headroom::CliFlags> flags =
+      headroom::CliFlags::Parse(std::vector<std::string>(argv + 1, argv + argc), {});
+  if (!flags.ok()) return std::cerr << flags.status() << "\n", 2;
+  const std::string binary = flags->TakeString("headroomd", "server/headroomd");
+  const int64_t per_client = flags->TakeInt("requests-per-client", 4, 1).value_or(4);
+  const int64_t idle_seconds = flags->TakeInt("idle-seconds", 10, 1).value_or(10);
+  if (absl::Status s = flags->CheckAllTaken("plan_latency_bench"); !s.ok()) {
+    return std::cerr << s.message() << "\n", 2;
+  }
+  char dir_template[] = "/tmp/headroom-bench-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  Daemon d = Start(binary, dir);
+  if (d.address.empty()) return std::cerr << "headroomd did not start; see " << dir << "\n", 1;
+
+  // 1. Idle footprint.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto [rss_before, cpu_before] = Usage(d.pid);
+  std::this_thread::sleep_for(std::chrono::seconds(idle_seconds));
+  const auto [rss_idle, cpu_after] = Usage(d.pid);
+  std::cout << absl::StrFormat("idle: resident %.1f MiB, CPU %.3f%% of one core over %d s\n",
+                               rss_idle / 1048576.0,
+                               100.0 * (cpu_after - cpu_before) / idle_seconds, idle_seconds);
+
+  // 2. Plan latency at 1, 8 and 32 clients.
+  const headroom::proto::PlanRequest request = Resnet50Request();
+  headroom::proto::PlanResponse reference;
+  {
+    auto stub = headroom::proto::Headroom::NewStub(
+        grpc::CreateChannel(d.address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    grpc::Status s = stub->Plan(&context, request, &reference);
+    if (!s.ok()) return std::cerr << "Plan: " << s.error_message() << "\n", 1;
+  }
+  std::cout << absl::StrFormat(
+      "resnet50 batch 32 under 2 GiB (h100 cost model): peak %.1f MiB, %d sections\n\n",
+      reference.summary().predicted_peak_bytes() / 1048576.0, reference.sections_size());
+  std::cout << absl::StrFormat("%8s %9s %10s %10s %10s %10s\n", "clients", "requests", "p50 ms",
+                               "p99 ms", "req/s", "p50/p50@1");
+  double p50_one = 0;
+  for (int clients : {1, 8, 32}) {
+    std::vector<std::vector<double>> latencies(clients);
+    std::atomic<int> wrong{0};
+    const Clock::time_point start = Clock::now();
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        grpc::ChannelArguments args;
+        args.SetInt("grpc.use_local_subchannel_pool", 1);  // a connection per client
+        auto stub = headroom::proto::Headroom::NewStub(grpc::CreateCustomChannel(
+            d.address, grpc::InsecureChannelCredentials(), args));
+        for (int64_t i = 0; i < per_client; ++i) {
+          headroom::proto::PlanResponse response;
+          grpc::ClientContext context;
+          const Clock::time_point t0 = Clock::now();
+          grpc::Status s = stub->Plan(&context, request, &response);
+          latencies[c].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+          if (!s.ok() || response.summary().predicted_peak_bytes() !=
+                             reference.summary().predicted_peak_bytes() ||
+              response.sections_size() != reference.sections_size()) {
+            ++wrong;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    std::vector<double> all;
+    for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+    const double p50 = Percentile(all, 0.5), p99 = Percentile(all, 0.99);
+    if (clients == 1) p50_one = p50;
+    std::cout << absl::StrFormat("%8d %9d %10.1f %10.1f %10.2f %10.2f\n", clients, all.size(),
+                                 p50 * 1e3, p99 * 1e3, all.size() / wall, p50 / p50_one);
+    if (wrong > 0) std::cout << "  " << wrong << " answers differed or failed\n";
+  }
+  const auto [rss_after, cpu_end] = Usage(d.pid);
+  std::cout << absl::StrFormat("\nafter the runs: resident %.1f MiB\n", rss_after / 1048576.0);
+  kill(d.pid, SIGTERM);
+  int status = 0;
+  waitpid(d.pid, &status, 0);
+  std::cout << "headroomd exited " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << "\n";
+  return 0;
+}
