@@ -525,7 +525,8 @@ void JobManager::RunJob(const std::string& job_id) {
   proto::MemoryTimeline timeline;
   bool has_timeline = false;
   UpdateJob(job_id, [&](Job& job) {
-    if (job.cancel) {
+    // A cancel that came after the last step leaves the job finished.
+    if (job.cancel && !status.ok()) {
       job.info.set_state(proto::JOB_STATE_CANCELLED);
       job.info.set_error(absl::StrCat("cancelled at step ", job.info.step()));
     } else if (run.interrupted) {
