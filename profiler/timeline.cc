@@ -210,10 +210,7 @@ std::string Timeline::PeakTable(int rows) const {
 
 proto::MemoryTimeline Timeline::ToProto(const StepLayout& layout, size_t max_samples) const {
   proto::MemoryTimeline out;
-  const size_t n = points_.size();
-  const size_t stride = max_samples == 0 || n <= max_samples ? 1 : (n + max_samples - 1) / max_samples;
-  for (size_t i = 0; i < n; ++i) {
-    if (i % stride != 0 && i != peak_point_ && i + 1 != n) continue;
+  for (size_t i : SampleIndices(points_.size(), max_samples, peak_point_)) {
     const TimelinePoint& p = points_[i];
     proto::TimelineSample* s = out.add_samples();
     s->set_time_seconds(p.time_ns * 1e-9);
@@ -242,6 +239,39 @@ proto::MemoryTimeline Timeline::ToProto(const StepLayout& layout, size_t max_sam
     l->set_producer(b.producer);
   }
   return out;
+}
+
+std::vector<size_t> SampleIndices(size_t n, size_t max_samples, size_t keep) {
+  std::vector<size_t> out;
+  if (max_samples == 0 || n <= max_samples) {
+    for (size_t i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  if (max_samples == 1) return {keep < n ? keep : n - 1};
+  // max_samples evenly spaced from the first to the last (distinct, as n > max_samples);
+  // then the one nearest `keep`, the last excepted, becomes `keep`.
+  for (size_t k = 0; k < max_samples; ++k) out.push_back(k * (n - 1) / (max_samples - 1));
+  if (keep < n && !std::binary_search(out.begin(), out.end(), keep)) {
+    size_t nearest = 0;
+    for (size_t k = 1; k + 1 < out.size(); ++k) {
+      const auto distance = [&](size_t i) { return i > keep ? i - keep : keep - i; };
+      if (distance(out[k]) < distance(out[nearest])) nearest = k;
+    }
+    out[nearest] = keep;
+  }
+  return out;
+}
+
+void ThinSamples(proto::MemoryTimeline& timeline, size_t max_samples) {
+  const int n = timeline.samples_size();
+  if (max_samples == 0 || static_cast<size_t>(n) <= max_samples) return;
+  size_t peak = 0;
+  for (int i = 1; i < n; ++i) {
+    if (timeline.samples(i).device_bytes() > timeline.samples(peak).device_bytes()) peak = i;
+  }
+  google::protobuf::RepeatedPtrField<proto::TimelineSample> kept;
+  for (size_t i : SampleIndices(n, max_samples, peak)) *kept.Add() = timeline.samples(i);
+  timeline.mutable_samples()->Swap(&kept);
 }
 
 }  // namespace headroom::profiler

@@ -89,7 +89,7 @@ class Timeline {
   std::string PeakTable(int rows) const;
 
   // Returns the timeline as the wire message, with at most `max_samples` samples (evenly
-  // thinned, the peak's sample always kept; 0 keeps all).
+  // thinned, the peak's sample always kept and, with room for two, the last; 0 keeps all).
   proto::MemoryTimeline ToProto(const StepLayout& layout, size_t max_samples) const;
 
  private:
@@ -101,6 +101,14 @@ class Timeline {
   std::vector<uint64_t> step_peak_bytes_;
   size_t peak_point_ = 0;
 };
+
+// Returns the indices of at most `max_samples` (0: all) of `n` samples in order, evenly
+// spread; `keep` (the peak's, when < n) is always among them and, with room for two, the last.
+std::vector<size_t> SampleIndices(size_t n, size_t max_samples, size_t keep);
+
+// Thins `timeline`'s samples to at most `max_samples` (0: leaves them all) as ToProto does,
+// keeping the first sample with the most device bytes; for a stored timeline.
+void ThinSamples(proto::MemoryTimeline& timeline, size_t max_samples);
 
 }  // namespace headroom::profiler
 

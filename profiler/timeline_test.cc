@@ -112,7 +112,10 @@ TEST(TimelineTest, ProtoKeepsThePeakSampleWhenThinned) {
   absl::StatusOr<Timeline> t = Timeline::Build(TinyLog(), layout);
   ASSERT_TRUE(t.ok()) << t.status();
   const proto::MemoryTimeline p = t->ToProto(layout, 3);
-  EXPECT_LE(p.samples_size(), 5);
+  EXPECT_LE(p.samples_size(), 3);
+  const proto::MemoryTimeline one = t->ToProto(layout, 1);
+  ASSERT_EQ(one.samples_size(), 1);
+  EXPECT_EQ(one.samples(0).device_bytes(), 1000u) << "the one sample left is the peak's";
   bool has_peak = false;
   for (const proto::TimelineSample& s : p.samples()) has_peak |= s.device_bytes() == 1000;
   EXPECT_TRUE(has_peak);
@@ -122,6 +125,33 @@ TEST(TimelineTest, ProtoKeepsThePeakSampleWhenThinned) {
   EXPECT_EQ(p.peak_bytes_by_role().at("activations"), 800u);
   ASSERT_EQ(p.peak_live_size(), 4);
   EXPECT_EQ(p.peak_live(0).memory_role(), "activations");
+}
+
+TEST(TimelineTest, SampleIndicesKeepAtMostMaxWithThePeakAndTheLast) {
+  for (size_t n : {1, 2, 7, 100, 1001}) {
+    for (size_t max : {1, 2, 3, 10, 64}) {
+      for (size_t keep : {size_t{0}, n / 2, n - 1}) {
+        const std::vector<size_t> i = SampleIndices(n, max, keep);
+        EXPECT_LE(i.size(), std::max(max, size_t{1})) << n << " " << max;
+        EXPECT_EQ(i.size(), std::min(n, max)) << n << " " << max << " " << keep;
+        EXPECT_TRUE(std::is_sorted(i.begin(), i.end()));
+        EXPECT_NE(std::find(i.begin(), i.end(), keep), i.end()) << n << " " << max;
+        if (max >= 2) EXPECT_EQ(i.back(), n - 1);
+      }
+    }
+  }
+  EXPECT_EQ(SampleIndices(5, 0, 2).size(), 5u);
+}
+
+TEST(TimelineTest, ThinSamplesOfAStoredTimelineKeepsItsPeak) {
+  proto::MemoryTimeline stored;
+  for (int i = 0; i < 70; ++i) stored.add_samples()->set_device_bytes(i == 33 ? 900 : i);
+  ThinSamples(stored, 5);
+  ASSERT_EQ(stored.samples_size(), 5);
+  bool has_peak = false;
+  for (const proto::TimelineSample& s : stored.samples()) has_peak |= s.device_bytes() == 900;
+  EXPECT_TRUE(has_peak);
+  EXPECT_EQ(stored.samples(4).device_bytes(), 69u);
 }
 
 TEST(TimelineTest, HostBytesAreNotDeviceBytes) {

@@ -463,6 +463,7 @@ absl::StatusOr<proto::MemoryTimeline> JobManager::Timeline(const std::string& jo
     return absl::NotFoundError(
         absl::StrCat("job '", job_id, "' has no timeline yet: no step has finished"));
   }
+  if (stored.ok()) profiler::ThinSamples(*stored, max_samples);
   return stored;
 }
 

@@ -104,11 +104,11 @@ def main(argv=None):
         check(len(timeline.samples) > 0 and timeline.peak_bytes > 0,
               f"timeline(): {len(timeline.samples)} samples, peak "
               f"{format_bytes(timeline.peak_bytes)} at '{timeline.peak_node}'")
-        # Thinned: fewer samples. (Not "at most 10", as GetTimelineRequest promises: the
-        # daemon keeps the peak's and the last sample besides every stride-th, 12 here.)
+        # Thinned: at most 10 samples, the peak's among them.
         thinned = client.timeline(job.job_id, max_samples=10)
-        check(0 < len(thinned.samples) < len(timeline.samples),
-              f"timeline(max_samples=10): {len(thinned.samples)} samples")
+        check(0 < len(thinned.samples) <= 10 and
+              max(s.device_bytes for s in thinned.samples) == timeline.peak_bytes,
+              f"timeline(max_samples=10): {len(thinned.samples)} samples, the peak's kept")
 
         # 4. Errors.
         expect_error("FAILED_PRECONDITION", lambda: client.plan(model, budget_bytes="1KiB"),

@@ -10,14 +10,8 @@ set -euo pipefail
 RUNFILES="${TEST_SRCDIR:?run me with bazel test}/headroom"
 HEADROOMD="$RUNFILES/server/headroomd"
 SCRIPT="$RUNFILES/tests/python_client_test.py"
-# The example: in runfiles when //clients/python:examples is a data dependency; it is not
-# visible to //tests (clients/python/BUILD gives the filegroup no visibility), so until it
-# is, it is found in the source tree beside the client's sources that runfiles link to.
+# The shipped example, a data dependency (//clients/python:examples).
 EXAMPLE="$RUNFILES/clients/python/examples/submit_and_watch.py"
-if [[ ! -f "$EXAMPLE" ]]; then
-  client_py=$(readlink -f "$RUNFILES/clients/python/headroom_client/client.py")
-  EXAMPLE="$(dirname "$(dirname "$client_py")")/examples/submit_and_watch.py"
-fi
 PYTHON=/usr/bin/python3
 TMP="${TEST_TMPDIR:?}"
 
@@ -25,7 +19,7 @@ export PYTHONPATH="$RUNFILES/clients/python"
 export PYTHONDONTWRITEBYTECODE=1
 
 if [[ ! -f "$EXAMPLE" ]]; then
-  echo "FAIL: cannot find examples/submit_and_watch.py (not in runfiles, nor at $EXAMPLE)" >&2
+  echo "FAIL: examples/submit_and_watch.py is not in the runfiles ($EXAMPLE)" >&2
   exit 1
 fi
 if ! "$PYTHON" -c "import grpc, google.protobuf, torch" 2>/dev/null; then
