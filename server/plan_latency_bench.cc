@@ -9,8 +9,6 @@
 // Every answer is checked against the first one (same peak, same sections).
 //
 //   bazel run -c opt //server:plan_latency_bench -- [--requests-per-client N]
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,40 +26,12 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/headroom.grpc.pb.h"
+#include "server/daemon_process.h"
 #include "util/cli_flags.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Daemon {
-  pid_t pid = -1;
-  std::string address;
-};
-
-// Starts headroomd and waits for its ready file.
-Daemon Start(const std::string& binary, const std::string& dir) {
-  const std::string ready = dir + "/ready";
-  Daemon d;
-  d.pid = fork();
-  if (d.pid == 0) {
-    const std::string log = dir + "/headroomd.log";
-    freopen(log.c_str(), "w", stdout);
-    freopen(log.c_str(), "a", stderr);
-    execl(binary.c_str(), binary.c_str(), "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
-          "--state", (dir + "/state").c_str(), "--ready-file", ready.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int i = 0; i < 300 && d.address.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(ready);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("grpc=", 0) == 0) d.address = line.substr(5);
-    }
-  }
-  return d;
-}
 
 // Returns (resident bytes, CPU seconds so far) of `pid` from /proc.
 std::pair<uint64_t, double> Usage(pid_t pid) {
@@ -111,14 +81,21 @@ int main(int argc, char** argv) {
   }
   char dir_template[] = "/tmp/headroom-bench-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
-  Daemon d = Start(binary, dir);
-  if (d.address.empty()) return std::cerr << "headroomd did not start; see " << dir << "\n", 1;
+  headroom::server::DaemonOptions options;
+  options.binary = binary;
+  options.state_dir = dir + "/state";
+  options.log_path = dir + "/headroomd.log";
+  options.metrics = true;
+  absl::StatusOr<std::unique_ptr<headroom::server::DaemonProcess>> daemon =
+      headroom::server::DaemonProcess::Start(options);
+  if (!daemon.ok()) return std::cerr << daemon.status().message() << "\n", 1;
+  headroom::server::DaemonProcess& d = **daemon;
 
   // 1. Idle footprint.
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const auto [rss_before, cpu_before] = Usage(d.pid);
+  const auto [rss_before, cpu_before] = Usage(d.pid());
   std::this_thread::sleep_for(std::chrono::seconds(idle_seconds));
-  const auto [rss_idle, cpu_after] = Usage(d.pid);
+  const auto [rss_idle, cpu_after] = Usage(d.pid());
   std::cout << absl::StrFormat("idle: resident %.1f MiB, CPU %.3f%% of one core over %d s\n",
                                rss_idle / 1048576.0,
                                100.0 * (cpu_after - cpu_before) / idle_seconds, idle_seconds);
@@ -127,8 +104,7 @@ int main(int argc, char** argv) {
   const headroom::proto::PlanRequest request = Resnet50Request();
   headroom::proto::PlanResponse reference;
   {
-    auto stub = headroom::proto::Headroom::NewStub(
-        grpc::CreateChannel(d.address, grpc::InsecureChannelCredentials()));
+    auto stub = d.NewStub();
     grpc::ClientContext context;
     grpc::Status s = stub->Plan(&context, request, &reference);
     if (!s.ok()) return std::cerr << "Plan: " << s.error_message() << "\n", 1;
@@ -146,10 +122,7 @@ int main(int argc, char** argv) {
     std::vector<std::thread> threads;
     for (int c = 0; c < clients; ++c) {
       threads.emplace_back([&, c] {
-        grpc::ChannelArguments args;
-        args.SetInt("grpc.use_local_subchannel_pool", 1);  // a connection per client
-        auto stub = headroom::proto::Headroom::NewStub(grpc::CreateCustomChannel(
-            d.address, grpc::InsecureChannelCredentials(), args));
+        auto stub = d.NewStub();  // a connection per client
         for (int64_t i = 0; i < per_client; ++i) {
           headroom::proto::PlanResponse response;
           grpc::ClientContext context;
@@ -174,11 +147,13 @@ int main(int argc, char** argv) {
                                  p50 * 1e3, p99 * 1e3, all.size() / wall, p50 / p50_one);
     if (wrong > 0) std::cout << "  " << wrong << " answers differed or failed\n";
   }
-  const auto [rss_after, cpu_end] = Usage(d.pid);
-  std::cout << absl::StrFormat("\nafter the runs: resident %.1f MiB\n", rss_after / 1048576.0);
-  kill(d.pid, SIGTERM);
-  int status = 0;
-  waitpid(d.pid, &status, 0);
-  std::cout << "headroomd exited " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << "\n";
-  return 0;
+  const auto [rss_after, cpu_end] = Usage(d.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto [rss_settled, cpu_settled] = Usage(d.pid());
+  std::cout << absl::StrFormat("\nafter the runs: resident %.1f MiB, %.1f MiB 3 s later\n",
+                               rss_after / 1048576.0, rss_settled / 1048576.0);
+  absl::StatusOr<int> exit_code = d.Terminate();
+  if (!exit_code.ok()) return std::cerr << exit_code.status().message() << "\n", 1;
+  std::cout << "headroomd exited " << *exit_code << "\n";
+  return *exit_code == 0 ? 0 : 1;
 }
