@@ -186,12 +186,11 @@ absl::Status JobManager::Recover() {
       absl::StatusOr<proto::PlanResponse> plan = store_->GetPlan(job->info.job_id());
       absl::StatusOr<std::optional<proto::Checkpoint>> checkpoint =
           store_->GetCheckpoint(job->info.job_id());
-      if (!plan.ok() || !checkpoint.ok()) {
+      const std::string refusal = ResumeRefusal(job->info, plan, checkpoint);
+      if (!refusal.empty()) {
         job->info.set_state(proto::JOB_STATE_FAILED);
         job->info.set_finished_unix_seconds(UnixSeconds());
-        job->info.set_error(absl::StrCat(
-            "could not resume after a daemon restart: ",
-            (plan.ok() ? checkpoint.status() : plan.status()).message()));
+        job->info.set_error(absl::StrCat("could not resume after a daemon restart: ", refusal));
       } else {
         job->plan = *plan;
         job->budget_bytes = plan->summary().budget_bytes();
@@ -217,6 +216,25 @@ absl::Status JobManager::Recover() {
   }
   PublishCounts();
   return absl::OkStatus();
+}
+
+std::string JobManager::ResumeRefusal(
+    const proto::JobInfo& info, const absl::StatusOr<proto::PlanResponse>& plan,
+    const absl::StatusOr<std::optional<proto::Checkpoint>>& checkpoint) const {
+  if (!plan.ok()) return std::string(plan.status().message());
+  if (!checkpoint.ok()) return std::string(checkpoint.status().message());
+  const std::string& backend = info.spec().train().backend();
+  if (!backend.empty() && backend != options_.backend) {
+    return absl::StrCat("it asks for backend '", backend, "', but this daemon runs ", device_);
+  }
+  const uint64_t peak = plan->summary().predicted_peak_bytes();
+  if (options_.device_memory_bytes > 0 && peak > options_.device_memory_bytes) {
+    return absl::StrCat("its plan's peak ", graph::HumanBytes(peak), " (", peak,
+                        " bytes) exceeds device ", device_, "'s memory of ",
+                        graph::HumanBytes(options_.device_memory_bytes), " (",
+                        options_.device_memory_bytes, " bytes) now; submit it again");
+  }
+  return "";
 }
 
 void JobManager::Shutdown() {

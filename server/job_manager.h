@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -74,8 +75,9 @@ class JobManager {
  public:
   // Returns a manager with its worker started and every stored job loaded: jobs stored as
   // RUNNING or QUEUED are queued again (a running one resumes from its checkpoint, or from
-  // step 0 when it had none; one whose checkpoint cannot be read is marked FAILED with the
-  // reason). The error of reading the store.
+  // step 0 when it had none). One that cannot resume here is marked FAILED with the reason:
+  // its plan or checkpoint cannot be read, it names another backend, or its planned peak
+  // exceeds this daemon's device memory. The error of reading the store.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobStore* store,
                                                             profiler::Metrics* metrics,
                                                             JobManagerOptions options);
@@ -138,6 +140,11 @@ class JobManager {
 
   // Loads stored jobs; requeues unfinished ones.
   absl::Status Recover();
+  // Returns why a stored unfinished job cannot resume on this daemon (its plan or
+  // checkpoint unreadable, another backend, a plan larger than this device), or "".
+  std::string ResumeRefusal(const proto::JobInfo& info,
+                            const absl::StatusOr<proto::PlanResponse>& plan,
+                            const absl::StatusOr<std::optional<proto::Checkpoint>>& checkpoint) const;
   // The worker: takes queued jobs in order as they fit, runs them.
   void WorkerLoop();
   // Returns the free bytes now (kUnlimited when there is no limit).
