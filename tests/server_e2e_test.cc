@@ -1,0 +1,641 @@
+// headroomd end to end: the real daemon binary as a child process on free loopback ports,
+// driven over gRPC through the generated stub, as a user's client drives it.
+//
+//  - a job submitted, watched to the end, listed, and its timeline read;
+//  - cancelling a running and a queued job, and the device memory freed as Cancel returns;
+//  - 32 concurrent Plan requests of four kinds, each answer equal to the one-at-a-time answer;
+//  - bad input over the wire (an invalid graph, a budget below the minimum, unknown jobs, a
+//    message over the size limit, garbage bytes on the port), after which it still serves;
+//  - SIGKILL during a job and a restart on the same state: every job and profile is listed,
+//    the interrupted job resumes from its checkpoint and ends with the loss of an
+//    uninterrupted run, bitwise; a queued job runs; one that no longer fits is FAILED with
+//    the reason;
+//  - SIGTERM during a job: exit 0, the job checkpointed and resumed at the next start.
+//
+// The daemon trains with one OpenMP thread: oneDNN's threads spin-wait, which on a busy
+// two-core machine makes steps far slower than one thread's.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gmock/gmock.h"
+#include "graph/zoo.h"
+#include "gtest/gtest.h"
+#include "proto/headroom.grpc.pb.h"
+#include "server/daemon_process.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+using server::DaemonProcess;
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+// The test jobs' model: an MLP whose plain step needs 7.5 MiB; under 6 MiB its plan
+// (5.5 MiB) splits the step into sections, recomputes and offloads. About 10 ms a step.
+proto::ModelSource Mlp() {
+  proto::ModelSource m;
+  proto::ZooModel* zoo = m.mutable_zoo();
+  zoo->set_name("mlp");
+  zoo->set_batch(512);
+  (*zoo->mutable_options())["depth"] = 8;
+  (*zoo->mutable_options())["width"] = 256;
+  (*zoo->mutable_options())["input"] = 64;
+  return m;
+}
+
+proto::JobSpec MlpJob(const std::string& name, uint64_t steps, uint64_t seed = 7) {
+  proto::JobSpec spec;
+  spec.set_name(name);
+  *spec.mutable_model() = Mlp();
+  spec.mutable_plan()->set_budget_bytes(6 * kMiB);
+  spec.mutable_train()->set_steps(steps);
+  spec.mutable_train()->set_seed(seed);
+  spec.mutable_train()->set_checkpoint_interval_steps(5);
+  return spec;
+}
+
+std::string TmpDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+// Returns a daemon on `state` (a directory of TEST_TMPDIR) with `flags`; fails the test if
+// it does not start.
+std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
+                                           std::vector<std::string> flags = {}) {
+  static int started = 0;
+  server::DaemonOptions options;
+  options.binary = absl::StrCat(std::getenv("TEST_SRCDIR"), "/headroom/server/headroomd");
+  options.state_dir = absl::StrCat(TmpDir(), "/", state);
+  options.log_path = absl::StrCat(TmpDir(), "/headroomd-", ++started, ".log");
+  options.flags = std::move(flags);
+  options.env = {"OMP_NUM_THREADS=1"};
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  EXPECT_TRUE(daemon.ok()) << daemon.status();
+  return daemon.ok() ? *std::move(daemon) : nullptr;
+}
+
+// Closes the test's channel, then stops the daemon with SIGTERM; fails the test unless it
+// exits 0.
+void Stop(std::unique_ptr<DaemonProcess>& daemon, std::unique_ptr<proto::Headroom::Stub>& stub) {
+  stub.reset();
+  const absl::StatusOr<int> exit_code = daemon->Terminate();
+  EXPECT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(exit_code.value_or(-1), 0) << daemon->LogTail();
+}
+
+bool Ended(proto::JobState s) {
+  return s == proto::JOB_STATE_SUCCEEDED || s == proto::JOB_STATE_FAILED ||
+         s == proto::JOB_STATE_CANCELLED;
+}
+
+// Submits `spec`; fails the test on an error.
+proto::SubmitJobResponse Submit(proto::Headroom::Stub& stub, const proto::JobSpec& spec) {
+  proto::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  proto::SubmitJobResponse response;
+  grpc::ClientContext context;
+  const grpc::Status s = stub.SubmitJob(&context, request, &response);
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  return response;
+}
+
+// Returns the job's updates from WatchJob until `until` holds for one (that one included) or
+// the stream ends; fails the test if the stream ends with an error.
+std::vector<proto::JobProgress> Watch(
+    proto::Headroom::Stub& stub, const std::string& job_id,
+    const std::function<bool(const proto::JobProgress&)>& until =
+        [](const proto::JobProgress&) { return false; }) {
+  proto::WatchJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+  std::unique_ptr<grpc::ClientReader<proto::JobProgress>> reader = stub.WatchJob(&context, request);
+  std::vector<proto::JobProgress> updates;
+  proto::JobProgress p;
+  while (reader->Read(&p)) {
+    updates.push_back(p);
+    if (until(p)) {
+      context.TryCancel();
+      while (reader->Read(&p)) {
+      }
+      reader->Finish().IgnoreError();
+      return updates;
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << "WatchJob(" << job_id << "): " << s.error_code() << ": "
+                      << s.error_message();
+  return updates;
+}
+
+// Returns the final update of a watch to the end.
+proto::JobProgress WatchToEnd(proto::Headroom::Stub& stub, const std::string& job_id) {
+  std::vector<proto::JobProgress> updates = Watch(stub, job_id);
+  EXPECT_FALSE(updates.empty());
+  return updates.empty() ? proto::JobProgress() : updates.back();
+}
+
+std::vector<proto::JobInfo> ListJobs(proto::Headroom::Stub& stub) {
+  proto::ListJobsRequest request;
+  proto::ListJobsResponse response;
+  grpc::ClientContext context;
+  const grpc::Status s = stub.ListJobs(&context, request, &response);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return {response.jobs().begin(), response.jobs().end()};
+}
+
+// Returns the listed job `job_id`; fails the test when it is not listed.
+proto::JobInfo Listed(proto::Headroom::Stub& stub, const std::string& job_id) {
+  for (const proto::JobInfo& info : ListJobs(stub)) {
+    if (info.job_id() == job_id) return info;
+  }
+  ADD_FAILURE() << "job " << job_id << " is not listed";
+  return proto::JobInfo();
+}
+
+grpc::Status Plan(proto::Headroom::Stub& stub, const proto::PlanRequest& request,
+                  proto::PlanResponse* response) {
+  grpc::ClientContext context;
+  return stub.Plan(&context, request, response);
+}
+
+grpc::Status Cancel(proto::Headroom::Stub& stub, const std::string& job_id,
+                    proto::JobState* state) {
+  proto::CancelJobRequest request;
+  request.set_job_id(job_id);
+  proto::CancelJobResponse response;
+  grpc::ClientContext context;
+  const grpc::Status s = stub.CancelJob(&context, request, &response);
+  *state = response.state();
+  return s;
+}
+
+grpc::Status ProfileMlp(proto::Headroom::Stub& stub, proto::ProfileResponse* response) {
+  proto::ProfileRequest request;
+  *request.mutable_model() = Mlp();
+  request.mutable_plan()->set_budget_bytes(6 * kMiB);
+  request.set_steps(2);
+  grpc::ClientContext context;
+  return stub.Profile(&context, request, response);
+}
+
+proto::PlanRequest PlanOf(proto::ModelSource model, uint64_t budget_bytes) {
+  proto::PlanRequest request;
+  *request.mutable_model() = std::move(model);
+  request.mutable_options()->set_budget_bytes(budget_bytes);
+  return request;
+}
+
+// ------------------------------------------------------------------------------------------
+
+TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("watch", {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+
+  const proto::SubmitJobResponse submitted = Submit(*stub, MlpJob("e2e-watch", 12));
+  ASSERT_FALSE(submitted.job_id().empty());
+  EXPECT_EQ(submitted.state(), proto::JOB_STATE_QUEUED);
+  const uint64_t planned = submitted.plan().summary().predicted_peak_bytes();
+  EXPECT_LE(planned, 6 * kMiB);
+  EXPECT_GT(submitted.plan().sections_size(), 1) << "the budget should split the step";
+
+  // Every update belongs to the job and counts up to its end.
+  const std::vector<proto::JobProgress> updates = Watch(*stub, submitted.job_id());
+  ASSERT_FALSE(updates.empty());
+  uint64_t last_step = 0;
+  bool saw_memory = false;
+  for (const proto::JobProgress& p : updates) {
+    EXPECT_EQ(p.job_id(), submitted.job_id());
+    EXPECT_EQ(p.total_steps(), 12u);
+    EXPECT_GE(p.step(), last_step);
+    last_step = p.step();
+    EXPECT_LE(p.measured_peak_bytes(), planned) << "measured above predicted at step " << p.step();
+    if (p.state() == proto::JOB_STATE_RUNNING && p.step() > 0) {
+      uint64_t by_role = 0;
+      for (const proto::RoleBytes& r : p.memory_by_role()) by_role += r.bytes();
+      EXPECT_GT(by_role, 0u);
+      EXPECT_LE(by_role, planned);
+      saw_memory = true;
+    }
+  }
+  EXPECT_TRUE(saw_memory) << "no running update carried memory by role";
+  const proto::JobProgress& last = updates.back();
+  EXPECT_EQ(last.state(), proto::JOB_STATE_SUCCEEDED) << last.message();
+  EXPECT_EQ(last.step(), 12u);
+  EXPECT_GT(last.measured_peak_bytes(), 0u);
+
+  // The list agrees with the stream.
+  const proto::JobInfo info = Listed(*stub, submitted.job_id());
+  EXPECT_EQ(info.state(), proto::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(info.name(), "e2e-watch");
+  EXPECT_EQ(info.step(), 12u);
+  EXPECT_EQ(info.loss(), last.loss());
+  EXPECT_EQ(info.planned_peak_bytes(), planned);
+  EXPECT_EQ(info.measured_peak_bytes(), last.measured_peak_bytes());
+  EXPECT_GT(info.finished_unix_seconds(), info.submitted_unix_seconds());
+
+  // The timeline: its peak is the measured one, thinned to what was asked.
+  proto::GetTimelineRequest request;
+  request.set_job_id(submitted.job_id());
+  request.set_max_samples(50);
+  proto::GetTimelineResponse timeline;
+  grpc::ClientContext context;
+  const grpc::Status s = stub->GetTimeline(&context, request, &timeline);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(timeline.timeline().samples_size(), 1);
+  EXPECT_LE(timeline.timeline().samples_size(), 50);
+  EXPECT_EQ(timeline.timeline().high_water_bytes(), info.measured_peak_bytes());
+  EXPECT_FALSE(timeline.timeline().peak_node().empty());
+
+  Stop(daemon, stub);
+}
+
+TEST(ServerE2ETest, CancelRunningAndQueuedJobsFreesTheDeviceAtOnce) {
+  // 10 MiB: room for one 5.5 MiB job or profile, not for two.
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("cancel", {"--device-memory", "10MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+
+  const std::string running = Submit(*stub, MlpJob("long", 1000000)).job_id();
+  const std::string queued = Submit(*stub, MlpJob("behind", 10)).job_id();
+  Watch(*stub, running, [](const proto::JobProgress& p) {
+    return p.state() == proto::JOB_STATE_RUNNING && p.step() >= 2;
+  });
+
+  // While the job holds the device, a profile of the same size does not fit.
+  proto::ProfileResponse profile;
+  grpc::Status s = ProfileMlp(*stub, &profile);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+
+  // The queued job is cancelled without running.
+  proto::JobState state;
+  s = Cancel(*stub, queued, &state);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(state, proto::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Listed(*stub, queued).step(), 0u);
+
+  // Cancel returns once the running job has stopped and its memory is free: the profile
+  // fits right after it.
+  s = Cancel(*stub, running, &state);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(state, proto::JOB_STATE_CANCELLED);
+  s = ProfileMlp(*stub, &profile);
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  EXPECT_FALSE(profile.profile_id().empty());
+
+  const proto::JobInfo info = Listed(*stub, running);
+  EXPECT_EQ(info.state(), proto::JOB_STATE_CANCELLED);
+  EXPECT_THAT(info.error(), HasSubstr("cancelled at step"));
+  EXPECT_LT(info.step(), 1000000u);
+  // A watch of an ended job answers its final state at once.
+  const proto::JobProgress final_update = WatchToEnd(*stub, running);
+  EXPECT_EQ(final_update.state(), proto::JOB_STATE_CANCELLED);
+  // Cancelling it again keeps its state.
+  s = Cancel(*stub, running, &state);
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(state, proto::JOB_STATE_CANCELLED);
+
+  Stop(daemon, stub);
+}
+
+TEST(ServerE2ETest, ThirtyTwoConcurrentPlansAreAllAnsweredCorrectly) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("plans");
+  ASSERT_NE(daemon, nullptr);
+
+  // Four kinds of request, answered one at a time first.
+  auto zoo = [](const std::string& name, uint64_t batch) {
+    proto::ModelSource m;
+    m.mutable_zoo()->set_name(name);
+    m.mutable_zoo()->set_batch(batch);
+    return m;
+  };
+  const std::vector<proto::PlanRequest> requests = {
+      PlanOf(zoo("resnet18", 8), 0), PlanOf(zoo("resnet18", 8), 200 * kMiB),
+      PlanOf(zoo("transformer", 2), 0), PlanOf(Mlp(), 6 * kMiB)};
+  std::vector<proto::PlanResponse> expected(requests.size());
+  auto stub = daemon->NewStub();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const grpc::Status s = Plan(*stub, requests[i], &expected[i]);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
+    expected[i].mutable_summary()->clear_planning_seconds();
+  }
+  ASSERT_NE(expected[0].summary().predicted_peak_bytes(),
+            expected[1].summary().predicted_peak_bytes());
+
+  // 32 clients, each on its own connection, all at once.
+  constexpr int kClients = 32;
+  std::vector<proto::PlanResponse> answers(kClients);
+  std::vector<grpc::Status> statuses(kClients);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto stub = daemon->NewStub();
+      ++ready;
+      while (ready < kClients) std::this_thread::yield();
+      statuses[c] = Plan(*stub, requests[c % requests.size()], &answers[c]);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int c = 0; c < kClients; ++c) {
+    ASSERT_TRUE(statuses[c].ok()) << "client " << c << ": " << statuses[c].error_message();
+    answers[c].mutable_summary()->clear_planning_seconds();
+    std::string diff;
+    google::protobuf::util::MessageDifferencer differ;
+    differ.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(differ.Compare(expected[c % requests.size()], answers[c]))
+        << "client " << c << " (request " << c % requests.size() << "): " << diff;
+  }
+  Stop(daemon, stub);
+}
+
+// Returns the bytes of `n` random bytes.
+std::string Garbage(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// Connects to `address` ("127.0.0.1:PORT"), writes `bytes`, reads what comes back for up to
+// 200 ms and closes.
+void SendRaw(const std::string& address, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port));
+  addr.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  timeval timeout{0, 200000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the daemon closed the connection: fine
+    sent += n;
+  }
+  char buffer[4096];
+  while (recv(fd, buffer, sizeof(buffer), 0) > 0) {
+  }
+  close(fd);
+}
+
+TEST(ServerE2ETest, BadInputGetsItsCodeAndTheDaemonKeepsServing) {
+  std::unique_ptr<DaemonProcess> daemon =
+      StartDaemon("bad", {"--device-memory", "64MiB", "--max-message-bytes", "1MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  const std::string job = Submit(*stub, MlpJob("kept", 3)).job_id();
+  proto::PlanResponse plan;
+
+  // An invalid graph: INVALID_ARGUMENT naming the node, for Plan and for SubmitJob.
+  absl::StatusOr<proto::GraphDef> mlp = graph::BuildZooModel(Mlp().zoo());
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  proto::GraphDef broken = *mlp;
+  ASSERT_GT(broken.nodes(2).inputs_size(), 0);
+  const std::string node = broken.nodes(2).name();
+  broken.mutable_nodes(2)->set_inputs(0, "no_such_tensor");
+  proto::ModelSource broken_model;
+  *broken_model.mutable_graph() = broken;
+  grpc::Status s = Plan(*stub, PlanOf(broken_model, 0), &plan);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr(node));
+  EXPECT_THAT(s.error_message(), HasSubstr("no_such_tensor"));
+  proto::JobSpec broken_job = MlpJob("broken", 3);
+  *broken_job.mutable_model() = broken_model;
+  proto::SubmitJobRequest submit;
+  *submit.mutable_spec() = broken_job;
+  proto::SubmitJobResponse submitted;
+  {
+    grpc::ClientContext context;
+    s = stub->SubmitJob(&context, submit, &submitted);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr(node));
+  // An unknown op, and a job of zero steps.
+  broken = *mlp;
+  broken.mutable_nodes(1)->set_op("Frobnicate");
+  *broken_model.mutable_graph() = broken;
+  s = Plan(*stub, PlanOf(broken_model, 0), &plan);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr(broken.nodes(1).name()));
+  EXPECT_THAT(s.error_message(), HasSubstr("Frobnicate"));
+  submit.mutable_spec()->CopyFrom(MlpJob("no steps", 0));
+  {
+    grpc::ClientContext context;
+    s = stub->SubmitJob(&context, submit, &submitted);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("steps"));
+
+  // A budget below the minimum: FAILED_PRECONDITION with the minimum, which then plans.
+  s = Plan(*stub, PlanOf(Mlp(), 1 * kMiB), &plan);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  std::smatch match;
+  const std::string message = s.error_message();
+  ASSERT_TRUE(std::regex_search(message, match,
+                                std::regex("smallest peak [^(]*\\(([0-9]+) bytes\\)")))
+      << message;
+  const uint64_t minimum = std::stoull(match[1]);
+  EXPECT_GT(minimum, 1 * kMiB);
+  s = Plan(*stub, PlanOf(Mlp(), minimum), &plan);
+  ASSERT_TRUE(s.ok()) << "the minimum named, " << minimum << " bytes, does not plan: "
+                      << s.error_message();
+  EXPECT_LE(plan.summary().predicted_peak_bytes(), minimum);
+  submit.mutable_spec()->CopyFrom(MlpJob("too small", 3));
+  submit.mutable_spec()->mutable_plan()->set_budget_bytes(1 * kMiB);
+  {
+    grpc::ClientContext context;
+    s = stub->SubmitJob(&context, submit, &submitted);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat(minimum, " bytes")));
+
+  // Unknown jobs: NOT_FOUND from every call that names one.
+  proto::JobState state;
+  s = Cancel(*stub, "job-999999", &state);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  {
+    proto::WatchJobRequest request;
+    request.set_job_id("job-999999");
+    grpc::ClientContext context;
+    auto reader = stub->WatchJob(&context, request);
+    proto::JobProgress p;
+    EXPECT_FALSE(reader->Read(&p));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    proto::GetTimelineRequest request;
+    request.set_job_id("job-999999");
+    proto::GetTimelineResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(stub->GetTimeline(&context, request, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+
+  // A request over --max-message-bytes (1 MiB): RESOURCE_EXHAUSTED.
+  proto::ModelSource big;
+  *big.mutable_graph() = *mlp;
+  big.mutable_graph()->mutable_tensors(0)->set_doc(std::string(2 * kMiB, 'x'));
+  s = Plan(*stub, PlanOf(big, 0), &plan);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+
+  // Garbage on the port: random bytes, HTTP/1.1, a valid HTTP/2 preface followed by junk
+  // frames, and a connection closed at once.
+  SendRaw(daemon->address(), Garbage(64 * 1024, 1));
+  SendRaw(daemon->address(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  SendRaw(daemon->address(),
+          std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Garbage(16 * 1024, 2));
+  SendRaw(daemon->address(), "");
+  ASSERT_TRUE(daemon->Running()) << daemon->LogTail();
+
+  // It still serves, on the old channel and a new one, and the stored job is there.
+  EXPECT_TRUE(Plan(*stub, PlanOf(Mlp(), 6 * kMiB), &plan).ok());
+  auto fresh = daemon->NewStub();
+  EXPECT_TRUE(Plan(*fresh, PlanOf(Mlp(), 6 * kMiB), &plan).ok());
+  EXPECT_EQ(WatchToEnd(*fresh, job).state(), proto::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(ListJobs(*fresh).size(), 1u) << "only the good job is stored";
+
+  Stop(daemon, stub);
+}
+
+TEST(ServerE2ETest, SigkillDuringAJobThenRestartResumesItAndKeepsEverything) {
+  const std::string state = "sigkill";
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon(state, {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+
+  // Before the crash: a profile, a job run to the end (the reference), the same job again
+  // (to be interrupted) and one queued behind it.
+  proto::ProfileResponse profile;
+  grpc::Status s = ProfileMlp(*stub, &profile);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  constexpr uint64_t kSteps = 300;
+  const std::string reference = Submit(*stub, MlpJob("reference", kSteps)).job_id();
+  const proto::JobProgress reference_end = WatchToEnd(*stub, reference);
+  ASSERT_EQ(reference_end.state(), proto::JOB_STATE_SUCCEEDED) << reference_end.message();
+  const std::string interrupted = Submit(*stub, MlpJob("interrupted", kSteps)).job_id();
+  const std::string queued = Submit(*stub, MlpJob("queued", 10, /*seed=*/9)).job_id();
+  const std::vector<proto::JobProgress> before = Watch(*stub, interrupted, [](auto& p) {
+    return p.step() >= 12;  // two checkpoints (every 5 steps) written
+  });
+  ASSERT_FALSE(before.empty());
+  ASSERT_FALSE(Ended(before.back().state())) << "the job ended before the kill";
+  daemon->Kill();
+
+  // After the restart every job and the profile are there.
+  daemon = StartDaemon(state, {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  stub = daemon->NewStub();
+  const proto::JobInfo reference_info = Listed(*stub, reference);
+  EXPECT_EQ(reference_info.state(), proto::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(reference_info.loss(), reference_end.loss());
+  EXPECT_EQ(reference_info.step(), kSteps);
+  EXPECT_EQ(ListJobs(*stub).size(), 3u);
+  {
+    proto::ListProfilesRequest request;
+    request.set_summaries_only(true);
+    proto::ListProfilesResponse profiles;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->ListProfiles(&context, request, &profiles).ok());
+    ASSERT_EQ(profiles.profiles_size(), 1);
+    EXPECT_EQ(profiles.profiles(0).profile_id(), profile.profile_id());
+  }
+  {
+    proto::GetTimelineRequest request;
+    request.set_job_id(reference);
+    proto::GetTimelineResponse timeline;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->GetTimeline(&context, request, &timeline).ok());
+    EXPECT_EQ(timeline.timeline().high_water_bytes(), reference_info.measured_peak_bytes());
+  }
+
+  // The interrupted job resumes from a checkpoint and ends exactly where the reference did.
+  const proto::JobProgress resumed_end = WatchToEnd(*stub, interrupted);
+  ASSERT_EQ(resumed_end.state(), proto::JOB_STATE_SUCCEEDED) << resumed_end.message();
+  const proto::JobInfo resumed = Listed(*stub, interrupted);
+  EXPECT_GE(resumed.resumed_from_step(), 10u);
+  EXPECT_EQ(resumed.resumed_from_step() % 5, 0u);
+  EXPECT_LE(resumed.resumed_from_step(), before.back().step());
+  EXPECT_EQ(resumed.step(), kSteps);
+  EXPECT_EQ(resumed.loss(), reference_end.loss()) << "resuming changed the training";
+  // The queued one runs from the start.
+  const proto::JobProgress queued_end = WatchToEnd(*stub, queued);
+  EXPECT_EQ(queued_end.state(), proto::JOB_STATE_SUCCEEDED) << queued_end.message();
+  EXPECT_EQ(Listed(*stub, queued).resumed_from_step(), 0u);
+
+  Stop(daemon, stub);
+}
+
+TEST(ServerE2ETest, AJobThatNoLongerFitsAfterARestartIsFailedWithTheReason) {
+  const std::string state = "shrunk";
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon(state, {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  const std::string job = Submit(*stub, MlpJob("big", 1000000)).job_id();
+  Watch(*stub, job, [](const proto::JobProgress& p) { return p.step() >= 1; });
+  daemon->Kill();
+
+  // 4 MiB cannot hold its 5.5 MiB plan.
+  daemon = StartDaemon(state, {"--device-memory", "4MiB"});
+  ASSERT_NE(daemon, nullptr);
+  stub = daemon->NewStub();
+  const proto::JobInfo info = Listed(*stub, job);
+  ASSERT_EQ(info.state(), proto::JOB_STATE_FAILED) << info.message();
+  EXPECT_THAT(info.error(), HasSubstr("could not resume after a daemon restart"));
+  EXPECT_THAT(info.error(), HasSubstr("exceeds device cpu:0's memory"));
+  EXPECT_EQ(WatchToEnd(*stub, job).state(), proto::JOB_STATE_FAILED);
+  Stop(daemon, stub);
+}
+
+TEST(ServerE2ETest, SigtermCheckpointsTheRunningJobAndItResumesAtTheNextStart) {
+  const std::string state = "sigterm";
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon(state, {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  constexpr uint64_t kSteps = 200;
+  const std::string job = Submit(*stub, MlpJob("stopped", kSteps)).job_id();
+  const std::vector<proto::JobProgress> before =
+      Watch(*stub, job, [](const proto::JobProgress& p) { return p.step() >= 3; });
+  ASSERT_FALSE(before.empty());
+  Stop(daemon, stub);
+  EXPECT_THAT(daemon->LogTail(), HasSubstr("headroomd: stopped"));
+
+  daemon = StartDaemon(state, {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  stub = daemon->NewStub();
+  const proto::JobProgress end = WatchToEnd(*stub, job);
+  EXPECT_EQ(end.state(), proto::JOB_STATE_SUCCEEDED) << end.message();
+  const proto::JobInfo info = Listed(*stub, job);
+  // Shutdown checkpoints after the step it was running, not at an interval.
+  EXPECT_GE(info.resumed_from_step(), before.back().step());
+  EXPECT_LT(info.resumed_from_step(), kSteps);
+  EXPECT_EQ(info.step(), kSteps);
+  Stop(daemon, stub);
+}
+
+}  // namespace
+}  // namespace headroom
