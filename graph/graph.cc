@@ -405,4 +405,29 @@ NodeId Graph::FindNode(const std::string& name) const {
   return it == node_index_.end() ? -1 : it->second;
 }
 
+absl::StatusOr<std::vector<InferredOutput>> InferNodeOutputs(
+    const proto::NodeDef& node, const std::vector<Shape>& input_shapes,
+    const std::vector<proto::DType>& input_dtypes) {
+  const OpSchema* op = FindOp(node.op());
+  if (op == nullptr) {
+    return InvalidArgumentError(StrCat(NodeLabel(node), ": unknown op '", node.op(), "'"));
+  }
+  RETURN_IF_ERROR(CheckArity(node, *op));
+  InferenceContext ctx;
+  ASSIGN_OR_RETURN(ctx.attrs, ResolveAttrs(node, *op));
+  ctx.input_names.assign(node.inputs().begin(), node.inputs().end());
+  ctx.input_shapes = input_shapes;
+  ctx.input_dtypes = input_dtypes;
+  ctx.output_shapes.resize(node.outputs_size());
+  ctx.output_dtypes.resize(node.outputs_size());
+  if (absl::Status s = op->infer(ctx); !s.ok()) {
+    return InvalidArgumentError(StrCat(NodeLabel(node), ": ", s.message()));
+  }
+  std::vector<InferredOutput> outputs;
+  for (int k = 0; k < node.outputs_size(); ++k) {
+    outputs.push_back({ctx.output_shapes[k], ctx.output_dtypes[k]});
+  }
+  return outputs;
+}
+
 }  // namespace headroom::graph

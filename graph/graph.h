@@ -86,6 +86,19 @@ class Graph {
   absl::flat_hash_map<std::string, NodeId> node_index_;
 };
 
+// The shape and dtype inferred for one output of a node.
+struct InferredOutput {
+  Shape shape;
+  proto::DType dtype = proto::DTYPE_UNSPECIFIED;
+};
+
+// Returns the shapes and dtypes of `node`'s outputs for inputs of these shapes and dtypes,
+// checking its op, its input and output counts and its attributes as FromProto() does (the
+// same messages). For building a graph node by node, as the ONNX importer does.
+absl::StatusOr<std::vector<InferredOutput>> InferNodeOutputs(
+    const proto::NodeDef& node, const std::vector<Shape>& input_shapes,
+    const std::vector<proto::DType>& input_dtypes);
+
 }  // namespace headroom::graph
 
 #endif  // HEADROOM_GRAPH_GRAPH_H_

@@ -1,0 +1,1293 @@
+#include "graph/onnx_import.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "graph/graph.h"
+#include "graph/graph_builder.h"
+#include "graph/onnx_fold.h"
+#include "graph/onnx_patterns.h"
+#include "graph/onnx_tensor.h"
+#include "onnx/onnx_pb.h"
+#include "util/file_io.h"
+#include "util/status_macros.h"
+
+namespace headroom::graph {
+namespace {
+
+using absl::InvalidArgumentError;
+using absl::StrCat;
+
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 18;
+
+// A value of the ONNX graph as the importer knows it.
+struct Value {
+  // The Headroom tensor that holds it; empty while it is only a constant, a pending pad, a
+  // lazy transpose or unavailable.
+  std::string tensor;
+  Shape shape;
+  proto::DType dtype = proto::DTYPE_UNSPECIFIED;
+  // Its value, when known at import (initializers, Constant nodes, what was folded).
+  std::shared_ptr<const OnnxTensor> constant;
+  // A float initializer of more than one element: a parameter unless its reader asks for a
+  // buffer (batch norm's running statistics). Never folded.
+  bool weight = false;
+  // A Pad's output not made yet: `padded` (a Headroom tensor) with zeros [top, left, bottom,
+  // right] around its last two dims, for the pool or convolution that reads it.
+  std::string padded;
+  std::vector<int64_t> pad;
+  // The [1, 0] transpose of this 2-D weight, made only if something but a MatMul reads it.
+  std::string transpose_of;
+  // Why it cannot be read: an output Headroom does not produce (batch norm's running
+  // statistics in training mode, dropout's mask, max pool's indices).
+  std::string unavailable;
+};
+
+// Returns the positive form of `axis` for a tensor of `rank` dims.
+absl::StatusOr<int64_t> NormalAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) {
+    return InvalidArgumentError(StrCat("axis ", axis, " is outside rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Imports one model. Call Run() once.
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, const OnnxImportOptions& options,
+           std::string external_dir)
+      : model_(model), graph_(model.graph()), options_(options),
+        external_dir_(std::move(external_dir)) {}
+
+  absl::StatusOr<ImportedModel> Run() {
+    RETURN_IF_ERROR(ReadOpset());
+    RETURN_IF_ERROR(CheckOps());
+    out_.graph.set_name(!options_.name.empty() ? options_.name
+                        : !graph_.name().empty() ? graph_.name()
+                                                 : "onnx");
+    RETURN_IF_ERROR(ReadInitializers());
+    RETURN_IF_ERROR(DeclareInputs());
+    RETURN_IF_ERROR(ImportNodes());
+    RETURN_IF_ERROR(AttachLoss());
+    out_.stats.onnx_nodes = graph_.node_size();
+    return std::move(out_);
+  }
+
+  static const absl::flat_hash_map<std::string, absl::Status (Importer::*)(const onnx::NodeProto&)>&
+  Converters();
+
+ private:
+  using Converter = absl::Status (Importer::*)(const onnx::NodeProto&);
+
+  // ---- Phases ---------------------------------------------------------------------------
+
+  absl::Status ReadOpset() {
+    for (const onnx::OperatorSetIdProto& id : model_.opset_import()) {
+      if (id.domain().empty() || id.domain() == "ai.onnx") opset_ = id.version();
+    }
+    if (opset_ < kMinOpset || opset_ > kMaxOpset) {
+      return InvalidArgumentError(StrCat("ONNX model: opset ", opset_, " of the default domain; ",
+                                         "Headroom imports opsets ", kMinOpset, " to ", kMaxOpset,
+                                         " (re-export with opset_version=17)"));
+    }
+    out_.stats.opset = opset_;
+    return absl::OkStatus();
+  }
+
+  // Every op the importer does not know, with counts, in one error.
+  absl::Status CheckOps() {
+    std::map<std::string, int> unknown;
+    for (const onnx::NodeProto& node : graph_.node()) {
+      const bool default_domain = node.domain().empty() || node.domain() == "ai.onnx";
+      if (!default_domain) {
+        ++unknown[StrCat(node.domain(), "::", node.op_type())];
+      } else if (!Converters().contains(node.op_type()) && !IsFoldableOnnxOp(node.op_type()) &&
+                 node.op_type() != "Constant") {
+        ++unknown[node.op_type()];
+      }
+    }
+    if (unknown.empty()) return absl::OkStatus();
+    std::vector<std::string> parts;
+    int total = 0;
+    for (const auto& [op, count] : unknown) {
+      parts.push_back(StrCat(op, " x", count));
+      total += count;
+    }
+    return InvalidArgumentError(StrCat("ONNX model '", graph_.name(), "' uses ", unknown.size(),
+                                       " op type(s) Headroom cannot import (", total,
+                                       " nodes): ", absl::StrJoin(parts, ", ")));
+  }
+
+  absl::Status ReadInitializers() {
+    for (const onnx::TensorProto& init : graph_.initializer()) {
+      // Float initializers of more than one element are weights; read their bytes only when
+      // the caller keeps values.
+      int64_t n = 1;
+      for (int64_t d : init.dims()) n *= d;
+      const bool floating = init.data_type() == onnx::TensorProto::FLOAT ||
+                            init.data_type() == onnx::TensorProto::FLOAT16 ||
+                            init.data_type() == onnx::TensorProto::BFLOAT16 ||
+                            init.data_type() == onnx::TensorProto::DOUBLE;
+      const bool weight = floating && n > 1;
+      ASSIGN_OR_RETURN(OnnxTensor t, OnnxTensor::FromProto(init, external_dir_,
+                                                           !weight || options_.keep_values));
+      Value v;
+      v.weight = weight;
+      v.shape = t.shape();
+      v.dtype = HeadroomDType(t.type()).value_or(proto::DTYPE_UNSPECIFIED);
+      v.constant = std::make_shared<const OnnxTensor>(std::move(t));
+      values_[init.name()] = std::move(v);
+    }
+    return absl::OkStatus();
+  }
+
+  // The data inputs: every graph input that no initializer gives a value.
+  absl::Status DeclareInputs() {
+    for (const onnx::ValueInfoProto& input : graph_.input()) {
+      if (values_.contains(input.name())) continue;
+      if (!input.type().has_tensor_type()) {
+        return InvalidArgumentError(StrCat("ONNX input '", input.name(), "' is not a tensor"));
+      }
+      const onnx::TypeProto::Tensor& type = input.type().tensor_type();
+      ASSIGN_OR_RETURN(proto::DType dtype, HeadroomDType(type.elem_type()));
+      Shape shape;
+      for (int d = 0; d < type.shape().dim_size(); ++d) {
+        const onnx::TensorShapeProto::Dimension& dim = type.shape().dim(d);
+        const bool numeric = dim.has_dim_value() && dim.dim_value() > 0;
+        if (d == 0 && options_.batch > 0) {
+          shape.push_back(static_cast<int64_t>(options_.batch));
+        } else if (numeric) {
+          shape.push_back(dim.dim_value());
+        } else {
+          return InvalidArgumentError(StrCat(
+              "ONNX input '", input.name(), "' dim ", d, " is '",
+              dim.has_dim_param() ? dim.dim_param() : "unknown", "'",
+              d == 0 ? ": give the batch size (--batch N)"
+                     : ": only the first (batch) dimension may be symbolic"));
+        }
+      }
+      const std::string name = NewLeaf(input.name(), shape, dtype, proto::ROLE_INPUT);
+      Value v;
+      v.tensor = name;
+      v.shape = shape;
+      v.dtype = dtype;
+      values_[input.name()] = std::move(v);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportNodes() {
+    std::vector<const OnnxFusion*> anchored(graph_.node_size(), nullptr);
+    std::vector<bool> covered(graph_.node_size(), false);
+    const std::vector<OnnxFusion> fusions = FindOnnxFusions(graph_);
+    for (const OnnxFusion& f : fusions) {
+      anchored[f.nodes.front()] = &f;
+      for (int n : f.nodes) covered[n] = true;
+    }
+    for (const onnx::NodeProto& node : graph_.node()) {
+      for (const std::string& in : node.input()) ++readers_[in];
+    }
+    for (const onnx::ValueInfoProto& out : graph_.output()) ++readers_[out.name()];
+
+    for (int i = 0; i < graph_.node_size(); ++i) {
+      const onnx::NodeProto& node = graph_.node(i);
+      if (anchored[i] != nullptr) {
+        RETURN_IF_ERROR(EmitFusion(*anchored[i]));
+        out_.stats.fused += static_cast<int>(anchored[i]->nodes.size()) - 1;
+        continue;
+      }
+      if (covered[i]) continue;
+      RETURN_IF_ERROR(ImportNode(node));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ImportNode(const onnx::NodeProto& node) {
+    const std::string& op = node.op_type();
+    if (op == "Constant") return FoldConstant(node);
+    if (op == "Shape") return FoldShape(node);
+    if (IsFoldableOnnxOp(op) && AllKnown(node)) return Fold(node);
+    auto it = Converters().find(op);
+    if (it == Converters().end()) {
+      return Fail(node, "its inputs are computed tensors, which only the import-time "
+                        "evaluation of this op can take; Headroom has no such op");
+    }
+    return (this->*(it->second))(node);
+  }
+
+  absl::Status AttachLoss() {
+    if (options_.loss != "softmax_cross_entropy") {
+      return InvalidArgumentError(StrCat("loss '", options_.loss,
+                                         "': Headroom attaches softmax_cross_entropy"));
+    }
+    if (graph_.output_size() == 0) return InvalidArgumentError("ONNX model has no output");
+    const std::string& output = graph_.output(0).name();
+    ASSIGN_OR_RETURN(std::string logits, Tensor(output));
+    const Value& v = values_.at(output);
+    if (v.shape.size() < 2 || !IsFloating(v.dtype)) {
+      return InvalidArgumentError(StrCat("ONNX output '", output, "' is ", DTypeName(v.dtype),
+                                         " ", ShapeString(v.shape), "; softmax_cross_entropy ",
+                                         "needs float logits [N, ..., classes]"));
+    }
+    const int64_t classes = v.shape.back();
+    if (options_.classes > 0 && static_cast<int64_t>(options_.classes) != classes) {
+      return InvalidArgumentError(StrCat("--classes ", options_.classes, ", but ONNX output '",
+                                         output, "' ", ShapeString(v.shape), " has ", classes));
+    }
+    const std::string labels =
+        NewLeaf("labels", Shape(v.shape.begin(), v.shape.end() - 1), proto::DTYPE_INT64,
+                proto::ROLE_LABEL);
+    ASSIGN_OR_RETURN(std::vector<std::string> loss,
+                     Emit("SoftmaxCrossEntropy", "loss", {logits, labels}, {UniqueTensor("loss")}));
+    out_.graph.set_loss(loss[0]);
+    return absl::OkStatus();
+  }
+
+  // ---- Values ---------------------------------------------------------------------------
+
+  absl::StatusOr<Value*> Find(const std::string& name) {
+    auto it = values_.find(name);
+    if (it == values_.end()) {
+      return InvalidArgumentError(StrCat("value '", name, "' is read before anything writes it"));
+    }
+    return &it->second;
+  }
+
+  // Returns true if `name` is a value known now that may be folded (not a weight).
+  bool Known(const std::string& name) const {
+    auto it = values_.find(name);
+    return it != values_.end() && it->second.constant != nullptr && !it->second.weight;
+  }
+
+  bool AllKnown(const onnx::NodeProto& node) const {
+    for (const std::string& in : node.input()) {
+      if (!in.empty() && !Known(in)) return false;
+    }
+    return node.input_size() > 0;
+  }
+
+  // Returns input i's known value; an error naming the node when it is computed.
+  absl::StatusOr<std::shared_ptr<const OnnxTensor>> KnownInput(const onnx::NodeProto& node,
+                                                               int i, const char* what) {
+    if (i >= node.input_size() || node.input(i).empty() || !Known(node.input(i))) {
+      return Fail(node, StrCat("its ", what, " (input ", i, ") must be known at import"));
+    }
+    return values_.at(node.input(i)).constant;
+  }
+
+  // Returns the Headroom tensor holding value `name`, making it first when it is a
+  // constant (a leaf of `role`; default PARAMETER for weights, BUFFER for the rest) or a
+  // lazy transpose.
+  absl::StatusOr<std::string> Tensor(const std::string& name,
+                                     proto::TensorRole role = proto::ROLE_UNSPECIFIED) {
+    ASSIGN_OR_RETURN(Value * v, Find(name));
+    if (!v->tensor.empty()) return v->tensor;
+    if (!v->unavailable.empty()) {
+      return InvalidArgumentError(StrCat("value '", name, "' is read, but it is ", v->unavailable));
+    }
+    if (!v->padded.empty()) {
+      return InvalidArgumentError(StrCat("value '", name, "' is a zero Pad, which Headroom takes ",
+                                         "only before a convolution or an average pool"));
+    }
+    if (!v->transpose_of.empty()) {
+      ASSIGN_OR_RETURN(std::string source, Tensor(v->transpose_of));
+      ASSIGN_OR_RETURN(std::vector<std::string> out,
+                       Emit("Transpose", StrCat(name, ".transpose"), {source},
+                            {UniqueTensor(name)}, {{"perm", IntsAttr({1, 0})}}));
+      return v->tensor = out[0];
+    }
+    const OnnxTensor& c = *v->constant;
+    if (role == proto::ROLE_UNSPECIFIED) role = v->weight ? proto::ROLE_PARAMETER : proto::ROLE_BUFFER;
+    ASSIGN_OR_RETURN(proto::DType dtype, HeadroomDType(c.type()));
+    Shape shape = c.shape();
+    if (shape.empty()) shape = {1};  // Headroom's leaves are at least vectors
+    v->tensor = NewLeaf(name, shape, dtype, role);
+    if (role == proto::ROLE_PARAMETER) {
+      ++out_.stats.parameters;
+      out_.stats.parameter_elements += c.size();
+    } else {
+      ++out_.stats.buffers;
+    }
+    if (options_.keep_values) {
+      ASSIGN_OR_RETURN(proto::TensorValue value, c.ToValue(v->tensor));
+      value.clear_shape();
+      for (int64_t d : shape) value.add_shape(d);
+      out_.values.push_back(std::move(value));
+    }
+    return v->tensor;
+  }
+
+  // Returns a buffer holding `c` as float32 (a constant operand of arithmetic).
+  absl::StatusOr<std::string> FloatConstant(const std::string& name, const OnnxTensor& c) {
+    Value v;
+    v.constant = std::make_shared<const OnnxTensor>(OnnxTensor::Floats(c.floats(), c.shape()));
+    v.shape = c.shape();
+    v.dtype = proto::DTYPE_FLOAT32;
+    const std::string key = UniqueValue(name);
+    values_[key] = std::move(v);
+    return Tensor(key, proto::ROLE_BUFFER);
+  }
+
+  // Declares a leaf tensor; returns its (unique) name.
+  std::string NewLeaf(const std::string& name, const Shape& shape, proto::DType dtype,
+                      proto::TensorRole role) {
+    const std::string unique = UniqueTensor(name);
+    proto::TensorDef* t = out_.graph.add_tensors();
+    t->set_name(unique);
+    for (int64_t d : shape) t->add_shape(d);
+    t->set_dtype(dtype);
+    t->set_role(role);
+    shapes_[unique] = {shape, dtype};
+    return unique;
+  }
+
+  std::string UniqueTensor(const std::string& base) {
+    std::string name = base;
+    for (int k = 1; shapes_.contains(name) || reserved_.contains(name); ++k) {
+      name = StrCat(base, ".", k);
+    }
+    reserved_.insert(name);
+    return name;
+  }
+
+  std::string UniqueValue(const std::string& base) {
+    std::string name = base;
+    for (int k = 1; values_.contains(name); ++k) name = StrCat(base, ".", k);
+    return name;
+  }
+
+  // Makes `output` stand for the same thing as `input` (an op that changes nothing).
+  absl::Status Alias(const onnx::NodeProto& node, const std::string& input, int output = 0) {
+    ASSIGN_OR_RETURN(Value * v, Find(input));
+    values_[node.output(output)] = *v;
+    ++out_.stats.elided;
+    return absl::OkStatus();
+  }
+
+  void Unavailable(const onnx::NodeProto& node, int from, const std::string& why) {
+    for (int k = from; k < node.output_size(); ++k) {
+      if (node.output(k).empty()) continue;
+      Value v;
+      v.unavailable = why;
+      values_[node.output(k)] = std::move(v);
+    }
+  }
+
+  // ---- Folding --------------------------------------------------------------------------
+
+  absl::Status FoldConstant(const onnx::NodeProto& node) {
+    OnnxTensor t;
+    if (const onnx::AttributeProto* a = FindOnnxAttr(node, "value")) {
+      ASSIGN_OR_RETURN(t, OnnxTensor::FromProto(a->t(), external_dir_));
+    } else if (const onnx::AttributeProto* a = FindOnnxAttr(node, "value_float")) {
+      t = OnnxTensor::Floats({a->f()}, {});
+    } else if (const onnx::AttributeProto* a = FindOnnxAttr(node, "value_floats")) {
+      t = OnnxTensor::Floats(std::vector<double>(a->floats().begin(), a->floats().end()),
+                             {a->floats_size()});
+    } else if (const onnx::AttributeProto* a = FindOnnxAttr(node, "value_int")) {
+      t = OnnxTensor::Ints({a->i()}, {});
+    } else if (const onnx::AttributeProto* a = FindOnnxAttr(node, "value_ints")) {
+      t = OnnxTensor::Ints(std::vector<int64_t>(a->ints().begin(), a->ints().end()),
+                           {a->ints_size()});
+    } else {
+      return Fail(node, "has no value attribute Headroom reads (value, value_float(s), value_int(s))");
+    }
+    SetConstant(node.output(0), std::move(t));
+    ++out_.stats.folded;
+    return absl::OkStatus();
+  }
+
+  // Shape needs only the shape, which every value has.
+  absl::Status FoldShape(const onnx::NodeProto& node) {
+    ASSIGN_OR_RETURN(Value * x, Find(node.input(0)));
+    const int64_t rank = x->shape.size();
+    int64_t start = OnnxIntAttr(node, "start", 0), end = OnnxIntAttr(node, "end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+    std::vector<int64_t> dims(x->shape.begin() + start, x->shape.begin() + end);
+    const int64_t n = dims.size();
+    SetConstant(node.output(0), OnnxTensor::Ints(std::move(dims), {n}));
+    ++out_.stats.folded;
+    return absl::OkStatus();
+  }
+
+  absl::Status Fold(const onnx::NodeProto& node) {
+    std::vector<const OnnxTensor*> inputs;
+    for (const std::string& in : node.input()) {
+      inputs.push_back(in.empty() ? nullptr : values_.at(in).constant.get());
+    }
+    ASSIGN_OR_RETURN(std::vector<OnnxTensor> outputs, FoldOnnxNode(node, inputs, opset_));
+    for (size_t k = 0; k < outputs.size() && k < static_cast<size_t>(node.output_size()); ++k) {
+      SetConstant(node.output(k), std::move(outputs[k]));
+    }
+    ++out_.stats.folded;
+    return absl::OkStatus();
+  }
+
+  void SetConstant(const std::string& name, OnnxTensor t) {
+    Value v;
+    v.shape = t.shape();
+    v.dtype = HeadroomDType(t.type()).value_or(proto::DTYPE_UNSPECIFIED);
+    v.constant = std::make_shared<const OnnxTensor>(std::move(t));
+    values_[name] = std::move(v);
+  }
+
+  // ---- Emitting Headroom nodes ----------------------------------------------------------
+
+  // Adds a Headroom node reading `inputs` (Headroom tensors) and writing `outputs` (new
+  // tensor names); returns the outputs. Shapes come from the op set's inference.
+  absl::StatusOr<std::vector<std::string>> Emit(const std::string& op, const std::string& name,
+                                                const std::vector<std::string>& inputs,
+                                                const std::vector<std::string>& outputs,
+                                                const AttrList& attrs = {}) {
+    proto::NodeDef def;
+    std::string node_name = name;
+    for (int k = 1; node_names_.contains(node_name); ++k) node_name = StrCat(name, ".", k);
+    def.set_name(node_name);
+    def.set_op(op);
+    std::vector<Shape> shapes;
+    std::vector<proto::DType> dtypes;
+    for (const std::string& in : inputs) {
+      def.add_inputs(in);
+      const auto& [shape, dtype] = shapes_.at(in);
+      shapes.push_back(shape);
+      dtypes.push_back(dtype);
+    }
+    for (const std::string& out : outputs) def.add_outputs(out);
+    for (const auto& [key, value] : attrs) (*def.mutable_attrs())[key] = value;
+    ASSIGN_OR_RETURN(std::vector<InferredOutput> inferred, InferNodeOutputs(def, shapes, dtypes));
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      shapes_[outputs[k]] = {inferred[k].shape, inferred[k].dtype};
+    }
+    node_names_.insert(node_name);
+    *out_.graph.add_nodes() = std::move(def);
+    ++out_.stats.headroom_nodes;
+    return outputs;
+  }
+
+  // Emits `op` for ONNX `node`, its outputs bound to the node's first outputs.
+  absl::Status EmitFor(const onnx::NodeProto& node, const std::string& op,
+                       const std::vector<std::string>& inputs, const AttrList& attrs = {},
+                       int num_outputs = 1) {
+    std::vector<std::string> outputs;
+    for (int k = 0; k < num_outputs; ++k) outputs.push_back(UniqueTensor(node.output(k)));
+    // An error names the Headroom node, which carries the ONNX node's name.
+    ASSIGN_OR_RETURN(std::vector<std::string> made, Emit(op, NodeName(node), inputs, outputs, attrs));
+    for (int k = 0; k < num_outputs; ++k) Bind(node.output(k), made[k]);
+    return absl::OkStatus();
+  }
+
+  void Bind(const std::string& value, const std::string& tensor) {
+    Value v;
+    v.tensor = tensor;
+    std::tie(v.shape, v.dtype) = shapes_.at(tensor);
+    values_[value] = std::move(v);
+  }
+
+  std::string NodeName(const onnx::NodeProto& node) const {
+    return node.name().empty() ? StrCat(node.op_type(), ":", node.output(0)) : node.name();
+  }
+
+  absl::Status Fail(const onnx::NodeProto& node, absl::string_view message) const {
+    return InvalidArgumentError(StrCat("ONNX ", OnnxNodeLabel(node), ": ", message));
+  }
+
+  // ---- Converters (one per ONNX op; each reads its inputs and binds its outputs) --------
+
+  absl::Status EmitFusion(const OnnxFusion& f) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(f.input));
+    const std::string name = StrCat(f.output, ".", f.op);
+    std::vector<std::string> inputs = {x};
+    AttrList attrs;
+    if (f.op == "GELU") {
+      attrs = {{"approximate", StringAttr(f.approximate)}};
+    } else {  // LayerNorm over the last axis: its weight and bias, ones and zeros if absent
+      const Shape& xs = shapes_.at(x).first;
+      const int64_t dim = xs.back();
+      for (const auto& [given, fill] : {std::pair{f.weight, 1.0}, std::pair{f.bias, 0.0}}) {
+        if (!given.empty()) {
+          ASSIGN_OR_RETURN(std::string t, Tensor(given, proto::ROLE_PARAMETER));
+          inputs.push_back(t);
+        } else {
+          ASSIGN_OR_RETURN(std::string t, FloatConstant(StrCat(name, fill == 1.0 ? ".ones" : ".zeros"),
+                                                        OnnxTensor::Floats(std::vector<double>(dim, fill), {dim})));
+          inputs.push_back(t);
+        }
+      }
+      attrs = {{"epsilon", FloatAttr(f.epsilon)}};
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> out,
+                     Emit(f.op, name, inputs, {UniqueTensor(f.output)}, attrs));
+    Bind(f.output, out[0]);
+    return absl::OkStatus();
+  }
+
+  absl::Status Conv(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    if (x->shape.size() != 4) {
+      return Fail(n, StrCat("input ", ShapeString(x->shape), ": Headroom has 2-D convolutions only"));
+    }
+    std::vector<int64_t> pads = OnnxIntsAttr(n, "pads", {0, 0, 0, 0});
+    std::string input;
+    if (!x->padded.empty()) {  // a zero Pad before it joins its padding
+      input = x->padded;
+      for (int k = 0; k < 4; ++k) pads[k] += x->pad[k];
+    } else {
+      ASSIGN_OR_RETURN(input, Tensor(n.input(0)));
+    }
+    ASSIGN_OR_RETURN(std::string w, Tensor(n.input(1)));
+    const Shape& ws = shapes_.at(w).first;
+    const std::vector<int64_t> strides = OnnxIntsAttr(n, "strides", {1, 1});
+    const std::vector<int64_t> dilations = OnnxIntsAttr(n, "dilations", {1, 1});
+    RETURN_IF_ERROR(AutoPad(n, shapes_.at(input).first, {ws[2], ws[3]}, strides, dilations, pads));
+    std::vector<std::string> inputs = {input, w};
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      ASSIGN_OR_RETURN(std::string b, Tensor(n.input(2)));
+      inputs.push_back(b);
+    }
+    return EmitFor(n, "Conv2D", inputs,
+                   {{"stride", IntsAttr(strides)}, {"padding", IntsAttr(pads)},
+                    {"dilation", IntsAttr(dilations)}, {"groups", IntAttr(OnnxIntAttr(n, "group", 1))}});
+  }
+
+  // Fills `pads` for auto_pad SAME_UPPER / SAME_LOWER / VALID.
+  absl::Status AutoPad(const onnx::NodeProto& n, const Shape& x, const std::vector<int64_t>& kernel,
+                       const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                       std::vector<int64_t>& pads) {
+    const std::string mode = OnnxStringAttr(n, "auto_pad", "NOTSET");
+    if (mode == "NOTSET") return absl::OkStatus();
+    if (mode == "VALID") {
+      pads = {0, 0, 0, 0};
+      return absl::OkStatus();
+    }
+    if (mode != "SAME_UPPER" && mode != "SAME_LOWER") return Fail(n, StrCat("auto_pad '", mode, "'"));
+    for (int d = 0; d < 2; ++d) {
+      const int64_t out = (x[2 + d] + strides[d] - 1) / strides[d];
+      const int64_t span = (kernel[d] - 1) * dilations[d] + 1;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * strides[d] + span - x[2 + d]);
+      const int64_t small = total / 2, big = total - small;
+      pads[d] = mode == "SAME_UPPER" ? small : big;
+      pads[d + 2] = mode == "SAME_UPPER" ? big : small;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BatchNormalization(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    std::vector<std::string> inputs = {x};
+    const proto::TensorRole roles[] = {proto::ROLE_PARAMETER, proto::ROLE_PARAMETER,
+                                       proto::ROLE_BUFFER, proto::ROLE_BUFFER};
+    for (int k = 1; k <= 4; ++k) {
+      ASSIGN_OR_RETURN(std::string t, Tensor(n.input(k), roles[k - 1]));
+      inputs.push_back(t);
+    }
+    Unavailable(n, 1, "a batch norm's running statistics, which Headroom updates in place");
+    // ONNX's momentum weighs the running value (0.9); Headroom's, like PyTorch's, the batch's.
+    return EmitFor(n, "BatchNorm", inputs,
+                   {{"epsilon", FloatAttr(OnnxFloatAttr(n, "epsilon", 1e-5))},
+                    {"momentum", FloatAttr(1.0 - OnnxFloatAttr(n, "momentum", 0.9))}});
+  }
+
+  absl::Status Elementwise(const onnx::NodeProto& n, const std::string& op, AttrList attrs = {}) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    return EmitFor(n, op, {x}, attrs);
+  }
+  absl::Status Relu(const onnx::NodeProto& n) { return Elementwise(n, "ReLU"); }
+  absl::Status Sigmoid(const onnx::NodeProto& n) { return Elementwise(n, "Sigmoid"); }
+  absl::Status Tanh(const onnx::NodeProto& n) { return Elementwise(n, "Tanh"); }
+  absl::Status HardSwish(const onnx::NodeProto& n) { return Elementwise(n, "HardSwish"); }
+  absl::Status HardSigmoid(const onnx::NodeProto& n) {
+    return Elementwise(n, "HardSigmoid", {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 0.2))},
+                                          {"beta", FloatAttr(OnnxFloatAttr(n, "beta", 0.5))}});
+  }
+
+  absl::Status Clip(const onnx::NodeProto& n) {
+    double lo = -std::numeric_limits<double>::infinity(), hi = -lo;
+    if (opset_ >= 11) {
+      if (n.input_size() > 1 && !n.input(1).empty()) {
+        ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "min"));
+        lo = c->float_at(0);
+      }
+      if (n.input_size() > 2 && !n.input(2).empty()) {
+        ASSIGN_OR_RETURN(auto c, KnownInput(n, 2, "max"));
+        hi = c->float_at(0);
+      }
+    } else {
+      lo = OnnxFloatAttr(n, "min", lo);
+      hi = OnnxFloatAttr(n, "max", hi);
+    }
+    if (lo == 0 && hi == 6) return Elementwise(n, "ReLU6");
+    if (lo == 0 && std::isinf(hi)) return Elementwise(n, "ReLU");
+    return Fail(n, StrCat("clips to [", lo, ", ", hi, "]; Headroom has ReLU [0, inf) and ReLU6 [0, 6]"));
+  }
+
+  // Add, Sub, Mul, Div. A known operand becomes a float32 buffer (Sub and Div by a known
+  // value become Add and Mul of its negation and reciprocal); Add and Mul of two computed
+  // tensors are Headroom's own.
+  absl::Status Arithmetic(const onnx::NodeProto& n) {
+    const std::string& op = n.op_type();
+    const bool known_a = Known(n.input(0)), known_b = Known(n.input(1));
+    if (!known_a && !known_b) {
+      if (op == "Sub" || op == "Div") {
+        return Fail(n, "both operands are computed tensors; Headroom has no such op");
+      }
+      if (op == "Add") {
+        ASSIGN_OR_RETURN(bool fused, FuseBias(n));
+        if (fused) return absl::OkStatus();
+      }
+      ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
+      ASSIGN_OR_RETURN(std::string b, Tensor(n.input(1)));
+      return EmitFor(n, op, {a, b});
+    }
+    if ((op == "Sub" || op == "Div") && known_a) {
+      return Fail(n, "a known value minus or over a computed tensor; Headroom has no such op");
+    }
+    const std::string& data = known_a ? n.input(1) : n.input(0);
+    const OnnxTensor& c = *values_.at(known_a ? n.input(0) : n.input(1)).constant;
+    std::vector<double> values = c.floats();
+    for (double& v : values) {
+      if (op == "Sub") v = -v;
+      if (op == "Div") v = 1.0 / v;
+    }
+    const bool additive = op == "Add" || op == "Sub";
+    const double identity = additive ? 0.0 : 1.0;
+    ASSIGN_OR_RETURN(Value * d, Find(data));
+    ASSIGN_OR_RETURN(Shape out, OnnxBroadcastShapes({d->shape, c.shape()}));
+    if (out == d->shape &&
+        std::all_of(values.begin(), values.end(), [&](double v) { return v == identity; })) {
+      return Alias(n, data);
+    }
+    ASSIGN_OR_RETURN(std::string x, Tensor(data));
+    ASSIGN_OR_RETURN(std::string k, FloatConstant(StrCat(n.output(0), ".constant"),
+                                                  OnnxTensor::Floats(values, c.shape())));
+    return EmitFor(n, additive ? "Add" : "Mul", {x, k});
+  }
+
+  // Add(MatMul(a, b), bias[N]) with the MatMul read only here: the bias joins the MatMul.
+  absl::StatusOr<bool> FuseBias(const onnx::NodeProto& n) {
+    for (int k = 0; k < 2; ++k) {
+      const std::string& product = n.input(k);
+      const std::string& bias = n.input(1 - k);
+      auto mm = matmul_nodes_.find(product);
+      auto b = values_.find(bias);
+      if (mm == matmul_nodes_.end() || readers_[product] != 1 || b == values_.end() ||
+          !b->second.weight || !b->second.tensor.empty() || b->second.shape.size() != 1) {
+        continue;
+      }
+      proto::NodeDef* node = out_.graph.mutable_nodes(mm->second);
+      const std::string& mm_out = node->outputs(0);
+      if (node->inputs_size() != 2 || shapes_.at(mm_out).first.back() != b->second.shape[0]) {
+        continue;
+      }
+      ASSIGN_OR_RETURN(std::string t, Tensor(bias));
+      node->add_inputs(t);
+      values_[n.output(0)] = values_.at(product);
+      ++out_.stats.fused;
+      return true;
+    }
+    return false;
+  }
+
+  absl::Status Gemm(const onnx::NodeProto& n) {
+    if (OnnxFloatAttr(n, "alpha", 1.0) != 1.0 || OnnxIntAttr(n, "transA", 0) != 0 ||
+        (n.input_size() > 2 && OnnxFloatAttr(n, "beta", 1.0) != 1.0)) {
+      return Fail(n, "Headroom takes Gemm with alpha 1, beta 1 and transA 0");
+    }
+    ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
+    bool transpose_b = OnnxIntAttr(n, "transB", 0) != 0;
+    ASSIGN_OR_RETURN(std::string b, MatMulOperand(n.input(1), transpose_b));
+    std::vector<std::string> inputs = {a, b};
+    std::optional<std::string> separate_bias;
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      ASSIGN_OR_RETURN(Value * c, Find(n.input(2)));
+      if (c->shape.size() == 1) {
+        ASSIGN_OR_RETURN(std::string t, Tensor(n.input(2)));
+        inputs.push_back(t);
+      } else {
+        separate_bias = n.input(2);
+      }
+    }
+    const AttrList attrs = {{"transpose_b", BoolAttr(transpose_b)}};
+    if (!separate_bias) return EmitFor(n, "MatMul", inputs, attrs);
+    ASSIGN_OR_RETURN(std::vector<std::string> product,
+                     Emit("MatMul", NodeName(n), inputs, {UniqueTensor(n.output(0) + ".product")}, attrs));
+    ASSIGN_OR_RETURN(std::string c, Tensor(*separate_bias));
+    ASSIGN_OR_RETURN(std::vector<std::string> sum,
+                     Emit("Add", NodeName(n) + ".bias", {product[0], c}, {UniqueTensor(n.output(0))}));
+    Bind(n.output(0), sum[0]);
+    return absl::OkStatus();
+  }
+
+  // Returns the tensor for a MatMul's b: a lazily transposed weight is read untransposed
+  // with transpose_b flipped.
+  absl::StatusOr<std::string> MatMulOperand(const std::string& name, bool& transpose_b) {
+    ASSIGN_OR_RETURN(Value * v, Find(name));
+    if (v->tensor.empty() && !v->transpose_of.empty()) {
+      transpose_b = !transpose_b;
+      return Tensor(v->transpose_of);
+    }
+    return Tensor(name);
+  }
+
+  absl::Status MatMul(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * av, Find(n.input(0)));
+    ASSIGN_OR_RETURN(Value * bv, Find(n.input(1)));
+    if (av->shape.size() < 2 || bv->shape.size() < 2) {
+      return Fail(n, "Headroom's MatMul takes operands of at least 2 dims");
+    }
+    ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
+    bool transpose_b = false;
+    ASSIGN_OR_RETURN(std::string b, MatMulOperand(n.input(1), transpose_b));
+    RETURN_IF_ERROR(EmitFor(n, "MatMul", {a, b}, {{"transpose_b", BoolAttr(transpose_b)}}));
+    matmul_nodes_[n.output(0)] = out_.graph.nodes_size() - 1;
+    return absl::OkStatus();
+  }
+
+  // Einsum of a batched matrix product: "...ik,...kj->...ij" with either operand's last two
+  // letters in either order (torchvision's maxvit writes "bghid,bghjd->bghij").
+  absl::Status Einsum(const onnx::NodeProto& n) {
+    std::string eq;
+    for (char ch : OnnxStringAttr(n, "equation")) {
+      if (ch != ' ') eq.push_back(ch);
+    }
+    const std::vector<std::string> sides = absl::StrSplit(eq, "->");
+    const std::vector<std::string> ops =
+        sides.size() == 2 ? absl::StrSplit(sides[0], ',') : std::vector<std::string>();
+    if (ops.size() != 2 || n.input_size() != 2) return Fail(n, StrCat("equation '", eq, "'"));
+    const std::string &a = ops[0], &b = ops[1], &o = sides[1];
+    const size_t k = o.size() < 2 ? 0 : o.size() - 2;
+    if (o.size() < 2 || a.size() != o.size() || b.size() != o.size() ||
+        a.substr(0, k) != o.substr(0, k) || b.substr(0, k) != o.substr(0, k)) {
+      return Fail(n, StrCat("equation '", eq, "' is not a batched matrix product"));
+    }
+    const char i = o[k], j = o[k + 1];
+    const std::string ar = a.substr(k), br = b.substr(k);
+    const bool transpose_a = ar[1] == i;
+    const bool transpose_b = br[0] == j;
+    const char ca = transpose_a ? ar[0] : ar[1], cb = transpose_b ? br[1] : br[0];
+    if ((transpose_a ? ar[1] : ar[0]) != i || (transpose_b ? br[0] : br[1]) != j || ca != cb ||
+        ca == i || ca == j) {
+      return Fail(n, StrCat("equation '", eq, "' is not a batched matrix product"));
+    }
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    ASSIGN_OR_RETURN(std::string y, Tensor(n.input(1)));
+    return EmitFor(n, "MatMul", {x, y},
+                   {{"transpose_a", BoolAttr(transpose_a)}, {"transpose_b", BoolAttr(transpose_b)}});
+  }
+
+  absl::Status Pool(const onnx::NodeProto& n, const std::string& op) {
+    const std::vector<int64_t> kernel = OnnxIntsAttr(n, "kernel_shape");
+    const std::vector<int64_t> dilations = OnnxIntsAttr(n, "dilations", {1, 1});
+    if (kernel.size() != 2) return Fail(n, "Headroom pools over 2-D windows only");
+    if (dilations != std::vector<int64_t>{1, 1}) return Fail(n, "dilated pooling");
+    if (OnnxIntAttr(n, "storage_order", 0) != 0) return Fail(n, "column-major storage_order");
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    std::vector<int64_t> pads = OnnxIntsAttr(n, "pads", {0, 0, 0, 0});
+    bool count_include_pad = OnnxIntAttr(n, "count_include_pad", 0) != 0;
+    std::string input;
+    if (!x->padded.empty() && op == "AvgPool") {
+      // Pad then average: the zeros count, which is count_include_pad with the pads joined.
+      if (!count_include_pad && pads != std::vector<int64_t>{0, 0, 0, 0}) {
+        return Fail(n, "a zero Pad before an average pool that excludes its own padding");
+      }
+      for (int k = 0; k < 4; ++k) pads[k] += x->pad[k];
+      count_include_pad = true;
+      input = x->padded;
+    } else {
+      ASSIGN_OR_RETURN(input, Tensor(n.input(0)));
+    }
+    std::vector<int64_t> strides = OnnxIntsAttr(n, "strides", {1, 1});
+    RETURN_IF_ERROR(AutoPad(n, shapes_.at(input).first, kernel, strides, dilations, pads));
+    AttrList attrs = {{"kernel_size", IntsAttr(kernel)}, {"stride", IntsAttr(strides)},
+                      {"padding", IntsAttr(pads)},
+                      {"ceil_mode", BoolAttr(OnnxIntAttr(n, "ceil_mode", 0) != 0)}};
+    if (op == "AvgPool") attrs.push_back({"count_include_pad", BoolAttr(count_include_pad)});
+    Unavailable(n, 1, "a max pool's indices, which Headroom does not produce");
+    return EmitFor(n, op, {input}, attrs);
+  }
+  absl::Status MaxPool(const onnx::NodeProto& n) { return Pool(n, "MaxPool"); }
+  absl::Status AveragePool(const onnx::NodeProto& n) { return Pool(n, "AvgPool"); }
+  absl::Status GlobalAveragePool(const onnx::NodeProto& n) { return Elementwise(n, "GlobalAvgPool"); }
+
+  // ReduceMean over the two spatial dims of NCHW: a global average pool.
+  absl::Status ReduceMean(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    std::vector<int64_t> axes = OnnxIntsAttr(n, "axes");
+    if (opset_ >= 18 && n.input_size() > 1 && !n.input(1).empty()) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
+      axes = c->ints();
+    }
+    for (int64_t& a : axes) {
+      ASSIGN_OR_RETURN(a, NormalAxis(a, x->shape.size()));
+    }
+    std::sort(axes.begin(), axes.end());
+    if (x->shape.size() != 4 || axes != std::vector<int64_t>{2, 3}) {
+      return Fail(n, StrCat("a mean over axes [", absl::StrJoin(axes, ","), "] of ",
+                            ShapeString(x->shape), "; Headroom averages NCHW over H and W only "
+                            "(or as part of a LayerNorm)"));
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    if (OnnxIntAttr(n, "keepdims", 1) != 0) return EmitFor(n, "GlobalAvgPool", {input});
+    ASSIGN_OR_RETURN(std::vector<std::string> pooled,
+                     Emit("GlobalAvgPool", NodeName(n), {input}, {UniqueTensor(n.output(0) + ".pooled")}));
+    return Reshaped(n, pooled[0], {x->shape[0], x->shape[1]});
+  }
+
+  // Binds the node's output to `input` reshaped (a view), or to `input` when the shape holds.
+  absl::Status Reshaped(const onnx::NodeProto& n, const std::string& input, const Shape& shape) {
+    if (shapes_.at(input).first == shape) {
+      Bind(n.output(0), input);
+      ++out_.stats.elided;
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::vector<std::string> out,
+                     Emit("Reshape", StrCat(NodeName(n), ".reshape"), {input},
+                          {UniqueTensor(n.output(0))}, {{"shape", IntsAttr(shape)}}));
+    Bind(n.output(0), out[0]);
+    return absl::OkStatus();
+  }
+
+  absl::Status Flatten(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", 1), x->shape.size() + 1));
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Flatten", {input}, {{"axis", IntAttr(axis)}});
+  }
+
+  absl::Status Reshape(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    std::vector<int64_t> target = OnnxIntsAttr(n, "shape");
+    if (opset_ >= 5) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "shape"));
+      target = c->ints();
+    }
+    absl::StatusOr<Shape> shape =
+        OnnxReshapeTarget(x->shape, target, OnnxIntAttr(n, "allowzero", 0) != 0);
+    if (!shape.ok()) return Fail(n, shape.status().message());
+    return ReshapeValue(n, *shape);
+  }
+
+  // Reshape of a value to `shape`; a weight keeps its own tensor.
+  absl::Status ReshapeValue(const onnx::NodeProto& n, const Shape& shape) {
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return Reshaped(n, input, shape);
+  }
+
+  absl::Status Unsqueeze(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    std::vector<int64_t> axes = OnnxIntsAttr(n, "axes");
+    if (opset_ >= 13) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
+      axes = c->ints();
+    }
+    absl::StatusOr<Shape> shape = OnnxUnsqueezeShape(x->shape, axes);
+    if (!shape.ok()) return Fail(n, shape.status().message());
+    return ReshapeValue(n, *shape);
+  }
+
+  absl::Status Squeeze(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    std::vector<int64_t> axes = OnnxIntsAttr(n, "axes");
+    if (opset_ >= 13 && n.input_size() > 1 && !n.input(1).empty()) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
+      axes = c->ints();
+    }
+    absl::StatusOr<Shape> shape = OnnxSqueezeShape(x->shape, axes);
+    if (!shape.ok()) return Fail(n, shape.status().message());
+    return ReshapeValue(n, *shape);
+  }
+
+  absl::Status Transpose(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    const int64_t rank = x->shape.size();
+    std::vector<int64_t> perm = OnnxIntsAttr(n, "perm");
+    if (perm.empty()) {
+      for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+    }
+    bool identity = true;
+    for (int64_t d = 0; d < static_cast<int64_t>(perm.size()); ++d) identity &= perm[d] == d;
+    if (identity) return Alias(n, n.input(0));
+    if (x->weight && x->tensor.empty() && rank == 2) {
+      // A transposed weight: a MatMul reads the weight with transpose_b instead.
+      Value v;
+      v.transpose_of = n.input(0);
+      v.shape = {x->shape[1], x->shape[0]};
+      v.dtype = x->dtype;
+      values_[n.output(0)] = std::move(v);
+      ++out_.stats.fused;
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Transpose", {input}, {{"perm", IntsAttr(perm)}});
+  }
+
+  absl::Status Concat(const onnx::NodeProto& n) {
+    std::vector<std::string> inputs;
+    for (const std::string& in : n.input()) {
+      ASSIGN_OR_RETURN(std::string t, Tensor(in));
+      inputs.push_back(t);
+    }
+    if (inputs.size() == 1) return Alias(n, n.input(0));
+    ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", 0), shapes_.at(inputs[0]).first.size()));
+    return EmitFor(n, "Concat", inputs, {{"axis", IntAttr(axis)}});
+  }
+
+  absl::Status Split(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", 0), x->shape.size()));
+    std::vector<int64_t> sizes = OnnxIntsAttr(n, "split");
+    if (opset_ >= 13 && n.input_size() > 1 && !n.input(1).empty()) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "split"));
+      sizes = c->ints();
+    }
+    const int64_t pieces = n.output_size(), dim = x->shape[axis];
+    if (sizes.empty()) {
+      const int64_t each = (dim + pieces - 1) / pieces;
+      for (int64_t k = 0; k < pieces; ++k) sizes.push_back(std::min(each, dim - k * each));
+    }
+    if (pieces == 1) return Alias(n, n.input(0));
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Split", {input}, {{"axis", IntAttr(axis)}, {"sizes", IntsAttr(sizes)}},
+                   static_cast<int>(pieces));
+  }
+
+  // Slice of a computed tensor with positive steps: Headroom's Slice, or nothing when it
+  // keeps everything.
+  absl::Status Slice(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    const int64_t rank = x->shape.size();
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (opset_ < 10) {
+      starts = OnnxIntsAttr(n, "starts");
+      ends = OnnxIntsAttr(n, "ends");
+      axes = OnnxIntsAttr(n, "axes");
+    } else {
+      ASSIGN_OR_RETURN(auto s, KnownInput(n, 1, "starts"));
+      ASSIGN_OR_RETURN(auto e, KnownInput(n, 2, "ends"));
+      starts = s->ints();
+      ends = e->ints();
+      if (n.input_size() > 3 && !n.input(3).empty()) {
+        ASSIGN_OR_RETURN(auto a, KnownInput(n, 3, "axes"));
+        axes = a->ints();
+      }
+      if (n.input_size() > 4 && !n.input(4).empty()) {
+        ASSIGN_OR_RETURN(auto st, KnownInput(n, 4, "steps"));
+        steps = st->ints();
+      }
+    }
+    if (axes.empty()) {
+      for (int64_t d = 0; d < static_cast<int64_t>(starts.size()); ++d) axes.push_back(d);
+    }
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    std::vector<int64_t> out_axes, out_starts, out_ends, out_steps;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      ASSIGN_OR_RETURN(int64_t axis, NormalAxis(axes[k], rank));
+      absl::StatusOr<SliceRange> r = NormalizeSliceRange(x->shape[axis], starts[k], ends[k], steps[k]);
+      if (!r.ok()) return Fail(n, r.status().message());
+      if (r->step < 0) return Fail(n, "a reversing slice (negative step) of a computed tensor");
+      if (r->count == 0) return Fail(n, "an empty slice");
+      if (r->start == 0 && r->step == 1 && r->count == x->shape[axis]) continue;  // all of it
+      out_axes.push_back(axis);
+      out_starts.push_back(r->start);
+      out_ends.push_back(r->start + (r->count - 1) * r->step + 1);
+      out_steps.push_back(r->step);
+    }
+    if (out_axes.empty()) return Alias(n, n.input(0));
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Slice", {input},
+                   {{"axes", IntsAttr(out_axes)}, {"starts", IntsAttr(out_starts)},
+                    {"ends", IntsAttr(out_ends)}, {"steps", IntsAttr(out_steps)}});
+  }
+
+  // Gather rows of a weight table (an embedding), or known positions of a computed tensor
+  // (vit's x[:, 0]).
+  absl::Status Gather(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * data, Find(n.input(0)));
+    ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", 0), data->shape.size()));
+    if (data->weight && data->shape.size() == 2 && axis == 0) {
+      ASSIGN_OR_RETURN(std::string ids, Tensor(n.input(1), proto::ROLE_BUFFER));
+      ASSIGN_OR_RETURN(std::string table, Tensor(n.input(0)));
+      return EmitFor(n, "Embedding", {ids, table});
+    }
+    if (!Known(n.input(1))) {
+      return Fail(n, "gathers computed positions of a computed tensor; Headroom gathers rows "
+                     "of a 2-D weight (an embedding) or known positions");
+    }
+    const OnnxTensor& idx = *values_.at(n.input(1)).constant;
+    std::vector<int64_t> positions = idx.ints();
+    const int64_t dim = data->shape[axis];
+    for (int64_t& p : positions) p = p < 0 ? p + dim : p;
+    for (size_t k = 1; k < positions.size(); ++k) {
+      if (positions[k] != positions[0] + static_cast<int64_t>(k)) {
+        return Fail(n, "gathers known positions that are not one ascending run");
+      }
+    }
+    if (positions.empty() || positions[0] < 0 || positions.back() >= dim) {
+      return Fail(n, StrCat("positions ", idx.DebugString(), " outside axis ", axis, " of ", dim));
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    Shape out = data->shape;
+    out[axis] = positions.size();
+    std::string piece = input;
+    if (static_cast<int64_t>(positions.size()) != dim) {
+      ASSIGN_OR_RETURN(std::vector<std::string> sliced,
+                       Emit("Slice", NodeName(n), {input}, {UniqueTensor(n.output(0) + ".slice")},
+                            {{"axes", IntsAttr({axis})}, {"starts", IntsAttr({positions[0]})},
+                             {"ends", IntsAttr({positions.back() + 1})}, {"steps", IntsAttr({1})}}));
+      piece = sliced[0];
+    }
+    // The index's own shape replaces the axis (a scalar index drops it).
+    Shape final_shape(data->shape.begin(), data->shape.begin() + axis);
+    final_shape.insert(final_shape.end(), idx.shape().begin(), idx.shape().end());
+    final_shape.insert(final_shape.end(), data->shape.begin() + axis + 1, data->shape.end());
+    return Reshaped(n, piece, final_shape);
+  }
+
+  absl::Status Softmax(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    const int64_t rank = x->shape.size();
+    ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", opset_ >= 13 ? -1 : 1), rank));
+    if (opset_ < 13 && axis != rank - 1) {
+      return Fail(n, "softmax over flattened trailing dims (opset < 13, axis before the last)");
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Softmax", {input}, {{"axis", IntAttr(axis)}});
+  }
+
+  // Headroom trains what it imports, so a Dropout keeps its ratio whatever training_mode
+  // says; ratio 0 drops it.
+  absl::Status Dropout(const onnx::NodeProto& n) {
+    double ratio = OnnxFloatAttr(n, "ratio", 0.5);
+    if (opset_ >= 12 && n.input_size() > 1 && !n.input(1).empty()) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "ratio"));
+      ratio = c->float_at(0);
+    }
+    Unavailable(n, 1, "a dropout mask, which Headroom keeps to itself");
+    if (ratio == 0) return Alias(n, n.input(0));
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Dropout", {input}, {{"rate", FloatAttr(ratio)}});
+  }
+
+  absl::Status LayerNormalization(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    const int64_t rank = x->shape.size();
+    ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", -1), rank));
+    if (axis != rank - 1) return Fail(n, "Headroom normalises over the last axis only");
+    OnnxFusion f;
+    f.op = "LayerNorm";
+    f.input = n.input(0);
+    f.output = n.output(0);
+    f.epsilon = OnnxFloatAttr(n, "epsilon", 1e-5);
+    f.weight = n.input(1);
+    f.bias = n.input_size() > 2 ? n.input(2) : "";
+    Unavailable(n, 1, "a layer norm's saved statistics, which Headroom keeps to itself");
+    return EmitFusion(f);
+  }
+
+  absl::Status Pad(const onnx::NodeProto& n) {
+    if (OnnxStringAttr(n, "mode", "constant") != "constant") return Fail(n, "a non-constant Pad mode");
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    const int64_t rank = x->shape.size();
+    std::vector<int64_t> pads = OnnxIntsAttr(n, "pads");
+    double fill = OnnxFloatAttr(n, "value", 0.0);
+    std::vector<int64_t> axes;
+    if (opset_ >= 11) {
+      ASSIGN_OR_RETURN(auto p, KnownInput(n, 1, "pads"));
+      pads = p->ints();
+      if (n.input_size() > 2 && !n.input(2).empty()) {
+        ASSIGN_OR_RETURN(auto v, KnownInput(n, 2, "constant_value"));
+        fill = v->float_at(0);
+      }
+      if (n.input_size() > 3 && !n.input(3).empty()) {
+        ASSIGN_OR_RETURN(auto a, KnownInput(n, 3, "axes"));
+        axes = a->ints();
+      }
+    }
+    if (axes.empty()) {
+      for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    }
+    std::vector<int64_t> begin(rank, 0), end(rank, 0);
+    if (pads.size() != 2 * axes.size()) return Fail(n, "pads do not match the axes");
+    for (size_t k = 0; k < axes.size(); ++k) {
+      ASSIGN_OR_RETURN(int64_t axis, NormalAxis(axes[k], rank));
+      begin[axis] = pads[k];
+      end[axis] = pads[k + axes.size()];
+    }
+    const bool none = std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
+    if (none) return Alias(n, n.input(0));
+    const bool spatial = rank == 4 && begin[0] == 0 && begin[1] == 0 && end[0] == 0 && end[1] == 0;
+    if (!spatial || fill != 0 ||
+        std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0; })) {
+      return Fail(n, "Headroom takes a Pad only as zeros around H and W of NCHW, before a "
+                     "convolution or an average pool");
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    Value v;
+    v.padded = input;
+    v.pad = {begin[2], begin[3], end[2], end[3]};
+    v.shape = x->shape;
+    v.shape[2] += begin[2] + end[2];
+    v.shape[3] += begin[3] + end[3];
+    v.dtype = x->dtype;
+    values_[n.output(0)] = std::move(v);
+    ++out_.stats.fused;
+    return absl::OkStatus();
+  }
+
+  absl::Status Expand(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "shape"));
+    absl::StatusOr<Shape> target = OnnxBroadcastShapes({x->shape, c->ints()});
+    if (!target.ok()) return Fail(n, target.status().message());
+    if (*target == x->shape) return Alias(n, n.input(0));
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    return EmitFor(n, "Expand", {input}, {{"shape", IntsAttr(*target)}});
+  }
+
+  absl::Status Identity(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    if (x->constant != nullptr && x->tensor.empty()) {
+      // An exporter's alias of an initializer (eval-mode exports merge equal ones): a tensor
+      // of its own under this name.
+      Value v = *x;
+      values_[n.output(0)] = std::move(v);
+      return absl::OkStatus();
+    }
+    return Alias(n, n.input(0));
+  }
+
+  absl::Status Cast(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    absl::StatusOr<proto::DType> to =
+        HeadroomDType(static_cast<OnnxDType>(OnnxIntAttr(n, "to", onnx::TensorProto::FLOAT)));
+    if (!to.ok() || *to != x->dtype) {
+      return Fail(n, "casts a computed tensor to another type; Headroom keeps each tensor's dtype");
+    }
+    return Alias(n, n.input(0));
+  }
+
+  const onnx::ModelProto& model_;
+  const onnx::GraphProto& graph_;
+  const OnnxImportOptions& options_;
+  const std::string external_dir_;
+  int64_t opset_ = 0;
+  ImportedModel out_;
+  absl::node_hash_map<std::string, Value> values_;
+  // Every Headroom tensor made so far, with its shape and dtype.
+  absl::flat_hash_map<std::string, std::pair<Shape, proto::DType>> shapes_;
+  absl::flat_hash_set<std::string> reserved_;
+  absl::flat_hash_set<std::string> node_names_;
+  // Readers of each ONNX value (graph outputs count).
+  absl::flat_hash_map<std::string, int> readers_;
+  // ONNX MatMul outputs -> index of their Headroom MatMul node (for bias fusion).
+  absl::flat_hash_map<std::string, int> matmul_nodes_;
+};
+
+const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converters() {
+  static const auto* converters = new absl::flat_hash_map<std::string, Converter>{
+      {"Add", &Importer::Arithmetic},
+      {"AveragePool", &Importer::AveragePool},
+      {"BatchNormalization", &Importer::BatchNormalization},
+      {"Cast", &Importer::Cast},
+      {"Clip", &Importer::Clip},
+      {"Concat", &Importer::Concat},
+      {"Conv", &Importer::Conv},
+      {"Div", &Importer::Arithmetic},
+      {"Dropout", &Importer::Dropout},
+      {"Einsum", &Importer::Einsum},
+      {"Expand", &Importer::Expand},
+      {"Flatten", &Importer::Flatten},
+      {"Gather", &Importer::Gather},
+      {"Gemm", &Importer::Gemm},
+      {"GlobalAveragePool", &Importer::GlobalAveragePool},
+      {"HardSigmoid", &Importer::HardSigmoid},
+      {"HardSwish", &Importer::HardSwish},
+      {"Identity", &Importer::Identity},
+      {"LayerNormalization", &Importer::LayerNormalization},
+      {"MatMul", &Importer::MatMul},
+      {"MaxPool", &Importer::MaxPool},
+      {"Mul", &Importer::Arithmetic},
+      {"Pad", &Importer::Pad},
+      {"ReduceMean", &Importer::ReduceMean},
+      {"Relu", &Importer::Relu},
+      {"Reshape", &Importer::Reshape},
+      {"Sigmoid", &Importer::Sigmoid},
+      {"Slice", &Importer::Slice},
+      {"Softmax", &Importer::Softmax},
+      {"Split", &Importer::Split},
+      {"Squeeze", &Importer::Squeeze},
+      {"Sub", &Importer::Arithmetic},
+      {"Tanh", &Importer::Tanh},
+      {"Transpose", &Importer::Transpose},
+      {"Unsqueeze", &Importer::Unsqueeze},
+  };
+  return *converters;
+}
+
+}  // namespace
+
+std::string OnnxImportStats::DebugString() const {
+  return StrCat("opset ", opset, ": ", onnx_nodes, " ONNX nodes -> ", headroom_nodes,
+                " Headroom nodes (", folded, " folded, ", fused, " fused, ", elided,
+                " elided); ", parameters, " parameters (", parameter_elements, " elements), ",
+                buffers, " buffers");
+}
+
+absl::StatusOr<ImportedModel> ImportOnnx(const std::string& model_bytes,
+                                         const OnnxImportOptions& options,
+                                         const std::string& external_dir) {
+  onnx::ModelProto model;
+  if (!model.ParseFromString(model_bytes)) {
+    return InvalidArgumentError(StrCat("not an ONNX model: ", model_bytes.size(),
+                                       " bytes that do not parse as onnx.ModelProto"));
+  }
+  return Importer(model, options, external_dir).Run();
+}
+
+absl::StatusOr<ImportedModel> ImportOnnxFile(const std::string& path,
+                                             const OnnxImportOptions& options) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileContents(path, "ONNX model"));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  OnnxImportOptions named = options;
+  if (named.name.empty()) {  // the file's stem: "resnet18" for .../resnet18.onnx
+    std::string stem = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (stem == "model.onnx" && slash != std::string::npos) {  // DIR/<model>/model.onnx
+      const size_t up = dir.rfind('/');
+      stem = up == std::string::npos ? dir : dir.substr(up + 1);
+    }
+    named.name = stem.substr(0, stem.rfind(".onnx"));
+  }
+  absl::StatusOr<ImportedModel> model = ImportOnnx(bytes, named, dir);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), StrCat(path, ": ", model.status().message()));
+  }
+  return model;
+}
+
+std::vector<std::string> OnnxImportableOps() {
+  std::vector<std::string> ops;
+  for (const auto& [op, converter] : Importer::Converters()) ops.push_back(op);
+  for (const char* op : {"Constant", "Shape", "ConstantOfShape", "Range", "ScatterND", "Equal",
+                         "Where", "Not", "Mod", "Pow", "Erf", "Sqrt", "Neg", "Less", "Greater"}) {
+    ops.push_back(op);
+  }
+  std::sort(ops.begin(), ops.end());
+  ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+  return ops;
+}
+
+}  // namespace headroom::graph

@@ -1,0 +1,494 @@
+// The importer on small ONNX models built here, one idea each. Real exports of torchvision's
+// models are checked end to end in tests/onnx_import_test.
+#include "graph/onnx_import.h"
+
+#include <map>
+#include <numeric>
+
+#include "gmock/gmock.h"
+#include "graph/graph.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+
+namespace headroom::graph {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using TP = onnx::TensorProto;
+
+// Builds an onnx.ModelProto: inputs with a symbolic batch, initializers, Constant nodes and
+// nodes with attributes; the first output added is the logits.
+class OnnxModelBuilder {
+ public:
+  explicit OnnxModelBuilder(int64_t opset = 17) {
+    model_.set_ir_version(8);
+    model_.add_opset_import()->set_version(opset);
+    model_.mutable_graph()->set_name("test");
+  }
+
+  // An input [batch, dims...] (float unless `type` says otherwise).
+  OnnxModelBuilder& Input(const std::string& name, std::vector<int64_t> dims,
+                          int type = TP::FLOAT) {
+    onnx::ValueInfoProto* v = model_.mutable_graph()->add_input();
+    v->set_name(name);
+    onnx::TypeProto::Tensor* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+    return *this;
+  }
+
+  // A float initializer filled with 0.01 * i (or `value` for all).
+  OnnxModelBuilder& Weight(const std::string& name, std::vector<int64_t> dims,
+                           std::optional<float> value = std::nullopt) {
+    TP* t = model_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TP::FLOAT);
+    int64_t n = 1;
+    for (int64_t d : dims) {
+      t->add_dims(d);
+      n *= d;
+    }
+    for (int64_t i = 0; i < n; ++i) t->add_float_data(value ? *value : 0.01f * i);
+    return *this;
+  }
+
+  // A Constant node writing `name`.
+  OnnxModelBuilder& Ints(const std::string& name, std::vector<int64_t> values, bool scalar = false) {
+    onnx::NodeProto* n = AddNode("Constant", {}, {name});
+    TP* t = Attr(*n, "value", onnx::AttributeProto::TENSOR)->mutable_t();
+    t->set_data_type(TP::INT64);
+    if (!scalar) t->add_dims(values.size());
+    for (int64_t v : values) t->add_int64_data(v);
+    return *this;
+  }
+  OnnxModelBuilder& Float(const std::string& name, float value) {
+    onnx::NodeProto* n = AddNode("Constant", {}, {name});
+    TP* t = Attr(*n, "value", onnx::AttributeProto::TENSOR)->mutable_t();
+    t->set_data_type(TP::FLOAT);
+    t->add_float_data(value);
+    return *this;
+  }
+
+  onnx::NodeProto* AddNode(const std::string& op, std::vector<std::string> inputs,
+                           std::vector<std::string> outputs) {
+    onnx::NodeProto* n = model_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name("/" + outputs[0]);
+    for (const std::string& in : inputs) n->add_input(in);
+    for (const std::string& out : outputs) n->add_output(out);
+    return n;
+  }
+
+  static onnx::AttributeProto* Attr(onnx::NodeProto& n, const std::string& name, int type) {
+    onnx::AttributeProto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(static_cast<onnx::AttributeProto::AttributeType>(type));
+    return a;
+  }
+  static void SetInts(onnx::NodeProto& n, const std::string& name, std::vector<int64_t> v) {
+    onnx::AttributeProto* a = Attr(n, name, onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void SetInt(onnx::NodeProto& n, const std::string& name, int64_t v) {
+    Attr(n, name, onnx::AttributeProto::INT)->set_i(v);
+  }
+  static void SetFloat(onnx::NodeProto& n, const std::string& name, float v) {
+    Attr(n, name, onnx::AttributeProto::FLOAT)->set_f(v);
+  }
+
+  OnnxModelBuilder& Output(const std::string& name) {
+    model_.mutable_graph()->add_output()->set_name(name);
+    return *this;
+  }
+
+  std::string Bytes() const { return model_.SerializeAsString(); }
+
+ private:
+  onnx::ModelProto model_;
+};
+
+// Imports `b` with batch 4; fails the test on an error.
+ImportedModel Import(const OnnxModelBuilder& b, uint64_t batch = 4) {
+  OnnxImportOptions options;
+  options.batch = batch;
+  absl::StatusOr<ImportedModel> m = ImportOnnx(b.Bytes(), options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : ImportedModel();
+}
+
+std::map<std::string, int> OpCounts(const proto::GraphDef& g) {
+  std::map<std::string, int> counts;
+  for (const proto::NodeDef& n : g.nodes()) ++counts[n.op()];
+  return counts;
+}
+
+const proto::TensorDef* FindTensor(const proto::GraphDef& g, const std::string& name) {
+  for (const proto::TensorDef& t : g.tensors()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+// images[4,3,8,8] -> Conv(8, 3x3, pad 1) -> BatchNormalization -> Relu -> GlobalAveragePool
+// -> Flatten -> Gemm(10): a small classification network as torch exports it.
+OnnxModelBuilder SmallCnn() {
+  OnnxModelBuilder b;
+  b.Input("images", {3, 8, 8})
+      .Weight("conv.weight", {8, 3, 3, 3})
+      .Weight("bn.weight", {8}, 1.0f)
+      .Weight("bn.bias", {8}, 0.0f)
+      .Weight("bn.running_mean", {8}, 0.0f)
+      .Weight("bn.running_var", {8}, 1.0f)
+      .Weight("fc.weight", {10, 8})
+      .Weight("fc.bias", {10});
+  onnx::NodeProto* conv = b.AddNode("Conv", {"images", "conv.weight"}, {"c"});
+  OnnxModelBuilder::SetInts(*conv, "kernel_shape", {3, 3});
+  OnnxModelBuilder::SetInts(*conv, "pads", {1, 1, 1, 1});
+  onnx::NodeProto* bn = b.AddNode("BatchNormalization",
+                                  {"c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"},
+                                  {"n", "n.mean", "n.var"});
+  OnnxModelBuilder::SetFloat(*bn, "momentum", 0.9f);
+  OnnxModelBuilder::SetInt(*bn, "training_mode", 1);
+  b.AddNode("Relu", {"n"}, {"r"});
+  b.AddNode("GlobalAveragePool", {"r"}, {"p"});
+  b.AddNode("Flatten", {"p"}, {"f"});
+  onnx::NodeProto* gemm = b.AddNode("Gemm", {"f", "fc.weight", "fc.bias"}, {"logits"});
+  OnnxModelBuilder::SetInt(*gemm, "transB", 1);
+  b.Output("logits");
+  return b;
+}
+
+TEST(OnnxImportTest, SmallCnnBecomesAValidTrainingGraph) {
+  const ImportedModel m = Import(SmallCnn(), 4);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"BatchNorm", 1}, {"Conv2D", 1}, {"Flatten", 1},
+                                          {"GlobalAvgPool", 1}, {"MatMul", 1}, {"ReLU", 1},
+                                          {"SoftmaxCrossEntropy", 1}}));
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  // The batch replaces the symbolic dim; labels and the loss are attached.
+  EXPECT_THAT(FindTensor(m.graph, "images")->shape(), ElementsAre(4, 3, 8, 8));
+  EXPECT_EQ(FindTensor(m.graph, "labels")->role(), proto::ROLE_LABEL);
+  EXPECT_THAT(FindTensor(m.graph, "labels")->shape(), ElementsAre(4));
+  EXPECT_EQ(m.graph.loss(), "loss");
+  // Weights are parameters, running statistics buffers; all keep their values.
+  EXPECT_EQ(FindTensor(m.graph, "conv.weight")->role(), proto::ROLE_PARAMETER);
+  EXPECT_EQ(FindTensor(m.graph, "bn.running_var")->role(), proto::ROLE_BUFFER);
+  EXPECT_EQ(m.stats.parameters, 5);
+  EXPECT_EQ(m.stats.parameter_elements, 8u * 27 + 8 + 8 + 80 + 10);
+  EXPECT_EQ(m.stats.buffers, 2);
+  ASSERT_EQ(m.values.size(), 7u);
+  for (const proto::TensorValue& v : m.values) {
+    if (v.name() != "conv.weight") continue;
+    ASSERT_EQ(v.data().size(), 8u * 27 * 4);
+    float third;
+    std::memcpy(&third, v.data().data() + 8, 4);
+    EXPECT_FLOAT_EQ(third, 0.02f);
+  }
+  // ONNX's momentum weighs the running value; Headroom's the batch's.
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() == "BatchNorm") EXPECT_NEAR(n.attrs().at("momentum").f(), 0.1, 1e-7);
+    if (n.op() == "MatMul") EXPECT_TRUE(n.attrs().at("transpose_b").b());
+  }
+}
+
+TEST(OnnxImportTest, ValuesAreLeftOutWhenNotAsked) {
+  OnnxImportOptions options;
+  options.batch = 2;
+  options.keep_values = false;
+  absl::StatusOr<ImportedModel> m = ImportOnnx(SmallCnn().Bytes(), options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->values.empty());
+  EXPECT_EQ(m->stats.parameter_elements, 8u * 27 + 8 + 8 + 80 + 10);
+}
+
+TEST(OnnxImportTest, EveryUnknownOpIsListedWithItsCountInOneError) {
+  OnnxModelBuilder b = SmallCnn();
+  b.AddNode("LeakyRelu", {"r"}, {"q1"});
+  b.AddNode("LeakyRelu", {"q1"}, {"q2"});
+  b.AddNode("GridSample", {"q2", "q2"}, {"q3"});
+  absl::StatusOr<ImportedModel> m = ImportOnnx(b.Bytes(), OnnxImportOptions{4});
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), HasSubstr("2 op type(s)"));
+  EXPECT_THAT(m.status().message(), HasSubstr("GridSample x1, LeakyRelu x2"));
+}
+
+TEST(OnnxImportTest, BadModelsAndOptionsAreNamed) {
+  EXPECT_THAT(ImportOnnx("not a model", {}).status().message(), HasSubstr("not an ONNX model"));
+  // A symbolic batch without --batch.
+  absl::Status s = ImportOnnx(SmallCnn().Bytes(), OnnxImportOptions{}).status();
+  EXPECT_THAT(s.message(), HasSubstr("input 'images' dim 0 is 'batch'"));
+  EXPECT_THAT(s.message(), HasSubstr("--batch"));
+  // An opset outside the range.
+  OnnxModelBuilder old(5);
+  old.Input("x", {4}).Output("x");
+  EXPECT_THAT(ImportOnnx(old.Bytes(), OnnxImportOptions{2}).status().message(),
+              HasSubstr("opset 5"));
+  // --classes that disagree with the output.
+  OnnxImportOptions classes;
+  classes.batch = 2;
+  classes.classes = 1000;
+  EXPECT_THAT(ImportOnnx(SmallCnn().Bytes(), classes).status().message(),
+              HasSubstr("--classes 1000, but ONNX output 'logits' [2,10] has 10"));
+  // Reading an output Headroom does not make: batch norm's running mean.
+  OnnxModelBuilder b = SmallCnn();
+  b.AddNode("Relu", {"n.mean"}, {"bad"});
+  s = ImportOnnx(b.Bytes(), OnnxImportOptions{2}).status();
+  EXPECT_THAT(s.message(), HasSubstr("value 'n.mean' is read, but it is a batch norm's"));
+}
+
+TEST(OnnxImportTest, SubOfTwoComputedTensorsNamesTheNode) {
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Weight("w", {6});
+  b.AddNode("Relu", {"x"}, {"a"});
+  b.AddNode("Sub", {"a", "x"}, {"logits"});
+  b.Output("logits");
+  absl::Status s = ImportOnnx(b.Bytes(), OnnxImportOptions{2}).status();
+  EXPECT_THAT(s.message(), HasSubstr("ONNX node '/logits' (Sub): both operands are computed"));
+}
+
+TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
+  // x[4,6,2] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): [4, 12].
+  OnnxModelBuilder b;
+  b.Input("x", {6, 2}).Ints("zero", {0}, /*scalar=*/true).Ints("axes", {0}).Ints("rest", {-1});
+  b.AddNode("Shape", {"x"}, {"s"});
+  onnx::NodeProto* gather = b.AddNode("Gather", {"s", "zero"}, {"n"});
+  OnnxModelBuilder::SetInt(*gather, "axis", 0);
+  b.AddNode("Unsqueeze", {"n", "axes"}, {"nv"});
+  onnx::NodeProto* concat = b.AddNode("Concat", {"nv", "rest"}, {"target"});
+  OnnxModelBuilder::SetInt(*concat, "axis", 0);
+  b.AddNode("Reshape", {"x", "target"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b, 4);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"Reshape", 1}, {"SoftmaxCrossEntropy", 1}}));
+  EXPECT_THAT(m.graph.nodes(0).attrs().at("shape").ints().values(), ElementsAre(4, 12));
+  EXPECT_EQ(m.stats.folded, 3 + 4);  // three Constants, Shape, Gather, Unsqueeze, Concat
+  EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, GeluDecompositionBecomesOneGelu) {
+  // torch's nn.GELU(): x * (1 + erf(x / sqrt 2)) * 0.5.
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("sqrt2", 1.4142135f).Float("one", 1.0f).Float("half", 0.5f);
+  b.AddNode("Div", {"x", "sqrt2"}, {"d"});
+  b.AddNode("Erf", {"d"}, {"e"});
+  b.AddNode("Add", {"e", "one"}, {"a"});
+  b.AddNode("Mul", {"x", "a"}, {"m"});
+  b.AddNode("Mul", {"m", "half"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"GELU", 1}, {"SoftmaxCrossEntropy", 1}}));
+  EXPECT_EQ(m.graph.nodes(0).attrs().at("approximate").s(), "none");
+  EXPECT_EQ(m.stats.fused, 4);
+  EXPECT_EQ(m.stats.buffers, 0) << "the pattern's constants must not become tensors";
+}
+
+TEST(OnnxImportTest, GeluWithAnotherReaderOfItsInnerValueIsNotFused) {
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("sqrt2", 1.4142135f).Float("one", 1.0f).Float("half", 0.5f);
+  b.AddNode("Div", {"x", "sqrt2"}, {"d"});
+  b.AddNode("Erf", {"d"}, {"e"});
+  b.AddNode("Add", {"e", "one"}, {"a"});
+  b.AddNode("Mul", {"x", "a"}, {"m"});
+  b.AddNode("Mul", {"m", "half"}, {"g"});
+  b.AddNode("Add", {"g", "d"}, {"logits"});  // d is read outside the pattern
+  b.Output("logits");
+  absl::Status s = ImportOnnx(b.Bytes(), OnnxImportOptions{2}).status();
+  EXPECT_THAT(s.message(), HasSubstr("(Erf)"));
+}
+
+TEST(OnnxImportTest, LayerNormDecompositionBecomesOneLayerNorm) {
+  // opset 16's layer_norm: (x - mean) / sqrt(var + eps) * w + b over the last axis.
+  OnnxModelBuilder b(16);
+  b.Input("x", {3, 8}).Float("two", 2.0f).Float("eps", 1e-5f).Weight("ln.weight", {8}, 1.0f)
+      .Weight("ln.bias", {8}, 0.0f);
+  OnnxModelBuilder::SetInts(*b.AddNode("ReduceMean", {"x"}, {"mean"}), "axes", {-1});
+  b.AddNode("Sub", {"x", "mean"}, {"c"});
+  b.AddNode("Pow", {"c", "two"}, {"sq"});
+  OnnxModelBuilder::SetInts(*b.AddNode("ReduceMean", {"sq"}, {"var"}), "axes", {-1});
+  b.AddNode("Add", {"var", "eps"}, {"ve"});
+  b.AddNode("Sqrt", {"ve"}, {"sd"});
+  b.AddNode("Div", {"c", "sd"}, {"n"});
+  b.AddNode("Mul", {"n", "ln.weight"}, {"w"});
+  b.AddNode("Add", {"w", "ln.bias"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"LayerNorm", 1}, {"SoftmaxCrossEntropy", 1}}));
+  EXPECT_NEAR(m.graph.nodes(0).attrs().at("epsilon").f(), 1e-5, 1e-9);
+  EXPECT_THAT(m.graph.nodes(0).inputs(), ElementsAre("x", "ln.weight", "ln.bias"));
+  EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, TransposedWeightAndBiasJoinTheMatMul) {
+  // torch's Linear in training-mode exports: x @ W^T, then + b.
+  OnnxModelBuilder b;
+  b.Input("x", {5, 6}).Weight("w", {3, 6}).Weight("b", {3});
+  OnnxModelBuilder::SetInts(*b.AddNode("Transpose", {"w"}, {"wt"}), "perm", {1, 0});
+  b.AddNode("MatMul", {"x", "wt"}, {"y"});
+  b.AddNode("Add", {"b", "y"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"MatMul", 1}, {"SoftmaxCrossEntropy", 1}}));
+  const proto::NodeDef& mm = m.graph.nodes(0);
+  EXPECT_THAT(mm.inputs(), ElementsAre("x", "w", "b"));
+  EXPECT_TRUE(mm.attrs().at("transpose_b").b());
+  EXPECT_EQ(m.stats.fused, 2);
+  EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, ATransposedWeightReadElsewhereIsMadeOnce) {
+  OnnxModelBuilder b;
+  b.Input("x", {5, 6}).Weight("w", {3, 6});
+  OnnxModelBuilder::SetInts(*b.AddNode("Transpose", {"w"}, {"wt"}), "perm", {1, 0});
+  b.AddNode("Relu", {"wt"}, {"r"});  // reads the transpose itself
+  b.AddNode("MatMul", {"x", "r"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["Transpose"], 1);
+  EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, ZeroPadJoinsTheAveragePoolAfterIt) {
+  // avg_pool2d(padding=1, count_include_pad=True) as torch exports it.
+  OnnxModelBuilder b;
+  b.Input("x", {2, 6, 6}).Ints("pads", {0, 0, 1, 1, 0, 0, 1, 1});
+  b.AddNode("Pad", {"x", "pads"}, {"padded"});
+  onnx::NodeProto* pool = b.AddNode("AveragePool", {"padded"}, {"pooled"});
+  OnnxModelBuilder::SetInts(*pool, "kernel_shape", {3, 3});
+  OnnxModelBuilder::SetInts(*pool, "strides", {1, 1});
+  b.AddNode("Flatten", {"pooled"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  const proto::NodeDef& avg = m.graph.nodes(0);
+  ASSERT_EQ(avg.op(), "AvgPool");
+  EXPECT_THAT(avg.attrs().at("padding").ints().values(), ElementsAre(1, 1, 1, 1));
+  EXPECT_TRUE(avg.attrs().at("count_include_pad").b());
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(g->tensor(g->FindTensor("pooled")).shape, ElementsAre(4, 2, 6, 6));
+}
+
+TEST(OnnxImportTest, APadBeforeAnythingElseIsRefused) {
+  OnnxModelBuilder b;
+  b.Input("x", {2, 6, 6}).Ints("pads", {0, 0, 1, 1, 0, 0, 1, 1});
+  b.AddNode("Pad", {"x", "pads"}, {"padded"});
+  b.AddNode("Relu", {"padded"}, {"r"});
+  b.AddNode("Flatten", {"r"}, {"logits"});
+  b.Output("logits");
+  EXPECT_THAT(ImportOnnx(b.Bytes(), OnnxImportOptions{2}).status().message(),
+              HasSubstr("value 'padded' is a zero Pad"));
+}
+
+TEST(OnnxImportTest, IdentityAliasesOfAnInitializerAreTensorsOfTheirOwn) {
+  // Eval-mode exports merge equal initializers behind Identity nodes; each batch norm must
+  // still get its own running statistics.
+  OnnxModelBuilder b;
+  b.Input("x", {4}).Weight("shared.ones", {4}, 1.0f).Weight("shared.zeros", {4}, 0.0f);
+  for (const char* bn : {"bn1", "bn2"}) {
+    for (const char* field : {"weight", "running_var"}) {
+      b.AddNode("Identity", {"shared.ones"}, {std::string(bn) + "." + field});
+    }
+    for (const char* field : {"bias", "running_mean"}) {
+      b.AddNode("Identity", {"shared.zeros"}, {std::string(bn) + "." + field});
+    }
+  }
+  b.AddNode("BatchNormalization", {"x", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"}, {"y1"});
+  b.AddNode("BatchNormalization", {"y1", "bn2.weight", "bn2.bias", "bn2.running_mean", "bn2.running_var"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(m.stats.parameters, 4);
+  EXPECT_EQ(m.stats.buffers, 4);
+  EXPECT_EQ(FindTensor(m.graph, "bn2.running_mean")->role(), proto::ROLE_BUFFER);
+  EXPECT_EQ(FindTensor(m.graph, "shared.ones"), nullptr) << "the merged name is no tensor";
+  EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, DropoutKeepsItsRatioAndRatioZeroIsDropped) {
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("p", 0.25f).Float("zero", 0.0f);
+  b.AddNode("Dropout", {"x", "p"}, {"d", "mask"});
+  b.AddNode("Dropout", {"d", "zero"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"Dropout", 1}, {"SoftmaxCrossEntropy", 1}}));
+  EXPECT_NEAR(m.graph.nodes(0).attrs().at("rate").f(), 0.25, 1e-7);
+  EXPECT_EQ(m.stats.elided, 1);
+}
+
+TEST(OnnxImportTest, ArithmeticWithKnownValuesBecomesAddAndMul) {
+  // x / 4 - 1: Mul by 0.25 and Add of -1, each constant a float32 buffer.
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("four", 4.0f).Float("one", 1.0f).Float("unit", 1.0f);
+  b.AddNode("Div", {"x", "four"}, {"q"});
+  b.AddNode("Sub", {"q", "one"}, {"s"});
+  b.AddNode("Mul", {"s", "unit"}, {"logits"});  // times 1 changes nothing
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"Add", 1}, {"Mul", 1}, {"SoftmaxCrossEntropy", 1}}));
+  std::map<std::string, float> constants;
+  for (const proto::TensorValue& v : m.values) {
+    float f;
+    std::memcpy(&f, v.data().data(), 4);
+    constants[v.name()] = f;
+  }
+  EXPECT_FLOAT_EQ(constants.at("q.constant"), 0.25f);
+  EXPECT_FLOAT_EQ(constants.at("s.constant"), -1.0f);
+  EXPECT_EQ(m.stats.elided, 1);
+}
+
+TEST(OnnxImportTest, ClipBecomesReLU6OrIsRefused) {
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("lo", 0.0f).Float("hi", 6.0f).Float("two", 2.0f);
+  b.AddNode("Clip", {"x", "lo", "hi"}, {"logits"});
+  b.Output("logits");
+  EXPECT_EQ(Import(b).graph.nodes(0).op(), "ReLU6");
+  OnnxModelBuilder c;
+  c.Input("x", {6}).Float("lo", 0.0f).Float("two", 2.0f);
+  c.AddNode("Clip", {"x", "lo", "two"}, {"logits"});
+  c.Output("logits");
+  EXPECT_THAT(ImportOnnx(c.Bytes(), OnnxImportOptions{2}).status().message(),
+              HasSubstr("clips to [0, 2]"));
+}
+
+TEST(OnnxImportTest, EinsumOfABatchedProductBecomesAMatMul) {
+  OnnxModelBuilder b;
+  b.Input("q", {2, 5, 4}).Input("k", {2, 5, 4});
+  onnx::NodeProto* e = b.AddNode("Einsum", {"q", "k"}, {"scores"});
+  OnnxModelBuilder::Attr(*e, "equation", onnx::AttributeProto::STRING)->set_s("b h i d, b h j d -> b h i j");
+  b.AddNode("Flatten", {"scores"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  const proto::NodeDef& mm = m.graph.nodes(0);
+  ASSERT_EQ(mm.op(), "MatMul");
+  EXPECT_FALSE(mm.attrs().at("transpose_a").b());
+  EXPECT_TRUE(mm.attrs().at("transpose_b").b());
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(g->tensor(g->FindTensor("scores")).shape, ElementsAre(4, 2, 5, 5));
+}
+
+TEST(OnnxImportTest, ReduceMeanOverHeightAndWidthIsAGlobalAveragePool) {
+  OnnxModelBuilder b;
+  b.Input("x", {3, 5, 5});
+  onnx::NodeProto* r = b.AddNode("ReduceMean", {"x"}, {"logits"});
+  OnnxModelBuilder::SetInts(*r, "axes", {2, 3});
+  OnnxModelBuilder::SetInt(*r, "keepdims", 0);
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_THAT(OpCounts(m.graph),
+              (std::map<std::string, int>{{"GlobalAvgPool", 1}, {"Reshape", 1},
+                                          {"SoftmaxCrossEntropy", 1}}));
+  EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+}  // namespace
+}  // namespace headroom::graph
