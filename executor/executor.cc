@@ -64,6 +64,8 @@ struct Executor::Prepared {
 
   // The step's input and label tensors.
   std::vector<TensorId> batch_tensors;
+  // By step: the tensors ExecutorOptions::capture reads after the node there.
+  std::vector<std::vector<TensorId>> capture_after;
 
   // In flight during a step.
   struct Copy {
@@ -372,6 +374,25 @@ absl::Status Executor::Prepare() {
         break;
     }
   }
+
+  // 4. Captured tensors: read right after the forward node that writes them.
+  p.capture_after.assign(num_steps, {});
+  for (const std::string& name : options_.capture) {
+    bool found = false;
+    for (NodeId n = 0; n < num_steps && !found; ++n) {
+      const TrainingNode& node = g.node(step_->schedule.order[n]);
+      if (node.kind != NodeKind::kForward) continue;
+      for (TensorId t : node.outputs) {
+        if (g.tensor(t).name != name) continue;
+        p.capture_after[n].push_back(t);
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: cannot capture '", name, "': no forward node writes it"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -493,6 +514,14 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
                                                " before node '", g.node(s).name, "'"));
     }
     RETURN_IF_ERROR(RunNode(s, &result));
+    for (TensorId t : p.capture_after[s]) {
+      const planner::TrainingTensor& tensor = g.tensor(t);
+      HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+      RETURN_IF_ERROR(backend_->Synchronize());
+      RETURN_IF_ERROR(backend_->Download(value.bytes.data(),
+                                         arena_->At(memory_->tensors[t].offset), tensor.bytes));
+      result.captured.push_back(std::move(value));
+    }
     RETURN_IF_ERROR(IssueCopiesOut(s + 1, &result));
     for (int32_t b : p.free_at[s]) {
       RETURN_IF_ERROR(arena_->Free(b));

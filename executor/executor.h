@@ -46,6 +46,10 @@ struct ExecutorOptions {
   // When set (borrowed), RunStep() checks it before every node and stops with Cancelled once
   // it is true; the executor can then only be destroyed. Default none.
   const std::atomic<bool>* cancel = nullptr;
+  // Forward tensors, by name, copied to the host as soon as the forward pass writes them
+  // in every step (not their re-forward copies); they come back in StepResult::captured.
+  // For checks against a reference. Default none.
+  std::vector<std::string> capture;
 };
 
 // Everything a run needs to go on where it stopped: every persistent tensor of the training
@@ -69,6 +73,8 @@ struct StepResult {
   double copy_wait_seconds = 0;
   // Bytes copied to host and back.
   uint64_t offloaded_bytes = 0;
+  // The tensors ExecutorOptions::capture names, as the forward pass wrote them.
+  std::vector<HostTensor> captured;
 };
 
 class Executor {

@@ -34,6 +34,16 @@ inline HostTensor MakeHostTensor(std::string name, graph::Shape shape, proto::DT
   return t;
 }
 
+// Returns the tensor a TensorValue (a checkpoint's, an imported model's weights) holds.
+inline HostTensor HostTensorFromValue(const proto::TensorValue& v) {
+  HostTensor t;
+  t.name = v.name();
+  t.shape.assign(v.shape().begin(), v.shape().end());
+  t.dtype = v.dtype();
+  t.bytes.assign(v.data().begin(), v.data().end());
+  return t;
+}
+
 }  // namespace headroom::executor
 
 #endif  // HEADROOM_EXECUTOR_HOST_TENSOR_H_

@@ -1,10 +1,38 @@
 #include "executor/trainer.h"
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "planner/memory_planner.h"
 #include "planner/sections.h"
 #include "util/status_macros.h"
 
 namespace headroom::executor {
+namespace {
+
+// Replaces the tensors of `state` that `values` names; InvalidArgument naming a value that
+// matches no parameter or buffer, or one of another shape or dtype.
+absl::Status OverrideValues(const std::vector<HostTensor>& values, std::vector<HostTensor>& state) {
+  absl::flat_hash_map<std::string, HostTensor*> by_name;
+  for (HostTensor& t : state) by_name[t.name] = &t;
+  for (const HostTensor& v : values) {
+    auto it = by_name.find(v.name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "initial value '", v.name, "' names no parameter or buffer of the graph"));
+    }
+    HostTensor& t = *it->second;
+    if (t.shape != v.shape || t.dtype != v.dtype || t.bytes.size() != v.bytes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "initial value '", v.name, "' is ", graph::ShapeString(v.shape), " ",
+          graph::DTypeName(v.dtype), "; the graph's tensor is ", graph::ShapeString(t.shape),
+          " ", graph::DTypeName(t.dtype)));
+    }
+    t.bytes = v.bytes;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
                  const TrainerOptions& options, SyntheticTask task)
@@ -54,11 +82,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
 
   // 2. Only now allocate: the arena, the host pool, the initial state.
   t->initial_state_ = InitialState(forward, options.seed);
+  RETURN_IF_ERROR(OverrideValues(options.initial_values, t->initial_state_));
   ExecutorOptions executor_options;
   executor_options.optimizer = options.optimizer_params;
   executor_options.seed = options.seed;
   executor_options.events = options.events;
   executor_options.cancel = options.cancel;
+  executor_options.capture = options.capture;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
                                     t->initial_state_, executor_options));
@@ -72,5 +102,10 @@ absl::Status Trainer::RestoreState(const ExecutorState& state) {
 }
 
 absl::StatusOr<StepResult> Trainer::Step() { return executor_->RunStep(task_.Batch(next_step_++)); }
+
+absl::StatusOr<StepResult> Trainer::StepOn(const std::vector<HostTensor>& batch) {
+  ++next_step_;
+  return executor_->RunStep(batch);
+}
 
 }  // namespace headroom::executor

@@ -51,6 +51,12 @@ struct TrainerOptions {
   // Checked before every node; once true, Step() stops with Cancelled (borrowed). Default
   // none.
   const std::atomic<bool>* cancel = nullptr;
+  // Values of parameters and buffers, by name, in place of their seeded initialisation
+  // (an imported model's weights). Each must match its tensor's shape and dtype; tensors
+  // not named keep the seeded values. Default none.
+  std::vector<HostTensor> initial_values;
+  // Forward tensors to copy out in every step (ExecutorOptions::capture). Default none.
+  std::vector<std::string> capture;
 };
 
 class Trainer {
@@ -64,6 +70,9 @@ class Trainer {
 
   // Runs the next step on the next synthetic batch.
   absl::StatusOr<StepResult> Step();
+
+  // Runs the next step on `batch` (every input and label tensor, by name) instead.
+  absl::StatusOr<StepResult> StepOn(const std::vector<HostTensor>& batch);
 
   // Returns what resuming needs: every parameter, buffer and optimizer-state tensor now,
   // and the steps run.

@@ -91,12 +91,7 @@ executor::ExecutorState FromCheckpoint(const proto::Checkpoint& c) {
   executor::ExecutorState state;
   state.steps_run = static_cast<int64_t>(c.step());
   for (const proto::TensorValue& v : c.tensors()) {
-    executor::HostTensor t;
-    t.name = v.name();
-    t.shape.assign(v.shape().begin(), v.shape().end());
-    t.dtype = v.dtype();
-    t.bytes.assign(v.data().begin(), v.data().end());
-    state.tensors.push_back(std::move(t));
+    state.tensors.push_back(executor::HostTensorFromValue(v));
   }
   return state;
 }
@@ -581,8 +576,10 @@ void JobManager::RunJob(const std::string& job_id) {
 }
 
 absl::Status JobManager::TrainJob(Run& run) {
-  // 1. The graph, the backend and the trainer, under the plan the job was admitted with.
-  ASSIGN_OR_RETURN(graph::Graph g, GraphOf(run.spec.model()));
+  // 1. The graph (an ONNX model with its weights), the backend and the trainer, under the
+  //    plan the job was admitted with.
+  ASSIGN_OR_RETURN(graph::ResolvedModel model, graph::ResolveModelWithValues(run.spec.model()));
+  ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(model.graph));
   const std::string backend_name =
       run.spec.train().backend().empty() ? options_.backend : run.spec.train().backend();
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
@@ -590,6 +587,10 @@ absl::Status JobManager::TrainJob(Run& run) {
   ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(run.spec));
   trainer_options.budget_bytes = run.budget_bytes;
   trainer_options.cancel = run.cancel;
+  for (const proto::TensorValue& v : model.values) {
+    trainer_options.initial_values.push_back(executor::HostTensorFromValue(v));
+  }
+  model.values.clear();
   WindowLog window(options_.timeline_steps);
   profiler::MetricsSink sink(metrics_, run.job_id, device_, &window);
   trainer_options.events = &sink;
