@@ -47,7 +47,7 @@ int RunGraphCommand(const std::vector<std::string>& args, std::ostream& out, std
   absl::StatusOr<CliFlags> flags = CliFlags::Parse(args, {"json", "help"});
   if (!flags.ok()) return err << "headroom graph: " << flags.status().message() << "\n", 2;
   if (flags->TakeBool("help")) {
-    out << "usage: headroom graph (--model NAME [--batch N] | --graph FILE) [--json] "
+    out << "usage: headroom graph (--model NAME | --graph FILE | --onnx FILE) [--batch N] [--json] "
            "[--emit FILE]\n"
         << ModelFlagsUsage()
         << "  --json              print one JSON object\n"

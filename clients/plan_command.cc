@@ -20,7 +20,7 @@ namespace headroom::clients {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: headroom plan (--model NAME [--batch N] | --graph FILE) [--inference]\n"
+    "usage: headroom plan (--model NAME | --graph FILE | --onnx FILE) [--batch N] [--inference]\n"
     "                     [--optimizer sgd|adam] [--alignment BYTES] [--tensors] [--json]\n"
     "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
     "                     [--device-file FILE] [--no-offload] [--profile FILE]\n";

@@ -24,7 +24,7 @@ namespace headroom::clients {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: headroom profile (--model NAME [--batch N] | --graph FILE) [--steps N]\n"
+    "usage: headroom profile (--model NAME | --graph FILE | --onnx FILE) [--batch N] [--steps N]\n"
     "                        [--budget SIZE] [--backend cpu|cuda] [--no-offload]\n"
     "                        [--optimizer sgd|adam] [--lr RATE] [--seed N]\n"
     "                        [--device cpu|h100|h200] [--trace FILE] [--out FILE]\n"

@@ -428,7 +428,7 @@ std::string PlanFlagsHelp() {
 
 CommandSpec PlanSpec() {
   return {"plan",
-          "usage: headroom plan --server ADDR (--model NAME [--batch N] | --graph FILE)\n"
+          "usage: headroom plan --server ADDR (--model NAME | --graph FILE | --onnx FILE) [--batch N]\n"
           "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
           "                     [--no-offload] [--optimizer sgd|adam] [--inference] [--json]\n",
           ModelFlagsUsage() + PlanFlagsHelp() +
@@ -439,7 +439,7 @@ CommandSpec PlanSpec() {
 
 CommandSpec ProfileSpec() {
   return {"profile",
-          "usage: headroom profile --server ADDR (--model NAME [--batch N] | --graph FILE)\n"
+          "usage: headroom profile --server ADDR (--model NAME | --graph FILE | --onnx FILE) [--batch N]\n"
           "                        [--steps N] [--budget SIZE] [--backend cpu|cuda]\n"
           "                        [--device cpu|h100|h200] [--no-offload] [--optimizer sgd|adam]\n"
           "                        [--lr RATE] [--seed N] [--out FILE] [--trace FILE]\n"
@@ -457,7 +457,7 @@ CommandSpec ProfileSpec() {
 
 CommandSpec SubmitSpec() {
   return {"submit",
-          "usage: headroom submit [--server ADDR] (--model NAME [--batch N] | --graph FILE)\n"
+          "usage: headroom submit [--server ADDR] (--model NAME | --graph FILE | --onnx FILE) [--batch N]\n"
           "                       [--budget SIZE] [--steps N] [--seed N] [--optimizer sgd|adam]\n"
           "                       [--lr RATE] [--name NAME] [--checkpoint-every N]\n"
           "                       [--backend cpu|cuda] [--device NAME] [--no-offload]\n"

@@ -19,7 +19,7 @@ namespace headroom::clients {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: headroom train (--model NAME [--batch N] | --graph FILE) [--steps N]\n"
+    "usage: headroom train (--model NAME | --graph FILE | --onnx FILE) [--batch N] [--steps N]\n"
     "                      [--budget SIZE] [--backend cpu|cuda] [--no-offload]\n"
     "                      [--optimizer sgd|adam] [--lr RATE] [--seed N]\n"
     "                      [--device cpu|h100|h200] [--json] [--export DIR]\n";
@@ -65,12 +65,17 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   command.json = flags->TakeBool("json");
   command.export_dir = flags->TakeString("export");
   TrainFlags& f = command.train;
-  absl::StatusOr<proto::GraphDef> def = ModelFromFlags(*flags);
-  if (!def.ok()) return err << "headroom train: " << def.status().message() << "\n", 1;
+  // An ONNX model trains from its own weights.
+  absl::StatusOr<LoadedModel> model = LoadModelFromFlags(*flags, /*with_values=*/true);
+  if (!model.ok()) return err << "headroom train: " << model.status().message() << "\n", 1;
   if (absl::Status s = flags->CheckAllTaken("train"); !s.ok()) {
     return err << "headroom train: " << s.message() << "\n", 2;
   }
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
+  for (const proto::TensorValue& v : model->values) {
+    f.trainer.initial_values.push_back(executor::HostTensorFromValue(v));
+  }
+  model->values.clear();
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(model->graph);
   if (!g.ok()) return err << "headroom train: " << g.status().message() << "\n", 1;
   if (absl::Status s = UseProfile(*g, f); !s.ok()) {
     return err << "headroom train: " << s.message() << "\n", 1;
