@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""Exports torchvision's classification models to ONNX, with random weights.
+
+Nothing is downloaded: each model is built with weights=None (torchvision's own random
+initialisation under --seed) and exported by torch.onnx.export in training mode, opset 17,
+with a symbolic batch dimension named "batch" on the input ("images") and the output
+("logits"), so that Headroom's importer can substitute any batch size.
+
+Training mode, because Headroom trains what it imports: batch norm stays a
+BatchNormalization node with its running statistics (an eval-mode export folds it into the
+convolution and drops them), dropout stays, and every parameter keeps its PyTorch name (an
+eval-mode export merges initializers of equal value behind Identity nodes). Stochastic depth
+(convnext, efficientnet, swin, maxvit) is switched off (p = 0) for the export: in training
+mode it would export random ops, and its memory effect is nil.
+
+Run it with Debian's interpreter, which has PyTorch 1.13 and torchvision 0.14:
+
+    /usr/bin/python3 tools/export_onnx.py --out DIR [--models resnet18,vit_b_16 | --all]
+        [--image-size N] [--seed S] [--reference N] [--ops FILE] [--keep | --no-keep]
+
+Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
+to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
+(N images, float32, NCHW, little-endian) and DIR/<model>.output.bin: the model's logits for
+them in training mode (batch statistics, as Headroom's training forward computes them), with
+every Dropout's p set to 0 for the reference pass only, so that the logits are a function of
+the weights and the images alone. With --ops FILE it writes
+a JSON object {model: {op_type: count}} read back with the onnx package (python3-onnx),
+and --no-keep deletes each .onnx file after counting (to survey all 80 models without
+keeping 20 GB of weights).
+
+Exit status: 0 if every asked model exported, 1 if any failed (each failure is printed
+with its reason and the others still run).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import warnings
+
+import torch
+import torchvision
+from torchvision import models
+
+# Models whose input must be larger than the default 224 (their stems downsample more).
+DEFAULT_SIZE = {"inception_v3": 299}
+# Models that only take their training resolution (position embeddings, fixed windows).
+FIXED_SIZE = {"vit_b_16", "vit_b_32", "vit_h_14", "vit_l_16", "vit_l_32", "maxvit_t"}
+
+
+def all_models():
+    return sorted(models.list_models(module=models))
+
+
+def build(name, seed):
+    torch.manual_seed(seed)
+    kwargs = {}
+    if name in ("googlenet", "inception_v3"):
+        # Without weights torchvision adds auxiliary heads, which training mode would return
+        # beside the logits; leave them out.
+        kwargs = {"aux_logits": False, "init_weights": True}
+    model = models.get_model(name, weights=None, **kwargs)
+    for m in model.modules():
+        if isinstance(m, torchvision.ops.StochasticDepth):
+            m.p = 0.0
+    return model.train()
+
+
+def image_size(name, asked):
+    if name in FIXED_SIZE:
+        return 224
+    return asked or DEFAULT_SIZE.get(name, 224)
+
+
+def export(model, out, name, size):
+    """Writes DIR/<name>.onnx; returns the path of what it wrote.
+
+    A model over protobuf's 2 GiB limit comes out of torch as a small model file with one
+    external file per weight beside it; those go into a folder of their own,
+    DIR/<name>/model.onnx, and that path is returned.
+    """
+    scratch = os.path.join(out, "." + name + ".tmp")
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    example = torch.randn(1, 3, size, size)
+    with torch.no_grad():
+        torch.onnx.export(
+            model, example, os.path.join(scratch, "model.onnx"), input_names=["images"],
+            output_names=["logits"],
+            dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+            opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False)
+    remove(out, name)
+    if os.listdir(scratch) == ["model.onnx"]:
+        path = os.path.join(out, name + ".onnx")
+        os.rename(os.path.join(scratch, "model.onnx"), path)
+        os.rmdir(scratch)
+        return path
+    os.rename(scratch, os.path.join(out, name))
+    return os.path.join(out, name, "model.onnx")
+
+
+def remove(out, name):
+    """Deletes what export() wrote for `name`."""
+    path = os.path.join(out, name + ".onnx")
+    if os.path.exists(path):
+        os.remove(path)
+    shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+
+
+def write_reference(model, name, out, size, n, seed):
+    """Writes n input images and the training-mode logits for them."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(n, 3, size, size, generator=generator)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    with torch.no_grad():
+        y = model(x)
+    x.numpy().astype("<f4").tofile(os.path.join(out, name + ".input.bin"))
+    y.numpy().astype("<f4").tofile(os.path.join(out, name + ".output.bin"))
+
+
+def count_ops(path):
+    import onnx  # python3-onnx; only --ops needs it
+    proto = onnx.load(path, load_external_data=False)
+    counts = {}
+    for node in proto.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="directory for the .onnx files")
+    parser.add_argument("--models", default="", help="comma-separated torchvision names")
+    parser.add_argument("--all", action="store_true", help="every classification model")
+    parser.add_argument("--image-size", type=int, default=0,
+                        help="input height and width (default 224; 299 for inception_v3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument("--reference", type=int, default=0, metavar="N",
+                        help="also write N input images and PyTorch's logits for them")
+    parser.add_argument("--ops", default="", help="write {model: {op: count}} here (JSON)")
+    parser.add_argument("--no-keep", dest="keep", action="store_false",
+                        help="delete each .onnx after counting its ops")
+    args = parser.parse_args()
+
+    names = all_models() if args.all else [n for n in args.models.split(",") if n]
+    if not names:
+        parser.error("name --models or --all")
+    unknown = sorted(set(names) - set(all_models()))
+    if unknown:
+        parser.error("not torchvision classification models: " + ", ".join(unknown))
+    os.makedirs(args.out, exist_ok=True)
+    # torch.onnx warns once per batch norm that the export drops num_batches_tracked's
+    # update (Headroom keeps no such counter) and about training-mode export in general.
+    warnings.filterwarnings("ignore", category=UserWarning)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+    ops, failed = {}, {}
+    for i, name in enumerate(names):
+        start = time.time()
+        size = image_size(name, args.image_size)
+        try:
+            model = build(name, args.seed)
+            params = sum(p.numel() for p in model.parameters())
+            path = export(model, args.out, name, size)
+            if args.reference:
+                write_reference(model, name, args.out, size, args.reference, args.seed)
+            if args.ops:
+                ops[name] = count_ops(path)
+            note = "%.1fM parameters, %dx%d, %s" % (params / 1e6, size, size, path)
+        except Exception as e:  # one model's failure must not stop the others
+            failed[name] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:300])
+            note = "FAILED " + failed[name]
+        if not args.keep:
+            remove(args.out, name)
+        print("[%d/%d] %-22s %6.1f s  %s" % (i + 1, len(names), name, time.time() - start, note),
+              flush=True)
+        if args.ops:
+            with open(args.ops, "w") as f:
+                json.dump({"ops": ops, "failed": failed}, f, indent=1, sort_keys=True)
+    print("%d exported, %d failed (torch %s, torchvision %s)" %
+          (len(names) - len(failed), len(failed), torch.__version__, torchvision.__version__))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
