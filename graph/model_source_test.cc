@@ -44,8 +44,10 @@ TEST(ModelSourceTest, ErrorsNameTheField) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("resnet9000"));
   proto::ModelSource onnx;
-  onnx.set_onnx_model("bytes");
-  EXPECT_EQ(ResolveModel(onnx).status().code(), absl::StatusCode::kUnimplemented);
+  onnx.set_onnx_model("these bytes are no ONNX model");
+  s = ResolveModel(onnx).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("model.onnx_model: not an ONNX model"));
 }
 
 }  // namespace

@@ -1157,6 +1157,40 @@ class Importer {
     return EmitFor(n, "Expand", {input}, {{"shape", IntsAttr(*target)}});
   }
 
+  // Where(known condition, x, known value) with one operand computed (GPT-2's causal mask):
+  // x * m + b, with m 1 where x is taken and b the known value elsewhere.
+  absl::Status Where(const onnx::NodeProto& n) {
+    const bool x_known = Known(n.input(1)), y_known = Known(n.input(2));
+    if (!Known(n.input(0)) || x_known == y_known) {
+      return Fail(n, "Headroom takes Where with a known condition and exactly one computed "
+                     "operand");
+    }
+    const OnnxTensor& cond = *values_.at(n.input(0)).constant;
+    const OnnxTensor& other = *values_.at(n.input(x_known ? 1 : 2)).constant;
+    const OnnxTensor one = OnnxTensor::Floats({1.0}, {}), zero = OnnxTensor::Floats({0.0}, {});
+    const OnnxTensor floats = OnnxTensor::Floats(other.floats(), other.shape());
+    onnx::NodeProto where;
+    where.set_op_type("Where");
+    where.set_name(n.name());
+    where.add_output("m");
+    // Taking the computed operand where the condition is true (x) or false (y).
+    const OnnxTensor* take_data[2] = {x_known ? &zero : &one, x_known ? &one : &zero};
+    ASSIGN_OR_RETURN(std::vector<OnnxTensor> mask,
+                     FoldOnnxNode(where, {&cond, take_data[0], take_data[1]}, opset_));
+    ASSIGN_OR_RETURN(std::vector<OnnxTensor> fill,
+                     FoldOnnxNode(where, {&cond, x_known ? &floats : &zero, x_known ? &zero : &floats},
+                                  opset_));
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(x_known ? 2 : 1)));
+    ASSIGN_OR_RETURN(std::string m, FloatConstant(StrCat(n.output(0), ".keep"), mask[0]));
+    ASSIGN_OR_RETURN(std::string b, FloatConstant(StrCat(n.output(0), ".fill"), fill[0]));
+    ASSIGN_OR_RETURN(std::vector<std::string> kept,
+                     Emit("Mul", NodeName(n), {x, m}, {UniqueTensor(n.output(0) + ".kept")}));
+    ASSIGN_OR_RETURN(std::vector<std::string> out,
+                     Emit("Add", NodeName(n) + ".fill", {kept[0], b}, {UniqueTensor(n.output(0))}));
+    Bind(n.output(0), out[0]);
+    return absl::OkStatus();
+  }
+
   absl::Status Identity(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
     if (x->constant != nullptr && x->tensor.empty()) {
@@ -1233,6 +1267,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Tanh", &Importer::Tanh},
       {"Transpose", &Importer::Transpose},
       {"Unsqueeze", &Importer::Unsqueeze},
+      {"Where", &Importer::Where},
   };
   return *converters;
 }
@@ -1282,7 +1317,7 @@ std::vector<std::string> OnnxImportableOps() {
   std::vector<std::string> ops;
   for (const auto& [op, converter] : Importer::Converters()) ops.push_back(op);
   for (const char* op : {"Constant", "Shape", "ConstantOfShape", "Range", "ScatterND", "Equal",
-                         "Where", "Not", "Mod", "Pow", "Erf", "Sqrt", "Neg", "Less", "Greater"}) {
+                         "Not", "Mod", "Pow", "Erf", "Sqrt", "Neg", "Less", "Greater"}) {
     ops.push_back(op);
   }
   std::sort(ops.begin(), ops.end());
