@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "executor/cpu/cpu_context.h"
 #include "util/split_mix.h"
 #include "graph/op_registry.h"
@@ -193,43 +194,64 @@ EltwisePrimitives& GetEltwise(CpuContext& ctx, const std::string& op, const Eltw
   });
 }
 
-absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
+// Checks a unary elementwise forward: x and y float32, y of x's size.
+absl::Status CheckUnaryForward(const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
   RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  return CheckElements(args.op, "output 'y'", y, x.num_elements());
+}
+
+// Returns true when a unary backward is done before computing anything: no gradient of x is
+// wanted, or no gradient of y flows (then dx is zeroed).
+absl::StatusOr<bool> UnaryBackwardIsTrivial(const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return true;
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  if (args.output_grads[0].present()) return false;
+  Fill(dx, 0.f);
+  return true;
+}
+
+// Checks a unary elementwise backward whose derivative reads y (`from_output`) or x, and
+// returns that tensor: it and dy must be float32 of dx's size.
+absl::StatusOr<const TensorView*> UnaryBackwardData(const BackwardArgs& args, bool from_output) {
+  const int64_t n = args.input_grads[0].num_elements();
+  const TensorView& dy = args.output_grads[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, n));
+  const TensorView& data = from_output ? args.outputs[0] : args.inputs[0];
+  const char* data_name = from_output ? "output 'y'" : "input 'x'";
+  RETURN_IF_ERROR(NeedData(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckFloat(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckElements(args.op, data_name, data, n));
+  return &data;
+}
+
+absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckUnaryForward(args));
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, x.num_elements());
-  dnnl::memory src(p.md, ctx.engine, x.data);
-  dnnl::memory dst(p.md, ctx.engine, y.data);
+  const int64_t n = args.inputs[0].num_elements();
+  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, n);
+  dnnl::memory src(p.md, ctx.engine, args.inputs[0].data);
+  dnnl::memory dst(p.md, ctx.engine, args.outputs[0].data);
   p.forward.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
   ctx.stream.wait();
   return absl::OkStatus();
 }
 
 absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
-  const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
-  const TensorView& dy = args.output_grads[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
-  if (!dy.present()) {
-    Fill(dx, 0.f);
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
-  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, dx.num_elements()));
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  const TensorView& data = spec.from_output ? args.outputs[0] : args.inputs[0];
-  const char* data_name = spec.from_output ? "output 'y'" : "input 'x'";
-  RETURN_IF_ERROR(NeedData(args.op, data_name, data));
-  RETURN_IF_ERROR(CheckFloat(args.op, data_name, data));
-  RETURN_IF_ERROR(CheckElements(args.op, data_name, data, dx.num_elements()));
+  ASSIGN_OR_RETURN(const TensorView* data, UnaryBackwardData(args, spec.from_output));
+  const TensorView& dx = args.input_grads[0];
   EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, dx.num_elements());
-  dnnl::memory data_mem(p.md, ctx.engine, data.data);
-  dnnl::memory diff_dst(p.md, ctx.engine, dy.data);
+  dnnl::memory data_mem(p.md, ctx.engine, data->data);
+  dnnl::memory diff_dst(p.md, ctx.engine, args.output_grads[0].data);
   dnnl::memory diff_src(p.md, ctx.engine, dx.data);
   p.backward.execute(ctx.stream, {{spec.from_output ? DNNL_ARG_DST : DNNL_ARG_SRC, data_mem},
                                   {DNNL_ARG_DIFF_DST, diff_dst},
@@ -674,58 +696,84 @@ absl::Status ViewBackward(CpuContext&, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
-// ---- Transpose ----------------------------------------------------------------------------
+// ---- Strided copies: Transpose ---------------------------------------------------------
 
-// dst = src with dims permuted: dst.dim(k) = src.dim(perm[k]). Any element size.
+// A strided walk over a tensor's elements in the row-major order of `dims`: element
+// (i0, i1, ...) is at offset + sum(i_d * strides[d]), in elements. Transpose permutes the
+// strides, Slice starts at the first element taken and scales each stride by its step,
+// Expand puts 0 on the broadcast dims.
+struct StridedLayout {
+  Shape dims;
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+};
+
+// Copies between the elements of `strided` that `at` walks and the contiguous `dense` of
+// shape at.dims: gather (strided -> dense) or scatter (dense -> strided). A scatter needs
+// distinct elements at distinct offsets (no 0 strides).
 template <typename T>
-void PermuteTyped(const T* src, const Shape& src_shape, const std::vector<int64_t>& perm, T* dst) {
-  const int rank = static_cast<int>(src_shape.size());
-  const int64_t n = static_cast<int64_t>(graph::NumElements(src_shape));
+void CopyStridedTyped(T* strided, const StridedLayout& at, T* dense, bool gather) {
+  const int rank = static_cast<int>(at.dims.size());
+  const int64_t n = static_cast<int64_t>(graph::NumElements(at.dims));
   if (rank == 0) {
-    dst[0] = src[0];
+    if (gather) {
+      dense[0] = strided[at.offset];
+    } else {
+      strided[at.offset] = dense[0];
+    }
     return;
   }
-  const std::vector<int64_t> ss = Strides(src_shape);
-  Shape ds(rank);
-  std::vector<int64_t> st(rank);  // Stride in src of each dst dim.
-  for (int k = 0; k < rank; ++k) {
-    ds[k] = src_shape[perm[k]];
-    st[k] = ss[perm[k]];
-  }
-  const int64_t inner = ds[rank - 1];
+  const int64_t inner = at.dims[rank - 1];
   const int64_t rows = n / inner;
-  const int64_t is = st[rank - 1];
+  const int64_t is = at.strides[rank - 1];
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, off = 0;
+    int64_t rem = r, off = at.offset;
     for (int d = rank - 2; d >= 0; --d) {
-      off += (rem % ds[d]) * st[d];
-      rem /= ds[d];
+      off += (rem % at.dims[d]) * at.strides[d];
+      rem /= at.dims[d];
     }
-    T* out = dst + r * inner;
-    for (int64_t k = 0; k < inner; ++k) out[k] = src[off + k * is];
+    T* s = strided + off;
+    T* d = dense + r * inner;
+    if (gather) {
+      for (int64_t k = 0; k < inner; ++k) d[k] = s[k * is];
+    } else {
+      for (int64_t k = 0; k < inner; ++k) s[k * is] = d[k];
+    }
   }
 }
 
-absl::Status Permute(const std::string& op, const TensorView& src, const std::vector<int64_t>& perm,
-                     const TensorView& dst) {
-  switch (graph::DTypeSize(src.dtype)) {
+// CopyStridedTyped for any element size of `dtype`.
+absl::Status CopyStrided(const std::string& op, proto::DType dtype, void* strided,
+                         const StridedLayout& at, void* dense, bool gather) {
+  switch (graph::DTypeSize(dtype)) {
     case 1:
-      PermuteTyped(src.u8(), src.shape, perm, dst.u8());
+      CopyStridedTyped(static_cast<uint8_t*>(strided), at, static_cast<uint8_t*>(dense), gather);
       return absl::OkStatus();
     case 2:
-      PermuteTyped(static_cast<const uint16_t*>(src.data), src.shape, perm,
-                   static_cast<uint16_t*>(dst.data));
+      CopyStridedTyped(static_cast<uint16_t*>(strided), at, static_cast<uint16_t*>(dense), gather);
       return absl::OkStatus();
     case 4:
-      PermuteTyped(src.i32(), src.shape, perm, dst.i32());
+      CopyStridedTyped(static_cast<uint32_t*>(strided), at, static_cast<uint32_t*>(dense), gather);
       return absl::OkStatus();
     case 8:
-      PermuteTyped(src.i64(), src.shape, perm, dst.i64());
+      CopyStridedTyped(static_cast<uint64_t*>(strided), at, static_cast<uint64_t*>(dense), gather);
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      StrCat("op '", op, "': dtype ", graph::DTypeName(src.dtype), " is not supported"));
+      StrCat("op '", op, "': dtype ", graph::DTypeName(dtype), " is not supported"));
+}
+
+// dst = src with dims permuted: dst.dim(k) = src.dim(perm[k]). Any element size.
+absl::Status Permute(const std::string& op, const TensorView& src, const std::vector<int64_t>& perm,
+                     const TensorView& dst) {
+  const std::vector<int64_t> ss = Strides(src.shape);
+  StridedLayout at;
+  for (int64_t p : perm) {
+    at.dims.push_back(src.shape[p]);
+    at.strides.push_back(ss[p]);
+  }
+  return CopyStrided(op, src.dtype, src.data, at, dst.data, /*gather=*/true);
 }
 
 absl::Status CheckPerm(const std::string& op, const std::vector<int64_t>& perm, const TensorView& x,
