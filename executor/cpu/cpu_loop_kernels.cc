@@ -1,6 +1,7 @@
 // The CPU backend's kernels for every op oneDNN's convolution, pooling, batch norm and
 // matmul primitives do not cover: the eltwise activations through oneDNN's eltwise
-// primitive, everything else as plain loops; plus the optimizer steps and gradient sums.
+// primitive (but HardSigmoid and HardSwish, loops with PyTorch's formulas), everything else
+// as plain loops; plus the optimizer steps and gradient sums.
 //
 // Every kernel honours the aliasing of kernel_args.h: an in-place output (or input
 // gradient) is written only at the element just read, or after everything that reads the
@@ -257,6 +258,61 @@ absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
                                   {DNNL_ARG_DIFF_DST, diff_dst},
                                   {DNNL_ARG_DIFF_SRC, diff_src}});
   ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// ---- Hard activations as loops --------------------------------------------------------------
+// oneDNN 2.6 has no hardsigmoid, and its hardswish rounds differently from PyTorch's
+// formula, so these are PyTorch's CPU formulas, operation for operation.
+
+// max(0, min(1, alpha x + beta)); with alpha 1/6 and beta 1/2, PyTorch's hardsigmoid up to
+// rounding. The backward reads y: dy * alpha where 0 < y < 1, else 0.
+struct HardSigmoidFn {
+  static constexpr bool kFromOutput = true;
+  explicit HardSigmoidFn(const graph::Attrs& attrs)
+      : alpha(static_cast<float>(attrs.Float("alpha"))),
+        beta(static_cast<float>(attrs.Float("beta"))) {}
+  float Forward(float x) const { return std::min(std::max(alpha * x + beta, 0.f), 1.f); }
+  float Backward(float dy, float y) const { return y > 0.f && y < 1.f ? dy * alpha : 0.f; }
+  float alpha, beta;
+};
+
+// PyTorch's hardswish and hardswish_backward; the backward reads x.
+struct HardSwishFn {
+  static constexpr bool kFromOutput = false;
+  explicit HardSwishFn(const graph::Attrs&) {}
+  float Forward(float x) const { return x * std::min(std::max(x + 3.f, 0.f), 6.f) / 6.f; }
+  float Backward(float dy, float x) const {
+    return x < -3.f ? 0.f : x <= 3.f ? dy * (x / 3.f + 0.5f) : dy;
+  }
+};
+
+// y = Fn.Forward(x) elementwise; y may be x.
+template <typename Fn>
+absl::Status PointwiseForward(CpuContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckUnaryForward(args));
+  const Fn fn(*args.attrs);
+  const float* x = args.inputs[0].f32();
+  float* y = args.outputs[0].f32();
+  const int64_t n = args.inputs[0].num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = fn.Forward(x[i]);
+  return absl::OkStatus();
+}
+
+// dx = Fn.Backward(dy, y or x) elementwise; dx may be dy.
+template <typename Fn>
+absl::Status PointwiseBackward(CpuContext&, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const TensorView* data, UnaryBackwardData(args, Fn::kFromOutput));
+  const Fn fn(*args.attrs);
+  const float* v = data->f32();
+  const float* dy = args.output_grads[0].f32();
+  float* dx = args.input_grads[0].f32();
+  const int64_t n = args.input_grads[0].num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = fn.Backward(dy[i], v[i]);
   return absl::OkStatus();
 }
 
@@ -696,7 +752,7 @@ absl::Status ViewBackward(CpuContext&, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
-// ---- Strided copies: Transpose ---------------------------------------------------------
+// ---- Strided copies: Transpose, Slice, Expand ------------------------------------------
 
 // A strided walk over a tensor's elements in the row-major order of `dims`: element
 // (i0, i1, ...) is at offset + sum(i_d * strides[d]), in elements. Transpose permutes the
@@ -811,6 +867,119 @@ absl::Status TransposeBackward(CpuContext&, const BackwardArgs& args) {
   std::vector<int64_t> inverse(perm.size());
   for (size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = static_cast<int64_t>(k);
   return Permute(args.op, dy, inverse, dx);
+}
+
+// Returns the elements of x a Slice node takes, as a walk over x in the order of y, or
+// InvalidArgument unless the attributes cut x's shape to y's (see InferSlice in op_set.cc).
+absl::StatusOr<StridedLayout> SliceLayout(const std::string& op, const graph::Attrs& attrs,
+                                          const Shape& x, const Shape& y) {
+  const std::vector<int64_t> axes = attrs.Ints("axes");
+  const std::vector<int64_t> starts = attrs.Ints("starts");
+  const std::vector<int64_t> ends = attrs.Ints("ends");
+  std::vector<int64_t> steps = attrs.Ints("steps");
+  if (steps.empty()) steps.assign(axes.size(), 1);
+  const int rank = static_cast<int>(x.size());
+  StridedLayout at{x, Strides(x), 0};
+  bool valid = !axes.empty() && starts.size() == axes.size() && ends.size() == axes.size() &&
+               steps.size() == axes.size();
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; valid && i < axes.size(); ++i) {
+    const int axis = NormalizeAxis(axes[i], rank);
+    valid = axis >= 0 && axis < rank && !seen[axis] && 0 <= starts[i] && starts[i] < ends[i] &&
+            ends[i] <= x[axis] && steps[i] >= 1;
+    if (!valid) break;
+    seen[axis] = true;
+    at.offset += starts[i] * at.strides[axis];
+    at.strides[axis] *= steps[i];
+    at.dims[axis] = (ends[i] - starts[i] + steps[i] - 1) / steps[i];
+  }
+  if (!valid || at.dims != y) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': attributes 'axes' [",
+                                             absl::StrJoin(axes, ","), "], 'starts' [",
+                                             absl::StrJoin(starts, ","), "], 'ends' [",
+                                             absl::StrJoin(ends, ","), "], 'steps' [",
+                                             absl::StrJoin(attrs.Ints("steps"), ","),
+                                             "] do not cut input 'x' ", ShapeString(x),
+                                             " to output 'y' ", ShapeString(y)));
+  }
+  return at;
+}
+
+absl::Status SliceForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  ASSIGN_OR_RETURN(const StridedLayout at, SliceLayout(args.op, *args.attrs, x.shape, y.shape));
+  if (x.dtype != y.dtype) {
+    return absl::InvalidArgumentError(StrCat("op 'Slice': output 'y' has dtype ",
+                                             graph::DTypeName(y.dtype), ", input 'x' ",
+                                             graph::DTypeName(x.dtype)));
+  }
+  return CopyStrided(args.op, x.dtype, x.data, at, y.data, /*gather=*/true);
+}
+
+// dx = zeros, then dy scattered to the elements the forward took.
+absl::Status SliceBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  ASSIGN_OR_RETURN(const StridedLayout at, SliceLayout(args.op, *args.attrs, args.inputs[0].shape,
+                                                       args.outputs[0].shape));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx,
+                                args.inputs[0].num_elements()));
+  Fill(dx, 0.f);
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy,
+                                args.outputs[0].num_elements()));
+  return CopyStrided(args.op, dx.dtype, dx.data, at, dy.data, /*gather=*/false);
+}
+
+// Returns InvalidArgument unless x broadcasts to y (numpy rules, x right-aligned).
+absl::Status CheckExpand(const std::string& op, const Shape& x, const Shape& y) {
+  bool fits = x.size() <= y.size();
+  for (size_t d = 0; fits && d < x.size(); ++d) {
+    fits = x[d] == 1 || x[d] == y[y.size() - x.size() + d];
+  }
+  if (fits) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': input 'x' ", ShapeString(x),
+                                           " does not broadcast to output 'y' ",
+                                           ShapeString(y)));
+}
+
+absl::Status ExpandForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckExpand(args.op, x.shape, y.shape));
+  if (x.dtype != y.dtype) {
+    return absl::InvalidArgumentError(StrCat("op 'Expand': output 'y' has dtype ",
+                                             graph::DTypeName(y.dtype), ", input 'x' ",
+                                             graph::DTypeName(x.dtype)));
+  }
+  const StridedLayout at{y.shape, BroadcastStrides(x.shape, y.shape), 0};
+  return CopyStrided(args.op, x.dtype, x.data, at, y.data, /*gather=*/true);
+}
+
+// dx = dy summed over the broadcast dims: Add's reduction.
+absl::Status ExpandBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const Shape& x = args.inputs[0].shape;
+  const Shape& y = args.outputs[0].shape;
+  RETURN_IF_ERROR(CheckExpand(args.op, x, y));
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx,
+                                static_cast<int64_t>(graph::NumElements(x))));
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) {
+    Fill(dx, 0.f);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy,
+                                static_cast<int64_t>(graph::NumElements(y))));
+  ReduceToShape(dy.f32(), y, dx.f32(), x);
+  return absl::OkStatus();
 }
 
 // ---- Concat and Split ---------------------------------------------------------------------
@@ -1365,6 +1534,9 @@ void RegisterLoopKernels(KernelTable* table) {
   for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU"}) {
     Register<EltwiseForward, EltwiseBackward>(table, op);
   }
+  Register<PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>>(table,
+                                                                              "HardSigmoid");
+  Register<PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>>(table, "HardSwish");
   Register<DropoutForward, DropoutBackward>(table, "Dropout");
   Register<AddForward, AddBackward>(table, "Add");
   Register<MulForward, MulBackward>(table, "Mul");
@@ -1372,6 +1544,8 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<ViewForward, ViewBackward>(table, "Flatten");
   Register<ViewForward, ViewBackward>(table, "Reshape");
   Register<TransposeForward, TransposeBackward>(table, "Transpose");
+  Register<SliceForward, SliceBackward>(table, "Slice");
+  Register<ExpandForward, ExpandBackward>(table, "Expand");
   Register<ConcatForward, ConcatBackward>(table, "Concat");
   Register<SplitForward, SplitBackward>(table, "Split");
   Register<SoftmaxForward, SoftmaxBackward>(table, "Softmax");
