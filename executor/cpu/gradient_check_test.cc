@@ -140,6 +140,14 @@ std::vector<GradCase> Cases() {
                "MatMul",
                {{"transpose_a", B(true)}},
                {Uniform({2, 4, 3}, 6), Uniform({4, 5}, 7)}});
+  c.push_back({"MatMulAttentionScores4D",
+               "MatMul",
+               {{"transpose_b", B(true)}},
+               {Uniform({2, 2, 3, 4}, 65), Uniform({2, 2, 5, 4}, 66)}});
+  c.push_back({"MatMulLinear4DUnitBatchWeight",
+               "MatMul",
+               {{"transpose_b", B(true)}},
+               {Uniform({2, 2, 3, 4}, 67), Uniform({1, 5, 4}, 68), Uniform({5}, 69)}});
   c.push_back({"Conv2DGroupedStridedBias",
                "Conv2D",
                {{"stride", Is({2, 2})}, {"padding", Is({1, 1})}, {"groups", I(2)}},
