@@ -20,8 +20,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "executor/cpu/cpu_context.h"
+#include "executor/strided_walk.h"
 #include "util/split_mix.h"
 #include "graph/op_registry.h"
 #include "graph/shape.h"
@@ -754,21 +754,11 @@ absl::Status ViewBackward(CpuContext&, const BackwardArgs& args) {
 
 // ---- Strided copies: Transpose, Slice, Expand ------------------------------------------
 
-// A strided walk over a tensor's elements in the row-major order of `dims`: element
-// (i0, i1, ...) is at offset + sum(i_d * strides[d]), in elements. Transpose permutes the
-// strides, Slice starts at the first element taken and scales each stride by its step,
-// Expand puts 0 on the broadcast dims.
-struct StridedLayout {
-  Shape dims;
-  std::vector<int64_t> strides;
-  int64_t offset = 0;
-};
-
 // Copies between the elements of `strided` that `at` walks and the contiguous `dense` of
 // shape at.dims: gather (strided -> dense) or scatter (dense -> strided). A scatter needs
 // distinct elements at distinct offsets (no 0 strides).
 template <typename T>
-void CopyStridedTyped(T* strided, const StridedLayout& at, T* dense, bool gather) {
+void CopyStridedTyped(T* strided, const StridedWalk& at, T* dense, bool gather) {
   const int rank = static_cast<int>(at.dims.size());
   const int64_t n = static_cast<int64_t>(graph::NumElements(at.dims));
   if (rank == 0) {
@@ -801,7 +791,7 @@ void CopyStridedTyped(T* strided, const StridedLayout& at, T* dense, bool gather
 
 // CopyStridedTyped for any element size of `dtype`.
 absl::Status CopyStrided(const std::string& op, proto::DType dtype, void* strided,
-                         const StridedLayout& at, void* dense, bool gather) {
+                         const StridedWalk& at, void* dense, bool gather) {
   switch (graph::DTypeSize(dtype)) {
     case 1:
       CopyStridedTyped(static_cast<uint8_t*>(strided), at, static_cast<uint8_t*>(dense), gather);
@@ -823,13 +813,8 @@ absl::Status CopyStrided(const std::string& op, proto::DType dtype, void* stride
 // dst = src with dims permuted: dst.dim(k) = src.dim(perm[k]). Any element size.
 absl::Status Permute(const std::string& op, const TensorView& src, const std::vector<int64_t>& perm,
                      const TensorView& dst) {
-  const std::vector<int64_t> ss = Strides(src.shape);
-  StridedLayout at;
-  for (int64_t p : perm) {
-    at.dims.push_back(src.shape[p]);
-    at.strides.push_back(ss[p]);
-  }
-  return CopyStrided(op, src.dtype, src.data, at, dst.data, /*gather=*/true);
+  return CopyStrided(op, src.dtype, src.data, TransposeWalk(src.shape, perm), dst.data,
+                     /*gather=*/true);
 }
 
 absl::Status CheckPerm(const std::string& op, const std::vector<int64_t>& perm, const TensorView& x,
@@ -869,52 +854,36 @@ absl::Status TransposeBackward(CpuContext&, const BackwardArgs& args) {
   return Permute(args.op, dy, inverse, dx);
 }
 
-// Returns the elements of x a Slice node takes, as a walk over x in the order of y, or
-// InvalidArgument unless the attributes cut x's shape to y's (see InferSlice in op_set.cc).
-absl::StatusOr<StridedLayout> SliceLayout(const std::string& op, const graph::Attrs& attrs,
-                                          const Shape& x, const Shape& y) {
-  const std::vector<int64_t> axes = attrs.Ints("axes");
-  const std::vector<int64_t> starts = attrs.Ints("starts");
-  const std::vector<int64_t> ends = attrs.Ints("ends");
-  std::vector<int64_t> steps = attrs.Ints("steps");
-  if (steps.empty()) steps.assign(axes.size(), 1);
-  const int rank = static_cast<int>(x.size());
-  StridedLayout at{x, Strides(x), 0};
-  bool valid = !axes.empty() && starts.size() == axes.size() && ends.size() == axes.size() &&
-               steps.size() == axes.size();
-  std::vector<bool> seen(rank, false);
-  for (size_t i = 0; valid && i < axes.size(); ++i) {
-    const int axis = NormalizeAxis(axes[i], rank);
-    valid = axis >= 0 && axis < rank && !seen[axis] && 0 <= starts[i] && starts[i] < ends[i] &&
-            ends[i] <= x[axis] && steps[i] >= 1;
-    if (!valid) break;
-    seen[axis] = true;
-    at.offset += starts[i] * at.strides[axis];
-    at.strides[axis] *= steps[i];
-    at.dims[axis] = (ends[i] - starts[i] + steps[i] - 1) / steps[i];
-  }
-  if (!valid || at.dims != y) {
-    return absl::InvalidArgumentError(StrCat("op '", op, "': attributes 'axes' [",
-                                             absl::StrJoin(axes, ","), "], 'starts' [",
-                                             absl::StrJoin(starts, ","), "], 'ends' [",
-                                             absl::StrJoin(ends, ","), "], 'steps' [",
-                                             absl::StrJoin(attrs.Ints("steps"), ","),
-                                             "] do not cut input 'x' ", ShapeString(x),
-                                             " to output 'y' ", ShapeString(y)));
-  }
-  return at;
+// Returns `status` with "op '<op>': " in front of its message.
+absl::Status InOp(const std::string& op, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), StrCat("op '", op, "': ", status.message()));
 }
 
-absl::Status SliceForward(CpuContext&, const ForwardArgs& args) {
+// Returns InvalidArgument unless y has x's dtype (a data-movement op's output).
+absl::Status CheckSameDtype(const std::string& op, const TensorView& x, const TensorView& y) {
+  if (x.dtype == y.dtype) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': output 'y' has dtype ",
+                                           graph::DTypeName(y.dtype), ", input 'x' ",
+                                           graph::DTypeName(x.dtype)));
+}
+
+// Returns the walk over x (shape `x`) that the output (shape `y`) of a Slice or Expand
+// node follows.
+absl::StatusOr<StridedWalk> GatherWalk(const std::string& op, const graph::Attrs& attrs,
+                                       const Shape& x, const Shape& y) {
+  absl::StatusOr<StridedWalk> walk = op == "Slice" ? SliceWalk(attrs, x, y) : ExpandWalk(x, y);
+  if (!walk.ok()) return InOp(op, walk.status());
+  return walk;
+}
+
+// Slice and Expand: y = the elements of x their walk visits. Any dtype.
+absl::Status GatherForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  ASSIGN_OR_RETURN(const StridedLayout at, SliceLayout(args.op, *args.attrs, x.shape, y.shape));
-  if (x.dtype != y.dtype) {
-    return absl::InvalidArgumentError(StrCat("op 'Slice': output 'y' has dtype ",
-                                             graph::DTypeName(y.dtype), ", input 'x' ",
-                                             graph::DTypeName(x.dtype)));
-  }
-  return CopyStrided(args.op, x.dtype, x.data, at, y.data, /*gather=*/true);
+  ASSIGN_OR_RETURN(const StridedWalk walk, GatherWalk(args.op, *args.attrs, x.shape, y.shape));
+  RETURN_IF_ERROR(CheckSameDtype(args.op, x, y));
+  return CopyStrided(args.op, x.dtype, x.data, walk, y.data, /*gather=*/true);
 }
 
 // dx = zeros, then dy scattered to the elements the forward took.
@@ -922,8 +891,8 @@ absl::Status SliceBackward(CpuContext&, const BackwardArgs& args) {
   const TensorView& dx = args.input_grads[0];
   if (!dx.present()) return absl::OkStatus();
   RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
-  ASSIGN_OR_RETURN(const StridedLayout at, SliceLayout(args.op, *args.attrs, args.inputs[0].shape,
-                                                       args.outputs[0].shape));
+  ASSIGN_OR_RETURN(const StridedWalk walk,
+                   GatherWalk(args.op, *args.attrs, args.inputs[0].shape, args.outputs[0].shape));
   RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx,
                                 args.inputs[0].num_elements()));
   Fill(dx, 0.f);
@@ -932,32 +901,7 @@ absl::Status SliceBackward(CpuContext&, const BackwardArgs& args) {
   RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
   RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy,
                                 args.outputs[0].num_elements()));
-  return CopyStrided(args.op, dx.dtype, dx.data, at, dy.data, /*gather=*/false);
-}
-
-// Returns InvalidArgument unless x broadcasts to y (numpy rules, x right-aligned).
-absl::Status CheckExpand(const std::string& op, const Shape& x, const Shape& y) {
-  bool fits = x.size() <= y.size();
-  for (size_t d = 0; fits && d < x.size(); ++d) {
-    fits = x[d] == 1 || x[d] == y[y.size() - x.size() + d];
-  }
-  if (fits) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat("op '", op, "': input 'x' ", ShapeString(x),
-                                           " does not broadcast to output 'y' ",
-                                           ShapeString(y)));
-}
-
-absl::Status ExpandForward(CpuContext&, const ForwardArgs& args) {
-  const TensorView& x = args.inputs[0];
-  const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckExpand(args.op, x.shape, y.shape));
-  if (x.dtype != y.dtype) {
-    return absl::InvalidArgumentError(StrCat("op 'Expand': output 'y' has dtype ",
-                                             graph::DTypeName(y.dtype), ", input 'x' ",
-                                             graph::DTypeName(x.dtype)));
-  }
-  const StridedLayout at{y.shape, BroadcastStrides(x.shape, y.shape), 0};
-  return CopyStrided(args.op, x.dtype, x.data, at, y.data, /*gather=*/true);
+  return CopyStrided(args.op, dx.dtype, dx.data, walk, dy.data, /*gather=*/false);
 }
 
 // dx = dy summed over the broadcast dims: Add's reduction.
@@ -966,7 +910,7 @@ absl::Status ExpandBackward(CpuContext&, const BackwardArgs& args) {
   if (!dx.present()) return absl::OkStatus();
   const Shape& x = args.inputs[0].shape;
   const Shape& y = args.outputs[0].shape;
-  RETURN_IF_ERROR(CheckExpand(args.op, x, y));
+  RETURN_IF_ERROR(GatherWalk(args.op, *args.attrs, x, y).status());
   RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
   RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx,
                                 static_cast<int64_t>(graph::NumElements(x))));
@@ -1544,8 +1488,8 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<ViewForward, ViewBackward>(table, "Flatten");
   Register<ViewForward, ViewBackward>(table, "Reshape");
   Register<TransposeForward, TransposeBackward>(table, "Transpose");
-  Register<SliceForward, SliceBackward>(table, "Slice");
-  Register<ExpandForward, ExpandBackward>(table, "Expand");
+  Register<GatherForward, SliceBackward>(table, "Slice");
+  Register<GatherForward, ExpandBackward>(table, "Expand");
   Register<ConcatForward, ConcatBackward>(table, "Concat");
   Register<SplitForward, SplitBackward>(table, "Split");
   Register<SoftmaxForward, SoftmaxBackward>(table, "Softmax");
