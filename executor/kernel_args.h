@@ -46,10 +46,11 @@ struct ForwardArgs {
 
 // The backward of a forward op ("Conv2D", not "Conv2DGrad").
 //
-// Aliasing: where the op's gradient rule allows backward in-place (ReLU, ReLU6, Sigmoid,
-// Tanh, Softmax, GELU, Dropout, Add, Mul), input_grads[i].data may equal
-// output_grads[0].data; where it is a view (Flatten, Reshape) they are usually equal and
-// the kernel writes nothing. No input gradient aliases any other tensor otherwise.
+// Aliasing: where the op's gradient rule allows backward in-place (ReLU, ReLU6,
+// HardSigmoid, HardSwish, Sigmoid, Tanh, Softmax, GELU, Dropout, Add, Mul),
+// input_grads[i].data may equal output_grads[0].data; where it is a view (Flatten, Reshape)
+// they are usually equal and the kernel writes nothing. No input gradient aliases any other
+// tensor otherwise.
 struct BackwardArgs {
   std::string op;
   const graph::Attrs* attrs = nullptr;

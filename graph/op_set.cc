@@ -4,6 +4,7 @@
 // return InvalidArgument naming the input or attribute at fault; the graph loader prefixes
 // the node's name and op.
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -182,6 +183,17 @@ absl::Status InferGelu(InferenceContext& ctx) {
   if (mode != "none" && mode != "tanh") {
     return InvalidArgumentError(
         StrCat("attribute 'approximate' is '", mode, "', needs 'none' or 'tanh'"));
+  }
+  return InferElementwise(ctx);
+}
+
+absl::Status InferHardSigmoid(InferenceContext& ctx) {
+  for (const char* name : {"alpha", "beta"}) {
+    const double v = ctx.attrs.Float(name);
+    if (!std::isfinite(v)) {
+      return InvalidArgumentError(
+          StrCat("attribute '", name, "' is ", v, ", needs a finite value"));
+    }
   }
   return InferElementwise(ctx);
 }
@@ -413,6 +425,97 @@ absl::Status InferTranspose(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// The checked attributes of one Slice node, one entry per sliced axis.
+struct SliceSpec {
+  std::vector<int> axes;  // In [0, rank).
+  std::vector<int64_t> starts, ends, steps;
+};
+
+// Returns Slice's attributes checked against input 0: equal lengths (steps may be empty),
+// distinct axes in [-rank, rank) (negative ones normalised), 0 <= start < end <= dim and
+// step >= 1.
+absl::StatusOr<SliceSpec> CheckSlice(const InferenceContext& ctx) {
+  const Shape& x = ctx.input_shapes[0];
+  const int rank = static_cast<int>(x.size());
+  const std::vector<int64_t> axes = ctx.attrs.Ints("axes");
+  SliceSpec s;
+  s.starts = ctx.attrs.Ints("starts");
+  s.ends = ctx.attrs.Ints("ends");
+  s.steps = ctx.attrs.Ints("steps");
+  if (s.steps.empty()) s.steps.assign(axes.size(), 1);
+  if (axes.empty() || s.starts.size() != axes.size() || s.ends.size() != axes.size() ||
+      s.steps.size() != axes.size()) {
+    return InvalidArgumentError(StrCat(
+        "attributes 'axes', 'starts', 'ends', 'steps' have ", axes.size(), ", ",
+        s.starts.size(), ", ", s.ends.size(), ", ", ctx.attrs.Ints("steps").size(),
+        " values; needs at least one axis and one start, end (and step, or no steps) per axis"));
+  }
+  std::vector<bool> seen(rank, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < -rank || axes[i] >= rank) {
+      return InvalidArgumentError(StrCat("attribute 'axes' [", absl::StrJoin(axes, ","),
+                                         "] holds ", axes[i], ", outside [", -rank, ", ", rank,
+                                         ") for ", ctx.Input(0), " ", ShapeString(x)));
+    }
+    const int axis = static_cast<int>(axes[i] < 0 ? axes[i] + rank : axes[i]);
+    if (seen[axis]) {
+      return InvalidArgumentError(StrCat("attribute 'axes' [", absl::StrJoin(axes, ","),
+                                         "] names axis ", axis, " twice"));
+    }
+    seen[axis] = true;
+    s.axes.push_back(axis);
+    if (!(0 <= s.starts[i] && s.starts[i] < s.ends[i] && s.ends[i] <= x[axis])) {
+      return InvalidArgumentError(StrCat(
+          "attributes 'starts', 'ends' give [", s.starts[i], ", ", s.ends[i], ") on axis ", axis,
+          "; needs 0 <= start < end <= ", x[axis], " (dim ", axis, " of ", ctx.Input(0), " ",
+          ShapeString(x), ")"));
+    }
+    if (s.steps[i] < 1) {
+      return InvalidArgumentError(StrCat("attribute 'steps' [", absl::StrJoin(s.steps, ","),
+                                         "] has ", s.steps[i], " for axis ", axis,
+                                         "; every step must be at least 1"));
+    }
+  }
+  return s;
+}
+
+absl::Status InferSlice(InferenceContext& ctx) {
+  ASSIGN_OR_RETURN(const SliceSpec s, CheckSlice(ctx));
+  Shape out = ctx.input_shapes[0];
+  for (size_t i = 0; i < s.axes.size(); ++i) {
+    out[s.axes[i]] = (s.ends[i] - s.starts[i] + s.steps[i] - 1) / s.steps[i];
+  }
+  SetOutput(ctx, std::move(out), ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
+absl::Status InferExpand(InferenceContext& ctx) {
+  const Shape& x = ctx.input_shapes[0];
+  const Shape target = ctx.attrs.Ints("shape");
+  for (int64_t d : target) {
+    if (d < 1) {
+      return InvalidArgumentError(StrCat("attribute 'shape' [", absl::StrJoin(target, ","),
+                                         "] holds ", d, "; every value must be positive"));
+    }
+  }
+  if (target.size() < x.size()) {
+    return InvalidArgumentError(StrCat("attribute 'shape' [", absl::StrJoin(target, ","),
+                                       "] has ", target.size(), " dims, fewer than ",
+                                       ctx.Input(0), " ", ShapeString(x)));
+  }
+  const size_t lead = target.size() - x.size();
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (x[d] != 1 && x[d] != target[lead + d]) {
+      return InvalidArgumentError(StrCat(ctx.Input(0), " ", ShapeString(x),
+                                         " does not broadcast to attribute 'shape' [",
+                                         absl::StrJoin(target, ","), "]: its dim ", d, " is ",
+                                         x[d], ", needs 1 or ", target[lead + d]));
+    }
+  }
+  SetOutput(ctx, target, ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
 absl::Status InferConcat(InferenceContext& ctx) {
   const Shape& first = ctx.input_shapes[0];
   ASSIGN_OR_RETURN(int axis, NormalizeAxis(ctx.attrs.Int("axis"), first.size(), "axis"));
@@ -547,6 +650,11 @@ std::vector<OpSchema> BuildOpSet() {
                    InferLayerNorm, "normalises over the last dimension"));
   ops.push_back(Unary("ReLU", "max(x, 0)"));
   ops.push_back(Unary("ReLU6", "min(max(x, 0), 6)"));
+  ops.push_back(Unary("HardSigmoid", "max(0, min(1, alpha * x + beta)); the defaults are "
+                      "PyTorch's Hardsigmoid (ONNX's default alpha is 0.2)",
+                      InferHardSigmoid,
+                      {FloatDefault("alpha", 1.0 / 6.0), FloatDefault("beta", 0.5)}));
+  ops.push_back(Unary("HardSwish", "x * min(max(x + 3, 0), 6) / 6 (PyTorch's Hardswish)"));
   ops.push_back(Unary("Sigmoid", "1 / (1 + exp(-x))"));
   ops.push_back(Unary("Tanh", "tanh(x)"));
   ops.push_back(Unary("GELU", "x * Phi(x); approximate 'tanh' as in GPT-2", InferGelu,
@@ -565,6 +673,16 @@ std::vector<OpSchema> BuildOpSet() {
                       {Required("shape", AttrType::kInts)}));
   ops.push_back(Unary("Transpose", "permutes dims: out[i] = x.dim[perm[i]]", InferTranspose,
                       {Required("perm", AttrType::kInts)}));
+  ops.push_back(Unary("Slice",
+                      "x[start:end:step] along each of axes (negative axes count from the "
+                      "end); needs 0 <= start < end <= dim and step >= 1; empty steps are 1s",
+                      InferSlice,
+                      {Required("axes", AttrType::kInts), Required("starts", AttrType::kInts),
+                       Required("ends", AttrType::kInts), IntsDefault("steps", {})}));
+  ops.push_back(Unary("Expand",
+                      "numpy broadcast of x to attribute shape (the exact output shape: "
+                      "every value positive, x right-aligned, each x dim 1 or equal)",
+                      InferExpand, {Required("shape", AttrType::kInts)}));
   OpSchema concat = Op("Concat", {"x"}, 0, {Required("axis", AttrType::kInt)}, InferConcat,
                        "joins inputs along axis");
   concat.variadic_inputs = true;

@@ -1,5 +1,6 @@
 // Shape inference of every op against shapes computed by hand (the arithmetic is in the
 // comments), through the same loader users go through.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -191,9 +192,21 @@ TEST(ElementwiseShapeTest, BinaryOpsBroadcast) {
 }
 
 TEST(ElementwiseShapeTest, UnaryOpsKeepTheShape) {
-  for (const char* op : {"ReLU", "ReLU6", "GELU", "Sigmoid", "Tanh", "Dropout"}) {
+  for (const char* op :
+       {"ReLU", "ReLU6", "HardSigmoid", "HardSwish", "GELU", "Sigmoid", "Tanh", "Dropout"}) {
     EXPECT_EQ(OutShape(OneOp(op, {{{3, 5, 7}}})), Shape({3, 5, 7})) << op;
   }
+}
+
+TEST(ElementwiseShapeTest, HardSigmoidTakesOnnxAttributesButNeedsFiniteOnes) {
+  EXPECT_EQ(OutShape(OneOp("HardSigmoid", {{{4}}}, {{"alpha", FloatAttr(0.2)}})), Shape({4}));
+  auto g = OneOp("HardSigmoid", {{{4}}}, {{"beta", FloatAttr(std::nan(""))}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (HardSigmoid)"));
+  EXPECT_THAT(g.status().message(), HasSubstr("attribute 'beta' is nan"));
+  auto ints = OneOp("HardSwish", {{{4}, proto::DTYPE_INT64}});
+  ASSERT_FALSE(ints.ok());
+  EXPECT_THAT(ints.status().message(), HasSubstr("needs a floating-point type"));
 }
 
 TEST(NormShapeTest, BatchNormOverChannels) {
@@ -245,6 +258,89 @@ TEST(LayoutShapeTest, ConcatAndSplit) {
   auto bad = OneOp("Split", {{{2, 9}}}, {{"axis", IntAttr(1)}, {"sizes", IntsAttr({2, 3})}}, 2);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("sums to 5"));
+}
+
+AttrList SliceAttrs(std::vector<int64_t> axes, std::vector<int64_t> starts,
+                    std::vector<int64_t> ends, std::vector<int64_t> steps = {}) {
+  AttrList attrs = {{"axes", IntsAttr(std::move(axes))},
+                    {"starts", IntsAttr(std::move(starts))},
+                    {"ends", IntsAttr(std::move(ends))}};
+  if (!steps.empty()) attrs.push_back({"steps", IntsAttr(std::move(steps))});
+  return attrs;
+}
+
+TEST(LayoutShapeTest, SliceCutsEachListedAxis) {
+  // vit's x[:, 1:]: 197 - 1 = 196 tokens.
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{2, 197, 768}}}, SliceAttrs({1}, {1}, {197}))),
+            Shape({2, 196, 768}));
+  // swin's x[..., 1::2, 0::2, :] on 7x7: ceil(6 / 2) = 3 rows, ceil(7 / 2) = 4 columns.
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{2, 7, 7, 96}}},
+                           SliceAttrs({1, 2}, {1, 0}, {7, 7}, {2, 2}))),
+            Shape({2, 3, 4, 96}));
+  // A negative axis counts from the end.
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({-1}, {2}, {5}))), Shape({4, 3}));
+}
+
+// An ints attribute that is set but holds no values.
+proto::AttrValue EmptyInts() {
+  proto::AttrValue v;
+  v.mutable_ints();
+  return v;
+}
+
+TEST(LayoutShapeTest, SliceRejectsEachBadAttribute) {
+  struct Bad {
+    AttrList attrs;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {{{"axes", EmptyInts()}, {"starts", EmptyInts()}, {"ends", EmptyInts()}},
+       "needs at least one axis"},
+      {SliceAttrs({0, 1}, {0}, {1, 1}), "have 2, 1, 2, 0 values"},
+      {SliceAttrs({0}, {0}, {1}, {1, 1}), "have 1, 1, 1, 2 values"},
+      {SliceAttrs({3}, {0}, {1}), "attribute 'axes' [3] holds 3, outside [-3, 3) for input 'in0'"},
+      {SliceAttrs({1, -2}, {0, 0}, {1, 1}), "attribute 'axes' [1,-2] names axis 1 twice"},
+      {SliceAttrs({1}, {2}, {2}), "give [2, 2) on axis 1; needs 0 <= start < end <= 5"},
+      {SliceAttrs({1}, {-1}, {2}), "give [-1, 2) on axis 1"},
+      {SliceAttrs({2}, {0}, {7}), "needs 0 <= start < end <= 6 (dim 2 of input 'in0' [4,5,6])"},
+      {SliceAttrs({0}, {0}, {4}, {0}), "attribute 'steps' [0] has 0 for axis 0"},
+  };
+  for (const Bad& c : cases) {
+    auto g = OneOp("Slice", {{{4, 5, 6}}}, c.attrs);
+    ASSERT_FALSE(g.ok()) << c.message;
+    const std::string message(g.status().message());
+    EXPECT_THAT(message, HasSubstr("node 'node' (Slice)"));
+    EXPECT_THAT(message, HasSubstr(c.message));
+  }
+}
+
+TEST(LayoutShapeTest, ExpandBroadcastsToTheShape) {
+  // vit's class_token.expand(8, -1, -1), with -1 resolved by the caller.
+  EXPECT_EQ(OutShape(OneOp("Expand", {{{1, 1, 768}}}, {{"shape", IntsAttr({8, 1, 768})}})),
+            Shape({8, 1, 768}));
+  // New leading dims and a size-1 dim broadcast together.
+  EXPECT_EQ(OutShape(OneOp("Expand", {{{3, 1}}}, {{"shape", IntsAttr({2, 3, 4})}})),
+            Shape({2, 3, 4}));
+}
+
+TEST(LayoutShapeTest, ExpandRejectsShapesXDoesNotBroadcastTo) {
+  struct Bad {
+    std::vector<int64_t> shape;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {{8, -1, 768}, "attribute 'shape' [8,-1,768] holds -1; every value must be positive"},
+      {{768}, "attribute 'shape' [768] has 1 dims, fewer than input 'in0' [1,1,768]"},
+      {{8, 2, 512}, "input 'in0' [1,1,768] does not broadcast to attribute 'shape' "
+                    "[8,2,512]: its dim 2 is 768, needs 1 or 512"},
+  };
+  for (const Bad& c : cases) {
+    auto g = OneOp("Expand", {{{1, 1, 768}}}, {{"shape", IntsAttr(c.shape)}});
+    ASSERT_FALSE(g.ok()) << c.message;
+    const std::string message(g.status().message());
+    EXPECT_THAT(message, HasSubstr("node 'node' (Expand)"));
+    EXPECT_THAT(message, HasSubstr(c.message));
+  }
 }
 
 TEST(AttentionShapeTest, CausalSoftmaxNeedsSquareScores) {

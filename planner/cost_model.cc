@@ -57,9 +57,13 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
   if (op == "Softmax" || op == "SoftmaxCrossEntropy") return 5 * in;
   if (op == "GELU") return 10 * in;
   if (op == "Sigmoid" || op == "Tanh") return 4 * in;
+  if (op == "HardSigmoid") return 3 * in;  // Multiply, add, clamp.
+  if (op == "HardSwish") return 5 * in;    // Add, clamp, multiply, divide.
   if (op == "MaxPool" || op == "AvgPool" || op == "GlobalAvgPool") return std::max(in, out);
   if (IsViewOp(g, f)) return 0;
-  return out;  // Elementwise, copies and gathers: about one operation per element written.
+  // Elementwise, copies and gathers (Transpose, Slice, Expand): about one operation per
+  // element written.
+  return out;
 }
 
 }  // namespace

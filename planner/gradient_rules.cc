@@ -10,11 +10,13 @@ using K = TensorRef::Kind;
 GradientRead Always(K kind, int index) { return {{kind, index}, -1}; }
 GradientRead IfNeeds(int input, K kind, int index) { return {{kind, index}, input}; }
 
-// Unary elementwise ops whose gradient is computed from the output y:
-// ReLU (y > 0), ReLU6 (0 < y < 6), Sigmoid (y (1 - y)), Tanh (1 - y^2), Softmax.
-GradientRule FromOutput() {
+// A unary elementwise op whose backward reads one tensor, `reads`: the output y for ReLU
+// (y > 0), ReLU6 (0 < y < 6), HardSigmoid (alpha where 0 < y < 1), Sigmoid (y (1 - y)), Tanh
+// (1 - y^2) and Softmax; the input x where the derivative is not a function of y: GELU and
+// HardSwish (y is not monotonic in x on [-3, -1.5]). Both directions may run in place.
+GradientRule Elementwise(K reads) {
   GradientRule r;
-  r.reads = {Always(K::kOutput, 0)};
+  r.reads = {Always(reads, 0)};
   r.forward_inplace = true;
   r.backward_inplace = true;
   return r;
@@ -45,13 +47,10 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
                 IfNeeds(0, K::kInput, 1)};
     ln.forward_inplace = true;
   }
-  for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh", "Softmax"}) rules[op] = FromOutput();
-  {
-    GradientRule& gelu = rules["GELU"];  // Needs x: GELU'(x) is not a function of y.
-    gelu.reads = {Always(K::kInput, 0)};
-    gelu.forward_inplace = true;
-    gelu.backward_inplace = true;
+  for (const char* op : {"ReLU", "ReLU6", "HardSigmoid", "Sigmoid", "Tanh", "Softmax"}) {
+    rules[op] = Elementwise(K::kOutput);
   }
+  for (const char* op : {"GELU", "HardSwish"}) rules[op] = Elementwise(K::kInput);
   {
     GradientRule& dropout = rules["Dropout"];  // dx = dy * mask / (1 - rate).
     dropout.saved = {{"mask", SavedState::ShapeOf::kOutput, proto::DTYPE_BOOL}};
@@ -78,6 +77,8 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
     rules[op].backward_view = true;
   }
   rules["Transpose"];  // dx = transpose(dy, inverse perm).
+  rules["Slice"];      // dx = zeros with dy written at the slice: shapes only.
+  rules["Expand"];     // dx = dy summed over the broadcast dims: shapes only.
   rules["Concat"];     // dx_i = slices of dy.
   rules["Split"];      // dx = concat(dy_i), zeros for unused pieces.
   rules["Embedding"].reads = {Always(K::kInput, 0)};  // Scatter-add rows of dy at the ids.

@@ -124,6 +124,32 @@ TEST(KeptTensorsTest, ElementwiseOps) {
   EXPECT_EQ(t.tensor(t.FindTensor("drop.mask")).bytes, 4u * 6u);
 }
 
+TEST(KeptTensorsTest, HardActivationsSliceAndExpand) {
+  // mobilenet_v3's activations, vit's x[:, 1:] and class token expand, joined by Concat.
+  GraphBuilder b("vision");
+  b.Input("x", {2, 3, 8});
+  b.Linear("fc", "x", 8, 8);
+  b.Unary("HardSigmoid", "hsig", "fc");
+  b.Unary("HardSwish", "hswish", "hsig");
+  b.Op("Slice", "slice", {"hswish"},
+       {{"axes", graph::IntsAttr({1})}, {"starts", graph::IntsAttr({1})},
+        {"ends", graph::IntsAttr({3})}});  // [2, 2, 8]
+  b.Parameter("token", {1, 1, 8});
+  b.Op("Expand", "expand", {"token"}, {{"shape", graph::IntsAttr({2, 1, 8})}});
+  b.Op("Concat", "cat", {"expand", "slice"}, {{"axis", graph::IntAttr(1)}});  // [2, 3, 8]
+  b.Op("Flatten", "flat", {"cat"});
+  b.Op("SoftmaxCrossEntropy", "loss", {"flat", b.Label("labels", {2})});
+  b.SetLoss("loss");
+  const TrainingGraph t = Train(b.Build());
+  EXPECT_THAT(Kept(t, "hsig"), ElementsAre("hsig"));  // alpha where 0 < y < 1.
+  EXPECT_THAT(Kept(t, "hswish"), ElementsAre("hsig"));  // HardSwish needs its input.
+  EXPECT_THAT(Kept(t, "slice"), IsEmpty());
+  EXPECT_THAT(Kept(t, "expand"), IsEmpty());
+  EXPECT_THAT(OutputNames(t, "expand.backward"), ElementsAre("token.grad"));
+  EXPECT_EQ(t.tensor(t.FindTensor("token.grad")).shape, graph::Shape({1, 1, 8}));
+  EXPECT_EQ(t.tensor(t.FindTensor("hswish.grad")).shape, graph::Shape({2, 3, 8}));
+}
+
 TEST(KeptTensorsTest, TransformerPieces) {
   GraphBuilder b("attn");
   b.Input("tokens", {2, 4}, proto::DTYPE_INT64);

@@ -245,6 +245,7 @@ OP_DEFAULTS = {
     "BatchNorm": {"epsilon": 1e-5, "momentum": 0.1},
     "LayerNorm": {"epsilon": 1e-5},
     "ReLU": {}, "ReLU6": {}, "Sigmoid": {}, "Tanh": {},
+    "HardSigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}, "HardSwish": {},
     "GELU": {"approximate": "none"},
     "Dropout": {"rate": 0.5},
     "Add": {}, "Mul": {},
@@ -253,12 +254,14 @@ OP_DEFAULTS = {
     "GlobalAvgPool": {},
     "Flatten": {"axis": 1},
     "Reshape": {}, "Transpose": {}, "Concat": {}, "Split": {},
+    "Slice": {"steps": []}, "Expand": {},
     "Softmax": {"axis": -1, "scale": 1.0, "causal": False},
     "Embedding": {}, "SoftmaxCrossEntropy": {},
 }
 REQUIRED_ATTRS = {"MaxPool": ("kernel_size",), "AvgPool": ("kernel_size",),
                   "Reshape": ("shape",), "Transpose": ("perm",), "Concat": ("axis",),
-                  "Split": ("axis", "sizes")}
+                  "Split": ("axis", "sizes"), "Slice": ("axes", "starts", "ends"),
+                  "Expand": ("shape",)}
 # (fewest, most) inputs; None: any number.
 NUM_INPUTS = {"MatMul": (2, 3), "Conv2D": (2, 3), "BatchNorm": (5, 5), "LayerNorm": (3, 3),
               "Add": (2, 2), "Mul": (2, 2), "Concat": (1, None), "Embedding": (2, 2),
@@ -343,6 +346,29 @@ def _Flatten(x, attrs, node):
     return x[0].reshape(math.prod(shape[:axis]), math.prod(shape[axis:]))
 
 
+def _HardSigmoid(x, attrs, node):
+    """clamp(alpha x + beta, 0, 1). With PyTorch's alpha 1/6 and beta 1/2 it is
+    F.hardsigmoid (what nn.Hardsigmoid runs); otherwise hardtanh, whose gradient, like
+    Headroom's, flows only strictly inside (0, 1)."""
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    if math.isclose(alpha, 1.0 / 6.0, rel_tol=1e-9) and beta == 0.5:
+        return F.hardsigmoid(x[0])
+    return F.hardtanh(alpha * x[0] + beta, 0.0, 1.0)
+
+
+def _Slice(x, attrs, node):
+    """x[start:end:step] along each listed axis (negative axes count from the end)."""
+    axes, starts, ends = attrs["axes"], attrs["starts"], attrs["ends"]
+    steps = list(attrs["steps"]) or [1] * len(axes)
+    if not len(axes) == len(starts) == len(ends) == len(steps):
+        raise ExportError("node '%s' (Slice): axes %s, starts %s, ends %s and steps %s need "
+                          "one value per axis" % (node["name"], axes, starts, ends, steps))
+    index = [slice(None)] * x[0].dim()
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        index[axis] = slice(start, end, step)
+    return x[0][tuple(index)]
+
+
 def _Softmax(x, attrs, node):
     y = x[0] if attrs["scale"] == 1.0 else x[0] * attrs["scale"]
     if attrs["causal"]:
@@ -366,6 +392,8 @@ OPS = {
     "ReLU6": lambda x, a, n: F.relu6(x[0]),
     "Sigmoid": lambda x, a, n: torch.sigmoid(x[0]),
     "Tanh": lambda x, a, n: torch.tanh(x[0]),
+    "HardSigmoid": _HardSigmoid,
+    "HardSwish": lambda x, a, n: F.hardswish(x[0]),
     "GELU": lambda x, a, n: F.gelu(x[0], approximate=a["approximate"]),
     "Dropout": _Dropout,
     "Add": lambda x, a, n: x[0] + x[1],
@@ -376,6 +404,8 @@ OPS = {
     "Flatten": _Flatten,
     "Reshape": lambda x, a, n: x[0].reshape(list(a["shape"])),
     "Transpose": lambda x, a, n: x[0].permute(list(a["perm"])),
+    "Slice": _Slice,
+    "Expand": lambda x, a, n: x[0].expand(list(a["shape"])),
     "Concat": lambda x, a, n: torch.cat(x, dim=a["axis"]),
     "Split": lambda x, a, n: list(torch.split(x[0], list(a["sizes"]), dim=a["axis"])),
     "Softmax": _Softmax,

@@ -167,6 +167,52 @@ def BuildCnn(steps=10, optimizer=SGD):
     return b, m
 
 
+class TinyVision(nn.Module):
+    """mobilenet_v3's activations, swin's strided slice and vit's expanded token."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.token = nn.Parameter(torch.randn(1, 8) * 0.3)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = F.hardswish(self.conv(x))[:, :, 0::2, 1::2]
+        y = torch.flatten(y.mean(dim=(2, 3), keepdim=True), 1)
+        y = y + self.token.expand(x.shape[0], -1)
+        y = y * F.hardsigmoid(y) + F.hardtanh(0.2 * y + 0.4, 0.0, 1.0)
+        return self.fc(y)
+
+
+def BuildVision(steps=10):
+    """x[4,3,4,4] -> Conv2D -> HardSwish -> Slice (steps 2) -> GlobalAvgPool -> Flatten ->
+    Add(Expand(token)) -> Mul(HardSigmoid) + HardSigmoid(alpha 0.2, beta 0.4) -> MatMul ->
+    SoftmaxCrossEntropy; returns (builder, the equivalent nn.Module)."""
+    torch.manual_seed(5)
+    m = TinyVision()
+    b = ExportBuilder("tiny_vision", steps, SGD)
+    b.Tensor("x", [4, 3, 4, 4], "input")
+    b.Tensor("labels", [4], "label", torch.int64)
+    b.Tensor("conv.weight", [8, 3, 3, 3], "parameter", value=m.conv.weight.detach())
+    b.Tensor("conv.bias", [8], "parameter", value=m.conv.bias.detach())
+    b.Tensor("token", [1, 8], "parameter", value=m.token.detach())
+    b.Tensor("fc.weight", [5, 8], "parameter", value=m.fc.weight.detach())
+    b.Tensor("fc.bias", [5], "parameter", value=m.fc.bias.detach())
+    y = b.Node("Conv2D", ["x", "conv.weight", "conv.bias"], "conv", padding=[1, 1])
+    y = b.Node("HardSwish", [y], "hswish")
+    y = b.Node("Slice", [y], "slice", axes=[2, -1], starts=[0, 1], ends=[4, 4], steps=[2, 2])
+    y = b.Node("Flatten", [b.Node("GlobalAvgPool", [y], "gap")], "flatten")
+    y = b.Node("Add", [y, b.Node("Expand", ["token"], "expand", shape=[4, 8])], "add")
+    gate = b.Node("HardSigmoid", [y], "gate", alpha=1.0 / 6.0, beta=0.5)
+    onnx = b.Node("HardSigmoid", [y], "onnx_gate", alpha=0.2, beta=0.4)
+    y = b.Node("Add", [b.Node("Mul", [y, gate], "gated"), onnx], "sum")
+    y = b.Node("MatMul", [y, "fc.weight", "fc.bias"], "fc", transpose_b=True)
+    b.Node("SoftmaxCrossEntropy", [y, "labels"], "loss")
+    b.batches = TeacherBatches(steps, 4, lambda g: torch.randn(4, 3, 4, 4, generator=g), 5,
+                               torch.int64)
+    return b, m
+
+
 def BuildTransformerBlock(steps=10):
     """Embedding, LayerNorm, Split, Reshape, Transpose, MatMul (batched, transposed),
     causal Softmax, Concat, GELU, Dropout(0), Mul, Sigmoid, Tanh, ReLU6, AvgPool: every op
@@ -282,6 +328,41 @@ class TorchReferenceTest(unittest.TestCase):
                                ("conv.weight", module.conv.weight.detach())]:
             self.assertTrue(torch.allclose(model.State()[name], expected, atol=1e-6),
                             "%s: %s vs %s" % (name, model.State()[name], expected))
+
+    def testVisionOpsMatchModule(self):
+        builder, module = BuildVision()
+        d = builder.Write(self.Dir("vision"))
+        status, result, _ = RunReference(d, "--no-memory")
+        self.assertEqual(status, 0)
+        # The mean-pooled features cannot fit both teacher batches, so the losses need not
+        # fall; ten steps agreeing with the module say the gradients agree.
+        self.AssertSameLosses(result["losses"], TrainModule(module, builder.batches, SGD))
+
+    def testVisionOpsMatchTheirDefinitions(self):
+        node = {"name": "n", "op": "X"}
+        x = torch.linspace(-4, 4, 17, requires_grad=True)  # Holds -3, 0 and 3.
+        onnx = ref.OPS["HardSigmoid"]([x], {"alpha": 0.2, "beta": 0.4}, node)
+        self.assertTrue(torch.equal(onnx, torch.clamp(0.2 * x + 0.4, 0, 1)))
+        onnx.sum().backward()
+        inside = (0.2 * x + 0.4 > 0) & (0.2 * x + 0.4 < 1)  # Strictly: x in (-2, 3).
+        self.assertTrue(torch.equal(x.grad, torch.where(inside, 0.2, 0.0)))
+        default = ref.OPS["HardSigmoid"]([x], ref.OP_DEFAULTS["HardSigmoid"], node)
+        self.assertTrue(torch.equal(default, F.hardsigmoid(x)))
+        self.assertTrue(torch.equal(ref.OPS["HardSwish"]([x], {}, node), F.hardswish(x)))
+
+        t = torch.randn(2, 5, 6, 3)
+        cut = ref.OPS["Slice"]([t], dict(ref.OP_DEFAULTS["Slice"], axes=[1, -2], starts=[1, 0],
+                                         ends=[5, 6], steps=[2, 2]), node)
+        self.assertTrue(torch.equal(cut, t[:, 1::2, 0::2, :]))
+        cut = ref.OPS["Slice"]([t], dict(ref.OP_DEFAULTS["Slice"], axes=[0], starts=[1],
+                                         ends=[2]), node)
+        self.assertEqual(list(cut.shape), [1, 5, 6, 3])
+        with self.assertRaisesRegex(ref.ExportError, "node 'n' \\(Slice\\)"):
+            ref.OPS["Slice"]([t], dict(ref.OP_DEFAULTS["Slice"], axes=[0, 1], starts=[1],
+                                       ends=[2]), node)
+        token = torch.randn(1, 1, 4)
+        big = ref.OPS["Expand"]([token], {"shape": [3, 2, 4]}, node)
+        self.assertTrue(torch.equal(big, token.expand(3, 2, 4)))
 
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))

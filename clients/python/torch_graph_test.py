@@ -190,6 +190,15 @@ class TorchGraphTest(unittest.TestCase):
         self.assertEqual(list(conv.attrs["padding"].ints.values), [1, 1, 2, 2])
         self.check_with_cli(model, graph, "mixed.pbtxt")
 
+    def test_mobilenet_v3_hard_activations(self):
+        # nn.Hardswish in the blocks and the classifier, nn.Hardsigmoid in every
+        # squeeze-excitation gate; Headroom's shapes must agree with the traced ones.
+        model = torchvision.models.mobilenet_v3_small(weights=None)
+        graph = graph_from_module(model, torch.randn(2, 3, 64, 64), name="mobilenet_v3_small")
+        counts = ops(graph)
+        self.assertEqual((counts["HardSwish"], counts["HardSigmoid"]), (19, 9))
+        self.check_with_cli(model, graph, "mobilenet_v3_small.pb")
+
     def test_integer_inputs_and_per_token_logits(self):
         model = Tagger()
         graph = graph_from_module(model, torch.randint(0, 100, (4, 12)), classes=7)

@@ -641,7 +641,7 @@ void Gemm(CpuContext& ctx, const MatView& a, const MatView& b, const float* bias
 struct MatMulGeometry {
   bool ta = false, tb = false;
   // a is [batch, ...] with batch = prod(a's leading dims); b is [b_batch, ...] with b_batch
-  // either batch (identical batch dims) or 1 (b is 2-D).
+  // either batch (identical batch dims) or 1 (b is 2-D, or its batch dims are all 1).
   int64_t batch = 1, b_batch = 1;
   int64_t m = 0, k = 0, n = 0;
 
@@ -686,16 +686,24 @@ absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const gra
   const graph::Shape a_batch(a.shape.begin(), a.shape.end() - 2);
   const graph::Shape b_batch(b.shape.begin(), b.shape.end() - 2);
   for (int64_t d : a_batch) g.batch *= d;
-  if (b_batch.empty()) {
+  const bool b_one_matrix = std::all_of(b_batch.begin(), b_batch.end(),
+                                        [](int64_t d) { return d == 1; });
+  graph::Shape out = a_batch;
+  if (b_one_matrix) {
+    // b is 2-D, or [1, ..., 1, K, N]: one matrix for every batch of a. Its extra unit batch
+    // dims, if it has more than a, lead the output.
     g.b_batch = 1;
+    if (b_batch.size() > a_batch.size()) {
+      out.insert(out.begin(), b_batch.size() - a_batch.size(), 1);
+    }
   } else if (b_batch == a_batch) {
     g.b_batch = g.batch;
   } else {
     return absl::UnimplementedError(absl::StrCat(
         "CPU ", op, ": a ", ShapeStr(a.shape), " x b ", ShapeStr(b.shape),
-        ": only a 2-D b or identical batch dims are supported, not broadcast batch dims"));
+        ": only a b with one matrix (2-D, or batch dims all 1) or identical batch dims are "
+        "supported, not other broadcast batch dims"));
   }
-  graph::Shape out = a_batch;
   out.push_back(g.m);
   out.push_back(g.n);
   if (y.shape != out) {

@@ -458,7 +458,8 @@ struct MatMulReference {
   std::vector<double> y, da, db, dbias;
 };
 
-// y = op(a) op(b) (+ bias) with a 2-D b shared by a's batch, or identical batch dims.
+// y = op(a) op(b) (+ bias) with b's one matrix (2-D, or batch dims all 1) shared by a's
+// batch, or identical batch dims.
 MatMulReference ReferenceMatMul(const MatMulCase& c, const Tensor& a, const Tensor& b,
                                 const Tensor& bias, const Tensor& dy) {
   const int ra = c.a.size(), rb = c.b.size();
@@ -466,7 +467,7 @@ MatMulReference ReferenceMatMul(const MatMulCase& c, const Tensor& a, const Tens
   const int64_t n_ = c.tb ? c.b[rb - 2] : c.b[rb - 1];
   int64_t batch = 1;
   for (int i = 0; i < ra - 2; ++i) batch *= c.a[i];
-  const bool shared_b = rb == 2;
+  const bool shared_b = graph::NumElements(c.b) == static_cast<uint64_t>(k_ * n_);
   auto a_at = [&](int64_t bi, int64_t m, int64_t k) {
     return c.ta ? (bi * k_ + k) * m_ + m : (bi * m_ + m) * k_ + k;
   };
@@ -565,7 +566,18 @@ INSTANTIATE_TEST_SUITE_P(
                       MatMulCase{"Batched4DTransposeB", {2, 3, 4, 5}, {2, 3, 6, 5}, false, true},
                       MatMulCase{"Batched4DTransposeBoth", {2, 3, 5, 4}, {2, 3, 6, 5}, true,
                                  true},
-                      MatMulCase{"Large", {64, 96}, {80, 96}, false, true, true}),
+                      MatMulCase{"Large", {64, 96}, {80, 96}, false, true, true},
+                      // vit's shapes, scaled down (the full-size ones, a[197,8,768] x
+                      // b[2304,768]^T and [8,12,197,64] attention, pass too but take 15 s
+                      // against the double-precision reference).
+                      MatMulCase{"VitQkvLinear", {17, 3, 48}, {144, 48}, false, true, true},
+                      MatMulCase{"VitQkvLinear4D", {2, 17, 3, 48}, {144, 48}, false, true, true},
+                      MatMulCase{"VitScores", {2, 3, 17, 16}, {2, 3, 17, 16}, false, true},
+                      MatMulCase{"VitContext", {2, 3, 17, 17}, {2, 3, 17, 16}},
+                      MatMulCase{"BWithUnitBatchDims", {2, 3, 5, 7}, {1, 7, 4}, false, false, true},
+                      MatMulCase{"BWithMoreUnitBatchDimsThanA", {3, 7, 5}, {1, 1, 4, 7}, true,
+                                 true},
+                      MatMulCase{"A2DWithUnitBatchB", {5, 7}, {1, 7, 4}, false, false, true}),
     [](const ::testing::TestParamInfo<MatMulCase>& info) { return info.param.name; });
 
 TEST_F(DnnlKernelsTest, MatMulBroadcastBatchIsUnimplemented) {

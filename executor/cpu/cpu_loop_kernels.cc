@@ -1,6 +1,7 @@
 // The CPU backend's kernels for every op oneDNN's convolution, pooling, batch norm and
 // matmul primitives do not cover: the eltwise activations through oneDNN's eltwise
-// primitive, everything else as plain loops; plus the optimizer steps and gradient sums.
+// primitive (but HardSigmoid and HardSwish, loops with PyTorch's formulas), everything else
+// as plain loops; plus the optimizer steps and gradient sums.
 //
 // Every kernel honours the aliasing of kernel_args.h: an in-place output (or input
 // gradient) is written only at the element just read, or after everything that reads the
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "executor/cpu/cpu_context.h"
+#include "executor/strided_walk.h"
 #include "util/split_mix.h"
 #include "graph/op_registry.h"
 #include "graph/shape.h"
@@ -193,48 +195,124 @@ EltwisePrimitives& GetEltwise(CpuContext& ctx, const std::string& op, const Eltw
   });
 }
 
-absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
+// Checks a unary elementwise forward: x and y float32, y of x's size.
+absl::Status CheckUnaryForward(const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
   RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  return CheckElements(args.op, "output 'y'", y, x.num_elements());
+}
+
+// Returns true when a unary backward is done before computing anything: no gradient of x is
+// wanted, or no gradient of y flows (then dx is zeroed).
+absl::StatusOr<bool> UnaryBackwardIsTrivial(const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return true;
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  if (args.output_grads[0].present()) return false;
+  Fill(dx, 0.f);
+  return true;
+}
+
+// Checks a unary elementwise backward whose derivative reads y (`from_output`) or x, and
+// returns that tensor: it and dy must be float32 of dx's size.
+absl::StatusOr<const TensorView*> UnaryBackwardData(const BackwardArgs& args, bool from_output) {
+  const int64_t n = args.input_grads[0].num_elements();
+  const TensorView& dy = args.output_grads[0];
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, n));
+  const TensorView& data = from_output ? args.outputs[0] : args.inputs[0];
+  const char* data_name = from_output ? "output 'y'" : "input 'x'";
+  RETURN_IF_ERROR(NeedData(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckFloat(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckElements(args.op, data_name, data, n));
+  return &data;
+}
+
+absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckUnaryForward(args));
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, x.num_elements());
-  dnnl::memory src(p.md, ctx.engine, x.data);
-  dnnl::memory dst(p.md, ctx.engine, y.data);
+  const int64_t n = args.inputs[0].num_elements();
+  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, n);
+  dnnl::memory src(p.md, ctx.engine, args.inputs[0].data);
+  dnnl::memory dst(p.md, ctx.engine, args.outputs[0].data);
   p.forward.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
   ctx.stream.wait();
   return absl::OkStatus();
 }
 
 absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
-  const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
-  const TensorView& dy = args.output_grads[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
-  if (!dy.present()) {
-    Fill(dx, 0.f);
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
-  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, dx.num_elements()));
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  const TensorView& data = spec.from_output ? args.outputs[0] : args.inputs[0];
-  const char* data_name = spec.from_output ? "output 'y'" : "input 'x'";
-  RETURN_IF_ERROR(NeedData(args.op, data_name, data));
-  RETURN_IF_ERROR(CheckFloat(args.op, data_name, data));
-  RETURN_IF_ERROR(CheckElements(args.op, data_name, data, dx.num_elements()));
+  ASSIGN_OR_RETURN(const TensorView* data, UnaryBackwardData(args, spec.from_output));
+  const TensorView& dx = args.input_grads[0];
   EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, dx.num_elements());
-  dnnl::memory data_mem(p.md, ctx.engine, data.data);
-  dnnl::memory diff_dst(p.md, ctx.engine, dy.data);
+  dnnl::memory data_mem(p.md, ctx.engine, data->data);
+  dnnl::memory diff_dst(p.md, ctx.engine, args.output_grads[0].data);
   dnnl::memory diff_src(p.md, ctx.engine, dx.data);
   p.backward.execute(ctx.stream, {{spec.from_output ? DNNL_ARG_DST : DNNL_ARG_SRC, data_mem},
                                   {DNNL_ARG_DIFF_DST, diff_dst},
                                   {DNNL_ARG_DIFF_SRC, diff_src}});
   ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// ---- Hard activations as loops --------------------------------------------------------------
+// oneDNN 2.6 has no hardsigmoid, and its hardswish rounds differently from PyTorch's
+// formula, so these are PyTorch's CPU formulas, operation for operation.
+
+// max(0, min(1, alpha x + beta)); with alpha 1/6 and beta 1/2, PyTorch's hardsigmoid up to
+// rounding. The backward reads y: dy * alpha where 0 < y < 1, else 0.
+struct HardSigmoidFn {
+  static constexpr bool kFromOutput = true;
+  explicit HardSigmoidFn(const graph::Attrs& attrs)
+      : alpha(static_cast<float>(attrs.Float("alpha"))),
+        beta(static_cast<float>(attrs.Float("beta"))) {}
+  float Forward(float x) const { return std::min(std::max(alpha * x + beta, 0.f), 1.f); }
+  float Backward(float dy, float y) const { return y > 0.f && y < 1.f ? dy * alpha : 0.f; }
+  float alpha, beta;
+};
+
+// PyTorch's hardswish and hardswish_backward; the backward reads x.
+struct HardSwishFn {
+  static constexpr bool kFromOutput = false;
+  explicit HardSwishFn(const graph::Attrs&) {}
+  float Forward(float x) const { return x * std::min(std::max(x + 3.f, 0.f), 6.f) / 6.f; }
+  float Backward(float dy, float x) const {
+    return x < -3.f ? 0.f : x <= 3.f ? dy * (x / 3.f + 0.5f) : dy;
+  }
+};
+
+// y = Fn.Forward(x) elementwise; y may be x.
+template <typename Fn>
+absl::Status PointwiseForward(CpuContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckUnaryForward(args));
+  const Fn fn(*args.attrs);
+  const float* x = args.inputs[0].f32();
+  float* y = args.outputs[0].f32();
+  const int64_t n = args.inputs[0].num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = fn.Forward(x[i]);
+  return absl::OkStatus();
+}
+
+// dx = Fn.Backward(dy, y or x) elementwise; dx may be dy.
+template <typename Fn>
+absl::Status PointwiseBackward(CpuContext&, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const TensorView* data, UnaryBackwardData(args, Fn::kFromOutput));
+  const Fn fn(*args.attrs);
+  const float* v = data->f32();
+  const float* dy = args.output_grads[0].f32();
+  float* dx = args.input_grads[0].f32();
+  const int64_t n = args.input_grads[0].num_elements();
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] = fn.Backward(dy[i], v[i]);
   return absl::OkStatus();
 }
 
@@ -674,58 +752,69 @@ absl::Status ViewBackward(CpuContext&, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
-// ---- Transpose ----------------------------------------------------------------------------
+// ---- Strided copies: Transpose, Slice, Expand ------------------------------------------
 
-// dst = src with dims permuted: dst.dim(k) = src.dim(perm[k]). Any element size.
+// Copies between the elements of `strided` that `at` walks and the contiguous `dense` of
+// shape at.dims: gather (strided -> dense) or scatter (dense -> strided). A scatter needs
+// distinct elements at distinct offsets (no 0 strides).
 template <typename T>
-void PermuteTyped(const T* src, const Shape& src_shape, const std::vector<int64_t>& perm, T* dst) {
-  const int rank = static_cast<int>(src_shape.size());
-  const int64_t n = static_cast<int64_t>(graph::NumElements(src_shape));
+void CopyStridedTyped(T* strided, const StridedWalk& at, T* dense, bool gather) {
+  const int rank = static_cast<int>(at.dims.size());
+  const int64_t n = static_cast<int64_t>(graph::NumElements(at.dims));
   if (rank == 0) {
-    dst[0] = src[0];
+    if (gather) {
+      dense[0] = strided[at.offset];
+    } else {
+      strided[at.offset] = dense[0];
+    }
     return;
   }
-  const std::vector<int64_t> ss = Strides(src_shape);
-  Shape ds(rank);
-  std::vector<int64_t> st(rank);  // Stride in src of each dst dim.
-  for (int k = 0; k < rank; ++k) {
-    ds[k] = src_shape[perm[k]];
-    st[k] = ss[perm[k]];
-  }
-  const int64_t inner = ds[rank - 1];
+  const int64_t inner = at.dims[rank - 1];
   const int64_t rows = n / inner;
-  const int64_t is = st[rank - 1];
+  const int64_t is = at.strides[rank - 1];
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, off = 0;
+    int64_t rem = r, off = at.offset;
     for (int d = rank - 2; d >= 0; --d) {
-      off += (rem % ds[d]) * st[d];
-      rem /= ds[d];
+      off += (rem % at.dims[d]) * at.strides[d];
+      rem /= at.dims[d];
     }
-    T* out = dst + r * inner;
-    for (int64_t k = 0; k < inner; ++k) out[k] = src[off + k * is];
+    T* s = strided + off;
+    T* d = dense + r * inner;
+    if (gather) {
+      for (int64_t k = 0; k < inner; ++k) d[k] = s[k * is];
+    } else {
+      for (int64_t k = 0; k < inner; ++k) s[k * is] = d[k];
+    }
   }
 }
 
-absl::Status Permute(const std::string& op, const TensorView& src, const std::vector<int64_t>& perm,
-                     const TensorView& dst) {
-  switch (graph::DTypeSize(src.dtype)) {
+// CopyStridedTyped for any element size of `dtype`.
+absl::Status CopyStrided(const std::string& op, proto::DType dtype, void* strided,
+                         const StridedWalk& at, void* dense, bool gather) {
+  switch (graph::DTypeSize(dtype)) {
     case 1:
-      PermuteTyped(src.u8(), src.shape, perm, dst.u8());
+      CopyStridedTyped(static_cast<uint8_t*>(strided), at, static_cast<uint8_t*>(dense), gather);
       return absl::OkStatus();
     case 2:
-      PermuteTyped(static_cast<const uint16_t*>(src.data), src.shape, perm,
-                   static_cast<uint16_t*>(dst.data));
+      CopyStridedTyped(static_cast<uint16_t*>(strided), at, static_cast<uint16_t*>(dense), gather);
       return absl::OkStatus();
     case 4:
-      PermuteTyped(src.i32(), src.shape, perm, dst.i32());
+      CopyStridedTyped(static_cast<uint32_t*>(strided), at, static_cast<uint32_t*>(dense), gather);
       return absl::OkStatus();
     case 8:
-      PermuteTyped(src.i64(), src.shape, perm, dst.i64());
+      CopyStridedTyped(static_cast<uint64_t*>(strided), at, static_cast<uint64_t*>(dense), gather);
       return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      StrCat("op '", op, "': dtype ", graph::DTypeName(src.dtype), " is not supported"));
+      StrCat("op '", op, "': dtype ", graph::DTypeName(dtype), " is not supported"));
+}
+
+// dst = src with dims permuted: dst.dim(k) = src.dim(perm[k]). Any element size.
+absl::Status Permute(const std::string& op, const TensorView& src, const std::vector<int64_t>& perm,
+                     const TensorView& dst) {
+  return CopyStrided(op, src.dtype, src.data, TransposeWalk(src.shape, perm), dst.data,
+                     /*gather=*/true);
 }
 
 absl::Status CheckPerm(const std::string& op, const std::vector<int64_t>& perm, const TensorView& x,
@@ -763,6 +852,78 @@ absl::Status TransposeBackward(CpuContext&, const BackwardArgs& args) {
   std::vector<int64_t> inverse(perm.size());
   for (size_t k = 0; k < perm.size(); ++k) inverse[perm[k]] = static_cast<int64_t>(k);
   return Permute(args.op, dy, inverse, dx);
+}
+
+// Returns `status` with "op '<op>': " in front of its message.
+absl::Status InOp(const std::string& op, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), StrCat("op '", op, "': ", status.message()));
+}
+
+// Returns InvalidArgument unless y has x's dtype (a data-movement op's output).
+absl::Status CheckSameDtype(const std::string& op, const TensorView& x, const TensorView& y) {
+  if (x.dtype == y.dtype) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': output 'y' has dtype ",
+                                           graph::DTypeName(y.dtype), ", input 'x' ",
+                                           graph::DTypeName(x.dtype)));
+}
+
+// Returns the walk over x (shape `x`) that the output (shape `y`) of a Slice or Expand
+// node follows.
+absl::StatusOr<StridedWalk> GatherWalk(const std::string& op, const graph::Attrs& attrs,
+                                       const Shape& x, const Shape& y) {
+  absl::StatusOr<StridedWalk> walk = op == "Slice" ? SliceWalk(attrs, x, y) : ExpandWalk(x, y);
+  if (!walk.ok()) return InOp(op, walk.status());
+  return walk;
+}
+
+// Slice and Expand: y = the elements of x their walk visits. Any dtype.
+absl::Status GatherForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  ASSIGN_OR_RETURN(const StridedWalk walk, GatherWalk(args.op, *args.attrs, x.shape, y.shape));
+  RETURN_IF_ERROR(CheckSameDtype(args.op, x, y));
+  return CopyStrided(args.op, x.dtype, x.data, walk, y.data, /*gather=*/true);
+}
+
+// dx = zeros, then dy scattered to the elements the forward took.
+absl::Status SliceBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  ASSIGN_OR_RETURN(const StridedWalk walk,
+                   GatherWalk(args.op, *args.attrs, args.inputs[0].shape, args.outputs[0].shape));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx,
+                                args.inputs[0].num_elements()));
+  Fill(dx, 0.f);
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy,
+                                args.outputs[0].num_elements()));
+  return CopyStrided(args.op, dx.dtype, dx.data, walk, dy.data, /*gather=*/false);
+}
+
+// dx = dy summed over the broadcast dims: Add's reduction.
+absl::Status ExpandBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const Shape& x = args.inputs[0].shape;
+  const Shape& y = args.outputs[0].shape;
+  RETURN_IF_ERROR(GatherWalk(args.op, *args.attrs, x, y).status());
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx,
+                                static_cast<int64_t>(graph::NumElements(x))));
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) {
+    Fill(dx, 0.f);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy,
+                                static_cast<int64_t>(graph::NumElements(y))));
+  ReduceToShape(dy.f32(), y, dx.f32(), x);
+  return absl::OkStatus();
 }
 
 // ---- Concat and Split ---------------------------------------------------------------------
@@ -1317,6 +1478,9 @@ void RegisterLoopKernels(KernelTable* table) {
   for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU"}) {
     Register<EltwiseForward, EltwiseBackward>(table, op);
   }
+  Register<PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>>(table,
+                                                                              "HardSigmoid");
+  Register<PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>>(table, "HardSwish");
   Register<DropoutForward, DropoutBackward>(table, "Dropout");
   Register<AddForward, AddBackward>(table, "Add");
   Register<MulForward, MulBackward>(table, "Mul");
@@ -1324,6 +1488,8 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<ViewForward, ViewBackward>(table, "Flatten");
   Register<ViewForward, ViewBackward>(table, "Reshape");
   Register<TransposeForward, TransposeBackward>(table, "Transpose");
+  Register<GatherForward, SliceBackward>(table, "Slice");
+  Register<GatherForward, ExpandBackward>(table, "Expand");
   Register<ConcatForward, ConcatBackward>(table, "Concat");
   Register<SplitForward, SplitBackward>(table, "Split");
   Register<SoftmaxForward, SoftmaxBackward>(table, "Softmax");

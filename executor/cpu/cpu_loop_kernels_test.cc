@@ -134,8 +134,9 @@ void ExpectNear(const std::vector<float>& actual, const std::vector<double>& exp
 
 TEST_F(LoopKernelsTest, RegistersEveryNonDnnlOp) {
   for (const char* op :
-       {"ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU", "Dropout", "Add", "Mul", "LayerNorm", "Flatten",
-        "Reshape", "Transpose", "Concat", "Split", "Softmax", "Embedding", "SoftmaxCrossEntropy"}) {
+       {"ReLU", "ReLU6", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "GELU", "Dropout", "Add",
+        "Mul", "LayerNorm", "Flatten", "Reshape", "Transpose", "Slice", "Expand", "Concat",
+        "Split", "Softmax", "Embedding", "SoftmaxCrossEntropy"}) {
     ASSERT_TRUE(table_.contains(op)) << op;
     EXPECT_NE(table_.at(op).forward, nullptr) << op;
     EXPECT_NE(table_.at(op).backward, nullptr) << op;
@@ -149,6 +150,7 @@ struct EltwiseCase {
   std::string approximate;  // GELU only.
   double (*f)(double);
   double (*df)(double);  // Derivative in x.
+  bool from_y = true;    // The gradient rule reads y, not x.
 };
 
 double GeluErf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
@@ -169,9 +171,13 @@ std::vector<EltwiseCase> EltwiseCases() {
       {"Tanh", "", [](double x) { return std::tanh(x); },
        [](double x) { return 1 - std::tanh(x) * std::tanh(x); }},
       {"GELU", "none", GeluErf,
-       [](double x) { return (GeluErf(x + 1e-5) - GeluErf(x - 1e-5)) / 2e-5; }},
+       [](double x) { return (GeluErf(x + 1e-5) - GeluErf(x - 1e-5)) / 2e-5; }, false},
       {"GELU", "tanh", GeluTanh,
-       [](double x) { return (GeluTanh(x + 1e-5) - GeluTanh(x - 1e-5)) / 2e-5; }},
+       [](double x) { return (GeluTanh(x + 1e-5) - GeluTanh(x - 1e-5)) / 2e-5; }, false},
+      {"HardSigmoid", "", [](double x) { return std::min(std::max(x / 6 + 0.5, 0.0), 1.0); },
+       [](double x) { return x > -3 && x < 3 ? 1.0 / 6 : 0.0; }},
+      {"HardSwish", "", [](double x) { return x * std::min(std::max(x + 3, 0.0), 6.0) / 6; },
+       [](double x) { return x < -3 ? 0.0 : x <= 3 ? x / 3 + 0.5 : 1.0; }, false},
   };
 }
 
@@ -193,7 +199,7 @@ TEST_F(LoopKernelsTest, EltwiseMatchesReferenceAndRunsInPlace) {
     ExpectNear(y.values(), want_y, 1e-5, "y");
 
     // Backward out of place, given only what the gradient rule reads.
-    const bool from_y = c.op != "GELU";
+    const bool from_y = c.from_y;
     Tensor dx(x.shape);
     ASSERT_TRUE(Backward(c.op, attrs, {from_y ? x.absent() : x.view()},
                          {from_y ? y.view() : y.absent()}, {}, {dy.view()}, {dx.view()})
@@ -210,6 +216,53 @@ TEST_F(LoopKernelsTest, EltwiseMatchesReferenceAndRunsInPlace) {
                     .ok());
     EXPECT_EQ(g.values(), dx.values());
   }
+}
+
+// PyTorch's float formulas, operation for operation (aten's hardswish, hardswish_backward,
+// hardsigmoid; HardSigmoid as ONNX writes it, alpha * x + beta).
+float TorchHardSwish(float x) { return x * std::min(std::max(x + 3.f, 0.f), 6.f) / 6.f; }
+float TorchHardSwishGrad(float dy, float x) {
+  return x < -3.f ? 0.f : x <= 3.f ? dy * (x / 3.f + 0.5f) : dy;
+}
+
+TEST_F(LoopKernelsTest, HardActivationsMatchPyTorchBitwiseAndAtTheirKinks) {
+  // The kinks and their neighbours, and values far out.
+  const std::vector<float> xs = {-100.f, -3.5f, std::nextafter(-3.f, -4.f), -3.f,
+                                 std::nextafter(-3.f, 0.f), -1.5f, 0.f, 1.f,
+                                 std::nextafter(3.f, 0.f), 3.f, std::nextafter(3.f, 4.f), 7.f};
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Tensor x = Tensor::Of({n}, xs), dy = Random({n}, 40);
+  Tensor y({n}), dx({n});
+  graph::Attrs swish = MakeAttrs("HardSwish");
+  ASSERT_TRUE(Forward("HardSwish", swish, {x.view()}, {y.view()}).ok());
+  ASSERT_TRUE(
+      Backward("HardSwish", swish, {x.view()}, {y.absent()}, {}, {dy.view()}, {dx.view()}).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(y.f()[i], TorchHardSwish(xs[i])) << "x = " << xs[i];
+    EXPECT_EQ(dx.f()[i], TorchHardSwishGrad(dy.f()[i], xs[i])) << "x = " << xs[i];
+  }
+  // At the kinks PyTorch takes the middle piece: x / 3 + 1/2 at both -3 and 3.
+  EXPECT_EQ(dx.f()[3], dy.f()[3] * -0.5f);
+  EXPECT_EQ(dx.f()[9], dy.f()[9] * 1.5f);
+  EXPECT_EQ(dx.f()[2], 0.f);
+  EXPECT_EQ(dx.f()[10], dy.f()[10]);
+
+  // HardSigmoid with ONNX's alpha 0.2: y = clamp(0.2 x + 0.5), dx = 0.2 dy only where
+  // 0 < y < 1 (x in (-2.5, 2.5)), read from y.
+  graph::Attrs sigmoid = MakeAttrs("HardSigmoid", {{"alpha", FloatAttr(0.2)}});
+  ASSERT_TRUE(Forward("HardSigmoid", sigmoid, {x.view()}, {y.view()}).ok());
+  ASSERT_TRUE(Backward("HardSigmoid", sigmoid, {x.absent()}, {y.view()}, {}, {dy.view()},
+                       {dx.view()})
+                  .ok());
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = std::min(std::max(0.2f * xs[i] + 0.5f, 0.f), 1.f);
+    EXPECT_EQ(y.f()[i], want) << "x = " << xs[i];
+    EXPECT_EQ(dx.f()[i], want > 0.f && want < 1.f ? dy.f()[i] * 0.2f : 0.f) << "x = " << xs[i];
+  }
+  EXPECT_EQ(y.f()[3], 0.f);   // x = -3: clipped, no gradient.
+  EXPECT_EQ(dx.f()[3], 0.f);
+  EXPECT_EQ(y.f()[6], 0.5f);  // x = 0.
+  EXPECT_EQ(dx.f()[6], dy.f()[6] * 0.2f);
 }
 
 TEST_F(LoopKernelsTest, EltwiseRejectsFloat16) {
@@ -548,6 +601,100 @@ TEST_F(LoopKernelsTest, ConcatAndSplitRoundTrip) {
         ASSERT_EQ(dx.f()[n * 9 + (1 + j) * 3 + k], b.f()[n * 6 + j * 3 + k]);
     }
   }
+}
+
+TEST_F(LoopKernelsTest, SliceTakesStridedElementsAndItsBackwardScattersThem) {
+  // swin's x[:, 1::2, 0::2, :] on [2, 5, 6, 3]: rows 1, 3 and columns 0, 2, 4 -> [2, 2, 3, 3].
+  graph::Attrs attrs = MakeAttrs("Slice", {{"axes", IntsAttr({1, -2})},
+                                           {"starts", IntsAttr({1, 0})},
+                                           {"ends", IntsAttr({5, 6})},
+                                           {"steps", IntsAttr({2, 2})}});
+  Tensor x = Random({2, 5, 6, 3}, 30), y({2, 2, 3, 3});
+  ASSERT_TRUE(Forward("Slice", attrs, {x.view()}, {y.view()}).ok());
+  auto x_at = [](int n, int h, int w, int c) { return ((n * 5 + h) * 6 + w) * 3 + c; };
+  auto y_at = [](int n, int h, int w, int c) { return ((n * 2 + h) * 3 + w) * 3 + c; };
+  for (int n = 0; n < 2; ++n)
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 3; ++w)
+        for (int c = 0; c < 3; ++c)
+          ASSERT_EQ(y.f()[y_at(n, h, w, c)], x.f()[x_at(n, 1 + 2 * h, 2 * w, c)]);
+
+  // Backward: dy where the forward read, zeros elsewhere (dx starts as garbage).
+  Tensor dy = Random(y.shape, 31), dx = Random(x.shape, 32);
+  ASSERT_TRUE(
+      Backward("Slice", attrs, {x.absent()}, {y.absent()}, {}, {dy.view()}, {dx.view()}).ok());
+  std::vector<double> want(x.size(), 0.0);
+  for (int n = 0; n < 2; ++n)
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 3; ++w)
+        for (int c = 0; c < 3; ++c) want[x_at(n, 1 + 2 * h, 2 * w, c)] = dy.f()[y_at(n, h, w, c)];
+  ExpectNear(dx.values(), want, 0, "dx");
+
+  // No gradient flowing in: zeros.
+  ASSERT_TRUE(
+      Backward("Slice", attrs, {x.absent()}, {y.absent()}, {}, {y.absent()}, {dx.view()}).ok());
+  EXPECT_EQ(dx.values(), std::vector<float>(x.size(), 0.f));
+}
+
+TEST_F(LoopKernelsTest, SliceCopiesAnyDtypeAndRejectsAttributesThatDoNotFit) {
+  // x[:, 1:3] of int64 [2, 4] (torch.chunk's pieces).
+  graph::Attrs attrs = MakeAttrs("Slice", {{"axes", IntsAttr({1})}, {"starts", IntsAttr({1})},
+                                           {"ends", IntsAttr({3})}});
+  Tensor x = Ids({2, 4}, {0, 1, 2, 3, 10, 11, 12, 13}, proto::DTYPE_INT64);
+  Tensor y({2, 2}, proto::DTYPE_INT64);
+  ASSERT_TRUE(Forward("Slice", attrs, {x.view()}, {y.view()}).ok());
+  const int64_t* out = reinterpret_cast<const int64_t*>(y.bytes.data());
+  EXPECT_EQ(std::vector<int64_t>(out, out + 4), std::vector<int64_t>({1, 2, 11, 12}));
+
+  Tensor wrong({2, 3}, proto::DTYPE_INT64);
+  absl::Status s = Forward("Slice", attrs, {x.view()}, {wrong.view()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("do not cut input 'x' [2,4] to output 'y' [2,3]"),
+            std::string::npos)
+      << s;
+  graph::Attrs past_end = MakeAttrs("Slice", {{"axes", IntsAttr({1})}, {"starts", IntsAttr({3})},
+                                              {"ends", IntsAttr({5})}});
+  s = Forward("Slice", past_end, {x.view()}, {y.view()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
+
+TEST_F(LoopKernelsTest, ExpandBroadcastsAndItsBackwardSumsLikeAdds) {
+  // vit's class token [1, 1, 4] to [3, 1, 4]; and [3, 1] to [2, 3, 4] (new leading dim).
+  struct Case {
+    Shape x, y;
+  };
+  for (const Case& c : std::vector<Case>{{{1, 1, 4}, {3, 1, 4}}, {{3, 1}, {2, 3, 4}}}) {
+    SCOPED_TRACE(graph::ShapeString(c.x) + " -> " + graph::ShapeString(c.y));
+    graph::Attrs attrs = MakeAttrs("Expand", {{"shape", IntsAttr(c.y)}});
+    Tensor x = Random(c.x, 33), y(c.y);
+    ASSERT_TRUE(Forward("Expand", attrs, {x.view()}, {y.view()}).ok());
+    Tensor dy = Random(c.y, 34);
+    std::vector<double> want_dx(x.size(), 0.0);
+    for (size_t i = 0; i < y.size(); ++i) {
+      const size_t xi = BroadcastIndex(c.y, c.x, i);
+      ASSERT_EQ(y.f()[i], x.f()[xi]) << i;
+      want_dx[xi] += dy.f()[i];
+    }
+    Tensor dx = Random(c.x, 35);
+    ASSERT_TRUE(
+        Backward("Expand", attrs, {x.absent()}, {y.absent()}, {}, {dy.view()}, {dx.view()}).ok());
+    ExpectNear(dx.values(), want_dx, 1e-6, "dx");
+
+    // The same reduction as Add's gradient of its broadcast operand.
+    graph::Attrs add = MakeAttrs("Add");
+    Tensor da(c.y), db(c.x);
+    ASSERT_TRUE(Backward("Add", add, {y.absent(), x.absent()}, {y.absent()}, {}, {dy.view()},
+                         {da.view(), db.view()})
+                    .ok());
+    EXPECT_EQ(dx.values(), db.values());
+  }
+  graph::Attrs attrs = MakeAttrs("Expand", {{"shape", IntsAttr({2, 3})}});
+  Tensor x = Random({2, 2}, 36), y({2, 3});
+  absl::Status s = Forward("Expand", attrs, {x.view()}, {y.view()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("input 'x' [2,2] does not broadcast to output 'y' [2,3]"),
+            std::string::npos)
+      << s;
 }
 
 // ---- Embedding ----------------------------------------------------------------------------

@@ -140,6 +140,14 @@ std::vector<GradCase> Cases() {
                "MatMul",
                {{"transpose_a", B(true)}},
                {Uniform({2, 4, 3}, 6), Uniform({4, 5}, 7)}});
+  c.push_back({"MatMulAttentionScores4D",
+               "MatMul",
+               {{"transpose_b", B(true)}},
+               {Uniform({2, 2, 3, 4}, 65), Uniform({2, 2, 5, 4}, 66)}});
+  c.push_back({"MatMulLinear4DUnitBatchWeight",
+               "MatMul",
+               {{"transpose_b", B(true)}},
+               {Uniform({2, 2, 3, 4}, 67), Uniform({1, 5, 4}, 68), Uniform({5}, 69)}});
   c.push_back({"Conv2DGroupedStridedBias",
                "Conv2D",
                {{"stride", Is({2, 2})}, {"padding", Is({1, 1})}, {"groups", I(2)}},
@@ -186,6 +194,12 @@ std::vector<GradCase> Cases() {
                {Uniform({2, 3, 5}, 28), Uniform({5}, 29, 0.5f, 1.5f), Uniform({5}, 30)}});
   c.push_back({"ReLU", "ReLU", {}, {AwayFrom({3, 7}, 31, -2, 2, {0})}});
   c.push_back({"ReLU6", "ReLU6", {}, {AwayFrom({3, 7}, 32, -1, 7, {0, 6})}});
+  c.push_back({"HardSigmoid", "HardSigmoid", {}, {AwayFrom({3, 7}, 58, -4, 4, {-3, 3})}});
+  c.push_back({"HardSigmoidOnnxAlpha",
+               "HardSigmoid",
+               {{"alpha", F(0.2)}, {"beta", F(0.4)}},
+               {AwayFrom({3, 7}, 59, -4, 4, {-2, 3})}});
+  c.push_back({"HardSwish", "HardSwish", {}, {AwayFrom({3, 7}, 60, -5, 5, {-3, 3})}});
   c.push_back({"Sigmoid", "Sigmoid", {}, {Uniform({3, 7}, 33, -3, 3)}});
   c.push_back({"Tanh", "Tanh", {}, {Uniform({3, 7}, 34, -2, 2)}});
   c.push_back({"GELUErf", "GELU", {{"approximate", S("none")}}, {Uniform({3, 7}, 35, -3, 3)}});
@@ -198,6 +212,17 @@ std::vector<GradCase> Cases() {
   c.push_back({"Flatten", "Flatten", {{"axis", I(2)}}, {Uniform({2, 3, 2, 2}, 46)}});
   c.push_back({"Reshape", "Reshape", {{"shape", Is({4, -1})}}, {Uniform({2, 3, 2}, 47)}});
   c.push_back({"Transpose", "Transpose", {{"perm", Is({1, 2, 0})}}, {Uniform({2, 3, 4}, 48)}});
+  c.push_back({"SliceStrided",
+               "Slice",
+               {{"axes", Is({1, 2})}, {"starts", Is({1, 0})}, {"ends", Is({5, 6})},
+                {"steps", Is({2, 3})}},
+               {Uniform({2, 5, 6}, 61)}});
+  c.push_back({"SliceNegativeAxis",
+               "Slice",
+               {{"axes", Is({-1})}, {"starts", Is({1})}, {"ends", Is({3})}},
+               {Uniform({3, 4}, 62)}});
+  c.push_back({"ExpandClassToken", "Expand", {{"shape", Is({3, 2, 4})}}, {Uniform({1, 1, 4}, 63)}});
+  c.push_back({"ExpandNewLeadingDim", "Expand", {{"shape", Is({2, 3, 4})}}, {Uniform({3, 1}, 64)}});
   c.push_back({"Concat",
                "Concat",
                {{"axis", I(1)}},

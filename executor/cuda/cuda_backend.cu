@@ -25,6 +25,7 @@ const KernelTable& Table() {
     RegisterPoolKernels(t);
     RegisterBlasKernels(t);
     RegisterElementwiseKernels(t);
+    RegisterActivationKernels(t);
     RegisterRowKernels(t);
     return t;
   }();

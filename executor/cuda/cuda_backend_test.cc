@@ -187,6 +187,25 @@ class CudaBackendTest : public ::testing::Test {
     double atol = 1e-4;
   };
 
+  // Returns the case of a unary elementwise op over [3, 50] whose reference applies `f` to
+  // each element of `x` (150 values).
+  static OpCase ElementwiseCase(const std::string& op, graph::Attrs attrs, std::vector<float> x,
+                                std::function<double(double)> f) {
+    OpCase c;
+    c.op = op;
+    c.attrs = std::move(attrs);
+    c.input_shapes = {{3, 50}};
+    c.inputs = {std::move(x)};
+    c.output_shapes = {{3, 50}};
+    c.reference = [f](const std::vector<Values>& in) {
+      Values y(in[0].size());
+      for (size_t i = 0; i < y.size(); ++i) y[i] = f(in[0][i]);
+      return std::vector<Values>{y};
+    };
+    c.grad_inputs = {true};
+    return c;
+  }
+
   void CheckOp(const OpCase& c) {
     SCOPED_TRACE(c.op);
     std::mt19937 rng(7);
@@ -568,13 +587,13 @@ TEST_F(CudaBackendTest, BatchNormInPlaceOn2D) {
 
 TEST_F(CudaBackendTest, MatMulBatchedAgainst2DWeightWithBias) {
   std::mt19937 rng(5);
-  for (bool tb : {false, true}) {
-    SCOPED_TRACE(tb ? "transpose_b" : "plain");
-    // a [2, 3, 4, 5] x b [5, 6] (or [6, 5] transposed) + bias [6].
+  // a [2, 3, 4, 5] x b [5, 6] (or [6, 5] transposed, or [1, 6, 5]: one matrix) + bias [6].
+  for (const Shape& bs : {Shape{5, 6}, Shape{6, 5}, Shape{1, 6, 5}}) {
+    const bool tb = bs != Shape{5, 6};
+    SCOPED_TRACE("b " + graph::ShapeString(bs));
     OpCase c;
     c.op = "MatMul";
     c.attrs = AttrsOf("MatMul", {{"transpose_b", Bool(tb)}});
-    const Shape bs = tb ? Shape{6, 5} : Shape{5, 6};
     c.input_shapes = {{2, 3, 4, 5}, bs, {6}};
     c.inputs = {Random(120, rng), Random(30, rng), Random(6, rng)};
     c.output_shapes = {{2, 3, 4, 6}};
@@ -711,20 +730,8 @@ TEST_F(CudaBackendTest, Activations) {
   };
   for (const auto& [op, f] : ops) {
     std::mt19937 rng(10);
-    OpCase c;
-    c.op = op;
-    c.attrs = AttrsOf(op);
-    c.input_shapes = {{3, 50}};
-    c.inputs = {Random(150, rng, -8, 8)};  // Covers ReLU6's upper clip.
-    c.output_shapes = {{3, 50}};
-    auto fn = f;
-    c.reference = [fn](const std::vector<Values>& in) {
-      Values y(in[0].size());
-      for (size_t i = 0; i < y.size(); ++i) y[i] = fn(in[0][i]);
-      return std::vector<Values>{y};
-    };
-    c.grad_inputs = {true};
-    CheckOp(c);
+    // [-8, 8) covers ReLU6's upper clip.
+    CheckOp(ElementwiseCase(op, AttrsOf(op), Random(150, rng, -8, 8), f));
   }
 }
 
@@ -762,6 +769,68 @@ TEST_F(CudaBackendTest, ActivationBackwardInPlace) {
   absl::Status status = backend_->Backward(bwd);
   ASSERT_TRUE(status.ok()) << status;
   ExpectNear(Get(bwd.input_grads[0]), {0, 2, 0, 4}, "dx");
+}
+
+// n values uniform in [lo, hi), each at least 0.01 from every kink: central differences
+// (step 1e-4) do not straddle a jump of the derivative.
+std::vector<float> AwayFromKinks(int64_t n, std::mt19937& rng, float lo, float hi,
+                                 const std::vector<float>& kinks) {
+  std::vector<float> v = Random(n, rng, lo, hi);
+  for (float& x : v) {
+    for (float k : kinks) {
+      if (std::abs(x - k) < 0.01f) x = k + 0.02f;
+    }
+  }
+  return v;
+}
+
+TEST_F(CudaBackendTest, HardSigmoidAndHardSwish) {
+  struct Case {
+    std::string name, op;
+    std::map<std::string, proto::AttrValue> attrs;
+    std::function<double(double)> f;
+    std::vector<float> kinks;
+  };
+  const std::vector<Case> cases = {
+      {"HardSigmoid (PyTorch)", "HardSigmoid", {},
+       [](double v) { return std::min(std::max(v / 6 + 0.5, 0.0), 1.0); }, {-3, 3}},
+      {"HardSigmoid (alpha 0.2, beta 0.4)", "HardSigmoid",
+       {{"alpha", Float(0.2)}, {"beta", Float(0.4)}},
+       [](double v) { return std::min(std::max(0.2 * v + 0.4, 0.0), 1.0); }, {-2, 3}},
+      {"HardSwish", "HardSwish", {},
+       [](double v) { return v * std::min(std::max(v + 3, 0.0), 6.0) / 6; }, {-3, 3}},
+  };
+  for (const Case& hard : cases) {
+    SCOPED_TRACE(hard.name);
+    std::mt19937 rng(22);
+    CheckOp(ElementwiseCase(hard.op, AttrsOf(hard.op, hard.attrs),
+                            AwayFromKinks(150, rng, -5, 5, hard.kinks), hard.f));
+  }
+}
+
+TEST_F(CudaBackendTest, HardSwishAtItsKinksAndInPlace) {
+  // PyTorch's hardswish_backward takes the middle piece x / 3 + 1/2 at x = -3 and x = 3.
+  const std::vector<float> x = {-4, -3, -1.5f, 0, 3, 4}, dy = {1, 1, 1, 1, 1, 2};
+  graph::Attrs attrs = AttrsOf("HardSwish");
+  ForwardArgs fwd;
+  fwd.op = "HardSwish";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Put({6}, x)};
+  fwd.outputs = {Alloc({6})};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  ExpectNear(Get(fwd.outputs[0]), {0, 0, -0.375, 0, 3, 4}, "y");
+  BackwardArgs bwd;
+  bwd.op = "HardSwish";
+  bwd.attrs = &attrs;
+  bwd.inputs = fwd.inputs;
+  bwd.outputs = {TensorView{nullptr, {6}}};
+  bwd.output_grads = {Put({6}, dy)};
+  bwd.input_grads = {bwd.output_grads[0]};  // dx over dy.
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  ExpectNear(Get(bwd.input_grads[0]), {0, -0.5, 0, 0.5, 1.5, 2}, "dx");
+  fwd.outputs = {fwd.inputs[0]};  // y over x.
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  ExpectNear(Get(fwd.inputs[0]), {0, 0, -0.375, 0, 3, 4}, "y in place");
 }
 
 TEST_F(CudaBackendTest, DropoutReplaysItsMaskAndScales) {
@@ -998,6 +1067,63 @@ TEST_F(CudaBackendTest, TransposeConcatSplit) {
     c.grad_inputs = {true};
     CheckOp(c);
   }
+}
+
+TEST_F(CudaBackendTest, SliceStridedAndExpandBroadcast) {
+  std::mt19937 rng(23);
+  {
+    // x [2, 5, 6][:, 1::2, 0::3] -> [2, 2, 2]: y[n, h, w] = x[n, 1 + 2h, 3w].
+    OpCase c;
+    c.op = "Slice";
+    c.attrs = AttrsOf("Slice", {{"axes", Ints({1, -1})},
+                                {"starts", Ints({1, 0})},
+                                {"ends", Ints({5, 6})},
+                                {"steps", Ints({2, 3})}});
+    c.input_shapes = {{2, 5, 6}};
+    c.inputs = {Random(60, rng)};
+    c.output_shapes = {{2, 2, 2}};
+    c.reference = [](const std::vector<Values>& in) {
+      Values y;
+      for (int n = 0; n < 2; ++n)
+        for (int h = 0; h < 2; ++h)
+          for (int w = 0; w < 2; ++w) y.push_back(in[0][(n * 5 + 1 + 2 * h) * 6 + 3 * w]);
+      return std::vector<Values>{y};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+  for (const auto& [xs, out] : std::vector<std::pair<Shape, Shape>>{{{3, 1}, {2, 3, 4}},
+                                                                     {{1, 1, 4}, {3, 2, 4}}}) {
+    SCOPED_TRACE("Expand " + graph::ShapeString(xs) + " -> " + graph::ShapeString(out));
+    OpCase c;
+    c.op = "Expand";
+    c.attrs = AttrsOf("Expand", {{"shape", Ints(out)}});
+    c.input_shapes = {xs};
+    c.inputs = {Random(Count(xs), rng)};
+    c.output_shapes = {out};
+    const Shape x_shape = xs, y_shape = out;
+    c.reference = [x_shape, y_shape](const std::vector<Values>& in) {
+      const Values zeros(Count(y_shape), 0.0);  // x broadcast = x + zeros of y's shape.
+      return std::vector<Values>{RefBinary(in[0], x_shape, zeros, y_shape, y_shape, false)};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, SliceCopiesInt64) {
+  graph::Attrs attrs =
+      AttrsOf("Slice", {{"axes", Ints({1})}, {"starts", Ints({1})}, {"ends", Ints({3})}});
+  ForwardArgs fwd;
+  fwd.op = "Slice";
+  fwd.attrs = &attrs;
+  fwd.inputs = {PutIds<int64_t>({2, 4}, {0, 1, 2, 3, 10, 11, 12, 13})};
+  fwd.outputs = {Alloc({2, 2}, proto::DTYPE_INT64)};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  const std::vector<uint8_t> bytes = GetBytes(fwd.outputs[0]);
+  std::vector<int64_t> y(4);
+  std::memcpy(y.data(), bytes.data(), bytes.size());
+  EXPECT_EQ(y, std::vector<int64_t>({1, 2, 11, 12}));
 }
 
 TEST_F(CudaBackendTest, SplitBackwardZeroesPiecesWithoutGradient) {

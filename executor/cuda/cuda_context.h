@@ -120,9 +120,11 @@ void RegisterDnnKernels(KernelTable* table);
 void RegisterPoolKernels(KernelTable* table);
 // cuda_blas_kernels.cu: MatMul (cuBLAS).
 void RegisterBlasKernels(KernelTable* table);
-// cuda_elementwise_kernels.cu: GELU, Dropout, Add, Mul, Flatten, Reshape, Transpose,
-// Concat, Split.
+// cuda_elementwise_kernels.cu: GELU, Dropout, Add, Mul, Flatten, Reshape, Transpose, Slice,
+// Expand, Concat, Split.
 void RegisterElementwiseKernels(KernelTable* table);
+// cuda_activation_kernels.cu: HardSigmoid, HardSwish.
+void RegisterActivationKernels(KernelTable* table);
 // cuda_row_kernels.cu: LayerNorm, Softmax, Embedding, SoftmaxCrossEntropy.
 void RegisterRowKernels(KernelTable* table);
 

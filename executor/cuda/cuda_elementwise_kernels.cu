@@ -1,6 +1,7 @@
 // The CUDA backend's elementwise and data-movement kernels: GELU, Dropout, Add and Mul with
-// numpy broadcasting, Flatten, Reshape, Transpose, Concat, Split; the optimizer steps,
-// Accumulate, Fill, and the column sums bias gradients use.
+// numpy broadcasting, Flatten, Reshape, Transpose, Slice, Expand (the strided walks of
+// executor/strided_walk.h), Concat, Split; the optimizer steps, Accumulate, Fill, and the
+// column sums bias gradients use.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
+#include "executor/strided_walk.h"
 
 namespace headroom::executor::cuda {
 namespace {
@@ -378,6 +380,16 @@ absl::Status BinaryBackward(CudaContext& ctx, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
+// dx = dy summed over the dims Expand broadcast x along: Add's reduction.
+absl::Status ExpandBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireF32(dx, "gradient of input 'x'"));
+  RETURN_IF_ERROR(RequireF32(args.output_grads[0], "gradient of output 'y'"));
+  RETURN_IF_ERROR(ExpandWalk(args.inputs[0].shape, args.outputs[0].shape).status());
+  return BinaryInputGrad(ctx, args.output_grads[0], nullptr, dx);
+}
+
 // ---- Views and data movement ------------------------------------------------------------
 
 absl::Status ViewForward(CudaContext& ctx, const ForwardArgs& args) {
@@ -390,68 +402,93 @@ absl::Status ViewBackward(CudaContext& ctx, const BackwardArgs& args) {
   return CopyIfDistinct(ctx, dx.data, args.output_grads[0].data, dx.bytes());
 }
 
-struct TransposePlan {
+// A StridedWalk passed to kernels by value.
+struct StridedPlan {
   int rank = 0;
-  int64_t out_dims[kMaxRank];
-  // Stride in the source of each output dim.
-  int64_t src_strides[kMaxRank];
+  int64_t dims[kMaxRank];
+  int64_t strides[kMaxRank];
+  int64_t offset = 0;
 };
 
-template <typename T>
-__global__ void TransposeKernel(const T* src, T* dst, int64_t n, TransposePlan p) {
+// Copies between the elements of `strided` the plan walks and the contiguous `dense`:
+// gather (strided -> dense) or scatter (dense -> strided, which needs no 0 strides).
+template <typename T, bool kGather>
+__global__ void StridedCopyKernel(T* strided, T* dense, int64_t n, StridedPlan p) {
   GRID_STRIDE_LOOP(i, n) {
-    int64_t rest = i, si = 0;
+    int64_t rest = i, si = p.offset;
     for (int d = p.rank - 1; d >= 0; --d) {
-      si += (rest % p.out_dims[d]) * p.src_strides[d];
-      rest /= p.out_dims[d];
+      si += (rest % p.dims[d]) * p.strides[d];
+      rest /= p.dims[d];
     }
-    dst[i] = src[si];
+    if (kGather) {
+      dense[i] = strided[si];
+    } else {
+      strided[si] = dense[i];
+    }
   }
+}
+
+template <typename T>
+void LaunchStridedCopy(CudaContext& ctx, void* strided, void* dense, int64_t n,
+                       const StridedPlan& p, bool gather) {
+  if (gather) {
+    StridedCopyKernel<T, true><<<GridFor(n), kThreads, 0, ctx.compute>>>(
+        static_cast<T*>(strided), static_cast<T*>(dense), n, p);
+  } else {
+    StridedCopyKernel<T, false><<<GridFor(n), kThreads, 0, ctx.compute>>>(
+        static_cast<T*>(strided), static_cast<T*>(dense), n, p);
+  }
+}
+
+// Copies between the elements of `strided` that `walk` visits and the contiguous `dense` of
+// shape walk.dims, for any element size of `dtype`.
+absl::Status CopyStrided(CudaContext& ctx, proto::DType dtype, void* strided,
+                         const StridedWalk& walk, void* dense, bool gather) {
+  if (walk.dims.size() > kMaxRank) {
+    return absl::UnimplementedError(absl::StrCat("a strided copy over ", walk.dims.size(),
+                                                 " dims; at most ", kMaxRank));
+  }
+  StridedPlan p;
+  p.rank = static_cast<int>(walk.dims.size());
+  p.offset = walk.offset;
+  for (int d = 0; d < p.rank; ++d) {
+    p.dims[d] = walk.dims[d];
+    p.strides[d] = walk.strides[d];
+  }
+  const int64_t n = static_cast<int64_t>(graph::NumElements(walk.dims));
+  switch (graph::DTypeSize(dtype)) {
+    case 1:
+      LaunchStridedCopy<uint8_t>(ctx, strided, dense, n, p, gather);
+      break;
+    case 2:
+      LaunchStridedCopy<uint16_t>(ctx, strided, dense, n, p, gather);
+      break;
+    case 4:
+      LaunchStridedCopy<uint32_t>(ctx, strided, dense, n, p, gather);
+      break;
+    case 8:
+      LaunchStridedCopy<uint64_t>(ctx, strided, dense, n, p, gather);
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot copy dtype ", graph::DTypeName(dtype)));
+  }
+  HR_CUDA_LAUNCHED("StridedCopyKernel");
+  return absl::OkStatus();
 }
 
 // dst[..] = src permuted: dst dim d is src dim perm[d].
 absl::Status LaunchTranspose(CudaContext& ctx, const TensorView& src, const TensorView& dst,
                              const std::vector<int64_t>& perm) {
-  if (src.rank() > kMaxRank || perm.size() != src.shape.size()) {
-    return absl::UnimplementedError(absl::StrCat("transposing ", src.rank(), " dims by [",
-                                                 absl::StrJoin(perm, ","), "]; at most ",
-                                                 kMaxRank, " dims"));
+  if (perm.size() != src.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("transposing ", src.rank(), " dims by [",
+                                                   absl::StrJoin(perm, ","), "]"));
   }
   if (src.data == dst.data) {
     return absl::InvalidArgumentError("transpose output aliases its input");
   }
-  TransposePlan p;
-  p.rank = src.rank();
-  std::vector<int64_t> strides = ContiguousStrides(src.shape);
-  for (int d = 0; d < p.rank; ++d) {
-    p.out_dims[d] = src.shape[perm[d]];
-    p.src_strides[d] = strides[perm[d]];
-  }
-  const int64_t n = src.num_elements();
-  const unsigned grid = GridFor(n);
-  switch (graph::DTypeSize(src.dtype)) {
-    case 1:
-      TransposeKernel<<<grid, kThreads, 0, ctx.compute>>>(static_cast<const uint8_t*>(src.data),
-                                                          static_cast<uint8_t*>(dst.data), n, p);
-      break;
-    case 2:
-      TransposeKernel<<<grid, kThreads, 0, ctx.compute>>>(static_cast<const uint16_t*>(src.data),
-                                                          static_cast<uint16_t*>(dst.data), n, p);
-      break;
-    case 4:
-      TransposeKernel<<<grid, kThreads, 0, ctx.compute>>>(static_cast<const uint32_t*>(src.data),
-                                                          static_cast<uint32_t*>(dst.data), n, p);
-      break;
-    case 8:
-      TransposeKernel<<<grid, kThreads, 0, ctx.compute>>>(static_cast<const uint64_t*>(src.data),
-                                                          static_cast<uint64_t*>(dst.data), n, p);
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot transpose dtype ", graph::DTypeName(src.dtype)));
-  }
-  HR_CUDA_LAUNCHED("TransposeKernel");
-  return absl::OkStatus();
+  return CopyStrided(ctx, src.dtype, src.data, TransposeWalk(src.shape, perm), dst.data,
+                     /*gather=*/true);
 }
 
 absl::Status TransposeForward(CudaContext& ctx, const ForwardArgs& args) {
@@ -465,6 +502,39 @@ absl::Status TransposeBackward(CudaContext& ctx, const BackwardArgs& args) {
   std::vector<int64_t> inverse(perm.size());
   for (size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<int64_t>(d);
   return LaunchTranspose(ctx, args.output_grads[0], dx, inverse);
+}
+
+// Returns the walk over x (shape `x`) that the output (shape `y`) of a Slice or Expand
+// node follows.
+absl::StatusOr<StridedWalk> GatherWalk(const ForwardArgs& args) {
+  const graph::Shape& x = args.inputs[0].shape;
+  const graph::Shape& y = args.outputs[0].shape;
+  return args.op == "Slice" ? SliceWalk(*args.attrs, x, y) : ExpandWalk(x, y);
+}
+
+// Slice and Expand: y = the elements of x their walk visits. Any dtype.
+absl::Status GatherForward(CudaContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  ASSIGN_OR_RETURN(const StridedWalk walk, GatherWalk(args));
+  if (x.dtype != y.dtype || x.data == y.data) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output 'y' (", graph::DTypeName(y.dtype), ") must be another tensor than input 'x' (",
+        graph::DTypeName(x.dtype), ") of the same dtype"));
+  }
+  return CopyStrided(ctx, x.dtype, x.data, walk, y.data, /*gather=*/true);
+}
+
+// dx = zeros, then dy scattered to the elements the forward took.
+absl::Status SliceBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireF32(dx, "gradient of input 'x'"));
+  RETURN_IF_ERROR(RequireF32(args.output_grads[0], "gradient of output 'y'"));
+  ASSIGN_OR_RETURN(const StridedWalk walk,
+                   SliceWalk(*args.attrs, args.inputs[0].shape, args.outputs[0].shape));
+  HR_CUDA(cudaMemsetAsync(dx.data, 0, dx.bytes(), ctx.compute));
+  return CopyStrided(ctx, dx.dtype, dx.data, walk, args.output_grads[0].data, /*gather=*/false);
 }
 
 // A tensor seen as [outer, axis dim, inner] around `axis`.
@@ -675,6 +745,8 @@ void RegisterElementwiseKernels(KernelTable* table) {
   (*table)["Flatten"] = {ViewForward, ViewBackward};
   (*table)["Reshape"] = {ViewForward, ViewBackward};
   (*table)["Transpose"] = {TransposeForward, TransposeBackward};
+  (*table)["Slice"] = {GatherForward, SliceBackward};
+  (*table)["Expand"] = {GatherForward, ExpandBackward};
   (*table)["Concat"] = {ConcatForward, ConcatBackward};
   (*table)["Split"] = {SplitForward, SplitBackward};
 }

@@ -17,6 +17,7 @@ shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
     nn.BatchNorm1d/2d             BatchNorm (affine, with running statistics)
     nn.Linear                     MatMul(x, weight, bias, transpose_b=true)
     nn.ReLU, F.relu, .relu()      ReLU (likewise ReLU6, Sigmoid, Tanh, GELU)
+    nn.Hardswish, nn.Hardsigmoid  HardSwish, HardSigmoid (and F.hardswish, F.hardsigmoid)
     nn.MaxPool2d, nn.AvgPool2d    MaxPool, AvgPool
     nn.AdaptiveAvgPool2d          GlobalAvgPool for (1, 1); AvgPool where the sizes divide
     torch.flatten, nn.Flatten     Flatten (Reshape where the result is not 2-D)
@@ -208,6 +209,8 @@ class _Converter:
             (nn.Sigmoid, lambda n, m: self._unary(n, "Sigmoid")),
             (nn.Tanh, lambda n, m: self._unary(n, "Tanh")),
             (nn.GELU, lambda n, m: self._unary(n, "GELU", approximate=m.approximate)),
+            (nn.Hardswish, lambda n, m: self._unary(n, "HardSwish")),
+            (nn.Hardsigmoid, lambda n, m: self._unary(n, "HardSigmoid")),
             (nn.MaxPool2d, self._max_pool),
             (nn.AvgPool2d, self._avg_pool),
             (nn.AdaptiveAvgPool2d, lambda n, m: self._adaptive_avg_pool(n, m.output_size)),
@@ -224,6 +227,8 @@ class _Converter:
             F.relu6: lambda n: self._unary(n, "ReLU6"),
             torch.sigmoid: lambda n: self._unary(n, "Sigmoid"),
             torch.tanh: lambda n: self._unary(n, "Tanh"),
+            F.hardswish: lambda n: self._unary(n, "HardSwish"),
+            F.hardsigmoid: lambda n: self._unary(n, "HardSigmoid"),
             F.gelu: lambda n: self._unary(n, "GELU", approximate=self._arg(n, 1, "approximate",
                                                                            "none")),
             F.adaptive_avg_pool2d: lambda n: self._adaptive_avg_pool(

@@ -1,0 +1,83 @@
+// The CUDA backend's activations that cuDNN does not have, as one kernel each with PyTorch's
+// float formulas: HardSigmoid (ONNX's alpha x + beta, clamped to [0, 1]; backward from y) and
+// HardSwish (aten's hardswish and hardswish_backward; backward from x). Both may run in place
+// (y over x, dx over dy): each element is read just before it is written.
+#include <cuda_runtime.h>
+
+#include "executor/cuda/cuda_context.h"
+#include "executor/cuda/cuda_device_utils.h"
+
+namespace headroom::executor::cuda {
+namespace {
+
+// Returns v clamped to [lo, hi]; NaN stays NaN, as with std::min(std::max(v, lo), hi).
+__device__ inline float Clamp(float v, float lo, float hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
+
+struct HardSigmoidFn {
+  static constexpr bool kFromOutput = true;
+  float alpha, beta;
+  explicit HardSigmoidFn(const graph::Attrs& attrs)
+      : alpha(static_cast<float>(attrs.Float("alpha"))),
+        beta(static_cast<float>(attrs.Float("beta"))) {}
+  __device__ float Forward(float x) const { return Clamp(alpha * x + beta, 0.0f, 1.0f); }
+  __device__ float Backward(float dy, float y) const {
+    return y > 0.0f && y < 1.0f ? dy * alpha : 0.0f;
+  }
+};
+
+struct HardSwishFn {
+  static constexpr bool kFromOutput = false;
+  explicit HardSwishFn(const graph::Attrs&) {}
+  __device__ float Forward(float x) const { return x * Clamp(x + 3.0f, 0.0f, 6.0f) / 6.0f; }
+  __device__ float Backward(float dy, float x) const {
+    return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
+  }
+};
+
+template <typename Fn>
+__global__ void PointwiseForwardKernel(const float* x, float* y, int64_t n, Fn fn) {
+  GRID_STRIDE_LOOP(i, n) y[i] = fn.Forward(x[i]);
+}
+
+template <typename Fn>
+__global__ void PointwiseBackwardKernel(const float* dy, const float* v, float* dx, int64_t n,
+                                        Fn fn) {
+  GRID_STRIDE_LOOP(i, n) dx[i] = fn.Backward(dy[i], v[i]);
+}
+
+template <typename Fn>
+absl::Status PointwiseForward(CudaContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
+  RETURN_IF_ERROR(RequireF32(args.outputs[0], "output 'y'"));
+  const int64_t n = x.num_elements();
+  PointwiseForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(
+      x.f32(), args.outputs[0].f32(), n, Fn(*args.attrs));
+  HR_CUDA_LAUNCHED("PointwiseForwardKernel");
+  return absl::OkStatus();
+}
+
+template <typename Fn>
+absl::Status PointwiseBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return absl::OkStatus();
+  const TensorView& v = Fn::kFromOutput ? args.outputs[0] : args.inputs[0];
+  RETURN_IF_ERROR(RequireF32(v, Fn::kFromOutput ? "output 'y'" : "input 'x'"));
+  RETURN_IF_ERROR(RequireF32(args.output_grads[0], "gradient of output 'y'"));
+  const int64_t n = dx.num_elements();
+  PointwiseBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(
+      args.output_grads[0].f32(), v.f32(), dx.f32(), n, Fn(*args.attrs));
+  HR_CUDA_LAUNCHED("PointwiseBackwardKernel");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterActivationKernels(KernelTable* table) {
+  (*table)["HardSigmoid"] = {PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>};
+  (*table)["HardSwish"] = {PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>};
+}
+
+}  // namespace headroom::executor::cuda
