@@ -16,7 +16,12 @@ mode it would export random ops, and its memory effect is nil.
 Run it with Debian's interpreter, which has PyTorch 1.13 and torchvision 0.14:
 
     /usr/bin/python3 tools/export_onnx.py --out DIR [--models resnet18,vit_b_16 | --all]
-        [--image-size N] [--seed S] [--reference N] [--ops FILE] [--keep | --no-keep]
+        [--image-size N] [--seed S] [--reference N] [--no-dropout] [--ops FILE] [--no-keep]
+
+Besides torchvision's 80 names, --models takes small members of its families built with
+torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the same exported
+ops at a fraction of the size) and gpt2_test, a GPT-2-style language model (token ids in,
+logits [batch, 32, 512] out), for quick checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
 to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
@@ -34,6 +39,7 @@ with its reason and the others still run).
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -43,6 +49,93 @@ import warnings
 import torch
 import torchvision
 from torchvision import models
+
+class Gpt2Block(torch.nn.Module):
+    """One GPT-2 block as Hugging Face writes it: Conv1D projections (x @ W + b), a causal
+    mask from a lower-triangular buffer applied with torch.where, and the tanh GELU."""
+
+    def __init__(self, d, heads, context):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = torch.nn.LayerNorm(d)
+        self.ln_2 = torch.nn.LayerNorm(d)
+        self.c_attn_w = torch.nn.Parameter(torch.randn(d, 3 * d) * 0.02)
+        self.c_attn_b = torch.nn.Parameter(torch.zeros(3 * d))
+        self.c_proj_w = torch.nn.Parameter(torch.randn(d, d) * 0.02)
+        self.c_proj_b = torch.nn.Parameter(torch.zeros(d))
+        self.c_fc_w = torch.nn.Parameter(torch.randn(d, 4 * d) * 0.02)
+        self.c_fc_b = torch.nn.Parameter(torch.zeros(4 * d))
+        self.c_out_w = torch.nn.Parameter(torch.randn(4 * d, d) * 0.02)
+        self.c_out_b = torch.nn.Parameter(torch.zeros(d))
+        self.register_buffer("bias", torch.tril(torch.ones(context, context, dtype=torch.bool))
+                             .view(1, 1, context, context))
+        self.attn_dropout = torch.nn.Dropout(0.1)
+
+    @staticmethod
+    def gelu(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                           (x + 0.044715 * torch.pow(x, 3.0))))
+
+    def forward(self, x):
+        b, t, d = x.size()
+        q, k, v = (self.ln_1(x) @ self.c_attn_w + self.c_attn_b).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        mask = self.bias[:, :, :t, :t]
+        w = torch.where(mask, w, torch.tensor(torch.finfo(w.dtype).min, dtype=w.dtype))
+        w = self.attn_dropout(torch.softmax(w, dim=-1))
+        a = torch.matmul(w, v).transpose(1, 2).contiguous().view(b, t, d)
+        x = x + (a @ self.c_proj_w + self.c_proj_b)
+        h = self.gelu(self.ln_2(x) @ self.c_fc_w + self.c_fc_b)
+        return x + (h @ self.c_out_w + self.c_out_b)
+
+
+class Gpt2(torch.nn.Module):
+    """A GPT-2-style language model: token and position embeddings, blocks, a final layer
+    norm and the LM head tied to the token embedding."""
+
+    def __init__(self, vocab=512, context=32, d=64, layers=2, heads=4):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab, d)
+        self.wpe = torch.nn.Embedding(context, d)
+        self.blocks = torch.nn.ModuleList(Gpt2Block(d, heads, context) for _ in range(layers))
+        self.ln_f = torch.nn.LayerNorm(d)
+
+    def forward(self, ids):
+        positions = torch.arange(ids.size(1), dtype=torch.long).unsqueeze(0)
+        x = self.wte(ids) + self.wpe(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def small_models():
+    """Small members of torchvision's families (and a GPT-2-style model) that export to the
+    same ops as the full-size ones, for quick checks: name -> (builder, input size)."""
+    from torchvision.models import convnext, maxvit, swin_transformer, vision_transformer
+
+    def vit():
+        model = vision_transformer.VisionTransformer(
+            image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+            num_classes=10)
+        # torchvision starts the head at zero, which would make every logit 0.
+        torch.nn.init.normal_(model.heads.head.weight, std=0.2)
+        return model
+
+    return {
+        "vit_test": (vit, 32),
+        "swin_test": (lambda: swin_transformer.SwinTransformer(
+            patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2],
+            window_size=[4, 4], stochastic_depth_prob=0.0, num_classes=10), 32),
+        "maxvit_test": (lambda: maxvit.MaxVit(
+            input_size=(32, 32), stem_channels=16, partition_size=2, block_channels=[16, 32],
+            block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10), 32),
+        "convnext_test": (lambda: convnext.ConvNeXt(
+            block_setting=[convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, None, 1)],
+            num_classes=10), 32),
+        "gpt2_test": (Gpt2, 32),  # the size is the context, in tokens
+    }
+
 
 # Models whose input must be larger than the default 224 (their stems downsample more).
 DEFAULT_SIZE = {"inception_v3": 299}
@@ -56,6 +149,12 @@ def all_models():
 
 def build(name, seed):
     torch.manual_seed(seed)
+    if name in small_models():
+        model = small_models()[name][0]()
+        for m in model.modules():
+            if isinstance(m, torchvision.ops.StochasticDepth):
+                m.p = 0.0
+        return model.train()
     kwargs = {}
     if name in ("googlenet", "inception_v3"):
         # Without weights torchvision adds auxiliary heads, which training mode would return
@@ -69,6 +168,8 @@ def build(name, seed):
 
 
 def image_size(name, asked):
+    if name in small_models():
+        return small_models()[name][1]
     if name in FIXED_SIZE:
         return 224
     return asked or DEFAULT_SIZE.get(name, 224)
@@ -84,12 +185,13 @@ def export(model, out, name, size):
     scratch = os.path.join(out, "." + name + ".tmp")
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)
-    example = torch.randn(1, 3, size, size)
+    example = example_input(name, 1, size, torch.Generator().manual_seed(0))
+    source = "ids" if name == "gpt2_test" else "images"
     with torch.no_grad():
         torch.onnx.export(
-            model, example, os.path.join(scratch, "model.onnx"), input_names=["images"],
+            model, example, os.path.join(scratch, "model.onnx"), input_names=[source],
             output_names=["logits"],
-            dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+            dynamic_axes={source: {0: "batch"}, "logits": {0: "batch"}},
             opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
             do_constant_folding=False)
     remove(out, name)
@@ -110,16 +212,23 @@ def remove(out, name):
     shutil.rmtree(os.path.join(out, name), ignore_errors=True)
 
 
+def example_input(name, n, size, generator):
+    """n images (or, for gpt2_test, n rows of `size` token ids)."""
+    if name == "gpt2_test":
+        return torch.randint(0, 512, (n, size), generator=generator)
+    return torch.randn(n, 3, size, size, generator=generator)
+
+
 def write_reference(model, name, out, size, n, seed):
-    """Writes n input images and the training-mode logits for them."""
-    generator = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(n, 3, size, size, generator=generator)
+    """Writes n inputs and the training-mode logits for them."""
+    x = example_input(name, n, size, torch.Generator().manual_seed(seed + 1))
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     with torch.no_grad():
         y = model(x)
-    x.numpy().astype("<f4").tofile(os.path.join(out, name + ".input.bin"))
+    x.numpy().astype("<i8" if name == "gpt2_test" else "<f4").tofile(
+        os.path.join(out, name + ".input.bin"))
     y.numpy().astype("<f4").tofile(os.path.join(out, name + ".output.bin"))
 
 
@@ -143,6 +252,9 @@ def main():
     parser.add_argument("--reference", type=int, default=0, metavar="N",
                         help="also write N input images and PyTorch's logits for them")
     parser.add_argument("--ops", default="", help="write {model: {op: count}} here (JSON)")
+    parser.add_argument("--no-dropout", action="store_true",
+                        help="set every Dropout's p to 0 before the export (for comparing "
+                             "the imported model's logits with the reference's)")
     parser.add_argument("--no-keep", dest="keep", action="store_false",
                         help="delete each .onnx after counting its ops")
     args = parser.parse_args()
@@ -150,9 +262,10 @@ def main():
     names = all_models() if args.all else [n for n in args.models.split(",") if n]
     if not names:
         parser.error("name --models or --all")
-    unknown = sorted(set(names) - set(all_models()))
+    unknown = sorted(set(names) - set(all_models()) - set(small_models()))
     if unknown:
-        parser.error("not torchvision classification models: " + ", ".join(unknown))
+        parser.error("not torchvision classification models (nor " +
+                     ", ".join(sorted(small_models())) + "): " + ", ".join(unknown))
     os.makedirs(args.out, exist_ok=True)
     # torch.onnx warns once per batch norm that the export drops num_batches_tracked's
     # update (Headroom keeps no such counter) and about training-mode export in general.
@@ -165,6 +278,10 @@ def main():
         size = image_size(name, args.image_size)
         try:
             model = build(name, args.seed)
+            if args.no_dropout:
+                for m in model.modules():
+                    if isinstance(m, torch.nn.Dropout):
+                        m.p = 0.0
             params = sum(p.numel() for p in model.parameters())
             path = export(model, args.out, name, size)
             if args.reference:
