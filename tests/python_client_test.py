@@ -3,15 +3,16 @@
     python_client_test.py --server HOST:PORT
 
 Plans, submits and follows a zoo job, lists it, reads its timeline, checks a too-small
-budget's error, and plans (and trains) a PyTorch module converted with
-headroom_client.torch_graph over the wire. Exits 1 listing every failed check.
+budget's error, plans (and trains) a PyTorch module converted with
+headroom_client.torch_graph over the wire, and the same module sent as ONNX bytes. Exits 1
+listing every failed check.
 """
 
 import argparse
 import sys
 import time
 
-from headroom_client import Client, HeadroomError, format_bytes, pb, zoo
+from headroom_client import Client, HeadroomError, format_bytes, onnx, pb, zoo
 
 failures = []
 
@@ -139,6 +140,29 @@ def main(argv=None):
                      "plan(GraphDef) under 64 B")
         torch_job = client.submit(graph, steps=5, name="torch-graph")
         follow(client, torch_job.job_id, 5, f"GraphDef job {torch_job.job_id}")
+
+        # 6. The same module as ONNX bytes, imported by the daemon: the same parameters, and a
+        #    job that trains from the module's own weights.
+        import io
+        buffer = io.BytesIO()
+        x = torch.randn(8, 16)
+        torch.onnx.export(module.train(), x, buffer, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}},
+                          opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+        source = onnx(buffer.getvalue(), batch=8, classes=4)
+        onnx_plan = client.plan(source)
+        check(onnx_plan.summary.predicted_peak_bytes > 0,
+              f"plan(onnx(...)): peak {format_bytes(onnx_plan.summary.predicted_peak_bytes)}")
+        params = dict((r.role, r.bytes) for r in onnx_plan.summary.bytes_by_role)
+        module_bytes = 4 * sum(p.numel() for p in module.parameters())
+        check(params.get(pb.ROLE_PARAMETER) == module_bytes,
+              f"plan(onnx(...)): parameters {params.get(pb.ROLE_PARAMETER)} B == the module's "
+              f"{module_bytes} B")
+        expect_error("INVALID_ARGUMENT", lambda: client.plan(onnx(b"no model", batch=8)),
+                     "plan() of bytes that are no ONNX model")
+        onnx_job = client.submit(source, steps=3, name="onnx", seed=5)
+        follow(client, onnx_job.job_id, 3, f"ONNX job {onnx_job.job_id}")
 
     print(f"{time.monotonic() - started:.1f} s")
     if failures:

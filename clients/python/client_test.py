@@ -12,7 +12,7 @@ import unittest
 
 import grpc
 
-from headroom_client import (Client, HeadroomError, format_bytes, model_source, parse_bytes,
+from headroom_client import (Client, HeadroomError, format_bytes, model_source, onnx, parse_bytes,
                              pb, read_graph, write_graph, zoo)
 from headroom_client.protos import pb_grpc
 
@@ -252,6 +252,20 @@ class HelpersTest(unittest.TestCase):
         self.assertEqual(model_source(source.zoo), source)
         with self.assertRaisesRegex(TypeError, "not str"):
             model_source("resnet18")
+
+    def test_onnx_carries_the_bytes_and_the_import_options(self):
+        source = onnx(b"\x08\x07", batch=8, classes=10)
+        self.assertEqual(source.WhichOneof("source"), "onnx_model")
+        self.assertEqual(source.onnx_model, b"\x08\x07")
+        self.assertEqual((source.onnx.batch, source.onnx.loss, source.onnx.classes),
+                         (8, "softmax_cross_entropy", 10))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.onnx")
+            with open(path, "wb") as f:
+                f.write(b"model")
+            self.assertEqual(onnx(path).onnx_model, b"model")
+        with self.assertRaisesRegex(TypeError, "not int"):
+            onnx(7)
 
     def test_graph_files_round_trip(self):
         graph = pb.GraphDef(name="g", loss="loss",

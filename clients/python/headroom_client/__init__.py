@@ -20,7 +20,7 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from headroom_client.client import Client  # noqa: E402
 from headroom_client.errors import HeadroomError  # noqa: E402
-from headroom_client.models import model_source, read_graph, write_graph, zoo  # noqa: E402
+from headroom_client.models import model_source, onnx, read_graph, write_graph, zoo  # noqa: E402
 from headroom_client.protos import pb  # noqa: E402
 from headroom_client.sizes import format_bytes, parse_bytes  # noqa: E402
 
@@ -29,6 +29,7 @@ __all__ = [
     "HeadroomError",
     "format_bytes",
     "model_source",
+    "onnx",
     "parse_bytes",
     "pb",
     "read_graph",

@@ -23,6 +23,23 @@ def zoo(name, batch=16, **options):
     return pb.ModelSource(zoo=spec)
 
 
+def onnx(model, batch=16, loss="softmax_cross_entropy", classes=0):
+    """Returns a ModelSource carrying an ONNX model: `model` is the serialized
+    onnx.ModelProto (bytes) or a path to a .onnx file. The daemon imports it with `batch`
+    samples per step (replacing its symbolic batch dimension), attaches `loss` to its first
+    output (with `classes` checked when not 0), and trains a job from its weights. The whole
+    file travels in the request, so it must fit the daemon's --max-message-bytes (64 MiB by
+    default); for larger models send `headroom graph --onnx FILE --emit out.pb`'s description
+    instead."""
+    if isinstance(model, (str, os.PathLike)):
+        with open(model, "rb") as f:
+            model = f.read()
+    if not isinstance(model, (bytes, bytearray)):
+        raise TypeError(f"an ONNX model is bytes or a file path, not {type(model).__name__}")
+    return pb.ModelSource(onnx_model=bytes(model),
+                          onnx=pb.OnnxImport(batch=batch, loss=loss, classes=classes))
+
+
 def model_source(model):
     """Returns `model` as a ModelSource: a ModelSource as is, a ZooModel or GraphDef wrapped.
     Raises TypeError for anything else."""
