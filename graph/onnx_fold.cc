@@ -296,28 +296,7 @@ absl::StatusOr<OnnxTensor> Transpose(const onnx::NodeProto& node, const OnnxTens
 absl::StatusOr<OnnxTensor> Slice(const onnx::NodeProto& node, const Inputs& in, int64_t opset) {
   const OnnxTensor& x = *in[0];
   const int64_t rank = x.shape().size();
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (opset < 10) {
-    starts = OnnxIntsAttr(node, "starts");
-    ends = OnnxIntsAttr(node, "ends");
-    axes = OnnxIntsAttr(node, "axes");
-  } else {
-    starts = in[1]->ints();
-    ends = in[2]->ints();
-    if (in.size() > 3 && in[3] != nullptr) axes = in[3]->ints();
-    if (in.size() > 4 && in[4] != nullptr) steps = in[4]->ints();
-  }
-  if (axes.empty()) {
-    for (int64_t d = 0; d < static_cast<int64_t>(starts.size()); ++d) axes.push_back(d);
-  }
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  std::vector<SliceRange> ranges(rank);
-  for (int64_t d = 0; d < rank; ++d) ranges[d] = {0, 1, x.shape()[d]};
-  for (size_t k = 0; k < axes.size(); ++k) {
-    ASSIGN_OR_RETURN(int64_t axis, Axis(axes[k], rank, "axis"));
-    ASSIGN_OR_RETURN(ranges[axis],
-                     NormalizeSliceRange(x.shape()[axis], starts[k], ends[k], steps[k]));
-  }
+  ASSIGN_OR_RETURN(std::vector<SliceRange> ranges, OnnxSliceRanges(node, in, x.shape(), opset));
   Shape out;
   for (const SliceRange& r : ranges) out.push_back(r.count);
   const std::vector<int64_t> is = Strides(x.shape()), os = Strides(out);
@@ -590,6 +569,41 @@ absl::StatusOr<std::vector<OnnxTensor>> FoldOnnxNode(const onnx::NodeProto& node
     return InvalidArgumentError(StrCat(OnnxNodeLabel(node), ": ", out.status().message()));
   }
   return out;
+}
+
+absl::StatusOr<std::vector<SliceRange>> OnnxSliceRanges(const onnx::NodeProto& node,
+                                                        const Inputs& in, const Shape& shape,
+                                                        int64_t opset) {
+  const int64_t rank = shape.size();
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (opset < 10) {
+    starts = OnnxIntsAttr(node, "starts");
+    ends = OnnxIntsAttr(node, "ends");
+    axes = OnnxIntsAttr(node, "axes");
+  } else {
+    if (in.size() < 3 || in[1] == nullptr || in[2] == nullptr) {
+      return InvalidArgumentError("starts and ends are required");
+    }
+    starts = in[1]->ints();
+    ends = in[2]->ints();
+    if (in.size() > 3 && in[3] != nullptr) axes = in[3]->ints();
+    if (in.size() > 4 && in[4] != nullptr) steps = in[4]->ints();
+  }
+  if (axes.empty()) {
+    for (int64_t d = 0; d < static_cast<int64_t>(starts.size()); ++d) axes.push_back(d);
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size()) {
+    return InvalidArgumentError("starts, ends, axes and steps differ in length");
+  }
+  std::vector<SliceRange> ranges(rank);
+  for (int64_t d = 0; d < rank; ++d) ranges[d] = {0, 1, shape[d]};
+  for (size_t k = 0; k < axes.size(); ++k) {
+    ASSIGN_OR_RETURN(int64_t axis, Axis(axes[k], rank, "axis"));
+    ASSIGN_OR_RETURN(ranges[axis], NormalizeSliceRange(shape[axis], starts[k], ends[k], steps[k]));
+  }
+  return ranges;
 }
 
 absl::StatusOr<Shape> OnnxUnsqueezeShape(const Shape& in, std::vector<int64_t> axes) {

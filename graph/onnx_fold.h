@@ -39,6 +39,13 @@ struct SliceRange {
 absl::StatusOr<SliceRange> NormalizeSliceRange(int64_t dim, int64_t start, int64_t end,
                                                int64_t step);
 
+// Returns the range of every axis of Slice `node` over a tensor of `shape` (all of an axis it
+// does not name): starts, ends, axes and steps from its attributes (opset < 10) or from
+// `inputs` 1 to 4 (nullptr where omitted; starts and ends are required).
+absl::StatusOr<std::vector<SliceRange>> OnnxSliceRanges(
+    const onnx::NodeProto& node, const std::vector<const OnnxTensor*>& inputs,
+    const Shape& shape, int64_t opset);
+
 // Returns the shape Reshape gives `in` for the target `shape` (0 copies the input's dim
 // unless `allow_zero`; one -1 is inferred).
 absl::StatusOr<Shape> OnnxReshapeTarget(const Shape& in, const std::vector<int64_t>& shape,

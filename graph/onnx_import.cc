@@ -968,42 +968,27 @@ class Importer {
   // keeps everything.
   absl::Status Slice(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
-    const int64_t rank = x->shape.size();
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (opset_ < 10) {
-      starts = OnnxIntsAttr(n, "starts");
-      ends = OnnxIntsAttr(n, "ends");
-      axes = OnnxIntsAttr(n, "axes");
-    } else {
-      ASSIGN_OR_RETURN(auto s, KnownInput(n, 1, "starts"));
-      ASSIGN_OR_RETURN(auto e, KnownInput(n, 2, "ends"));
-      starts = s->ints();
-      ends = e->ints();
-      if (n.input_size() > 3 && !n.input(3).empty()) {
-        ASSIGN_OR_RETURN(auto a, KnownInput(n, 3, "axes"));
-        axes = a->ints();
+    std::vector<const OnnxTensor*> bounds = {nullptr};
+    for (int k = 1; k < n.input_size(); ++k) {
+      if (n.input(k).empty()) {
+        bounds.push_back(nullptr);
+        continue;
       }
-      if (n.input_size() > 4 && !n.input(4).empty()) {
-        ASSIGN_OR_RETURN(auto st, KnownInput(n, 4, "steps"));
-        steps = st->ints();
-      }
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, k, "bounds"));
+      bounds.push_back(c.get());
     }
-    if (axes.empty()) {
-      for (int64_t d = 0; d < static_cast<int64_t>(starts.size()); ++d) axes.push_back(d);
-    }
-    if (steps.empty()) steps.assign(starts.size(), 1);
+    absl::StatusOr<std::vector<SliceRange>> ranges = OnnxSliceRanges(n, bounds, x->shape, opset_);
+    if (!ranges.ok()) return Fail(n, ranges.status().message());
     std::vector<int64_t> out_axes, out_starts, out_ends, out_steps;
-    for (size_t k = 0; k < axes.size(); ++k) {
-      ASSIGN_OR_RETURN(int64_t axis, NormalAxis(axes[k], rank));
-      absl::StatusOr<SliceRange> r = NormalizeSliceRange(x->shape[axis], starts[k], ends[k], steps[k]);
-      if (!r.ok()) return Fail(n, r.status().message());
-      if (r->step < 0) return Fail(n, "a reversing slice (negative step) of a computed tensor");
-      if (r->count == 0) return Fail(n, "an empty slice");
-      if (r->start == 0 && r->step == 1 && r->count == x->shape[axis]) continue;  // all of it
+    for (int64_t axis = 0; axis < static_cast<int64_t>(ranges->size()); ++axis) {
+      const SliceRange& r = (*ranges)[axis];
+      if (r.step < 0) return Fail(n, "a reversing slice (negative step) of a computed tensor");
+      if (r.count == 0) return Fail(n, "an empty slice");
+      if (r.start == 0 && r.step == 1 && r.count == x->shape[axis]) continue;  // all of it
       out_axes.push_back(axis);
-      out_starts.push_back(r->start);
-      out_ends.push_back(r->start + (r->count - 1) * r->step + 1);
-      out_steps.push_back(r->step);
+      out_starts.push_back(r.start);
+      out_ends.push_back(r.start + (r.count - 1) * r.step + 1);
+      out_steps.push_back(r.step);
     }
     if (out_axes.empty()) return Alias(n, n.input(0));
     ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));

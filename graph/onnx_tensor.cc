@@ -61,6 +61,13 @@ float HalfToFloat(uint16_t h) {
   return out;
 }
 
+float BFloat16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 template <typename T>
 T Load(const char* p) {
   T v;
@@ -175,12 +182,7 @@ absl::StatusOr<OnnxTensor> OnnxTensor::FromProto(const TP& proto, const std::str
       for (int32_t v : proto.int32_data()) t.floats_.push_back(HalfToFloat(static_cast<uint16_t>(v)));
       break;
     case TP::BFLOAT16:
-      for (int32_t v : proto.int32_data()) {
-        const uint32_t bits = static_cast<uint32_t>(v) << 16;
-        float f;
-        std::memcpy(&f, &bits, 4);
-        t.floats_.push_back(f);
-      }
+      for (int32_t v : proto.int32_data()) t.floats_.push_back(BFloat16ToFloat(static_cast<uint16_t>(v)));
       break;
     case TP::INT64:
       t.ints_.assign(proto.int64_data().begin(), proto.int64_data().end());
@@ -245,11 +247,7 @@ void OnnxTensor::Decode() const {
       case TP::FLOAT: floats_[i] = Load<float>(p + 4 * i); break;
       case TP::DOUBLE: floats_[i] = Load<double>(p + 8 * i); break;
       case TP::FLOAT16: floats_[i] = HalfToFloat(Load<uint16_t>(p + 2 * i)); break;
-      case TP::BFLOAT16: {
-        const uint32_t bits = static_cast<uint32_t>(Load<uint16_t>(p + 2 * i)) << 16;
-        floats_[i] = Load<float>(reinterpret_cast<const char*>(&bits));
-        break;
-      }
+      case TP::BFLOAT16: floats_[i] = BFloat16ToFloat(Load<uint16_t>(p + 2 * i)); break;
       case TP::BOOL:
       case TP::UINT8: ints_[i] = Load<uint8_t>(p + i); break;
       case TP::INT8: ints_[i] = Load<int8_t>(p + i); break;
