@@ -1,5 +1,10 @@
 #include "graph/onnx_import.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -19,7 +24,6 @@
 #include "graph/onnx_patterns.h"
 #include "graph/onnx_tensor.h"
 #include "onnx/onnx_pb.h"
-#include "util/file_io.h"
 #include "util/status_macros.h"
 
 namespace headroom::graph {
@@ -71,11 +75,11 @@ class Importer {
         external_dir_(std::move(external_dir)) {}
 
   absl::StatusOr<ImportedModel> Run() {
-    RETURN_IF_ERROR(ReadOpset());
-    RETURN_IF_ERROR(CheckOps());
     out_.graph.set_name(!options_.name.empty() ? options_.name
                         : !graph_.name().empty() ? graph_.name()
                                                  : "onnx");
+    RETURN_IF_ERROR(ReadOpset());
+    RETURN_IF_ERROR(CheckOps());
     RETURN_IF_ERROR(ReadInitializers());
     RETURN_IF_ERROR(DeclareInputs());
     RETURN_IF_ERROR(ImportNodes());
@@ -124,7 +128,7 @@ class Importer {
       parts.push_back(StrCat(op, " x", count));
       total += count;
     }
-    return InvalidArgumentError(StrCat("ONNX model '", graph_.name(), "' uses ", unknown.size(),
+    return InvalidArgumentError(StrCat("ONNX model '", out_.graph.name(), "' uses ", unknown.size(),
                                        " op type(s) Headroom cannot import (", total,
                                        " nodes): ", absl::StrJoin(parts, ", ")));
   }
@@ -1279,7 +1283,32 @@ absl::StatusOr<ImportedModel> ImportOnnx(const std::string& model_bytes,
 
 absl::StatusOr<ImportedModel> ImportOnnxFile(const std::string& path,
                                              const OnnxImportOptions& options) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileContents(path, "ONNX model"));
+  // 1. Parse straight from the mapped file: a model is up to 2 GiB, and reading it into a
+  //    string first costs as much again as parsing it.
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return absl::NotFoundError(StrCat("cannot open ONNX model '", path, "'"));
+  struct stat st {};
+  fstat(fd, &st);
+  if (st.st_size > std::numeric_limits<int>::max()) {
+    close(fd);
+    return InvalidArgumentError(StrCat(path, ": ", st.st_size, " bytes, over protobuf's 2 GiB; ",
+                                       "export the weights as external data"));
+  }
+  onnx::ModelProto model;
+  bool parsed = false;
+  if (st.st_size > 0) {
+    void* data = mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data != MAP_FAILED) {
+      parsed = model.ParseFromArray(data, static_cast<int>(st.st_size));
+      munmap(data, st.st_size);
+    }
+  }
+  close(fd);
+  if (!parsed) {
+    return InvalidArgumentError(StrCat(path, ": not an ONNX model (", st.st_size,
+                                       " bytes that do not parse as onnx.ModelProto)"));
+  }
+  // 2. Import it, named after the file and reading external data beside it.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   OnnxImportOptions named = options;
@@ -1291,11 +1320,11 @@ absl::StatusOr<ImportedModel> ImportOnnxFile(const std::string& path,
     }
     named.name = stem.substr(0, stem.rfind(".onnx"));
   }
-  absl::StatusOr<ImportedModel> model = ImportOnnx(bytes, named, dir);
-  if (!model.ok()) {
-    return absl::Status(model.status().code(), StrCat(path, ": ", model.status().message()));
+  absl::StatusOr<ImportedModel> imported = Importer(model, named, dir).Run();
+  if (!imported.ok()) {
+    return absl::Status(imported.status().code(), StrCat(path, ": ", imported.status().message()));
   }
-  return model;
+  return imported;
 }
 
 std::vector<std::string> OnnxImportableOps() {
