@@ -75,9 +75,9 @@ TEST(OnnxImportE2ETest, ResNet18HasTheZoosParametersAndArena) {
   absl::StatusOr<proto::PlanResponse> a = planner::AnswerPlan(onnx, proto::PlanOptions());
   absl::StatusOr<proto::PlanResponse> b = planner::AnswerPlan(zoo, proto::PlanOptions());
   ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-  const double arena_onnx = a->summary().arena_bytes(), arena_zoo = b->summary().arena_bytes();
+  const uint64_t arena_onnx = a->summary().arena_bytes(), arena_zoo = b->summary().arena_bytes();
   std::cout << "training arena: imported " << arena_onnx << " B, zoo " << arena_zoo << " B\n";
-  EXPECT_LE(std::fabs(arena_onnx - arena_zoo), 0.01 * arena_zoo);
+  EXPECT_LE(std::fabs(double(arena_onnx) - double(arena_zoo)), 0.01 * arena_zoo);
 }
 
 class OnnxForwardTest : public ::testing::TestWithParam<std::string> {};
