@@ -212,7 +212,9 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   ASSERT_NE(daemon, nullptr);
   auto stub = daemon->NewStub();
 
-  const proto::SubmitJobResponse submitted = Submit(*stub, MlpJob("e2e-watch", 12));
+  // 40 steps (about half a second): long enough that the watch sees it running.
+  constexpr uint64_t kSteps = 40;
+  const proto::SubmitJobResponse submitted = Submit(*stub, MlpJob("e2e-watch", kSteps));
   ASSERT_FALSE(submitted.job_id().empty());
   EXPECT_EQ(submitted.state(), proto::JOB_STATE_QUEUED);
   const uint64_t planned = submitted.plan().summary().predicted_peak_bytes();
@@ -226,7 +228,7 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   bool saw_memory = false;
   for (const proto::JobProgress& p : updates) {
     EXPECT_EQ(p.job_id(), submitted.job_id());
-    EXPECT_EQ(p.total_steps(), 12u);
+    EXPECT_EQ(p.total_steps(), kSteps);
     EXPECT_GE(p.step(), last_step);
     last_step = p.step();
     EXPECT_LE(p.measured_peak_bytes(), planned) << "measured above predicted at step " << p.step();
@@ -241,14 +243,14 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   EXPECT_TRUE(saw_memory) << "no running update carried memory by role";
   const proto::JobProgress& last = updates.back();
   EXPECT_EQ(last.state(), proto::JOB_STATE_SUCCEEDED) << last.message();
-  EXPECT_EQ(last.step(), 12u);
+  EXPECT_EQ(last.step(), kSteps);
   EXPECT_GT(last.measured_peak_bytes(), 0u);
 
   // The list agrees with the stream.
   const proto::JobInfo info = Listed(*stub, submitted.job_id());
   EXPECT_EQ(info.state(), proto::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(info.name(), "e2e-watch");
-  EXPECT_EQ(info.step(), 12u);
+  EXPECT_EQ(info.step(), kSteps);
   EXPECT_EQ(info.loss(), last.loss());
   EXPECT_EQ(info.planned_peak_bytes(), planned);
   EXPECT_EQ(info.measured_peak_bytes(), last.measured_peak_bytes());
