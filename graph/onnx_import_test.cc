@@ -270,15 +270,21 @@ TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
   EXPECT_TRUE(Graph::FromProto(m.graph).ok());
 }
 
-TEST(OnnxImportTest, GeluDecompositionBecomesOneGelu) {
-  // torch's nn.GELU(): x * (1 + erf(x / sqrt 2)) * 0.5.
+// Adds torch's nn.GELU() of input x as it exports: x * (1 + erf(x / sqrt 2)) * 0.5, the
+// division's output named "d", the result `output`.
+OnnxModelBuilder ErfGelu(const std::string& output) {
   OnnxModelBuilder b;
   b.Input("x", {6}).Float("sqrt2", 1.4142135f).Float("one", 1.0f).Float("half", 0.5f);
   b.AddNode("Div", {"x", "sqrt2"}, {"d"});
   b.AddNode("Erf", {"d"}, {"e"});
   b.AddNode("Add", {"e", "one"}, {"a"});
   b.AddNode("Mul", {"x", "a"}, {"m"});
-  b.AddNode("Mul", {"m", "half"}, {"logits"});
+  b.AddNode("Mul", {"m", "half"}, {output});
+  return b;
+}
+
+TEST(OnnxImportTest, GeluDecompositionBecomesOneGelu) {
+  OnnxModelBuilder b = ErfGelu("logits");
   b.Output("logits");
   const ImportedModel m = Import(b);
   EXPECT_THAT(OpCounts(m.graph),
@@ -289,13 +295,7 @@ TEST(OnnxImportTest, GeluDecompositionBecomesOneGelu) {
 }
 
 TEST(OnnxImportTest, GeluWithAnotherReaderOfItsInnerValueIsNotFused) {
-  OnnxModelBuilder b;
-  b.Input("x", {6}).Float("sqrt2", 1.4142135f).Float("one", 1.0f).Float("half", 0.5f);
-  b.AddNode("Div", {"x", "sqrt2"}, {"d"});
-  b.AddNode("Erf", {"d"}, {"e"});
-  b.AddNode("Add", {"e", "one"}, {"a"});
-  b.AddNode("Mul", {"x", "a"}, {"m"});
-  b.AddNode("Mul", {"m", "half"}, {"g"});
+  OnnxModelBuilder b = ErfGelu("g");
   b.AddNode("Add", {"g", "d"}, {"logits"});  // d is read outside the pattern
   b.Output("logits");
   absl::Status s = ImportOnnx(b.Bytes(), OnnxImportOptions{2}).status();
