@@ -189,8 +189,12 @@ TEST(OnnxImportTest, SmallCnnBecomesAValidTrainingGraph) {
   }
   // ONNX's momentum weighs the running value; Headroom's the batch's.
   for (const proto::NodeDef& n : m.graph.nodes()) {
-    if (n.op() == "BatchNorm") EXPECT_NEAR(n.attrs().at("momentum").f(), 0.1, 1e-7);
-    if (n.op() == "MatMul") EXPECT_TRUE(n.attrs().at("transpose_b").b());
+    if (n.op() == "BatchNorm") {
+      EXPECT_NEAR(n.attrs().at("momentum").f(), 0.1, 1e-7);
+    }
+    if (n.op() == "MatMul") {
+      EXPECT_TRUE(n.attrs().at("transpose_b").b());
+    }
   }
 }
 

@@ -136,7 +136,9 @@ TEST(TimelineTest, SampleIndicesKeepAtMostMaxWithThePeakAndTheLast) {
         EXPECT_EQ(i.size(), std::min(n, max)) << n << " " << max << " " << keep;
         EXPECT_TRUE(std::is_sorted(i.begin(), i.end()));
         EXPECT_NE(std::find(i.begin(), i.end(), keep), i.end()) << n << " " << max;
-        if (max >= 2) EXPECT_EQ(i.back(), n - 1);
+        if (max >= 2) {
+          EXPECT_EQ(i.back(), n - 1);
+        }
       }
     }
   }

@@ -212,8 +212,9 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   ASSERT_NE(daemon, nullptr);
   auto stub = daemon->NewStub();
 
-  // 40 steps (about half a second): long enough that the watch sees it running.
-  constexpr uint64_t kSteps = 40;
+  // 100 steps (over a second when idle): long enough that the watch sees it running on
+  // a loaded CI machine.
+  constexpr uint64_t kSteps = 100;
   const proto::SubmitJobResponse submitted = Submit(*stub, MlpJob("e2e-watch", kSteps));
   ASSERT_FALSE(submitted.job_id().empty());
   EXPECT_EQ(submitted.state(), proto::JOB_STATE_QUEUED);
