@@ -6,6 +6,8 @@
 #include "graph/summary.h"
 #include "util/cli_flags.h"
 #include "clients/model_flags.h"
+#include "executor/backend_scratch.h"
+#include "executor/backends.h"
 #include "graph/graph.h"
 #include "graph/shape.h"
 #include "planner/cost_model.h"
@@ -23,7 +25,8 @@ constexpr char kUsage[] =
     "usage: headroom plan (--model NAME | --graph FILE | --onnx FILE) [--batch N] [--inference]\n"
     "                     [--optimizer sgd|adam] [--alignment BYTES] [--tensors] [--json]\n"
     "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
-    "                     [--device-file FILE] [--no-offload] [--profile FILE]\n";
+    "                     [--device-file FILE] [--no-offload] [--profile FILE]\n"
+    "                     [--backend cpu|cuda]\n";
 
 std::string PlanJson(const std::string& name, const planner::MemoryPlan& plan, bool tensors) {
   JsonWriter w;
@@ -322,6 +325,9 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
            "  --no-offload        keep every cached section input on the device\n"
            "  --profile FILE      plan with the node times and copy rates measured by\n"
            "                      `headroom profile --out FILE` (same model and batch)\n"
+           "  --backend NAME      the backend whose kernel scratch the plan holds, as\n"
+           "                      `headroom train` will: cpu (oneDNN, default) or cuda\n"
+           "                      (cuDNN's workspaces; needs a GPU here)\n"
            "  --server ADDR       plan on headroomd instead (see 'headroom plan --server\n"
            "                      ADDR --help')\n";
     return 0;
@@ -332,6 +338,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (!OptionsFromFlags(*flags, options, err)) return 2;
   SectionFlags section;
   if (!SectionFlagsFromFlags(*flags, section, err)) return 2;
+  const std::string backend_name = flags->TakeString("backend", "cpu");
   absl::StatusOr<proto::GraphDef> def = ModelFromFlags(*flags);
   if (!def.ok()) return err << "headroom plan: " << def.status().message() << "\n", 1;
   if (absl::Status s = flags->CheckAllTaken("plan"); !s.ok()) {
@@ -339,6 +346,14 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
   if (!g.ok()) return err << "headroom plan: " << g.status().message() << "\n", 1;
+  // The plan holds every byte the backend's kernels will need, as `headroom train`'s does.
+  absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(backend_name);
+  if (!backend.ok()) {
+    return err << "headroom plan: --backend " << backend_name << ": "
+               << backend.status().message() << "\n", 1;
+  }
+  const executor::BackendScratchModel scratch(backend->get());
+  options.training.scratch = &scratch;
   if (section.budget_bytes > 0 || section.frontier || !section.profile_path.empty()) {
     return RunSectionPlan(*g, options, section, json, out, err);
   }

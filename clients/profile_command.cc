@@ -105,7 +105,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   }
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
   if (!g.ok()) return err << "headroom profile: " << g.status().message() << "\n", 1;
-  if (absl::Status s = UseProfile(*g, f); !s.ok()) {
+  if (absl::Status s = ResolveGraphFlags(*g, f); !s.ok()) {
     return err << "headroom profile: " << s.message() << "\n", 1;
   }
 #ifdef HEADROOM_HAVE_CUDA

@@ -45,7 +45,7 @@ std::string ReadFile(const std::string& path) {
 TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
   const std::string dir = TempDir();
   CommandRun r = Profile({"--model", "resnet18", "--batch", "8", "--image_size", "64", "--steps", "2",
-                   "--budget", "100MiB", "--trace", dir + "/trace.json", "--out",
+                   "--budget", "120MiB", "--trace", dir + "/trace.json", "--out",
                    dir + "/prof.json", "--metrics", dir + "/metrics.txt", "--rows", "5"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("measured peak"));
@@ -66,10 +66,10 @@ TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
   EXPECT_EQ(profile->step_seconds_size(), 2);
   EXPECT_GT(profile->op_costs_size(), 0);
   EXPECT_EQ(profile->measured_peak_bytes(), profile->plan().predicted_peak_bytes());
-  EXPECT_LE(profile->measured_peak_bytes(), 100u << 20);
+  EXPECT_LE(profile->measured_peak_bytes(), 120u << 20);
   std::ostringstream out, err;
   ASSERT_EQ(RunPlanCommand({"--model", "resnet18", "--batch", "8", "--image_size", "64",
-                            "--budget", "100MiB", "--profile", dir + "/prof.json"},
+                            "--budget", "120MiB", "--profile", dir + "/prof.json"},
                            out, err),
             0)
       << err.str();

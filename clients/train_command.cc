@@ -77,7 +77,7 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   model->values.clear();
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(model->graph);
   if (!g.ok()) return err << "headroom train: " << g.status().message() << "\n", 1;
-  if (absl::Status s = UseProfile(*g, f); !s.ok()) {
+  if (absl::Status s = ResolveGraphFlags(*g, f); !s.ok()) {
     return err << "headroom train: " << s.message() << "\n", 1;
   }
   absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "planner/cost_model.h"
+#include "planner/sections.h"
 #include "profiler/measured_cost_model.h"
 #include "util/byte_size.h"
 
@@ -28,6 +29,13 @@ bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default
                  << "\n", false;
     }
     f.trainer.budget_bytes = *bytes;
+  }
+  absl::StatusOr<int64_t> sections = flags.TakeInt("sections", 0, 0);
+  if (!sections.ok()) return err << prefix << sections.status().message() << "\n", false;
+  f.sections = *sections;
+  if (f.sections > 0 && f.trainer.budget_bytes > 0) {
+    return err << prefix << "--sections and --budget choose the plan two ways; give one\n",
+           false;
   }
   f.backend = flags.TakeString("backend", "cpu");
   if (f.backend != "cpu" && f.backend != "cuda") {
@@ -58,7 +66,17 @@ bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default
   return true;
 }
 
-absl::Status UseProfile(const graph::Graph& forward, TrainFlags& f) {
+absl::Status ResolveGraphFlags(const graph::Graph& forward, TrainFlags& f) {
+  if (f.sections > 0) {
+    const int64_t nodes = static_cast<int64_t>(forward.nodes().size());
+    if (f.sections > nodes) {
+      return absl::InvalidArgumentError(absl::StrCat("--sections ", f.sections, ": the model has ",
+                                                     nodes, " forward nodes"));
+    }
+    planner::SectionCuts cuts;
+    cuts.cuts = planner::EvenCuts(static_cast<int32_t>(nodes), static_cast<int32_t>(f.sections));
+    f.trainer.cuts = cuts;
+  }
   if (f.profile_path.empty()) return absl::OkStatus();
   absl::StatusOr<proto::ProfileResponse> profile = profiler::ReadProfileFile(f.profile_path);
   if (!profile.ok()) return profile.status();
@@ -77,6 +95,8 @@ std::string TrainFlagsUsage(int64_t default_steps) {
       "  --steps N           training steps (default ", default_steps, ")\n",
       "  --budget SIZE       device memory to fit (6GiB, 400MiB, bytes); default: no\n"
       "                      limit (the plain step)\n"
+      "  --sections N        instead of a budget: N sections of equal length, recompute\n"
+      "                      only (for experiments)\n"
       "  --backend NAME      cpu (oneDNN, default) or cuda\n"
       "  --no-offload        recompute only; keep cached section inputs on the device\n"
       "  --optimizer NAME    sgd (momentum 0.9, lr 0.01; default) or adam (lr 0.001)\n"

@@ -24,18 +24,21 @@ struct TrainFlags {
   std::string backend = "cpu";
   // --profile: a profile whose measured costs the plan is chosen with.
   std::string profile_path;
+  // --sections: split the forward pass into this many sections of equal length instead of
+  // searching (0: search).
+  int64_t sections = 0;
   executor::TrainerOptions trainer;
 };
 
-// Takes --steps (default `default_steps`), --seed, --budget, --backend, --no-offload,
-// --optimizer, --lr and --device from `flags` into `f`; returns false after printing
-// "headroom COMMAND: ..." to `err` for a bad value.
+// Takes --steps (default `default_steps`), --seed, --budget, --sections, --backend,
+// --no-offload, --optimizer, --lr and --device from `flags` into `f`; returns false after
+// printing "headroom COMMAND: ..." to `err` for a bad value.
 bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default_steps,
                     TrainFlags& f, std::ostream& err);
 
-// Sets f.trainer.cost from --profile for `forward` (nothing without it); the error names
-// the file.
-absl::Status UseProfile(const graph::Graph& forward, TrainFlags& f);
+// Resolves the flags that need the graph: f.trainer.cost from --profile, f.trainer.cuts
+// from --sections. The error names the file or the flag.
+absl::Status ResolveGraphFlags(const graph::Graph& forward, TrainFlags& f);
 
 // Returns the help lines of the flags TakeTrainFlags takes.
 std::string TrainFlagsUsage(int64_t default_steps);

@@ -73,6 +73,15 @@ class Backend {
   virtual absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) = 0;
   virtual absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) = 0;
 
+  // Returns the scratch bytes the kernel for `args` needs beyond its inputs and outputs
+  // (oneDNN scratchpads and staged copies, cuDNN workspaces): what the plan reserves for
+  // the node and Forward()/Backward() then receive in args.scratch. Deciding only: it runs
+  // nothing and allocates no memory the plan would have to hold; the views' data are
+  // placeholders, of which only presence counts. InvalidArgument for arguments the kernel
+  // would refuse. Default 0: kernels that need no scratch.
+  virtual absl::StatusOr<uint64_t> ScratchBytes(const ForwardArgs& args) { return 0; }
+  virtual absl::StatusOr<uint64_t> ScratchBytes(const BackwardArgs& args) { return 0; }
+
   // Issue kernels on the compute stream (see kernel_args.h for what each receives).
   virtual absl::Status Forward(const ForwardArgs& args) = 0;
   virtual absl::Status Backward(const BackwardArgs& args) = 0;
@@ -87,7 +96,8 @@ class Backend {
   virtual absl::Status Synchronize() = 0;
 
   // Returns the device bytes the backend holds now outside the arena for kernel workspaces
-  // (cuDNN, cuBLAS); 0 where kernels need none. It may grow while the first step runs.
+  // it did not declare through ScratchBytes() (cuBLAS's own, or a kernel handed less
+  // scratch than it needs); 0 where every byte is planned. It may grow while a step runs.
   virtual uint64_t workspace_bytes() const { return 0; }
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "executor/node_args.h"
 #include "graph/shape.h"
 #include "planner/gradient_rules.h"
 #include "profiler/step_layout.h"
@@ -238,13 +239,9 @@ absl::Status Executor::Prepare() {
   }
 
   // 3. Each node's arguments, as offsets (rebased once the arena exists). A backward node
-  //    reads its forward node's saved state; node ids are schedule steps, so find the step
-  //    of each forward node.
-  std::vector<NodeId> forward_step(forward_.nodes().size(), planner::kNone);
-  for (NodeId n = 0; n < num_steps; ++n) {
-    const TrainingNode& node = g.node(step_->schedule.order[n]);
-    if (node.kind == NodeKind::kForward) forward_step[node.forward_node] = step_->schedule.order[n];
-  }
+  //    reads its forward node's saved state.
+  const std::vector<NodeId> forward_node = ForwardNodeIndex(forward_, g);
+  auto view = [&](TensorId t) { return View(t); };
   p.forward.resize(num_steps);
   p.backward.resize(num_steps);
   p.update.resize(num_steps);
@@ -252,103 +249,21 @@ absl::Status Executor::Prepare() {
     const TrainingNode& node = g.node(step_->schedule.order[n]);
     switch (node.kind) {
       case NodeKind::kForward:
-      case NodeKind::kRecompute: {
-        const graph::Node& fn = forward_.node(node.forward_node);
-        ForwardArgs& args = p.forward[n];
-        args.op = fn.op->name;
-        args.attrs = &fn.attrs;
-        args.training = !g.inference();
-        for (TensorId t : node.inputs) args.inputs.push_back(View(t));
-        for (size_t o = 0; o < node.outputs.size(); ++o) {
-          (o < fn.outputs.size() ? args.outputs : args.saved).push_back(View(node.outputs[o]));
-        }
-        for (TensorId t : node.updates) args.running.push_back(View(t));
+      case NodeKind::kRecompute:
+        p.forward[n] = MakeForwardArgs(forward_, g, node, view);
         break;
-      }
       case NodeKind::kBackward: {
-        const graph::Node& fn = forward_.node(node.forward_node);
-        const planner::GradientRule* rule = planner::FindGradientRule(fn.op->name);
-        CHECK(rule != nullptr);
-        if (forward_step[node.forward_node] == planner::kNone) {
-          return absl::InternalError(absl::StrCat("executor: backward of '", fn.name,
+        const NodeId f = forward_node[node.forward_node];
+        if (f == planner::kNone) {
+          return absl::InternalError(absl::StrCat("executor: backward node '", node.name,
                                                   "' has no forward node in the step"));
         }
-        const TrainingNode& fwd_node = g.node(forward_step[node.forward_node]);
-        BackwardArgs& args = p.backward[n];
-        args.op = fn.op->name;
-        args.attrs = &fn.attrs;
-        for (graph::TensorId t : fn.inputs) {
-          args.inputs.push_back({nullptr, forward_.tensor(t).shape, forward_.tensor(t).dtype});
+        absl::StatusOr<BackwardArgs> args = MakeBackwardArgs(forward_, g, node, g.node(f), view);
+        if (!args.ok()) {
+          return absl::Status(args.status().code(),
+                              absl::StrCat("executor: ", args.status().message()));
         }
-        for (graph::TensorId t : fn.outputs) {
-          args.outputs.push_back({nullptr, forward_.tensor(t).shape, forward_.tensor(t).dtype});
-        }
-        for (size_t o = fn.outputs.size(); o < fwd_node.outputs.size(); ++o) {
-          const planner::TrainingTensor& s = g.tensor(fwd_node.outputs[o]);
-          args.saved.push_back({nullptr, s.shape, s.dtype});
-        }
-        // Inputs of the backward node: the output gradients that flow, then the forward
-        // tensors the rule reads, each once (training_graph.cc builds them in this order).
-        size_t pos = 0;
-        for (graph::TensorId t : fn.outputs) {
-          args.output_grads.push_back({nullptr, forward_.tensor(t).shape,
-                                       forward_.tensor(t).dtype});
-          if (g.final_gradient_of(t) != planner::kNone) {
-            args.output_grads.back().data = View(node.inputs[pos++]).data;
-          }
-        }
-        // Input gradients: the backward node's outputs, by the forward tensor they are of.
-        std::vector<TensorId> grad_of_input(fn.inputs.size(), planner::kNone);
-        for (size_t i = 0; i < fn.inputs.size(); ++i) {
-          for (TensorId out : node.outputs) {
-            if (g.tensor(out).forward_tensor != fn.inputs[i]) continue;
-            if (std::count(fn.inputs.begin(), fn.inputs.end(), fn.inputs[i]) > 1) {
-              return absl::UnimplementedError(absl::StrCat(
-                  "executor: node '", fn.name, "' (", fn.op->name, ") reads '",
-                  forward_.tensor(fn.inputs[i]).name,
-                  "' twice; its gradient would need summing, which the executor lacks"));
-            }
-            grad_of_input[i] = out;
-          }
-        }
-        for (size_t i = 0; i < fn.inputs.size(); ++i) {
-          args.input_grads.push_back({nullptr, forward_.tensor(fn.inputs[i]).shape,
-                                      forward_.tensor(fn.inputs[i]).dtype});
-          if (grad_of_input[i] != planner::kNone) {
-            args.input_grads.back().data = View(grad_of_input[i]).data;
-          }
-        }
-        std::vector<TensorId> seen;
-        for (const planner::GradientRead& read : rule->reads) {
-          if (read.only_if_input_needs_grad >= 0 &&
-              grad_of_input[read.only_if_input_needs_grad] == planner::kNone) {
-            continue;
-          }
-          TensorView* slot = nullptr;
-          TensorId original = planner::kNone;
-          switch (read.tensor.kind) {
-            case planner::TensorRef::Kind::kInput:
-              slot = &args.inputs[read.tensor.index];
-              original = fn.inputs[read.tensor.index];
-              break;
-            case planner::TensorRef::Kind::kOutput:
-              slot = &args.outputs[read.tensor.index];
-              original = fn.outputs[read.tensor.index];
-              break;
-            case planner::TensorRef::Kind::kSaved:
-              slot = &args.saved[read.tensor.index];
-              original = fwd_node.outputs[fn.outputs.size() + read.tensor.index];
-              break;
-          }
-          auto it = std::find(seen.begin(), seen.end(), original);
-          const size_t at = pos + (it - seen.begin());
-          if (it == seen.end()) seen.push_back(original);
-          if (at >= node.inputs.size()) {
-            return absl::InternalError(absl::StrCat("executor: backward of '", fn.name,
-                                                    "' has fewer inputs than its rule reads"));
-          }
-          slot->data = View(node.inputs[at]).data;
-        }
+        p.backward[n] = *std::move(args);
         break;
       }
       case NodeKind::kUpdate: {
@@ -400,11 +315,11 @@ absl::Status Executor::PlaceState(const std::vector<HostTensor>& initial_state) 
   Prepared& p = *prepared_;
   const TrainingGraph& g = step_->graph;
   // Rebase every prepared view from an offset to an address in the arena.
-  auto rebase = [&](TensorView& v) {
-    if (v.data != nullptr) v.data = arena_->At(reinterpret_cast<uintptr_t>(v.data) - 1);
+  auto rebase = [&](void*& data) {
+    if (data != nullptr) data = arena_->At(reinterpret_cast<uintptr_t>(data) - 1);
   };
   auto rebase_all = [&](std::vector<TensorView>& views) {
-    for (TensorView& v : views) rebase(v);
+    for (TensorView& v : views) rebase(v.data);
   };
   for (NodeId n = 0; n < static_cast<NodeId>(g.nodes().size()); ++n) {
     switch (g.node(step_->schedule.order[n]).kind) {
@@ -414,17 +329,19 @@ absl::Status Executor::PlaceState(const std::vector<HostTensor>& initial_state) 
         rebase_all(p.forward[n].outputs);
         rebase_all(p.forward[n].saved);
         rebase_all(p.forward[n].running);
+        rebase(p.forward[n].scratch);
         break;
       case NodeKind::kBackward: {
         BackwardArgs& a = p.backward[n];
         for (auto* views : {&a.inputs, &a.outputs, &a.saved, &a.output_grads, &a.input_grads}) {
           rebase_all(*views);
         }
+        rebase(a.scratch);
         break;
       }
       case NodeKind::kUpdate:
-        rebase(p.update[n].param);
-        rebase(p.update[n].grad);
+        rebase(p.update[n].param.data);
+        rebase(p.update[n].grad.data);
         rebase_all(p.update[n].state);
         break;
       default:

@@ -42,6 +42,11 @@ struct ForwardArgs {
   // Dropout's random stream for this node in this step. A re-forward is handed the same
   // seed and must write the same mask and output.
   uint64_t seed = 0;
+  // Bytes of the arena the kernel may use while it runs: the node's planned scratch, as
+  // many bytes as Backend::ScratchBytes() declared for these arguments (nullptr and 0 when
+  // it declared none). Nothing in it survives to the next call.
+  void* scratch = nullptr;
+  uint64_t scratch_bytes = 0;
 };
 
 // The backward of a forward op ("Conv2D", not "Conv2DGrad").
@@ -66,6 +71,9 @@ struct BackwardArgs {
   // kernel overwrites each present one (it does not accumulate). Distinct inputs always
   // have distinct gradients.
   std::vector<TensorView> input_grads;
+  // The node's planned scratch, as for ForwardArgs.
+  void* scratch = nullptr;
+  uint64_t scratch_bytes = 0;
 };
 
 // Hyper-parameters of an optimizer step, with defaults as in PyTorch's SGD and Adam.

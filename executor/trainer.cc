@@ -2,6 +2,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "executor/backend_scratch.h"
 #include "planner/memory_planner.h"
 #include "planner/sections.h"
 #include "util/status_macros.h"
@@ -47,8 +48,11 @@ Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& forward,
                                                          Backend* backend,
                                                          const TrainerOptions& options) {
+  // Every byte the backend's kernels need beyond their tensors is a tensor of the plan.
+  const BackendScratchModel scratch(backend);
   planner::TrainingOptions training_options;
   training_options.optimizer = options.optimizer;
+  training_options.scratch = &scratch;
   ASSIGN_OR_RETURN(planner::TrainingGraph training,
                    planner::TrainingGraph::Build(forward, training_options));
   ASSIGN_OR_RETURN(SyntheticTask task, SyntheticTask::Create(forward, options.seed));

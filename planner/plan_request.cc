@@ -112,9 +112,11 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
 
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
-                                               const CostModel* cost) {
+                                               const CostModel* cost,
+                                               const ScratchModel* scratch) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
+  planner_options.training.scratch = scratch;
   if (planner_options.training.inference) {
     return AnswerInference(forward, options, planner_options);
   }

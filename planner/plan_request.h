@@ -10,6 +10,7 @@
 #include "graph/graph.h"
 #include "planner/cost_model.h"
 #include "planner/memory_planner.h"
+#include "planner/scratch_model.h"
 #include "planner/section_search.h"
 #include "proto/headroom.pb.h"
 
@@ -30,10 +31,13 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
 //     step when it is 0), with the Pareto frontier and the baselines' points appended when
 //     options.frontier is set.
 // Times come from `cost` when given (it must describe `forward`), else from the roofline of
-// options.device. FailedPrecondition, naming the smallest feasible budget, when nothing fits.
+// options.device. Every node's kernel scratch is planned as `scratch` declares it (the
+// backend the plan will run on; none: no scratch). FailedPrecondition, naming the smallest
+// feasible budget, when nothing fits.
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
-                                               const CostModel* cost = nullptr);
+                                               const CostModel* cost = nullptr,
+                                               const ScratchModel* scratch = nullptr);
 
 }  // namespace headroom::planner
 

@@ -48,12 +48,7 @@ std::vector<int32_t> LayerCuts(const TrainingGraph& graph) {
 
 std::vector<int32_t> SqrtCuts(int32_t num_forward) {
   const int32_t k = std::max<int32_t>(1, std::lround(std::sqrt(static_cast<double>(num_forward))));
-  std::vector<int32_t> cuts;
-  for (int32_t i = 1; i < k; ++i) {
-    const int32_t c = static_cast<int32_t>(std::lround(static_cast<double>(i) * num_forward / k));
-    if (c > (cuts.empty() ? 0 : cuts.back()) && c < num_forward) cuts.push_back(c);
-  }
-  return cuts;
+  return EvenCuts(num_forward, k);
 }
 
 // ---- The section-model estimate and the dynamic program ---------------------------------

@@ -1,6 +1,7 @@
 #include "planner/sections.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -17,6 +18,16 @@ int32_t NumForwardNodes(const TrainingGraph& graph) {
     ++n;
   }
   return n;
+}
+
+std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections) {
+  std::vector<int32_t> cuts;
+  for (int32_t i = 1; i < sections; ++i) {
+    const int32_t c = static_cast<int32_t>(
+        std::lround(static_cast<double>(i) * num_forward / sections));
+    if (c > (cuts.empty() ? 0 : cuts.back()) && c < num_forward) cuts.push_back(c);
+  }
+  return cuts;
 }
 
 absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedule) {
@@ -399,6 +410,9 @@ class SectionExpander {
       const TensorId id = out->AppendTensor(Unlinked(g_.tensor(t), ".recompute"));
       (*recomputed)[t] = id;
       t = id;
+    }
+    if (node.scratch != kNone) {
+      node.scratch = out->AppendTensor(Unlinked(g_.tensor(node.scratch), ".recompute"));
     }
     return node;
   }

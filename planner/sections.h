@@ -106,6 +106,10 @@ absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& gr
 // Returns the number of forward nodes of `graph` (they are its first nodes).
 int32_t NumForwardNodes(const TrainingGraph& graph);
 
+// Returns the cuts that split `num_forward` forward nodes into `sections` sections of
+// (within one node) equal length; fewer when there are fewer nodes. REQUIRES: sections >= 1.
+std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections);
+
 // Returns OK if every node's inputs are written by earlier nodes (or exist before the step)
 // and every optimizer update is the last node to touch what it updates; else Internal
 // naming the node.

@@ -12,6 +12,7 @@
 #include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
 #include "planner/memory_planner.h"
+#include "planner/scratch_model.h"
 
 namespace headroom::planner {
 namespace {
@@ -236,6 +237,64 @@ TEST(SectionsTest, EveryZooModelExpandsToAValidVerifiedPlan) {
         PlanScheduledGraph(step.graph, step.schedule, kDefaultAlignmentBytes, DefaultStrategies());
     EXPECT_TRUE(plan.ok()) << name << ": " << plan.status();
   }
+}
+
+
+// Declares `bytes` of scratch for every forward and backward node of a MatMul.
+class MatMulScratch : public ScratchModel {
+ public:
+  explicit MatMulScratch(uint64_t bytes) : bytes_(bytes) {}
+  absl::StatusOr<uint64_t> NodeScratchBytes(const graph::Graph& forward,
+                                            const TrainingGraph& graph,
+                                            NodeId id) const override {
+    const TrainingNode& node = graph.node(id);
+    if (node.forward_node == kNone) return 0;
+    return forward.node(node.forward_node).op->name == "MatMul" ? bytes_ : 0;
+  }
+
+ private:
+  uint64_t bytes_;
+};
+
+TEST(SectionsTest, AReForwardGetsScratchOfItsOwnAliveOnlyWhileItRuns) {
+  const graph::Graph g = Chain();
+  const MatMulScratch scratch(4096);
+  TrainingOptions options;
+  options.scratch = &scratch;
+  absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(g, options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const SectionedStep step = Expand(*t, {{2, 4}, {}});
+  const TrainingGraph& e = step.graph;
+  const TrainingNode& fc2 = e.node(e.FindNode("fc2"));
+  const TrainingNode& again = e.node(e.FindNode("fc2.recompute"));
+  ASSERT_NE(fc2.scratch, kNone);
+  ASSERT_NE(again.scratch, kNone);
+  EXPECT_NE(again.scratch, fc2.scratch);
+  EXPECT_EQ(e.tensor(again.scratch).name, "fc2.scratch.recompute");
+  EXPECT_EQ(e.tensor(again.scratch).producer, e.FindNode("fc2.recompute"));
+  EXPECT_EQ(e.tensor(fc2.scratch).producer, e.FindNode("fc2"));
+
+  // Every scratch tensor lives at its node alone, and the plan holds it there: the arena
+  // grows by exactly one scratch over the plain chain's (no two MatMul nodes run at once).
+  absl::StatusOr<MemoryPlan> plan =
+      PlanScheduledGraph(e, step.schedule, kDefaultAlignmentBytes, DefaultStrategies());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int scratch_tensors = 0;
+  for (TensorId id = 0; id < static_cast<TensorId>(e.tensors().size()); ++id) {
+    if (e.tensor(id).role != proto::ROLE_TEMPORARY) continue;
+    ++scratch_tensors;
+    const NodeId producer = e.tensor(id).producer;
+    EXPECT_EQ(plan->tensors[id].lifetime.first_step, step.schedule.step_of[producer]);
+    EXPECT_EQ(plan->tensors[id].lifetime.last_step, step.schedule.step_of[producer]);
+  }
+  // fc1..fc3 forward and backward, and the re-forwards of fc1 and fc2.
+  EXPECT_EQ(scratch_tensors, 8);
+  const SectionedStep plain_step = Expand(Training(g), {{2, 4}, {}});
+  absl::StatusOr<MemoryPlan> plain = PlanScheduledGraph(
+      plain_step.graph, plain_step.schedule, kDefaultAlignmentBytes, DefaultStrategies());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_LE(plan->lower_bound_bytes, plain->lower_bound_bytes + 4096);
+  EXPECT_GT(plan->lower_bound_bytes, plain->lower_bound_bytes);
 }
 
 }  // namespace

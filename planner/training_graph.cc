@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "planner/gradient_rules.h"
+#include "planner/scratch_model.h"
 #include "util/check.h"
 #include "util/status_macros.h"
 
@@ -46,6 +47,7 @@ class TrainingGraphBuilder {
     g_.final_gradient_.assign(fwd_.tensors().size(), kNone);
     RETURN_IF_ERROR(Forward());
     if (!options_.inference) Backward();
+    if (options_.scratch != nullptr) RETURN_IF_ERROR(AttachScratch(*options_.scratch));
     return std::move(g_);
   }
 
@@ -267,6 +269,32 @@ class TrainingGraphBuilder {
     AddNode(std::move(update));
   }
 
+  // ---- Scratch -------------------------------------------------------------------------
+
+  // Asks `model` about every node of the finished graph, then gives each node that declares
+  // scratch its TEMPORARY tensor (asking first, so every answer sees the same graph).
+  absl::Status AttachScratch(const ScratchModel& model) {
+    std::vector<uint64_t> bytes(g_.nodes_.size(), 0);
+    for (NodeId id = 0; id < static_cast<NodeId>(g_.nodes_.size()); ++id) {
+      absl::StatusOr<uint64_t> b = model.NodeScratchBytes(fwd_, g_, id);
+      if (!b.ok()) {
+        return absl::Status(b.status().code(),
+                            absl::StrCat("node '", g_.nodes_[id].name, "' (", g_.nodes_[id].op,
+                                         "): scratch: ", b.status().message()));
+      }
+      bytes[id] = *b;
+    }
+    for (NodeId id = 0; id < static_cast<NodeId>(g_.nodes_.size()); ++id) {
+      if (bytes[id] == 0) continue;
+      TrainingNode& node = g_.nodes_[id];
+      node.scratch = AddTensor(absl::StrCat(node.name, ".scratch"),
+                               {static_cast<int64_t>(bytes[id])}, proto::DTYPE_BOOL,
+                               proto::ROLE_TEMPORARY, kNone);
+      g_.tensors_[node.scratch].producer = id;
+    }
+    return absl::OkStatus();
+  }
+
   // ---- Helpers -------------------------------------------------------------------------
 
   TensorId Resolve(graph::NodeId id, const TensorRef& ref) const {
@@ -343,6 +371,10 @@ NodeId TrainingGraph::AppendNode(TrainingNode node) {
   for (TensorId t : node.outputs) {
     CHECK(tensors_[t].producer == kNone) << tensors_[t].name << " written twice";
     tensors_[t].producer = id;
+  }
+  if (node.scratch != kNone) {
+    CHECK(tensors_[node.scratch].producer == kNone) << tensors_[node.scratch].name << " used twice";
+    tensors_[node.scratch].producer = id;
   }
   nodes_.push_back(std::move(node));
   return id;

@@ -15,6 +15,8 @@
 
 namespace headroom::planner {
 
+class ScratchModel;
+
 using TensorId = int32_t;
 using NodeId = int32_t;
 inline constexpr int32_t kNone = -1;
@@ -87,6 +89,9 @@ struct TrainingNode {
   // (output index, input index): the output is a view of the input (Reshape, Flatten) and
   // always shares its bytes.
   std::vector<std::pair<int, int>> views;
+  // The bytes its kernel uses while it runs (planner/scratch_model.h): a TEMPORARY tensor
+  // this node writes and nobody reads, so it lives only at this node; kNone for none.
+  TensorId scratch = kNone;
 };
 
 struct TrainingOptions {
@@ -95,16 +100,22 @@ struct TrainingOptions {
   // Forward only: no saved state, no backward, no optimizer (batch norm uses its running
   // statistics, dropout is the identity).
   bool inference = false;
+  // Declares each node's kernel scratch (borrowed; used only during Build()). Default none:
+  // no node gets a scratch tensor, as for a backend whose kernels need none.
+  const ScratchModel* scratch = nullptr;
 };
 
 // The training graph of a validated forward graph. Build it with Build(); immutable after.
 // Forward tensors keep their forward ids (tensor i of the forward graph is tensor i here);
 // nodes are in a valid execution order: forward, the loss seed, then backward in reverse
 // forward order, each parameter's update right after its gradient is complete.
+// With options.scratch, every node that declares scratch gets a TEMPORARY tensor of that many
+// bytes (dtype bool, shape [bytes]), named "<node>.scratch", after every other tensor.
 // Thread-compatible.
 class TrainingGraph {
  public:
-  // Returns the training graph of `forward`, or InvalidArgument if an op has no gradient.
+  // Returns the training graph of `forward`, or InvalidArgument if an op has no gradient;
+  // the scratch model's error, naming the node, if it fails.
   static absl::StatusOr<TrainingGraph> Build(const graph::Graph& forward,
                                              const TrainingOptions& options);
 
@@ -136,8 +147,8 @@ class TrainingGraph {
 
   // Returns the id of `tensor`, appended.
   TensorId AppendTensor(TrainingTensor tensor);
-  // Returns the id of `node`, appended; records it as the producer of its outputs and a
-  // consumer of its inputs and updates.
+  // Returns the id of `node`, appended; records it as the producer of its outputs and its
+  // scratch and a consumer of its inputs and updates.
   NodeId AppendNode(TrainingNode node);
 
   std::vector<TrainingTensor> tensors_;

@@ -12,6 +12,7 @@
 #include "graph/zoo.h"
 #include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
+#include "planner/scratch_model.h"
 
 namespace headroom::planner {
 namespace {
@@ -297,6 +298,70 @@ TEST(ZooTrainingGraphTest, EveryModelDifferentiates) {
     EXPECT_EQ(updates, params);
     EXPECT_EQ(states, params);
   }
+}
+
+
+// Declares `bytes` for every node of op `op` (forward and backward), none for the rest; an
+// error for op `fail_op`.
+class OpScratch : public ScratchModel {
+ public:
+  OpScratch(std::string op, uint64_t bytes, std::string fail_op = "")
+      : op_(std::move(op)), bytes_(bytes), fail_op_(std::move(fail_op)) {}
+  absl::StatusOr<uint64_t> NodeScratchBytes(const graph::Graph& forward,
+                                            const TrainingGraph& graph,
+                                            NodeId id) const override {
+    const TrainingNode& node = graph.node(id);
+    if (node.forward_node == kNone) return 0;
+    const std::string& op = forward.node(node.forward_node).op->name;
+    if (op == fail_op_) return absl::InvalidArgumentError("no kernel for this shape");
+    return op == op_ ? bytes_ : 0;
+  }
+
+ private:
+  std::string op_;
+  uint64_t bytes_;
+  std::string fail_op_;
+};
+
+TEST(ScratchTest, EachNodeThatDeclaresScratchWritesATemporaryNobodyReads) {
+  const OpScratch scratch("Conv2D", 1000);
+  TrainingOptions options;
+  options.scratch = &scratch;
+  const TrainingGraph plain = Train(SmallCnn());
+  const TrainingGraph t = Train(SmallCnn(), options);
+  // The same nodes; two more tensors, after all the others.
+  ASSERT_EQ(t.nodes().size(), plain.nodes().size());
+  ASSERT_EQ(t.tensors().size(), plain.tensors().size() + 2);
+  for (const std::string name : {"conv1", "conv1.backward"}) {
+    const TrainingNode& node = t.node(t.FindNode(name));
+    ASSERT_NE(node.scratch, kNone) << name;
+    const TrainingTensor& tensor = t.tensor(node.scratch);
+    EXPECT_EQ(tensor.name, name + ".scratch");
+    EXPECT_EQ(tensor.role, proto::ROLE_TEMPORARY);
+    EXPECT_EQ(tensor.bytes, 1000u);
+    EXPECT_EQ(tensor.producer, t.FindNode(name));
+    EXPECT_THAT(tensor.consumers, IsEmpty());
+    EXPECT_GE(node.scratch, static_cast<TensorId>(plain.tensors().size()));
+  }
+  for (const TrainingNode& node : t.nodes()) {
+    if (node.name != "conv1" && node.name != "conv1.backward") {
+      EXPECT_EQ(node.scratch, kNone) << node.name;
+    }
+  }
+  ExpectWellFormed(t);
+}
+
+TEST(ScratchTest, AScratchErrorNamesTheNode) {
+  const OpScratch scratch("Conv2D", 1000, /*fail_op=*/"MaxPool");
+  TrainingOptions options;
+  options.scratch = &scratch;
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(SmallCnn());
+  ASSERT_TRUE(g.ok());
+  absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(*g, options);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()),
+              ::testing::HasSubstr("node 'pool' (MaxPool): scratch: no kernel for this shape"));
 }
 
 }  // namespace

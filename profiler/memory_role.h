@@ -20,19 +20,23 @@ enum class MemoryRole {
   kCachedInput,     // A section's cached input, kept on the device for its backward pass.
   kBuffer,          // Non-trainable state kept across steps (batch-norm statistics).
   kBatch,           // The step's inputs and labels.
-  kWorkspace,       // Scratch memory of kernels (cuDNN, cuBLAS), outside the arena.
+  kWorkspace,       // Scratch memory of kernels a backend holds outside the arena, which
+                    // no plan accounts for (cuBLAS's own; a kernel handed too little).
   kHostOffload,     // Cached inputs copied to host memory (host bytes, not device bytes).
+  kScratch,         // A node's planned kernel scratch, in the arena for that node alone
+                    // (oneDNN scratchpads and staged copies, cuDNN workspaces).
 };
 
-inline constexpr std::array<MemoryRole, 9> kAllMemoryRoles = {
+inline constexpr std::array<MemoryRole, 10> kAllMemoryRoles = {
     MemoryRole::kParameter,  MemoryRole::kGradient,    MemoryRole::kOptimizerState,
     MemoryRole::kActivation, MemoryRole::kCachedInput, MemoryRole::kBuffer,
     MemoryRole::kBatch,      MemoryRole::kWorkspace,   MemoryRole::kHostOffload,
+    MemoryRole::kScratch,
 };
 
 // Returns the role's name as labels and JSON keys use it: "parameters", "gradients",
 // "optimizer_state", "activations", "cached_inputs", "buffers", "batch", "workspace",
-// "host_offload".
+// "host_offload", "scratch".
 inline const char* MemoryRoleName(MemoryRole role) {
   switch (role) {
     case MemoryRole::kParameter: return "parameters";
@@ -44,6 +48,7 @@ inline const char* MemoryRoleName(MemoryRole role) {
     case MemoryRole::kBatch: return "batch";
     case MemoryRole::kWorkspace: return "workspace";
     case MemoryRole::kHostOffload: return "host_offload";
+    case MemoryRole::kScratch: return "scratch";
   }
   return "unknown";
 }

@@ -308,8 +308,8 @@ TEST(MetricsTest, ForgetJobRemovesEverySeriesOfThatJobOnly) {
   }
   ASSERT_TRUE(metrics->SetDeviceMemory("cuda:0", 1, 2).ok());
   const int per_job_device = Scrape(*metrics).CountWithLabel("job", "job-b");
-  // 9 roles + 2 peaks + 3 counters + 17 buckets + _sum + _count.
-  EXPECT_EQ(per_job_device, 9 + 2 + 3 + 17 + 2);
+  // A series per role + 2 peaks + 3 counters + 17 buckets + _sum + _count.
+  EXPECT_EQ(per_job_device, static_cast<int>(kAllMemoryRoles.size()) + 2 + 3 + 17 + 2);
 
   EXPECT_EQ(metrics->ForgetJob("job-a"), 2);
 

@@ -18,6 +18,7 @@ MemoryRole RoleOf(proto::TensorRole role) {
     case proto::ROLE_INPUT:
     case proto::ROLE_LABEL: return MemoryRole::kBatch;
     case proto::ROLE_CACHED_INPUT: return MemoryRole::kCachedInput;
+    case proto::ROLE_TEMPORARY: return MemoryRole::kScratch;
     default: return MemoryRole::kActivation;
   }
 }

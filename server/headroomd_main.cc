@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "executor/backend_scratch.h"
 #include "executor/backends.h"
 #include "graph/summary.h"
 #include "grpcpp/grpcpp.h"
@@ -142,6 +143,16 @@ int Run(const DaemonFlags& f) {
   options.device_memory_bytes = f.device_memory_bytes;
   options.checkpoint_interval_steps = f.checkpoint_every;
   options.make_backend = executor::MakeBackend;
+  // One backend instance answers every plan's scratch question (its kernels build no code
+  // for that); jobs and profiles run on backends of their own.
+  absl::StatusOr<std::unique_ptr<executor::Backend>> scratch_backend =
+      executor::MakeBackend(f.backend);
+  if (!scratch_backend.ok()) {
+    return std::cerr << "headroomd: --backend " << f.backend << ": "
+                     << scratch_backend.status().message() << "\n", 1;
+  }
+  const executor::BackendScratchModel scratch(scratch_backend->get());
+  options.scratch = &scratch;
 #ifdef HEADROOM_HAVE_CUDA
   if (f.backend == "cuda") {
     options.free_device_bytes = []() -> absl::StatusOr<uint64_t> {

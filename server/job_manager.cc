@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,7 @@ std::optional<proto::TensorRole> TensorRoleOf(profiler::MemoryRole role) {
     case MemoryRole::kBuffer: return proto::ROLE_BUFFER;
     case MemoryRole::kBatch: return proto::ROLE_INPUT;
     case MemoryRole::kWorkspace: return proto::ROLE_TEMPORARY;
+    case MemoryRole::kScratch: return proto::ROLE_TEMPORARY;
     case MemoryRole::kHostOffload: return std::nullopt;  // host memory
   }
   return std::nullopt;
@@ -300,7 +302,8 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
   proto::PlanOptions options = spec.plan();
   const bool device_budget = options.budget_bytes() == 0 && options_.device_memory_bytes > 0;
   if (device_budget) options.set_budget_bytes(options_.device_memory_bytes);
-  absl::StatusOr<proto::PlanResponse> plan = planner::AnswerPlan(g, options);
+  absl::StatusOr<proto::PlanResponse> plan =
+      planner::AnswerPlan(g, options, /*cost=*/nullptr, options_.scratch);
   if (!plan.ok() && device_budget) {
     return absl::Status(plan.status().code(),
                         absl::StrCat("planned for device ", device_, "'s memory (no budget "
@@ -650,12 +653,17 @@ absl::Status JobManager::TrainJob(Run& run) {
       job.info.set_median_step_seconds(Median(job.step_seconds));
       job.progress.set_step_seconds(r.seconds);
       job.progress.clear_memory_by_role();
+      std::map<proto::TensorRole, uint64_t> by_role;  // Planned and unplanned scratch meet.
       for (profiler::MemoryRole role : profiler::kAllMemoryRoles) {
         const std::optional<proto::TensorRole> tensor_role = TensorRoleOf(role);
-        if (!tensor_role.has_value() || observed.bytes(role) == 0) continue;
+        if (tensor_role.has_value() && observed.bytes(role) > 0) {
+          by_role[*tensor_role] += observed.bytes(role);
+        }
+      }
+      for (const auto& [tensor_role, bytes] : by_role) {
         proto::RoleBytes* b = job.progress.add_memory_by_role();
-        b->set_role(*tensor_role);
-        b->set_bytes(observed.bytes(role));
+        b->set_role(tensor_role);
+        b->set_bytes(bytes);
       }
       if (timeline != nullptr) {
         job.timeline = timeline;

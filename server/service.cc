@@ -18,10 +18,11 @@ grpc::Status Answer(absl::StatusOr<T> result, T* out) {
   return grpc::Status::OK;
 }
 
-absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request) {
+absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
+                                              const planner::ScratchModel* scratch) {
   ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(request.model()));
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
-  return planner::AnswerPlan(g, request.options());
+  return planner::AnswerPlan(g, request.options(), /*cost=*/nullptr, scratch);
 }
 
 }  // namespace
@@ -34,7 +35,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanRequest* request,
                                    proto::PlanResponse* response) {
-  return Answer(PlanModel(*request), response);
+  return Answer(PlanModel(*request, jobs_->scratch()), response);
 }
 
 grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,

@@ -29,10 +29,11 @@ PROMTOOL=/usr/bin/promtool
 PYTHON=/usr/bin/python3
 TMP="${TEST_TMPDIR:?}"
 
-# The job: an MLP whose plan under 6 MiB (its unconstrained peak is 7.5 MiB) splits the step
-# into sections, recomputes some and offloads their inputs to the host.
+# The job: an MLP whose plan under 6.5 MiB (its unconstrained peak is 8.1 MiB, its kernels'
+# scratch included) splits the step into sections, recomputes some and offloads their inputs
+# to the host.
 MODEL=(--model mlp --batch 512 --depth 8 --width 256 --input 64)
-BUDGET=6MiB
+BUDGET=6.5MiB
 STEPS=600
 
 for tool in "$PROMETHEUS" "$PROMTOOL"; do

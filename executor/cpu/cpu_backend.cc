@@ -171,6 +171,13 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<uint64_t> ScratchBytes(const ForwardArgs& args) override {
+    return kernels_.ScratchBytes(args);
+  }
+  absl::StatusOr<uint64_t> ScratchBytes(const BackwardArgs& args) override {
+    return kernels_.ScratchBytes(args);
+  }
+
   absl::Status Forward(const ForwardArgs& args) override { return kernels_.Forward(args); }
   absl::Status Backward(const BackwardArgs& args) override { return kernels_.Backward(args); }
   absl::Status Update(const UpdateArgs& args) override { return kernels_.Update(args); }
@@ -192,6 +199,8 @@ class CpuBackend : public Backend {
     to_device_.Drain();
     return absl::OkStatus();
   }
+
+  uint64_t workspace_bytes() const override { return kernels_.unplanned_scratch_bytes(); }
 
  private:
   CpuKernels kernels_;

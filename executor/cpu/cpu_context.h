@@ -1,13 +1,16 @@
 // Internal to the CPU backend: the oneDNN engine and stream its kernels share, a cache of
-// built primitives, and the per-op kernel table the kernel files fill in.
+// built primitives, kernel scratch, and the per-op kernel table the kernel files fill in.
 #ifndef HEADROOM_EXECUTOR_CPU_CPU_CONTEXT_H_
 #define HEADROOM_EXECUTOR_CPU_CPU_CONTEXT_H_
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "executor/kernel_args.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -15,6 +18,11 @@ namespace headroom::executor::cpu {
 
 // One per CpuKernels. Not thread-safe: kernels run one at a time on the compute thread.
 struct CpuContext {
+  CpuContext() = default;
+  CpuContext(const CpuContext&) = delete;
+  CpuContext& operator=(const CpuContext&) = delete;
+  ~CpuContext() { std::free(unplanned); }
+
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   // Built primitives (and whatever else a kernel wants to keep between calls), keyed by a
@@ -30,14 +38,55 @@ struct CpuContext {
     if (it == cache.end()) it = cache.emplace(key, std::shared_ptr<void>(make())).first;
     return *static_cast<T*>(it->second.get());
   }
+
+  // Returns `needed` bytes of scratch (64-byte aligned) for a kernel handed `planned`
+  // bytes at `data` (its node's planned scratch, from the kernel arguments): those when
+  // they are enough, else `unplanned`, a buffer outside any plan grown to the largest need
+  // so far. So a kernel run without a plan's scratch (a kernel test, a plan made without
+  // the backend's ScratchModel) still works, and the backend's workspace_bytes() shows
+  // what no plan holds. ResourceExhausted if the buffer cannot grow.
+  absl::StatusOr<char*> Scratch(void* data, uint64_t planned, uint64_t needed) {
+    if (needed == 0 || (data != nullptr && planned >= needed)) return static_cast<char*>(data);
+    if (needed > unplanned_bytes) {
+      std::free(unplanned);
+      unplanned_bytes = 0;
+      unplanned = static_cast<char*>(std::aligned_alloc(64, (needed + 63) / 64 * 64));
+      if (unplanned == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("CPU backend: cannot allocate ", needed, " bytes of kernel scratch"));
+      }
+      unplanned_bytes = needed;
+    }
+    return unplanned;
+  }
+
+  // The scratch no plan holds (see Scratch()).
+  char* unplanned = nullptr;
+  uint64_t unplanned_bytes = 0;
 };
+
+// Returns primitive attributes under which the caller hands a primitive its scratchpad
+// (DNNL_ARG_SCRATCHPAD, in the node's scratch) where oneDNN would otherwise allocate one
+// outside the plan. Every primitive the kernels build uses them.
+inline dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
 
 using ForwardKernel = absl::Status (*)(CpuContext& ctx, const ForwardArgs& args);
 using BackwardKernel = absl::Status (*)(CpuContext& ctx, const BackwardArgs& args);
+// Return the scratch bytes the kernel needs for these arguments (Backend::ScratchBytes):
+// deciding only, from shapes, attributes and which tensors are present.
+using ForwardScratch = absl::StatusOr<uint64_t> (*)(CpuContext& ctx, const ForwardArgs& args);
+using BackwardScratch = absl::StatusOr<uint64_t> (*)(CpuContext& ctx, const BackwardArgs& args);
 
 struct OpKernels {
   ForwardKernel forward = nullptr;
   BackwardKernel backward = nullptr;
+  // None: the kernel needs no scratch.
+  ForwardScratch forward_scratch = nullptr;
+  BackwardScratch backward_scratch = nullptr;
 };
 
 // Op set name ("Conv2D") -> its kernels.

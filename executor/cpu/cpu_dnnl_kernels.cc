@@ -2,10 +2,13 @@
 // AvgPool and GlobalAvgPool, forward and backward, with PyTorch 1.13's semantics on float32
 // NCHW tensors.
 //
-// Every oneDNN primitive (and the reorders and staging buffers around it) is built once per
-// distinct op, shape and attribute set and kept in CpuContext::cache. Convolutions let oneDNN
-// pick its preferred (blocked) layouts and reorder from and to the plain user buffers; the
-// other primitives run on the plain layouts directly. Where oneDNN has no primitive with the
+// Every oneDNN primitive descriptor (and the reorders around it) is built once per distinct
+// op, shape and attribute set and kept in CpuContext::cache; the primitive itself (generated
+// code) on its first run, so a scratch query compiles nothing. Convolutions let oneDNN pick
+// its preferred (blocked) layouts and reorder from and to the plain user buffers through
+// copies staged in the node's scratch; every primitive runs with a user scratchpad, also in
+// the node's scratch (ScratchLayout says where each piece goes, for the query and the run
+// alike). The other primitives run on the plain layouts directly. Where oneDNN has no primitive with the
 // right semantics (max pool backward without a workspace, the PyTorch divisor of an
 // include-padding average pool in ceil mode, global average pool, bias gradients) the kernel
 // is a loop, parallel over independent outputs only, so every kernel is deterministic.
@@ -21,6 +24,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -101,41 +105,124 @@ memory Mem(const memory::desc& md, const dnnl::engine& engine, const void* data)
 
 std::string DimsKey(const memory::dims& d) { return absl::StrJoin(d, ","); }
 
+// ---- Scratch ----------------------------------------------------------------------------------
+
+// Each piece of a call's scratch starts at a multiple of this (oneDNN aligns its own buffers so).
+constexpr uint64_t kScratchAlignment = 64;
+
+uint64_t AlignUp(uint64_t bytes) {
+  return (bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+}
+
+// Where one kernel call's scratch goes: staged pieces, all live during the call, at
+// increasing offsets; then one region that the scratchpads of the primitives the call runs
+// one after another share. Built with the primitive descriptors, before anything runs.
+class ScratchLayout {
+ public:
+  // Returns the offset of a new staged piece of `bytes`.
+  uint64_t Stage(uint64_t bytes) {
+    const uint64_t at = staged_bytes_;
+    staged_bytes_ += AlignUp(bytes);
+    return at;
+  }
+  // Makes the shared scratchpad region hold the scratchpad of a primitive built from `pd`.
+  void Scratchpad(const dnnl::primitive_desc_base& pd) {
+    scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, pd.scratchpad_desc().get_size());
+  }
+  // REQUIRES: every piece is staged.
+  uint64_t scratchpad_offset() const { return staged_bytes_; }
+  // Returns the bytes of all of it.
+  uint64_t bytes() const { return staged_bytes_ + AlignUp(scratchpad_bytes_); }
+
+ private:
+  uint64_t staged_bytes_ = 0;
+  uint64_t scratchpad_bytes_ = 0;
+};
+
+// One call's scratch, laid out by a ScratchLayout; `base` holds at least layout.bytes().
+class ScratchSpace {
+ public:
+  ScratchSpace(const dnnl::engine& engine, char* base, const ScratchLayout& layout)
+      : engine_(engine), base_(base), layout_(&layout) {}
+
+  void* At(uint64_t offset) const { return base_ + offset; }
+  // Adds the scratchpad argument of a primitive built from `pd` to `args`, if it needs one.
+  void AddScratchpad(const dnnl::primitive_desc_base& pd,
+                     std::unordered_map<int, memory>& args) const {
+    const memory::desc md = pd.scratchpad_desc();
+    if (md.get_size() == 0) return;
+    args[DNNL_ARG_SCRATCHPAD] = memory(md, engine_, base_ + layout_->scratchpad_offset());
+  }
+
+ private:
+  dnnl::engine engine_;
+  char* base_;
+  const ScratchLayout* layout_;
+};
+
+// Returns the scratch of a call with `args` (ForwardArgs or BackwardArgs) whose need is
+// `bytes`: its planned scratch, or the context's unplanned buffer (CpuContext::Scratch).
+template <typename Args>
+absl::StatusOr<char*> ScratchBase(CpuContext& ctx, const Args& args, uint64_t bytes) {
+  return ctx.Scratch(args.scratch, args.scratch_bytes, bytes);
+}
+
+// Returns `prim`, first built from `pd` (which compiles code): a scratch query builds
+// descriptors only, the first call the primitive.
+template <typename Prim, typename Pd>
+Prim& Compiled(std::optional<Prim>& prim, const Pd& pd) {
+  if (!prim.has_value()) prim.emplace(pd);
+  return *prim;
+}
+
+// Runs `prim` (built from `pd`) with `args` and its scratchpad from `scratch`.
+template <typename Prim, typename Pd>
+void Execute(dnnl::stream& stream, std::optional<Prim>& prim, const Pd& pd,
+             const ScratchSpace& scratch, std::unordered_map<int, memory> args) {
+  scratch.AddScratchpad(pd, args);
+  Compiled(prim, pd).execute(stream, args);
+}
+
 // One argument of a primitive whose layout oneDNN chose: the plain layout of the user's
-// buffer, the chosen one and, when they differ, a staging buffer in the chosen layout with
-// the reorder between the two. Built once per cached primitive; not thread-safe.
+// buffer, the chosen one and, when they differ, a copy staged in the chosen layout (a piece
+// of the call's scratch) with the reorder between the two. Not thread-safe.
 class StagedArg {
  public:
   StagedArg(const dnnl::engine& engine, const memory::desc& plain, const memory::desc& chosen,
-            bool is_output)
+            bool is_output, ScratchLayout* layout)
       : engine_(engine), plain_(plain), chosen_(chosen), reorder_needed_(!(plain == chosen)) {
     if (!reorder_needed_) return;
-    staging_ = memory(chosen_, engine_);  // oneDNN allocates (aligned) and owns it.
-    if (is_output) {
-      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, chosen_, engine_, plain_));
-    } else {
-      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, plain_, engine_, chosen_));
-    }
+    offset_ = layout->Stage(chosen_.get_size());
+    reorder_pd_ = is_output
+                      ? dnnl::reorder::primitive_desc(engine_, chosen_, engine_, plain_,
+                                                      UserScratchpad())
+                      : dnnl::reorder::primitive_desc(engine_, plain_, engine_, chosen_,
+                                                      UserScratchpad());
+    layout->Scratchpad(reorder_pd_);
   }
 
   // Returns the memory to pass as an input for the user buffer `data`, reordering it into
-  // the staging buffer first when the layouts differ.
-  memory Input(dnnl::stream& stream, const void* data) const {
+  // its staged copy first when the layouts differ.
+  memory Input(dnnl::stream& stream, const ScratchSpace& scratch, const void* data) {
     memory user = Mem(plain_, engine_, data);
     if (!reorder_needed_) return user;
-    reorder_.execute(stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, staging_}});
-    return staging_;
+    memory staged = Mem(chosen_, engine_, scratch.At(offset_));
+    Execute(stream, reorder_, reorder_pd_, scratch, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, staged}});
+    return staged;
   }
 
   // Returns the memory a primitive should write an output into; call Finish() afterwards.
-  memory Output(void* data) const {
-    return reorder_needed_ ? staging_ : Mem(plain_, engine_, data);
+  memory Output(const ScratchSpace& scratch, void* data) const {
+    return Mem(reorder_needed_ ? chosen_ : plain_, engine_,
+               reorder_needed_ ? scratch.At(offset_) : data);
   }
 
   // Copies a staged output into the user buffer `data` (nothing if the layouts agree).
-  void Finish(dnnl::stream& stream, void* data) const {
+  void Finish(dnnl::stream& stream, const ScratchSpace& scratch, void* data) {
     if (!reorder_needed_) return;
-    reorder_.execute(stream, {{DNNL_ARG_FROM, staging_}, {DNNL_ARG_TO, Mem(plain_, engine_, data)}});
+    Execute(stream, reorder_, reorder_pd_, scratch,
+            {{DNNL_ARG_FROM, Mem(chosen_, engine_, scratch.At(offset_))},
+             {DNNL_ARG_TO, Mem(plain_, engine_, data)}});
   }
 
  private:
@@ -143,8 +230,9 @@ class StagedArg {
   memory::desc plain_;
   memory::desc chosen_;
   bool reorder_needed_;
-  memory staging_;
-  dnnl::reorder reorder_;
+  uint64_t offset_ = 0;
+  dnnl::reorder::primitive_desc reorder_pd_;
+  std::optional<dnnl::reorder> reorder_;
 };
 
 // ---- Conv2D ---------------------------------------------------------------------------------
@@ -212,40 +300,56 @@ absl::StatusOr<ConvGeometry> ConvGeometryOf(const std::string& op, const graph::
   return g;
 }
 
+// The oneDNN convolution descriptor of `g`, layouts left to oneDNN.
+dnnl::convolution_forward::desc ConvDesc(const ConvGeometry& g) {
+  return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+          g.XDesc(Tag::any), g.WDesc(Tag::any), g.BiasDesc(), g.YDesc(Tag::any),
+          g.strides, g.dilates, g.pad_l, g.pad_r};
+}
+
 struct ConvForwardPrims {
   ConvForwardPrims(const dnnl::engine& engine, const ConvGeometry& g)
-      : pd(dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                           dnnl::algorithm::convolution_direct,
-                                           g.XDesc(Tag::any), g.WDesc(Tag::any), g.BiasDesc(),
-                                           g.YDesc(Tag::any), g.strides, g.dilates, g.pad_l,
-                                           g.pad_r),
-           engine),
-        prim(pd),
-        src(engine, g.XDesc(Tag::nchw), pd.src_desc(), /*is_output=*/false),
-        weights(engine, g.WPlain(), pd.weights_desc(), false),
-        dst(engine, g.YDesc(Tag::nchw), pd.dst_desc(), /*is_output=*/true),
-        bias(g.BiasDesc()) {}
+      : pd(ConvDesc(g), UserScratchpad(), engine),
+        src(engine, g.XDesc(Tag::nchw), pd.src_desc(), /*is_output=*/false, &layout),
+        weights(engine, g.WPlain(), pd.weights_desc(), false, &layout),
+        dst(engine, g.YDesc(Tag::nchw), pd.dst_desc(), /*is_output=*/true, &layout),
+        bias(g.BiasDesc()) {
+    layout.Scratchpad(pd);
+  }
 
   dnnl::convolution_forward::primitive_desc pd;
-  dnnl::convolution_forward prim;
+  ScratchLayout layout;  // Before the staged arguments, which add to it.
   StagedArg src, weights, dst;
   memory::desc bias;
+  std::optional<dnnl::convolution_forward> prim;
 };
+
+ConvForwardPrims& ConvForwardFor(CpuContext& ctx, const ConvGeometry& g) {
+  return ctx.Cached<ConvForwardPrims>(absl::StrCat("Conv2D.fwd:", g.Key()), [&] {
+    return std::make_shared<ConvForwardPrims>(ctx.engine, g);
+  });
+}
+
+absl::StatusOr<uint64_t> ConvForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g,
+      ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  return ConvForwardFor(ctx, g).layout.bytes();
+}
 
 absl::Status ConvForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const ConvGeometry g,
       ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
-  auto& p = ctx.Cached<ConvForwardPrims>(absl::StrCat("Conv2D.fwd:", g.Key()), [&] {
-    return std::make_shared<ConvForwardPrims>(ctx.engine, g);
-  });
+  ConvForwardPrims& p = ConvForwardFor(ctx, g);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
+  const ScratchSpace scratch(ctx.engine, base, p.layout);
   const TensorView& y = args.outputs[0];
   std::unordered_map<int, memory> exec_args = {
-      {DNNL_ARG_SRC, p.src.Input(ctx.stream, args.inputs[0].data)},
-      {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, args.inputs[1].data)},
-      {DNNL_ARG_DST, p.dst.Output(y.data)}};
+      {DNNL_ARG_SRC, p.src.Input(ctx.stream, scratch, args.inputs[0].data)},
+      {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, scratch, args.inputs[1].data)},
+      {DNNL_ARG_DST, p.dst.Output(scratch, y.data)}};
   if (g.has_bias) exec_args[DNNL_ARG_BIAS] = Mem(p.bias, ctx.engine, args.inputs[2].data);
-  p.prim.execute(ctx.stream, exec_args);
-  p.dst.Finish(ctx.stream, y.data);
+  Execute(ctx.stream, p.prim, p.pd, scratch, exec_args);
+  p.dst.Finish(ctx.stream, scratch, y.data);
   ctx.stream.wait();
   return absl::OkStatus();
 }
@@ -253,11 +357,7 @@ absl::Status ConvForward(CpuContext& ctx, const ForwardArgs& args) {
 // The oneDNN forward descriptor every backward primitive needs as a hint.
 dnnl::convolution_forward::primitive_desc ConvHint(const dnnl::engine& engine,
                                                    const ConvGeometry& g) {
-  return {dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, g.XDesc(Tag::any),
-                                          g.WDesc(Tag::any), g.BiasDesc(), g.YDesc(Tag::any),
-                                          g.strides, g.dilates, g.pad_l, g.pad_r),
-          engine};
+  return {ConvDesc(g), engine};
 }
 
 struct ConvBackwardDataPrims {
@@ -266,15 +366,17 @@ struct ConvBackwardDataPrims {
                                                  g.XDesc(Tag::any), g.WDesc(Tag::any),
                                                  g.YDesc(Tag::any), g.strides, g.dilates,
                                                  g.pad_l, g.pad_r),
-           engine, ConvHint(engine, g)),
-        prim(pd),
-        diff_dst(engine, g.YDesc(Tag::nchw), pd.diff_dst_desc(), false),
-        weights(engine, g.WPlain(), pd.weights_desc(), false),
-        diff_src(engine, g.XDesc(Tag::nchw), pd.diff_src_desc(), true) {}
+           UserScratchpad(), engine, ConvHint(engine, g)),
+        diff_dst(engine, g.YDesc(Tag::nchw), pd.diff_dst_desc(), false, &layout),
+        weights(engine, g.WPlain(), pd.weights_desc(), false, &layout),
+        diff_src(engine, g.XDesc(Tag::nchw), pd.diff_src_desc(), true, &layout) {
+    layout.Scratchpad(pd);
+  }
 
   dnnl::convolution_backward_data::primitive_desc pd;
-  dnnl::convolution_backward_data prim;
+  ScratchLayout layout;
   StagedArg diff_dst, weights, diff_src;
+  std::optional<dnnl::convolution_backward_data> prim;
 };
 
 struct ConvBackwardWeightsPrims {
@@ -283,21 +385,34 @@ struct ConvBackwardWeightsPrims {
                                                     g.XDesc(Tag::any), g.WDesc(Tag::any),
                                                     g.BiasDesc(), g.YDesc(Tag::any), g.strides,
                                                     g.dilates, g.pad_l, g.pad_r),
-           engine, ConvHint(engine, g)),
-        prim(pd),
-        src(engine, g.XDesc(Tag::nchw), pd.src_desc(), false),
-        diff_dst(engine, g.YDesc(Tag::nchw), pd.diff_dst_desc(), false),
-        diff_weights(engine, g.WPlain(), pd.diff_weights_desc(), true),
-        bias(g.BiasDesc()) {
-    if (g.has_bias) bias_scratch = memory(bias, engine);
+           UserScratchpad(), engine, ConvHint(engine, g)),
+        src(engine, g.XDesc(Tag::nchw), pd.src_desc(), false, &layout),
+        diff_dst(engine, g.YDesc(Tag::nchw), pd.diff_dst_desc(), false, &layout),
+        diff_weights(engine, g.WPlain(), pd.diff_weights_desc(), true, &layout),
+        bias(g.BiasDesc()),
+        bias_offset(g.has_bias ? layout.Stage(bias.get_size()) : 0) {
+    layout.Scratchpad(pd);
   }
 
   dnnl::convolution_backward_weights::primitive_desc pd;
-  dnnl::convolution_backward_weights prim;
+  ScratchLayout layout;
   StagedArg src, diff_dst, diff_weights;
   memory::desc bias;
-  memory bias_scratch;  // Where dbias goes when the bias needs no gradient.
+  uint64_t bias_offset;  // Where dbias goes when the bias needs no gradient.
+  std::optional<dnnl::convolution_backward_weights> prim;
 };
+
+ConvBackwardDataPrims& ConvBackwardDataFor(CpuContext& ctx, const ConvGeometry& g) {
+  return ctx.Cached<ConvBackwardDataPrims>(absl::StrCat("Conv2D.bwd_data:", g.Key()), [&] {
+    return std::make_shared<ConvBackwardDataPrims>(ctx.engine, g);
+  });
+}
+
+ConvBackwardWeightsPrims& ConvBackwardWeightsFor(CpuContext& ctx, const ConvGeometry& g) {
+  return ctx.Cached<ConvBackwardWeightsPrims>(absl::StrCat("Conv2D.bwd_weights:", g.Key()), [&] {
+    return std::make_shared<ConvBackwardWeightsPrims>(ctx.engine, g);
+  });
+}
 
 // dbias[o] = sum of dy[:, o, :, :], for when dweight (and so x) is not there.
 void ConvBiasGrad(const ConvGeometry& g, const float* dy, float* dbias) {
@@ -313,7 +428,8 @@ void ConvBiasGrad(const ConvGeometry& g, const float* dy, float* dbias) {
   }
 }
 
-absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
+// Returns the geometry of a Conv2D backward, checking its gradient counts.
+absl::StatusOr<ConvGeometry> ConvBackwardGeometry(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const ConvGeometry g,
       ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
   if (args.input_grads.size() != args.inputs.size()) {
@@ -321,39 +437,64 @@ absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
                                                    " input gradients for ", args.inputs.size(),
                                                    " inputs"));
   }
+  return g;
+}
+
+// Whether a backward's output gradient flows (else every input gradient is zero).
+bool GradientFlows(const BackwardArgs& args) {
+  return !args.output_grads.empty() && args.output_grads[0].present();
+}
+
+// The dx and dw phases run one after the other, so they share the scratch: it holds the
+// larger of the two.
+absl::StatusOr<uint64_t> ConvBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g, ConvBackwardGeometry(args));
+  if (!GradientFlows(args)) return 0;
+  uint64_t bytes = 0;
+  if (args.input_grads[0].present()) bytes = ConvBackwardDataFor(ctx, g).layout.bytes();
+  if (args.input_grads[1].present()) {
+    bytes = std::max(bytes, ConvBackwardWeightsFor(ctx, g).layout.bytes());
+  }
+  return bytes;
+}
+
+absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g, ConvBackwardGeometry(args));
   if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
   const void* dy = args.output_grads[0].data;
   const TensorView& dx = args.input_grads[0];
   const TensorView& dw = args.input_grads[1];
   const bool want_db = g.has_bias && args.input_grads[2].present();
+  ASSIGN_OR_RETURN(const uint64_t scratch_bytes, ConvBackwardScratch(ctx, args));
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, scratch_bytes));
 
   // Step 1: dx = conv_transpose(dy, w).
   if (dx.present()) {
-    auto& p = ctx.Cached<ConvBackwardDataPrims>(absl::StrCat("Conv2D.bwd_data:", g.Key()), [&] {
-      return std::make_shared<ConvBackwardDataPrims>(ctx.engine, g);
-    });
-    p.prim.execute(ctx.stream, {{DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, dy)},
-                                {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, args.inputs[1].data)},
-                                {DNNL_ARG_DIFF_SRC, p.diff_src.Output(dx.data)}});
-    p.diff_src.Finish(ctx.stream, dx.data);
+    ConvBackwardDataPrims& p = ConvBackwardDataFor(ctx, g);
+    const ScratchSpace scratch(ctx.engine, base, p.layout);
+    Execute(ctx.stream, p.prim, p.pd, scratch,
+            {{DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, scratch, dy)},
+             {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, scratch, args.inputs[1].data)},
+             {DNNL_ARG_DIFF_SRC, p.diff_src.Output(scratch, dx.data)}});
+    p.diff_src.Finish(ctx.stream, scratch, dx.data);
   }
   // Step 2: dw (and dbias, computed by the same primitive); dbias alone, without x, as a loop.
   if (!dw.present()) {
     if (want_db) ConvBiasGrad(g, static_cast<const float*>(dy), args.input_grads[2].f32());
   } else {
-    auto& p = ctx.Cached<ConvBackwardWeightsPrims>(
-        absl::StrCat("Conv2D.bwd_weights:", g.Key()),
-        [&] { return std::make_shared<ConvBackwardWeightsPrims>(ctx.engine, g); });
+    ConvBackwardWeightsPrims& p = ConvBackwardWeightsFor(ctx, g);
+    const ScratchSpace scratch(ctx.engine, base, p.layout);
     std::unordered_map<int, memory> exec_args = {
-        {DNNL_ARG_SRC, p.src.Input(ctx.stream, args.inputs[0].data)},
-        {DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, dy)},
-        {DNNL_ARG_DIFF_WEIGHTS, p.diff_weights.Output(dw.data)}};
+        {DNNL_ARG_SRC, p.src.Input(ctx.stream, scratch, args.inputs[0].data)},
+        {DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, scratch, dy)},
+        {DNNL_ARG_DIFF_WEIGHTS, p.diff_weights.Output(scratch, dw.data)}};
     if (g.has_bias) {
       exec_args[DNNL_ARG_DIFF_BIAS] =
-          want_db ? Mem(p.bias, ctx.engine, args.input_grads[2].data) : p.bias_scratch;
+          Mem(p.bias, ctx.engine,
+              want_db ? args.input_grads[2].data : scratch.At(p.bias_offset));
     }
-    p.prim.execute(ctx.stream, exec_args);
-    p.diff_weights.Finish(ctx.stream, dw.data);
+    Execute(ctx.stream, p.prim, p.pd, scratch, exec_args);
+    p.diff_weights.Finish(ctx.stream, scratch, dw.data);
   }
   ctx.stream.wait();
   return absl::OkStatus();
@@ -392,15 +533,18 @@ struct BatchNormForwardPrims {
                training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
                data, epsilon,
                training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats),
-           engine),
-        prim(pd),
-        mean_scratch(channel, engine),
-        var_scratch(channel, engine) {}
+           UserScratchpad(), engine),
+        mean_offset(layout.Stage(channel.get_size())),
+        var_offset(layout.Stage(channel.get_size())) {
+    layout.Scratchpad(pd);
+  }
 
   memory::desc data, channel;
   dnnl::batch_normalization_forward::primitive_desc pd;
-  dnnl::batch_normalization_forward prim;
-  memory mean_scratch, var_scratch;  // Batch statistics when there is nowhere to save them.
+  ScratchLayout layout;
+  // Batch statistics when there is nowhere to save them.
+  uint64_t mean_offset, var_offset;
+  std::optional<dnnl::batch_normalization_forward> prim;
 };
 
 // Returns InvalidArgument unless a BatchNorm forward's tensors fit x's channels `dims[1]`.
@@ -445,21 +589,39 @@ void UpdateRunningStats(float momentum, int64_t per_channel, int64_t channels,
   }
 }
 
-absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
+// Returns the dims of a BatchNorm forward's x after checking its tensors.
+absl::StatusOr<memory::dims> BatchNormForwardDims(const ForwardArgs& args) {
   // Training reads x, weight and bias; inference also the running statistics (inputs 3, 4).
   RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), args.training ? 3 : 5, 5,
                               args.outputs.size()));
   ASSIGN_OR_RETURN(const memory::dims dims, BatchNormDims(args.op, args.inputs[0]));
   RETURN_IF_ERROR(CheckBatchNormForward(args, dims));
+  return dims;
+}
+
+BatchNormForwardPrims& BatchNormForwardFor(CpuContext& ctx, const ForwardArgs& args,
+                                           const memory::dims& dims) {
   const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
-  auto& p = ctx.Cached<BatchNormForwardPrims>(
+  return ctx.Cached<BatchNormForwardPrims>(
       absl::StrCat("BatchNorm.fwd:", DimsKey(dims), ":e", epsilon, ":t", args.training), [&] {
         return std::make_shared<BatchNormForwardPrims>(ctx.engine, dims, epsilon, args.training);
       });
+}
+
+absl::StatusOr<uint64_t> BatchNormForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const memory::dims dims, BatchNormForwardDims(args));
+  return BatchNormForwardFor(ctx, args, dims).layout.bytes();
+}
+
+absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const memory::dims dims, BatchNormForwardDims(args));
+  BatchNormForwardPrims& p = BatchNormForwardFor(ctx, args, dims);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
+  const ScratchSpace scratch(ctx.engine, base, p.layout);
 
   // Step 1: where the statistics come from (inference) or go (training).
-  memory mean = p.mean_scratch;
-  memory var = p.var_scratch;
+  memory mean = Mem(p.channel, ctx.engine, scratch.At(p.mean_offset));
+  memory var = Mem(p.channel, ctx.engine, scratch.At(p.var_offset));
   if (args.training && args.saved.size() >= 2) {
     mean = Mem(p.channel, ctx.engine, args.saved[0].data);
     var = Mem(p.channel, ctx.engine, args.saved[1].data);
@@ -468,12 +630,13 @@ absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
     var = Mem(p.channel, ctx.engine, args.inputs[4].data);
   }
   // Step 2: normalise; src may equal dst (oneDNN's batch normalization runs in place).
-  p.prim.execute(ctx.stream, {{DNNL_ARG_SRC, Mem(p.data, ctx.engine, args.inputs[0].data)},
-                              {DNNL_ARG_DST, Mem(p.data, ctx.engine, args.outputs[0].data)},
-                              {DNNL_ARG_SCALE, Mem(p.channel, ctx.engine, args.inputs[1].data)},
-                              {DNNL_ARG_SHIFT, Mem(p.channel, ctx.engine, args.inputs[2].data)},
-                              {DNNL_ARG_MEAN, mean},
-                              {DNNL_ARG_VARIANCE, var}});
+  Execute(ctx.stream, p.prim, p.pd, scratch,
+          {{DNNL_ARG_SRC, Mem(p.data, ctx.engine, args.inputs[0].data)},
+           {DNNL_ARG_DST, Mem(p.data, ctx.engine, args.outputs[0].data)},
+           {DNNL_ARG_SCALE, Mem(p.channel, ctx.engine, args.inputs[1].data)},
+           {DNNL_ARG_SHIFT, Mem(p.channel, ctx.engine, args.inputs[2].data)},
+           {DNNL_ARG_MEAN, mean},
+           {DNNL_ARG_VARIANCE, var}});
   ctx.stream.wait();
   // Step 3: the running statistics, once per step (never in a re-forward).
   if (args.training && !args.running.empty()) {
@@ -492,25 +655,26 @@ struct BatchNormBackwardPrims {
         channel(PlainDesc({dims[1]}, Tag::x)),
         pd(dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data, data,
                                                     epsilon, kScaleShift),
-           engine,
+           UserScratchpad(), engine,
            dnnl::batch_normalization_forward::primitive_desc(
                dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
                                                        epsilon, kScaleShift),
                engine)),
-        prim(pd),
-        diff_scale_scratch(channel, engine),
-        diff_shift_scratch(channel, engine),
-        unused_shift(channel, engine) {
-    std::memset(unused_shift.get_data_handle(), 0, channel.get_size());
+        diff_scale_offset(layout.Stage(channel.get_size())),
+        diff_shift_offset(layout.Stage(channel.get_size())),
+        unused_shift_offset(layout.Stage(channel.get_size())) {
+    layout.Scratchpad(pd);
   }
 
   memory::desc data, channel;
   dnnl::batch_normalization_backward::primitive_desc pd;
-  dnnl::batch_normalization_backward prim;
-  memory diff_scale_scratch, diff_shift_scratch;  // For parameters that need no gradient.
+  ScratchLayout layout;
+  // For parameters that need no gradient.
+  uint64_t diff_scale_offset, diff_shift_offset;
   // oneDNN 2.6's backward lists the shift among its arguments but never reads it (the
-  // gradient does not depend on the bias, which the backward is not given).
-  memory unused_shift;
+  // gradient does not depend on the bias, which the backward is not given); zeroed anyway.
+  uint64_t unused_shift_offset;
+  std::optional<dnnl::batch_normalization_backward> prim;
 };
 
 // dweight and dbias alone (no dx, so no weight): per channel, sums over N, H, W.
@@ -535,7 +699,8 @@ void BatchNormParamGrads(const memory::dims& dims, float epsilon, const float* x
   }
 }
 
-absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
+// Returns the dims of a BatchNorm backward's x after checking its tensors.
+absl::StatusOr<memory::dims> BatchNormBackwardDims(const BackwardArgs& args) {
   const std::string& op = args.op;
   if (args.inputs.size() < 3 || args.input_grads.size() != args.inputs.size() ||
       args.saved.size() != 2) {
@@ -548,6 +713,27 @@ absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
   for (const TensorView& s : args.saved) {
     RETURN_IF_ERROR(CheckChannels(op, "saved statistic", s, dims[1]));
   }
+  return dims;
+}
+
+BatchNormBackwardPrims& BatchNormBackwardFor(CpuContext& ctx, const memory::dims& dims,
+                                             float epsilon) {
+  return ctx.Cached<BatchNormBackwardPrims>(
+      absl::StrCat("BatchNorm.bwd:", DimsKey(dims), ":e", epsilon),
+      [&] { return std::make_shared<BatchNormBackwardPrims>(ctx.engine, dims, epsilon); });
+}
+
+// Only dx needs oneDNN's primitive (and scratch); dweight and dbias alone are a loop.
+absl::StatusOr<uint64_t> BatchNormBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const memory::dims dims, BatchNormBackwardDims(args));
+  if (!GradientFlows(args) || !args.input_grads[0].present()) return 0;
+  const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
+  return BatchNormBackwardFor(ctx, dims, epsilon).layout.bytes();
+}
+
+absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
+  const std::string& op = args.op;
+  ASSIGN_OR_RETURN(const memory::dims dims, BatchNormBackwardDims(args));
   if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
   const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
   const TensorView& dx = args.input_grads[0];
@@ -563,22 +749,23 @@ absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
   if (!args.inputs[1].present()) {
     return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": dx needs input 'weight'"));
   }
-  auto& p = ctx.Cached<BatchNormBackwardPrims>(
-      absl::StrCat("BatchNorm.bwd:", DimsKey(dims), ":e", epsilon),
-      [&] { return std::make_shared<BatchNormBackwardPrims>(ctx.engine, dims, epsilon); });
-  p.prim.execute(
-      ctx.stream,
-      {{DNNL_ARG_SRC, Mem(p.data, ctx.engine, args.inputs[0].data)},
-       {DNNL_ARG_MEAN, Mem(p.channel, ctx.engine, args.saved[0].data)},
-       {DNNL_ARG_VARIANCE, Mem(p.channel, ctx.engine, args.saved[1].data)},
-       {DNNL_ARG_DIFF_DST, Mem(p.data, ctx.engine, dy)},
-       {DNNL_ARG_SCALE, Mem(p.channel, ctx.engine, args.inputs[1].data)},
-       {DNNL_ARG_SHIFT, p.unused_shift},
-       {DNNL_ARG_DIFF_SRC, Mem(p.data, ctx.engine, dx.data)},
-       {DNNL_ARG_DIFF_SCALE,
-        dweight.present() ? Mem(p.channel, ctx.engine, dweight.data) : p.diff_scale_scratch},
-       {DNNL_ARG_DIFF_SHIFT,
-        dbias.present() ? Mem(p.channel, ctx.engine, dbias.data) : p.diff_shift_scratch}});
+  BatchNormBackwardPrims& p = BatchNormBackwardFor(ctx, dims, epsilon);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
+  const ScratchSpace scratch(ctx.engine, base, p.layout);
+  std::memset(scratch.At(p.unused_shift_offset), 0, p.channel.get_size());
+  auto channel = [&](const TensorView& t, uint64_t fallback) {
+    return Mem(p.channel, ctx.engine, t.present() ? t.data : scratch.At(fallback));
+  };
+  Execute(ctx.stream, p.prim, p.pd, scratch,
+          {{DNNL_ARG_SRC, Mem(p.data, ctx.engine, args.inputs[0].data)},
+           {DNNL_ARG_MEAN, Mem(p.channel, ctx.engine, args.saved[0].data)},
+           {DNNL_ARG_VARIANCE, Mem(p.channel, ctx.engine, args.saved[1].data)},
+           {DNNL_ARG_DIFF_DST, Mem(p.data, ctx.engine, dy)},
+           {DNNL_ARG_SCALE, Mem(p.channel, ctx.engine, args.inputs[1].data)},
+           {DNNL_ARG_SHIFT, Mem(p.channel, ctx.engine, scratch.At(p.unused_shift_offset))},
+           {DNNL_ARG_DIFF_SRC, Mem(p.data, ctx.engine, dx.data)},
+           {DNNL_ARG_DIFF_SCALE, channel(dweight, p.diff_scale_offset)},
+           {DNNL_ARG_DIFF_SHIFT, channel(dbias, p.diff_shift_offset)}});
   ctx.stream.wait();
   return absl::OkStatus();
 }
@@ -613,27 +800,46 @@ struct MatView {
 struct MatMulPrims {
   MatMulPrims(const dnnl::engine& engine, const memory::desc& a, const memory::desc& b,
               const memory::desc& bias, const memory::desc& c)
-      : pd(dnnl::matmul::desc(a, b, bias, c), engine), prim(pd) {}
+      : pd(dnnl::matmul::desc(a, b, bias, c), UserScratchpad(), engine) {}
   dnnl::matmul::primitive_desc pd;
-  dnnl::matmul prim;
+  std::optional<dnnl::matmul> prim;
 };
 
-// c[batch, a.rows, b.cols] (row-major) = a x b (+ bias[b.cols] on every row).
-void Gemm(CpuContext& ctx, const MatView& a, const MatView& b, const float* bias, float* c) {
-  CHECK(a.cols == b.rows && (a.batch == b.batch || a.batch == 1 || b.batch == 1))
-      << a.Key() << " x " << b.Key();
-  const MatView out = MatView::Plain(c, std::max(a.batch, b.batch), a.rows, b.cols);
-  const memory::desc bias_md =
-      bias == nullptr ? memory::desc() : PlainDesc({1, 1, b.cols}, Tag::abc);
-  auto& p = ctx.Cached<MatMulPrims>(
-      absl::StrCat("MatMul.gemm:", a.Key(), ":", b.Key(), ":", bias != nullptr), [&] {
-        return std::make_shared<MatMulPrims>(ctx.engine, a.Desc(), b.Desc(), bias_md, out.Desc());
+// One product c[batch, a.rows, b.cols] (row-major) = a x b (+ bias[b.cols] on every row).
+// Its primitive depends on the operands' shapes and strides, not their data.
+struct GemmCall {
+  MatView a, b;
+  bool bias = false;
+
+  MatView Out(float* c) const {
+    return MatView::Plain(c, std::max(a.batch, b.batch), a.rows, b.cols);
+  }
+  memory::desc BiasDesc() const {
+    return bias ? PlainDesc({1, 1, b.cols}, Tag::abc) : memory::desc();
+  }
+};
+
+MatMulPrims& GemmFor(CpuContext& ctx, const GemmCall& call) {
+  CHECK(call.a.cols == call.b.rows &&
+        (call.a.batch == call.b.batch || call.a.batch == 1 || call.b.batch == 1))
+      << call.a.Key() << " x " << call.b.Key();
+  return ctx.Cached<MatMulPrims>(
+      absl::StrCat("MatMul.gemm:", call.a.Key(), ":", call.b.Key(), ":", call.bias), [&] {
+        return std::make_shared<MatMulPrims>(ctx.engine, call.a.Desc(), call.b.Desc(),
+                                             call.BiasDesc(), call.Out(nullptr).Desc());
       });
-  std::unordered_map<int, memory> exec_args = {{DNNL_ARG_SRC, Mem(a.Desc(), ctx.engine, a.data)},
-                                               {DNNL_ARG_WEIGHTS, Mem(b.Desc(), ctx.engine, b.data)},
-                                               {DNNL_ARG_DST, Mem(out.Desc(), ctx.engine, c)}};
-  if (bias != nullptr) exec_args[DNNL_ARG_BIAS] = Mem(bias_md, ctx.engine, bias);
-  p.prim.execute(ctx.stream, exec_args);
+}
+
+// Runs `call`, writing c, with its scratchpad in `scratch`.
+void Gemm(CpuContext& ctx, const GemmCall& call, const float* bias, float* c,
+          const ScratchSpace& scratch) {
+  MatMulPrims& p = GemmFor(ctx, call);
+  std::unordered_map<int, memory> exec_args = {
+      {DNNL_ARG_SRC, Mem(call.a.Desc(), ctx.engine, call.a.data)},
+      {DNNL_ARG_WEIGHTS, Mem(call.b.Desc(), ctx.engine, call.b.data)},
+      {DNNL_ARG_DST, Mem(call.Out(c).Desc(), ctx.engine, c)}};
+  if (call.bias) exec_args[DNNL_ARG_BIAS] = Mem(call.BiasDesc(), ctx.engine, bias);
+  Execute(ctx.stream, p.prim, p.pd, scratch, exec_args);
   ctx.stream.wait();
 }
 
@@ -718,30 +924,41 @@ absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const gra
   return g;
 }
 
+// The product of a MatMul forward.
+GemmCall MatMulForwardCall(const MatMulGeometry& g, const ForwardArgs& args) {
+  MatView a = g.A(args.inputs[0].f32());
+  if (g.Collapsible()) a = MatView::Plain(a.data, 1, g.batch * g.m, g.k);
+  return {a, g.B(args.inputs[1].f32()), args.inputs.size() == 3};
+}
+
+absl::StatusOr<uint64_t> MatMulForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const MatMulGeometry g,
+      MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  ScratchLayout layout;
+  layout.Scratchpad(GemmFor(ctx, MatMulForwardCall(g, args)).pd);
+  return layout.bytes();
+}
+
 absl::Status MatMulForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g,
       MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
-  const float* bias = args.inputs.size() == 3 ? args.inputs[2].f32() : nullptr;
-  MatView a = g.A(args.inputs[0].f32());
-  if (g.Collapsible()) a = MatView::Plain(a.data, 1, g.batch * g.m, g.k);
-  Gemm(ctx, a, g.B(args.inputs[1].f32()), bias, args.outputs[0].f32());
+  const GemmCall call = MatMulForwardCall(g, args);
+  ScratchLayout layout;
+  layout.Scratchpad(GemmFor(ctx, call).pd);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, layout.bytes()));
+  const float* bias = call.bias ? args.inputs[2].f32() : nullptr;
+  Gemm(ctx, call, bias, args.outputs[0].f32(), ScratchSpace(ctx.engine, base, layout));
   return absl::OkStatus();
 }
 
-// Returns a row-major copy of the [batch, rows, cols] view `v`, in a buffer kept under `key`.
-const float* Densify(CpuContext& ctx, const std::string& key, const MatView& v) {
-  auto& buffer = ctx.Cached<std::vector<float>>(key, [] {
-    return std::make_shared<std::vector<float>>();
-  });
-  buffer.resize(v.batch * v.rows * v.cols);
-  float* out = buffer.data();
+// Writes a row-major copy of the [batch, rows, cols] view `v` to `out`.
+void Densify(const MatView& v, float* out) {
   const int64_t total_rows = v.batch * v.rows;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < total_rows; ++r) {
     const float* src = v.data + (r / v.rows) * v.batch_stride + (r % v.rows) * v.row_stride;
     for (int64_t c = 0; c < v.cols; ++c) out[r * v.cols + c] = src[c * v.col_stride];
   }
-  return out;
 }
 
 // out[c] = sum over rows of m[rows, cols] (row-major), in a fixed order.
@@ -760,7 +977,20 @@ void SumRows(const float* m, int64_t rows, int64_t cols, float* out) {
   }
 }
 
-absl::Status MatMulBackward(CpuContext& ctx, const BackwardArgs& args) {
+// The products of a MatMul backward and their scratch: a row-major copy of a transposed a
+// (when db sums over a's batch) staged before the region the products' scratchpads share.
+struct MatMulBackwardPlan {
+  // da = dy b^T, or (transpose_a) da^T = b dy^T; written row-major either way.
+  std::optional<GemmCall> da;
+  // db = a^T dy, or (transpose_b) db^T = dy^T a; summed over a's batch when b is 2-D.
+  std::optional<GemmCall> db;
+  // a's view to copy row-major first, whose copy db's a-operand then reads.
+  std::optional<MatView> densify;
+  uint64_t densify_offset = 0;
+  ScratchLayout layout;
+};
+
+absl::StatusOr<MatMulGeometry> MatMulBackwardGeometry(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g,
       MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
   if (args.input_grads.size() != args.inputs.size()) {
@@ -768,45 +998,71 @@ absl::Status MatMulBackward(CpuContext& ctx, const BackwardArgs& args) {
                                                    " input gradients for ", args.inputs.size(),
                                                    " inputs"));
   }
-  if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  return g;
+}
+
+MatMulBackwardPlan PlanMatMulBackward(CpuContext& ctx, const MatMulGeometry& g,
+                                      const BackwardArgs& args) {
+  MatMulBackwardPlan plan;
   const float* dy = args.output_grads[0].f32();
-  const TensorView& da = args.input_grads[0];
-  const TensorView& db = args.input_grads[1];
   // dy as [batch, M, N]; with a shared 2-D b also stacked as [1, batch*M, N].
   const MatView dy_v = MatView::Plain(dy, g.batch, g.m, g.n);
   const MatView dy_stacked = MatView::Plain(dy, 1, g.batch * g.m, g.n);
-
-  // Step 1: da = dy b^T, or (transpose_a) da^T = b dy^T; written row-major either way.
-  if (da.present()) {
+  if (args.input_grads[0].present()) {
     const MatView b = g.B(args.inputs[1].f32());
     if (g.ta) {
-      Gemm(ctx, b, dy_v.T(), nullptr, da.f32());  // [K,N] x [N,M] per batch.
+      plan.da = GemmCall{b, dy_v.T()};  // [K,N] x [N,M] per batch.
     } else if (g.Collapsible()) {
-      Gemm(ctx, dy_stacked, b.T(), nullptr, da.f32());
+      plan.da = GemmCall{dy_stacked, b.T()};
     } else {
-      Gemm(ctx, dy_v, b.T(), nullptr, da.f32());
+      plan.da = GemmCall{dy_v, b.T()};
     }
   }
-  // Step 2: db = a^T dy, or (transpose_b) db^T = dy^T a; summed over a's batch when b is 2-D.
-  if (db.present()) {
+  if (args.input_grads[1].present()) {
     MatView a = g.A(args.inputs[0].f32());
     MatView dy_for_b = dy_v;
     if (g.b_batch == 1 && g.batch > 1) {
       // Sum over a's batch by folding it into the inner dimension, which needs a's logical
       // [M,K] rows contiguous: a transposed a is copied first.
-      const float* rows = g.ta ? Densify(ctx, "MatMul.densified_a", a) : a.data;
-      a = MatView::Plain(rows, 1, g.batch * g.m, g.k);
+      if (g.ta) {
+        plan.densify = a;
+        plan.densify_offset = plan.layout.Stage(a.batch * a.rows * a.cols * sizeof(float));
+      }
+      a = MatView::Plain(a.data, 1, g.batch * g.m, g.k);
       dy_for_b = dy_stacked;
     }
-    if (g.tb) {
-      Gemm(ctx, dy_for_b.T(), a, nullptr, db.f32());
-    } else {
-      Gemm(ctx, a.T(), dy_for_b, nullptr, db.f32());
+    plan.db = g.tb ? GemmCall{dy_for_b.T(), a} : GemmCall{a.T(), dy_for_b};
+  }
+  for (const std::optional<GemmCall>* call : {&plan.da, &plan.db}) {
+    if (call->has_value()) plan.layout.Scratchpad(GemmFor(ctx, **call).pd);
+  }
+  return plan;
+}
+
+absl::StatusOr<uint64_t> MatMulBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const MatMulGeometry g, MatMulBackwardGeometry(args));
+  if (!GradientFlows(args)) return 0;
+  return PlanMatMulBackward(ctx, g, args).layout.bytes();
+}
+
+absl::Status MatMulBackward(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const MatMulGeometry g, MatMulBackwardGeometry(args));
+  if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  MatMulBackwardPlan plan = PlanMatMulBackward(ctx, g, args);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, plan.layout.bytes()));
+  const ScratchSpace scratch(ctx.engine, base, plan.layout);
+  if (plan.da.has_value()) Gemm(ctx, *plan.da, nullptr, args.input_grads[0].f32(), scratch);
+  if (plan.db.has_value()) {
+    if (plan.densify.has_value()) {
+      float* rows = static_cast<float*>(scratch.At(plan.densify_offset));
+      Densify(*plan.densify, rows);
+      (g.tb ? plan.db->b : plan.db->a).data = rows;
     }
+    Gemm(ctx, *plan.db, nullptr, args.input_grads[1].f32(), scratch);
   }
   // Step 3: dbias = sum of dy over every row.
   if (args.input_grads.size() == 3 && args.input_grads[2].present()) {
-    SumRows(dy, g.batch * g.m, g.n, args.input_grads[2].f32());
+    SumRows(args.output_grads[0].f32(), g.batch * g.m, g.n, args.input_grads[2].f32());
   }
   return absl::OkStatus();
 }
@@ -869,10 +1125,12 @@ struct PoolForwardPrims {
   PoolForwardPrims(const dnnl::engine& engine, const PoolGeometry& g, dnnl::algorithm alg)
       : pd(dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, alg, g.XDesc(),
                                        g.YDesc(), g.strides, g.kernel, g.pad_l, g.pad_r_onednn),
-           engine),
-        prim(pd) {}
+           UserScratchpad(), engine) {
+    layout.Scratchpad(pd);
+  }
   dnnl::pooling_forward::primitive_desc pd;
-  dnnl::pooling_forward prim;
+  ScratchLayout layout;
+  std::optional<dnnl::pooling_forward> prim;
 };
 
 // PyTorch's average-pool window for output index `o` along one dim: [begin, end) clipped to
@@ -914,26 +1172,42 @@ void AvgPoolLoopForward(const PoolGeometry& g, const float* x, float* y) {
   }
 }
 
-absl::Status PoolForward(CpuContext& ctx, const ForwardArgs& args) {
-  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), 1, 1, args.outputs.size()));
-  ASSIGN_OR_RETURN(const PoolGeometry g,
-      PoolGeometryOf(args.op, *args.attrs, args.inputs[0], args.outputs[0]));
+// Returns the pooling primitive of a forward, or nullptr where a loop computes it (an
+// include-padding average with ceil_mode's overhang, whose divisor oneDNN counts otherwise).
+absl::StatusOr<PoolForwardPrims*> PoolForwardFor(CpuContext& ctx, const ForwardArgs& args,
+                                                 const PoolGeometry& g) {
   const bool max = args.op == "MaxPool";
-  if (!max && g.count_include_pad && g.HasOverhang()) {
-    AvgPoolLoopForward(g, args.inputs[0].f32(), args.outputs[0].f32());
-    return absl::OkStatus();
-  }
+  if (!max && g.count_include_pad && g.HasOverhang()) return nullptr;
   const dnnl::algorithm alg = max                   ? dnnl::algorithm::pooling_max
                               : g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                                     : dnnl::algorithm::pooling_avg_exclude_padding;
-  auto& p = ctx.Cached<PoolForwardPrims>(absl::StrCat(args.op, ".fwd:", g.Key(), ":",
-                                                      g.count_include_pad),
-                                         [&] {
-                                           return std::make_shared<PoolForwardPrims>(ctx.engine,
-                                                                                     g, alg);
-                                         });
-  p.prim.execute(ctx.stream, {{DNNL_ARG_SRC, Mem(g.XDesc(), ctx.engine, args.inputs[0].data)},
-                              {DNNL_ARG_DST, Mem(g.YDesc(), ctx.engine, args.outputs[0].data)}});
+  return &ctx.Cached<PoolForwardPrims>(
+      absl::StrCat(args.op, ".fwd:", g.Key(), ":", g.count_include_pad),
+      [&] { return std::make_shared<PoolForwardPrims>(ctx.engine, g, alg); });
+}
+
+absl::StatusOr<PoolGeometry> PoolForwardGeometry(const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), 1, 1, args.outputs.size()));
+  return PoolGeometryOf(args.op, *args.attrs, args.inputs[0], args.outputs[0]);
+}
+
+absl::StatusOr<uint64_t> PoolForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const PoolGeometry g, PoolForwardGeometry(args));
+  ASSIGN_OR_RETURN(PoolForwardPrims* p, PoolForwardFor(ctx, args, g));
+  return p == nullptr ? 0 : p->layout.bytes();
+}
+
+absl::Status PoolForward(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const PoolGeometry g, PoolForwardGeometry(args));
+  ASSIGN_OR_RETURN(PoolForwardPrims* p, PoolForwardFor(ctx, args, g));
+  if (p == nullptr) {
+    AvgPoolLoopForward(g, args.inputs[0].f32(), args.outputs[0].f32());
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p->layout.bytes()));
+  Execute(ctx.stream, p->prim, p->pd, ScratchSpace(ctx.engine, base, p->layout),
+          {{DNNL_ARG_SRC, Mem(g.XDesc(), ctx.engine, args.inputs[0].data)},
+           {DNNL_ARG_DST, Mem(g.YDesc(), ctx.engine, args.outputs[0].data)}});
   ctx.stream.wait();
   return absl::OkStatus();
 }
@@ -1075,14 +1349,52 @@ absl::Status GuardedBackward(CpuContext& ctx, const BackwardArgs& args) {
   return Guarded(args.op, [&] { return Kernel(ctx, args); });
 }
 
+// Runs `body` (returning absl::StatusOr<uint64_t>), turning any exception (oneDNN finding no
+// primitive for the arguments) into InternalError.
+template <typename Body>
+absl::StatusOr<uint64_t> GuardedBytes(const std::string& op, Body body) {
+  absl::StatusOr<uint64_t> bytes = 0;
+  absl::Status status = Guarded(op, [&] {
+    bytes = body();
+    return bytes.status();
+  });
+  if (!status.ok()) return status;
+  return bytes;
+}
+
+template <absl::StatusOr<uint64_t> (*Scratch)(CpuContext&, const ForwardArgs&)>
+absl::StatusOr<uint64_t> GuardedForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  if (args.attrs == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": no attributes"));
+  }
+  return GuardedBytes(args.op, [&] { return Scratch(ctx, args); });
+}
+
+template <absl::StatusOr<uint64_t> (*Scratch)(CpuContext&, const BackwardArgs&)>
+absl::StatusOr<uint64_t> GuardedBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
+  if (args.attrs == nullptr || args.outputs.empty() || args.output_grads.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op,
+                                                   ": backward without attributes or outputs"));
+  }
+  return GuardedBytes(args.op, [&] { return Scratch(ctx, args); });
+}
+
 }  // namespace
 
 void RegisterDnnlKernels(KernelTable* table) {
-  (*table)["Conv2D"] = {GuardedForward<ConvForward>, GuardedBackward<ConvBackward>};
-  (*table)["BatchNorm"] = {GuardedForward<BatchNormForward>, GuardedBackward<BatchNormBackward>};
-  (*table)["MatMul"] = {GuardedForward<MatMulForward>, GuardedBackward<MatMulBackward>};
-  (*table)["MaxPool"] = {GuardedForward<PoolForward>, GuardedBackward<PoolBackward>};
-  (*table)["AvgPool"] = {GuardedForward<PoolForward>, GuardedBackward<PoolBackward>};
+  (*table)["Conv2D"] = {GuardedForward<ConvForward>, GuardedBackward<ConvBackward>,
+                        GuardedForwardScratch<ConvForwardScratch>,
+                        GuardedBackwardScratch<ConvBackwardScratch>};
+  (*table)["BatchNorm"] = {GuardedForward<BatchNormForward>, GuardedBackward<BatchNormBackward>,
+                           GuardedForwardScratch<BatchNormForwardScratch>,
+                           GuardedBackwardScratch<BatchNormBackwardScratch>};
+  (*table)["MatMul"] = {GuardedForward<MatMulForward>, GuardedBackward<MatMulBackward>,
+                        GuardedForwardScratch<MatMulForwardScratch>,
+                        GuardedBackwardScratch<MatMulBackwardScratch>};
+  for (const char* pool : {"MaxPool", "AvgPool"}) {
+    (*table)[pool] = {GuardedForward<PoolForward>, GuardedBackward<PoolBackward>,
+                      GuardedForwardScratch<PoolForwardScratch>};
+  }
   (*table)["GlobalAvgPool"] = {GuardedForward<GlobalAvgPoolForward>,
                                GuardedBackward<GlobalAvgPoolBackward>};
 }

@@ -31,6 +31,26 @@ bool CpuKernels::Supports(const std::string& op) const {
   return k != nullptr && k->forward != nullptr && k->backward != nullptr;
 }
 
+absl::StatusOr<uint64_t> CpuKernels::ScratchBytes(const ForwardArgs& args) {
+  const OpKernels* k = Find(args.op);
+  if (k == nullptr || k->forward == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("CPU backend: no forward kernel for op '",
+                                                 args.op, "'"));
+  }
+  return k->forward_scratch == nullptr ? 0 : k->forward_scratch(*ctx_, args);
+}
+
+absl::StatusOr<uint64_t> CpuKernels::ScratchBytes(const BackwardArgs& args) {
+  const OpKernels* k = Find(args.op);
+  if (k == nullptr || k->backward == nullptr) {
+    return absl::UnimplementedError(absl::StrCat("CPU backend: no backward kernel for op '",
+                                                 args.op, "'"));
+  }
+  return k->backward_scratch == nullptr ? 0 : k->backward_scratch(*ctx_, args);
+}
+
+uint64_t CpuKernels::unplanned_scratch_bytes() const { return ctx_->unplanned_bytes; }
+
 absl::Status CpuKernels::Forward(const ForwardArgs& args) {
   const OpKernels* k = Find(args.op);
   if (k == nullptr || k->forward == nullptr) {

@@ -15,7 +15,9 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -170,29 +172,46 @@ absl::Status GetEltwiseSpec(const std::string& op, const graph::Attrs* attrs, El
   return absl::OkStatus();
 }
 
-// The forward and backward primitives of one eltwise op over a flat [n] float tensor.
+// The forward and backward primitives of one eltwise op over a flat [n] float tensor, run
+// with user scratchpads (in the node's scratch), each compiled on its first run.
 struct EltwisePrimitives {
+  EltwisePrimitives(const dnnl::engine& engine, const EltwiseSpec& spec, int64_t n)
+      : md({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a),
+        forward_pd(dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
+                                               spec.algorithm, md, spec.alpha, spec.beta),
+                   UserScratchpad(), engine),
+        backward_pd(dnnl::eltwise_backward::desc(spec.algorithm, md, md, spec.alpha, spec.beta),
+                    UserScratchpad(), engine, forward_pd) {}
+
   dnnl::memory::desc md;
-  dnnl::eltwise_forward forward;
-  dnnl::eltwise_backward backward;
+  dnnl::eltwise_forward::primitive_desc forward_pd;
+  dnnl::eltwise_backward::primitive_desc backward_pd;
+  std::optional<dnnl::eltwise_forward> forward;
+  std::optional<dnnl::eltwise_backward> backward;
 };
 
 EltwisePrimitives& GetEltwise(CpuContext& ctx, const std::string& op, const EltwiseSpec& spec,
                               int64_t n) {
   const std::string key = StrCat("eltwise:", op, ":", static_cast<int>(spec.algorithm), ":", n);
-  return ctx.Cached<EltwisePrimitives>(key, [&] {
-    auto p = std::make_shared<EltwisePrimitives>();
-    p->md = dnnl::memory::desc({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a);
-    dnnl::eltwise_forward::primitive_desc fwd_pd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, spec.algorithm, p->md,
-                                    spec.alpha, spec.beta),
-        ctx.engine);
-    p->forward = dnnl::eltwise_forward(fwd_pd);
-    p->backward = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(spec.algorithm, p->md, p->md, spec.alpha, spec.beta),
-        ctx.engine, fwd_pd));
-    return p;
-  });
+  return ctx.Cached<EltwisePrimitives>(
+      key, [&] { return std::make_shared<EltwisePrimitives>(ctx.engine, spec, n); });
+}
+
+// Runs `prim` (built from `pd` on its first run) with `args` and its scratchpad, taken from
+// `scratch` (`scratch_bytes` planned) or the context.
+template <typename Prim, typename Pd>
+absl::Status RunWithScratchpad(CpuContext& ctx, std::optional<Prim>& prim, const Pd& pd,
+                               void* scratch, uint64_t scratch_bytes,
+                               std::unordered_map<int, dnnl::memory> args) {
+  const dnnl::memory::desc scratchpad = pd.scratchpad_desc();
+  if (scratchpad.get_size() > 0) {
+    ASSIGN_OR_RETURN(char* base, ctx.Scratch(scratch, scratch_bytes, scratchpad.get_size()));
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratchpad, ctx.engine, base);
+  }
+  if (!prim.has_value()) prim.emplace(pd);
+  prim->execute(ctx.stream, args);
+  ctx.stream.wait();
+  return absl::OkStatus();
 }
 
 // Checks a unary elementwise forward: x and y float32, y of x's size.
@@ -230,6 +249,15 @@ absl::StatusOr<const TensorView*> UnaryBackwardData(const BackwardArgs& args, bo
   return &data;
 }
 
+absl::StatusOr<uint64_t> EltwiseForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckUnaryForward(args));
+  EltwiseSpec spec;
+  RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
+  return GetEltwise(ctx, args.op, spec, args.inputs[0].num_elements())
+      .forward_pd.scratchpad_desc()
+      .get_size();
+}
+
 absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
   RETURN_IF_ERROR(CheckUnaryForward(args));
   EltwiseSpec spec;
@@ -238,9 +266,18 @@ absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
   EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, n);
   dnnl::memory src(p.md, ctx.engine, args.inputs[0].data);
   dnnl::memory dst(p.md, ctx.engine, args.outputs[0].data);
-  p.forward.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
-  ctx.stream.wait();
-  return absl::OkStatus();
+  return RunWithScratchpad(ctx, p.forward, p.forward_pd, args.scratch, args.scratch_bytes,
+                           {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+}
+
+absl::StatusOr<uint64_t> EltwiseBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present() || !args.output_grads[0].present()) return 0;
+  EltwiseSpec spec;
+  RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
+  return GetEltwise(ctx, args.op, spec, dx.num_elements())
+      .backward_pd.scratchpad_desc()
+      .get_size();
 }
 
 absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
@@ -254,10 +291,11 @@ absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
   dnnl::memory data_mem(p.md, ctx.engine, data->data);
   dnnl::memory diff_dst(p.md, ctx.engine, args.output_grads[0].data);
   dnnl::memory diff_src(p.md, ctx.engine, dx.data);
-  p.backward.execute(ctx.stream, {{spec.from_output ? DNNL_ARG_DST : DNNL_ARG_SRC, data_mem},
-                                  {DNNL_ARG_DIFF_DST, diff_dst},
-                                  {DNNL_ARG_DIFF_SRC, diff_src}});
-  ctx.stream.wait();
+  RETURN_IF_ERROR(RunWithScratchpad(ctx, p.backward, p.backward_pd, args.scratch,
+                                    args.scratch_bytes,
+                                    {{spec.from_output ? DNNL_ARG_DST : DNNL_ARG_SRC, data_mem},
+                                     {DNNL_ARG_DIFF_DST, diff_dst},
+                                     {DNNL_ARG_DIFF_SRC, diff_src}}));
   return absl::OkStatus();
 }
 
@@ -551,7 +589,19 @@ absl::Status AddBackward(CpuContext&, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
-absl::Status MulBackward(CpuContext&, const BackwardArgs& args) {
+// A gradient of an input broadcast in the product (fewer elements than dy) is dy times the
+// other input, summed down: that product is staged in the scratch, one at a time.
+absl::StatusOr<uint64_t> MulBackwardScratch(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) return 0;
+  for (int i = 0; i < 2; ++i) {
+    const TensorView& d = args.input_grads[i];
+    if (d.present() && args.inputs[i].num_elements() != dy.num_elements()) return dy.bytes();
+  }
+  return 0;
+}
+
+absl::Status MulBackward(CpuContext& ctx, const BackwardArgs& args) {
   RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, args.outputs[0]));
   const TensorView& dy = args.output_grads[0];
   const Shape& out = args.outputs[0].shape;
@@ -571,9 +621,10 @@ absl::Status MulBackward(CpuContext&, const BackwardArgs& args) {
       // Elementwise, each dy read just before the same element of d is written.
       BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, d.f32(), mul);
     } else {
-      std::vector<float> product(dy.num_elements());
-      BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, product.data(), mul);
-      ReduceToShape(product.data(), out, d.f32(), args.inputs[i].shape);
+      ASSIGN_OR_RETURN(char* scratch, ctx.Scratch(args.scratch, args.scratch_bytes, dy.bytes()));
+      float* product = reinterpret_cast<float*>(scratch);
+      BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, product, mul);
+      ReduceToShape(product, out, d.f32(), args.inputs[i].shape);
     }
   }
   return absl::OkStatus();
@@ -1255,7 +1306,14 @@ absl::Status CheckCrossEntropy(const std::string& op, const TensorView& logits,
   return CheckElements(op, "input 'labels'", labels, logits.num_elements() / logits.dim(-1));
 }
 
-absl::Status CrossEntropyForward(CpuContext&, const ForwardArgs& args) {
+// Each row's loss is summed in order after the parallel loop: one double per row.
+absl::StatusOr<uint64_t> CrossEntropyForwardScratch(CpuContext&, const ForwardArgs& args) {
+  const TensorView& logits = args.inputs[0];
+  RETURN_IF_ERROR(CheckCrossEntropy(args.op, logits, args.inputs[1]));
+  return logits.num_elements() / logits.dim(-1) * sizeof(double);
+}
+
+absl::Status CrossEntropyForward(CpuContext& ctx, const ForwardArgs& args) {
   const TensorView& logits = args.inputs[0];
   const TensorView& labels = args.inputs[1];
   const TensorView& y = args.outputs[0];
@@ -1267,7 +1325,9 @@ absl::Status CrossEntropyForward(CpuContext&, const ForwardArgs& args) {
   RETURN_IF_ERROR(
       CheckIdsInRange(args.op, "input 'labels'", labels, c,
                       StrCat(c, " classes of input 'logits' ", ShapeString(logits.shape))));
-  std::vector<double> loss(rows);
+  ASSIGN_OR_RETURN(char* scratch,
+                   ctx.Scratch(args.scratch, args.scratch_bytes, rows * sizeof(double)));
+  double* loss = reinterpret_cast<double*>(scratch);
   const float* in = logits.f32();
 #pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
@@ -1384,9 +1444,27 @@ absl::Status GuardedBackward(CpuContext& ctx, const BackwardArgs& args) {
   }
 }
 
-template <ForwardKernel kForward, BackwardKernel kBackward>
+// A scratch query guarded as its kernel is.
+template <typename Args, absl::StatusOr<uint64_t> (*kScratch)(CpuContext&, const Args&)>
+absl::StatusOr<uint64_t> GuardedScratch(CpuContext& ctx, const Args& args) {
+  try {
+    return kScratch(ctx, args);
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(StrCat("op '", args.op, "' scratch: oneDNN failed: ", e.what()));
+  }
+}
+
+template <ForwardKernel kForward, BackwardKernel kBackward, ForwardScratch kForwardScratch = nullptr,
+          BackwardScratch kBackwardScratch = nullptr>
 void Register(KernelTable* table, const char* op) {
-  (*table)[op] = OpKernels{&GuardedForward<kForward>, &GuardedBackward<kBackward>};
+  OpKernels k{&GuardedForward<kForward>, &GuardedBackward<kBackward>};
+  if constexpr (kForwardScratch != nullptr) {
+    k.forward_scratch = &GuardedScratch<ForwardArgs, kForwardScratch>;
+  }
+  if constexpr (kBackwardScratch != nullptr) {
+    k.backward_scratch = &GuardedScratch<BackwardArgs, kBackwardScratch>;
+  }
+  (*table)[op] = k;
 }
 
 // ---- Optimizer steps ----------------------------------------------------------------------
@@ -1476,14 +1554,15 @@ absl::Status AdamUpdate(const UpdateArgs& args) {
 
 void RegisterLoopKernels(KernelTable* table) {
   for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh", "GELU"}) {
-    Register<EltwiseForward, EltwiseBackward>(table, op);
+    Register<EltwiseForward, EltwiseBackward, EltwiseForwardScratch, EltwiseBackwardScratch>(
+        table, op);
   }
   Register<PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>>(table,
                                                                               "HardSigmoid");
   Register<PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>>(table, "HardSwish");
   Register<DropoutForward, DropoutBackward>(table, "Dropout");
   Register<AddForward, AddBackward>(table, "Add");
-  Register<MulForward, MulBackward>(table, "Mul");
+  Register<MulForward, MulBackward, nullptr, MulBackwardScratch>(table, "Mul");
   Register<LayerNormForward, LayerNormBackward>(table, "LayerNorm");
   Register<ViewForward, ViewBackward>(table, "Flatten");
   Register<ViewForward, ViewBackward>(table, "Reshape");
@@ -1494,7 +1573,8 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<SplitForward, SplitBackward>(table, "Split");
   Register<SoftmaxForward, SoftmaxBackward>(table, "Softmax");
   Register<EmbeddingForward, EmbeddingBackward>(table, "Embedding");
-  Register<CrossEntropyForward, CrossEntropyBackward>(table, "SoftmaxCrossEntropy");
+  Register<CrossEntropyForward, CrossEntropyBackward, CrossEntropyForwardScratch>(
+      table, "SoftmaxCrossEntropy");
 }
 
 absl::Status RunUpdate(CpuContext&, const UpdateArgs& args) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "executor/cpu/cpu_context.h"
+#include "executor/cpu/cpu_kernels_testing.h"
 #include "graph/op_registry.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
@@ -102,7 +103,11 @@ class LoopKernelsTest : public ::testing::Test {
     args.training = training;
     args.seed = seed;
     EXPECT_TRUE(table_.contains(op)) << op;
-    return table_.at(op).forward(ctx_, args);
+    const OpKernels& k = table_.at(op);
+    return RunInDeclaredScratch(
+        args, [&](const ForwardArgs& a) { return Declared(k.forward_scratch, a); },
+        [&](const ForwardArgs& a) { return k.forward(ctx_, a); },
+        [&] { return ctx_.unplanned_bytes; });
   }
 
   absl::Status Backward(const std::string& op, const graph::Attrs& attrs,
@@ -117,7 +122,18 @@ class LoopKernelsTest : public ::testing::Test {
     args.saved = std::move(saved);
     args.output_grads = std::move(output_grads);
     args.input_grads = std::move(input_grads);
-    return table_.at(op).backward(ctx_, args);
+    const OpKernels& k = table_.at(op);
+    return RunInDeclaredScratch(
+        args, [&](const BackwardArgs& a) { return Declared(k.backward_scratch, a); },
+        [&](const BackwardArgs& a) { return k.backward(ctx_, a); },
+        [&] { return ctx_.unplanned_bytes; });
+  }
+
+  // Each kernel runs in exactly the scratch it declares (cpu_kernels_testing.h).
+  template <typename Scratch, typename Args>
+  absl::StatusOr<uint64_t> Declared(Scratch scratch, const Args& args) {
+    if (scratch == nullptr) return 0;
+    return scratch(ctx_, args);
   }
 
   KernelTable table_;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "executor/cpu/cpu_kernels.h"
+#include "executor/cpu/cpu_kernels_testing.h"
 #include "graph/op_registry.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
@@ -340,7 +341,10 @@ class GradientCheck : public ::testing::TestWithParam<GradCase> {
     for (const Tensor& t : s.saved) args.saved.push_back(t.view());
     args.training = true;
     args.seed = c.seed;
-    return kernels_.Forward(args);
+    return RunInDeclaredScratch(
+        args, [&](const ForwardArgs& a) { return kernels_.ScratchBytes(a); },
+        [&](const ForwardArgs& a) { return kernels_.Forward(a); },
+        [&] { return kernels_.unplanned_scratch_bytes(); });
   }
 
   // Returns L = sum over outputs with a gradient of sum(w_out * y), in double.
@@ -397,7 +401,10 @@ class GradientCheck : public ::testing::TestWithParam<GradCase> {
     for (int i = 0; i < s.num_inputs; ++i) {
       if (needs.count(i)) args.input_grads[i].data = (*grads)[i].bytes.data();
     }
-    return kernels_.Backward(args);
+    return RunInDeclaredScratch(
+        args, [&](const BackwardArgs& a) { return kernels_.ScratchBytes(a); },
+        [&](const BackwardArgs& a) { return kernels_.Backward(a); },
+        [&] { return kernels_.unplanned_scratch_bytes(); });
   }
 
   CpuKernels kernels_;
