@@ -214,6 +214,43 @@ absl::Status CudaBackend::Download(void* host_dst, const void* device_src, uint6
   return Annotate(status, absl::StrCat("downloading ", bytes, " bytes"));
 }
 
+absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const ForwardArgs& args) {
+  auto it = Table().find(args.op);
+  if (it == Table().end() || it->second.forward == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("CUDA backend: no forward kernel for op '", args.op, "'"));
+  }
+  if (args.attrs == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: ", args.op, " forward: no attributes given"));
+  }
+  if (it->second.forward_scratch == nullptr) return 0;
+  RETURN_IF_ERROR(Activate());
+  absl::StatusOr<uint64_t> bytes = it->second.forward_scratch(*ctx_, args);
+  if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(args.op, " forward scratch"));
+  return bytes;
+}
+
+absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const BackwardArgs& args) {
+  auto it = Table().find(args.op);
+  if (it == Table().end() || it->second.backward == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("CUDA backend: no backward kernel for op '", args.op, "'"));
+  }
+  if (args.attrs == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA backend: ", args.op, " backward: no attributes given"));
+  }
+  // Without a gradient flowing in, Backward() only zeroes the input gradients.
+  bool any_flows = false;
+  for (const TensorView& dy : args.output_grads) any_flows = any_flows || dy.present();
+  if (!any_flows || it->second.backward_scratch == nullptr) return 0;
+  RETURN_IF_ERROR(Activate());
+  absl::StatusOr<uint64_t> bytes = it->second.backward_scratch(*ctx_, args);
+  if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(args.op, " backward scratch"));
+  return bytes;
+}
+
 absl::Status CudaBackend::Forward(const ForwardArgs& args) {
   auto it = Table().find(args.op);
   if (it == Table().end() || it->second.forward == nullptr) {

@@ -15,10 +15,12 @@
 // Kernel calls return once the work is issued: an error inside a kernel shows at the next
 // call that synchronises (Upload, Download, Synchronize, Event::Wait).
 //
-// Memory: besides the buffers handed out, the backend owns one workspace buffer for cuDNN
-// algorithm workspaces and kernel temporaries. It grows on demand (a kernel that needs more
-// waits for the compute stream and reallocates), so after one step `workspace_bytes()` is
-// what a memory plan must leave free; ReserveWorkspace() sets it up front.
+// Memory: every kernel declares its scratch (cuDNN algorithm workspaces, padded copies,
+// temporaries) through ScratchBytes(), choosing and caching its cuDNN algorithms to size
+// them, and runs in the node's planned scratch. A kernel handed less (a plan made without
+// the backend's ScratchModel) takes it from one workspace buffer outside the plan, grown on
+// demand (waiting for the compute stream); `workspace_bytes()` reports it.
+// ReserveWorkspace() grows it up front.
 //
 // Limits: float32 only (int32/int64 ids and labels, bool dropout masks); tensors of at most
 // 8 dims for broadcasting and transposes; MatMul needs b 2-D or equal batch dims (else
@@ -74,6 +76,8 @@ class CudaBackend : public Backend {
   absl::Status ComputeWaits(Event& event) override;
   absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) override;
   absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) override;
+  absl::StatusOr<uint64_t> ScratchBytes(const ForwardArgs& args) override;
+  absl::StatusOr<uint64_t> ScratchBytes(const BackwardArgs& args) override;
   absl::Status Forward(const ForwardArgs& args) override;
   absl::Status Backward(const BackwardArgs& args) override;
   absl::Status Update(const UpdateArgs& args) override;
@@ -82,8 +86,8 @@ class CudaBackend : public Backend {
   absl::Status Fill(const TensorView& out, float value) override;
   absl::Status Synchronize() override;
 
-  // Returns the bytes of device memory the workspace holds now (0 before any kernel that
-  // needs one): memory the backend uses besides the buffers it handed out.
+  // Returns the bytes of device memory the workspace holds now (0 while every kernel runs
+  // in its planned scratch): memory the backend uses besides the buffers it handed out.
   uint64_t workspace_bytes() const override;
   // Grows the workspace to at least `bytes` now, so that no kernel has to grow it later.
   absl::Status ReserveWorkspace(uint64_t bytes);

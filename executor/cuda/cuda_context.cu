@@ -68,14 +68,24 @@ absl::Status CudaContext::ReserveWorkspace(uint64_t bytes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<void*>> CudaContext::Scratch(std::initializer_list<uint64_t> bytes) {
+uint64_t CudaContext::ScratchTotal(const std::vector<uint64_t>& bytes) {
   uint64_t total = 0;
   for (uint64_t b : bytes) total += RoundUp(b, kScratchAlignment);
-  if (total > 0) RETURN_IF_ERROR(ReserveWorkspace(total));
+  return total;
+}
+
+absl::StatusOr<std::vector<void*>> CudaContext::Scratch(void* planned, uint64_t planned_bytes,
+                                                        const std::vector<uint64_t>& bytes) {
+  const uint64_t total = ScratchTotal(bytes);
+  char* base = static_cast<char*>(planned);
+  if (total > 0 && (planned == nullptr || planned_bytes < total)) {
+    RETURN_IF_ERROR(ReserveWorkspace(total));
+    base = static_cast<char*>(workspace);
+  }
   std::vector<void*> pieces;
   uint64_t offset = 0;
   for (uint64_t b : bytes) {
-    pieces.push_back(static_cast<char*>(workspace) + offset);
+    pieces.push_back(base + offset);
     offset += RoundUp(b, kScratchAlignment);
   }
   return pieces;

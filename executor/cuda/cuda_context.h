@@ -62,9 +62,9 @@ struct CudaContext {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
 
-  // The workspace: one device buffer, grown (never shrunk) by Scratch(). Holds cuDNN
-  // algorithm workspaces and every kernel's temporaries; its contents do not survive from
-  // one kernel call to the next.
+  // The workspace: one device buffer outside any plan, grown (never shrunk) by Scratch()
+  // for a kernel handed less planned scratch than it declared (a plan made without the
+  // backend's ScratchModel); its contents do not survive from one kernel call to the next.
   void* workspace = nullptr;
   uint64_t workspace_bytes = 0;
 
@@ -86,10 +86,21 @@ struct CudaContext {
   }
 
   // Returns one pointer per entry of `bytes`, each 256-byte aligned, carved from the
-  // workspace (grown first if it is too small; growing waits for the compute stream).
-  // The pointers are valid until the next call. Sizes of 0 give unusable (maybe null)
-  // pointers, and a call asking for 0 bytes in all allocates nothing.
-  absl::StatusOr<std::vector<void*>> Scratch(std::initializer_list<uint64_t> bytes);
+  // node's planned scratch (`planned`, `planned_bytes`: the kernel arguments' scratch) when
+  // it holds ScratchTotal(bytes), else from the workspace (grown first if it is too small;
+  // growing waits for the compute stream). The pointers are valid until the next call.
+  // Sizes of 0 give unusable (maybe null) pointers, and a call asking for 0 bytes in all
+  // allocates nothing.
+  absl::StatusOr<std::vector<void*>> Scratch(void* planned, uint64_t planned_bytes,
+                                             const std::vector<uint64_t>& bytes);
+  // As above, with the scratch of kernel arguments `args` (ForwardArgs or BackwardArgs).
+  template <typename Args>
+  absl::StatusOr<std::vector<void*>> Scratch(const Args& args,
+                                             const std::vector<uint64_t>& bytes) {
+    return Scratch(args.scratch, args.scratch_bytes, bytes);
+  }
+  // Returns the bytes Scratch() carves for `bytes`: what a kernel declares as its scratch.
+  static uint64_t ScratchTotal(const std::vector<uint64_t>& bytes);
 
   // Grows the workspace to at least `bytes`.
   absl::Status ReserveWorkspace(uint64_t bytes);
@@ -104,10 +115,18 @@ absl::Status ZeroIfPresent(CudaContext& ctx, const TensorView& view);
 
 using ForwardKernel = absl::Status (*)(CudaContext& ctx, const ForwardArgs& args);
 using BackwardKernel = absl::Status (*)(CudaContext& ctx, const BackwardArgs& args);
+// Return the scratch bytes the kernel needs for these arguments (Backend::ScratchBytes):
+// CudaContext::ScratchTotal of the pieces it will ask Scratch() for. Deciding only, though a
+// convolution's query chooses (and caches) its cuDNN algorithms, which needs the device.
+using ForwardScratch = absl::StatusOr<uint64_t> (*)(CudaContext& ctx, const ForwardArgs& args);
+using BackwardScratch = absl::StatusOr<uint64_t> (*)(CudaContext& ctx, const BackwardArgs& args);
 
 struct OpKernels {
   ForwardKernel forward = nullptr;
   BackwardKernel backward = nullptr;
+  // None: the kernel needs no scratch.
+  ForwardScratch forward_scratch = nullptr;
+  BackwardScratch backward_scratch = nullptr;
 };
 
 // Op set name ("Conv2D") -> its kernels.

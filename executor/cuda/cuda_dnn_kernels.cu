@@ -283,6 +283,37 @@ absl::Status LaunchCrop(CudaContext& ctx, const ConvGeometry& g, const float* pa
   return absl::OkStatus();
 }
 
+// The scratch of a forward convolution: its algorithm's workspace, then x padded explicitly
+// where the padding is asymmetric.
+std::vector<uint64_t> ConvForwardPieces(const ConvPlan& plan, const ConvGeometry& g) {
+  return {plan.fwd_bytes, g.symmetric() ? 0 : g.padded_bytes()};
+}
+
+// The scratch of a convolution's backward: the larger algorithm workspace (data and filter
+// run one after the other), then padded x and padded dx where the padding is asymmetric.
+std::vector<uint64_t> ConvBackwardPieces(const ConvPlan& plan, const ConvGeometry& g) {
+  const uint64_t padded = g.symmetric() ? 0 : g.padded_bytes();
+  return {std::max(plan.bwd_data_bytes, plan.bwd_filter_bytes), padded, padded};
+}
+
+absl::StatusOr<uint64_t> ConvForwardScratch(CudaContext& ctx, const ForwardArgs& args) {
+  RETURN_IF_ERROR(RequireF32(args.inputs[0], "input 'x'"));
+  RETURN_IF_ERROR(RequireF32(args.inputs[1], "input 'weight'"));
+  const bool has_bias = args.inputs.size() > 2 && args.inputs[2].present();
+  const ConvGeometry g =
+      ConvGeometryOf(args.inputs[0], args.inputs[1], args.outputs[0], *args.attrs);
+  ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, g, has_bias));
+  return CudaContext::ScratchTotal(ConvForwardPieces(*plan, g));
+}
+
+absl::StatusOr<uint64_t> ConvBackwardScratch(CudaContext& ctx, const BackwardArgs& args) {
+  const bool has_bias = args.inputs.size() > 2;
+  const ConvGeometry g =
+      ConvGeometryOf(args.inputs[0], args.inputs[1], args.outputs[0], *args.attrs);
+  ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, g, has_bias));
+  return CudaContext::ScratchTotal(ConvBackwardPieces(*plan, g));
+}
+
 absl::Status ConvForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& weight = args.inputs[1];
@@ -292,8 +323,7 @@ absl::Status ConvForward(CudaContext& ctx, const ForwardArgs& args) {
   const bool has_bias = args.inputs.size() > 2 && args.inputs[2].present();
   const ConvGeometry g = ConvGeometryOf(x, weight, y, *args.attrs);
   ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, g, has_bias));
-  ASSIGN_OR_RETURN(std::vector<void*> scratch,
-                   ctx.Scratch({plan->fwd_bytes, g.symmetric() ? 0 : g.padded_bytes()}));
+  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, ConvForwardPieces(*plan, g)));
   const void* x_data = x.data;
   if (!g.symmetric()) {
     RETURN_IF_ERROR(LaunchPad(ctx, g, x.f32(), static_cast<float*>(scratch[1])));
@@ -324,10 +354,7 @@ absl::Status ConvBackward(CudaContext& ctx, const BackwardArgs& args) {
                              : nullptr;
   const ConvGeometry g = ConvGeometryOf(x, weight, args.outputs[0], *args.attrs);
   ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, g, has_bias));
-  const uint64_t padded = g.symmetric() ? 0 : g.padded_bytes();
-  ASSIGN_OR_RETURN(
-      std::vector<void*> scratch,
-      ctx.Scratch({std::max(plan->bwd_data_bytes, plan->bwd_filter_bytes), padded, padded}));
+  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, ConvBackwardPieces(*plan, g)));
   const float one = 1.0f, zero = 0.0f;
   if (dw.present()) {
     RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
@@ -415,7 +442,8 @@ absl::Status BatchNormForward(CudaContext& ctx, const ForwardArgs& args) {
   // writing y.
   const void* x_data = x.data;
   if (y.data == x.data) {
-    ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch({x.bytes()}));
+    // Never planned: a training step keeps x for the backward, so y never takes its bytes.
+    ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, {x.bytes()}));
     HR_CUDA(cudaMemcpyAsync(scratch[0], x.data, x.bytes(), cudaMemcpyDeviceToDevice,
                             ctx.compute));
     x_data = scratch[0];
@@ -442,6 +470,25 @@ absl::Status BatchNormForward(CudaContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
+// cuDNN computes all three gradients; absent ones go to scratch. Without dx the weight is
+// not given either; it scales only dx, so any C floats do.
+std::vector<uint64_t> BatchNormBackwardPieces(const BackwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const uint64_t channel_bytes = x.dim(1) * sizeof(float);
+  return {args.input_grads[0].present() ? 0 : x.bytes(),
+          args.input_grads[1].present() ? 0 : channel_bytes,
+          args.input_grads[2].present() ? 0 : channel_bytes,
+          args.inputs[1].present() ? 0 : channel_bytes};
+}
+
+absl::StatusOr<uint64_t> BatchNormBackwardScratch(CudaContext&, const BackwardArgs& args) {
+  if (args.inputs.size() < 3 || args.input_grads.size() < 3 || args.inputs[0].rank() < 2) {
+    return absl::InvalidArgumentError("BatchNorm backward needs x, weight, bias and their "
+                                      "gradients");
+  }
+  return CudaContext::ScratchTotal(BatchNormBackwardPieces(args));
+}
+
 absl::Status BatchNormBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& x = args.inputs[0];
   RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
@@ -452,14 +499,8 @@ absl::Status BatchNormBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& dw = args.input_grads[1];
   const TensorView& db = args.input_grads[2];
   const TensorView& weight = args.inputs[1];
-  const uint64_t channel_bytes = x.dim(1) * sizeof(float);
   ASSIGN_OR_RETURN(BatchNormPlan * plan, BatchNormPlanFor(ctx, x));
-  // cuDNN computes all three gradients; absent ones go to scratch. Without dx the weight is
-  // not given either; it scales only dx, so any C floats do.
-  ASSIGN_OR_RETURN(std::vector<void*> scratch,
-                   ctx.Scratch({dx.present() ? 0 : x.bytes(), dw.present() ? 0 : channel_bytes,
-                                db.present() ? 0 : channel_bytes,
-                                weight.present() ? 0 : channel_bytes}));
+  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, BatchNormBackwardPieces(args)));
   if (dx.present()) RETURN_IF_ERROR(RequireF32(weight, "input 'weight'"));
   const float one = 1.0f, zero = 0.0f;
   HR_CUDNN(cudnnBatchNormalizationBackward(
@@ -563,8 +604,9 @@ absl::Status ActivationBackward(CudaContext& ctx, const BackwardArgs& args) {
 }  // namespace
 
 void RegisterDnnKernels(KernelTable* table) {
-  (*table)["Conv2D"] = {ConvForward, ConvBackward};
-  (*table)["BatchNorm"] = {BatchNormForward, BatchNormBackward};
+  (*table)["Conv2D"] = {ConvForward, ConvBackward, ConvForwardScratch, ConvBackwardScratch};
+  (*table)["BatchNorm"] = {BatchNormForward, BatchNormBackward, nullptr,
+                           BatchNormBackwardScratch};
   for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh"}) {
     (*table)[op] = {ActivationForward, ActivationBackward};
   }

@@ -342,8 +342,10 @@ absl::Status BinaryInputGrad(CudaContext& ctx, const TensorView& dy, const Tenso
   ASSIGN_OR_RETURN(ReducePlan plan, MakeReducePlan(dy.shape, dx.shape, other_shape));
   float* out = dx.f32();
   if (dx.data == dy.data) {
-    // Reduce into scratch, then copy: blocks would overwrite dy others still read.
-    ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch({dx.bytes()}));
+    // Reduce into scratch, then copy: blocks would overwrite dy others still read. Never
+    // planned: a plan lets dx take dy's bytes only when they are the same size, and then
+    // nothing is reduced.
+    ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(nullptr, 0, {dx.bytes()}));
     out = static_cast<float*>(scratch[0]);
   }
   const int64_t n = dx.num_elements();

@@ -397,6 +397,17 @@ __global__ void CrossEntropyGradKernel(const float* x, const Label* labels, cons
   }
 }
 
+// Each row's loss, averaged after: one float per row.
+std::vector<uint64_t> CrossEntropyForwardPieces(const TensorView& logits) {
+  return {logits.num_elements() / logits.dim(-1) * sizeof(float)};
+}
+
+absl::StatusOr<uint64_t> CrossEntropyForwardScratch(CudaContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(RequireF32(args.inputs[0], "input 'logits'"));
+  if (args.inputs[0].rank() < 1) return absl::InvalidArgumentError("input 'logits' is a scalar");
+  return CudaContext::ScratchTotal(CrossEntropyForwardPieces(args.inputs[0]));
+}
+
 absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& labels = args.inputs[1];
@@ -404,7 +415,7 @@ absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
   RETURN_IF_ERROR(RequireIds(labels, "input 'labels'"));
   const int64_t c = x.dim(-1);
   const int64_t rows = x.num_elements() / c;
-  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch({rows * sizeof(float)}));
+  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, CrossEntropyForwardPieces(x)));
   float* row_loss = static_cast<float*>(scratch[0]);
   if (labels.dtype == proto::DTYPE_INT32) {
     CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), labels.i32(),
@@ -447,7 +458,8 @@ void RegisterRowKernels(KernelTable* table) {
   (*table)["LayerNorm"] = {LayerNormForward, LayerNormBackward};
   (*table)["Softmax"] = {SoftmaxForward, SoftmaxBackward};
   (*table)["Embedding"] = {EmbeddingForward, EmbeddingBackward};
-  (*table)["SoftmaxCrossEntropy"] = {CrossEntropyForward, CrossEntropyBackward};
+  (*table)["SoftmaxCrossEntropy"] = {CrossEntropyForward, CrossEntropyBackward,
+                                     CrossEntropyForwardScratch};
 }
 
 }  // namespace headroom::executor::cuda

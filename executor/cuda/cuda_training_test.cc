@@ -1,5 +1,5 @@
 // Training on the CUDA backend: the arena's measured peak is the planned one on every step,
-// and losses follow the CPU backend's within float tolerance (cuDNN and cuBLAS sum in other
+// every kernel runs in its planned scratch (cuDNN workspaces included), and losses follow the CPU backend's within float tolerance (cuDNN and cuBLAS sum in other
 // orders, so not bitwise). Skipped without a GPU.
 #include <cmath>
 
@@ -42,6 +42,8 @@ std::vector<double> Losses(const graph::Graph& g, Backend* backend, int steps,
     EXPECT_EQ(r.arena_high_water_bytes, trainer->plan().peak_bytes) << g.name() << " step " << i;
     losses.push_back(r.loss);
   }
+  // Every kernel ran in its node's planned scratch: no workspace outside the arena.
+  EXPECT_EQ(backend->workspace_bytes(), 0u) << g.name() << " on " << backend->name();
   return losses;
 }
 
