@@ -98,6 +98,22 @@ absl::StatusOr<proto::ModelSource> ModelSourceFromFlags(CliFlags& flags) {
   return source;
 }
 
+absl::StatusOr<proto::HostMemory> TakeHostMemoryFlag(CliFlags& flags) {
+  const std::string value = flags.TakeString("host-memory");
+  if (value.empty()) return proto::HOST_MEMORY_BACKEND;
+  if (value == "shared") return proto::HOST_MEMORY_SHARED;
+  if (value == "separate") return proto::HOST_MEMORY_SEPARATE;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--host-memory must be shared or separate, not '", value, "'"));
+}
+
+std::string HostMemoryFlagUsage() {
+  return "  --host-memory KIND  whether offloaded tensors' host memory counts against\n"
+         "                      --budget: shared (it does; the CPU backend's default, whose\n"
+         "                      host memory is its device memory) or separate (it does\n"
+         "                      not; a GPU's default; on the CPU it emulates a GPU)\n";
+}
+
 std::string ModelFlagsUsage() {
   return "  --model NAME        a zoo model (see 'headroom zoo'); its options as flags,\n"
          "                      e.g. --layers 48 for the transformer\n"

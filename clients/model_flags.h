@@ -41,6 +41,12 @@ absl::StatusOr<proto::ModelSource> ModelSourceFromFlags(CliFlags& flags);
 // The usage lines for these flags.
 std::string ModelFlagsUsage();
 
+// Returns --host-memory (shared or separate; absent: the backend's), taken from `flags`.
+absl::StatusOr<proto::HostMemory> TakeHostMemoryFlag(CliFlags& flags);
+
+// The usage lines of --host-memory.
+std::string HostMemoryFlagUsage();
+
 }  // namespace headroom::clients
 
 #endif  // HEADROOM_CLIENTS_MODEL_FLAGS_H_

@@ -26,7 +26,7 @@ constexpr char kUsage[] =
     "                     [--optimizer sgd|adam] [--alignment BYTES] [--tensors] [--json]\n"
     "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
     "                     [--device-file FILE] [--no-offload] [--profile FILE]\n"
-    "                     [--backend cpu|cuda]\n";
+    "                     [--backend cpu|cuda] [--host-memory shared|separate]\n";
 
 std::string PlanJson(const std::string& name, const planner::MemoryPlan& plan, bool tensors) {
   JsonWriter w;
@@ -105,6 +105,9 @@ struct SectionFlags {
   planner::DeviceSpec device;
   // A profile (`headroom profile --out`) whose measured node times replace the cost model's.
   std::string profile_path;
+  proto::HostMemory host_memory = proto::HOST_MEMORY_BACKEND;
+  // Whether the backend's host memory is its device memory (set from --backend).
+  bool host_is_device_memory = false;
 };
 
 // Fills the section flags; returns false (after printing) on a bad value.
@@ -118,6 +121,9 @@ bool SectionFlagsFromFlags(CliFlags& flags, SectionFlags& section, std::ostream&
   }
   section.frontier = flags.TakeBool("frontier");
   section.offload = !flags.TakeBool("no-offload");
+  absl::StatusOr<proto::HostMemory> host_memory = TakeHostMemoryFlag(flags);
+  if (!host_memory.ok()) return err << "headroom plan: " << host_memory.status().message() << "\n", false;
+  section.host_memory = *host_memory;
   const std::string file = flags.TakeString("device-file");
   const std::string preset = flags.TakeString("device", "cpu");
   absl::StatusOr<planner::DeviceSpec> device =
@@ -258,6 +264,8 @@ int RunSectionPlan(const graph::Graph& g, const planner::PlannerOptions& options
   const planner::CostModel& cost = **cost_model;
   planner::SearchOptions search_options;
   search_options.allow_offload = flags.offload;
+  search_options.host_pool_in_budget =
+      planner::HostPoolInBudget(flags.host_memory, flags.host_is_device_memory);
   search_options.alignment_bytes = options.alignment_bytes;
   absl::StatusOr<std::unique_ptr<planner::SectionSearch>> search =
       planner::SectionSearch::Create(*t, cost, search_options);
@@ -323,7 +331,8 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
            "  --device NAME       cost-model preset: cpu (default), h100 or h200\n"
            "  --device-file FILE  a text-format DeviceModel overriding a preset's rates\n"
            "  --no-offload        keep every cached section input on the device\n"
-           "  --profile FILE      plan with the node times and copy rates measured by\n"
+        << HostMemoryFlagUsage()
+        << "  --profile FILE      plan with the node times and copy rates measured by\n"
            "                      `headroom profile --out FILE` (same model and batch)\n"
            "  --backend NAME      the backend whose kernel scratch the plan holds, as\n"
            "                      `headroom train` will: cpu (oneDNN, default) or cuda\n"
@@ -354,6 +363,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   const executor::BackendScratchModel scratch(backend->get());
   options.training.scratch = &scratch;
+  section.host_is_device_memory = (*backend)->host_is_device_memory();
   if (section.budget_bytes > 0 || section.frontier || !section.profile_path.empty()) {
     return RunSectionPlan(*g, options, section, json, out, err);
   }

@@ -123,6 +123,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   run_options.steps = f.steps;
   run_options.backend = f.backend;
   run_options.trace = !trace_path.empty();
+  run_options.reset_peak_resident = true;  // This run is the process's only one.
   std::unique_ptr<profiler::Metrics> metrics;
   std::unique_ptr<profiler::MetricsSink> metrics_sink;
   const std::string device = absl::StrCat(f.backend, ":0");
@@ -183,15 +184,25 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     if (s.ok()) s = WriteFileContents(metrics_path, metrics->TextExposition(), "metrics");
     if (!s.ok()) return err << "headroom profile: --metrics: " << s.message() << "\n", 1;
   }
+  // On the CPU backend the process's memory is the device's: bytes no plan holds beyond
+  // the bound fail the profile, as the arena keeping to its plan would.
+  const bool within = f.backend != "cpu" || profiler::UnplannedWithinBound(report.process());
   if (json) {
     out << ProfileJson(report, false) << "\n";
-    return 0;
+  } else {
+    out << profiler::ProfileSummaryText(report, timeline, static_cast<int>(*rows));
+    if (!trace_path.empty()) out << "\ntrace: " << trace_path << " (open in ui.perfetto.dev)\n";
+    if (!out_path.empty()) {
+      out << (trace_path.empty() ? "\n" : "") << "profile: " << out_path
+          << " (plan with it: headroom plan ... --profile " << out_path << ")\n";
+    }
   }
-  out << profiler::ProfileSummaryText(report, timeline, static_cast<int>(*rows));
-  if (!trace_path.empty()) out << "\ntrace: " << trace_path << " (open in ui.perfetto.dev)\n";
-  if (!out_path.empty()) {
-    out << (trace_path.empty() ? "\n" : "") << "profile: " << out_path
-        << " (plan with it: headroom plan ... --profile " << out_path << ")\n";
+  if (!within) {
+    const proto::ProcessMemory& p = report.process();
+    err << "headroom profile: the process used " << p.unplanned_bytes()
+        << " bytes that no plan holds, beyond the bound of " << p.unplanned_limit_bytes()
+        << " bytes (" << profiler::ProcessMemoryLine(p) << ")\n";
+    return 1;
   }
   return 0;
 }

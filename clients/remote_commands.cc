@@ -220,7 +220,7 @@ absl::StatusOr<proto::ModelSource> TakeModel(CliFlags& flags) {
   return source;
 }
 
-// Returns the plan options of --budget, --device, --no-offload and --optimizer.
+// Returns the plan options of --budget, --device, --no-offload, --host-memory and --optimizer.
 absl::StatusOr<proto::PlanOptions> TakePlanOptions(CliFlags& flags) {
   proto::PlanOptions options;
   if (flags.Has("budget")) {
@@ -237,6 +237,8 @@ absl::StatusOr<proto::PlanOptions> TakePlanOptions(CliFlags& flags) {
     options.mutable_device()->set_preset(device);
   }
   options.set_disable_offload(flags.TakeBool("no-offload"));
+  ASSIGN_OR_RETURN(proto::HostMemory host_memory, TakeHostMemoryFlag(flags));
+  options.set_host_memory(host_memory);
   const std::string optimizer = flags.TakeString("optimizer", "sgd");
   if (optimizer != "sgd" && optimizer != "adam") {
     return absl::InvalidArgumentError(
@@ -422,7 +424,8 @@ absl::Status WriteProfileFiles(const proto::ProfileResponse& profile, const std:
 std::string PlanFlagsHelp() {
   return "  --budget SIZE       fit the step in SIZE (6GiB, 400MiB, bytes)\n"
          "  --device NAME       cost-model preset: cpu, h100 or h200 (default the daemon's)\n"
-         "  --no-offload        keep every cached section input on the device\n"
+         "  --no-offload        keep every cached section input on the device\n" +
+         HostMemoryFlagUsage() +
          "  --optimizer NAME    sgd (with momentum, default) or adam\n";
 }
 

@@ -13,6 +13,8 @@
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
+#include "profiler/process_memory.h"
+#include "profiler/profile_report.h"
 #include "util/json_writer.h"
 
 namespace headroom::clients {
@@ -82,6 +84,10 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
   }
   absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom train: " << backend.status().message() << "\n", 1;
+  // The process's own memory from here on, against the plan (one run in this process: the
+  // kernel's high-water mark is the run's).
+  profiler::ProcessMemorySampler sampler(nullptr, {.reset_peak = true});
+  f.trainer.events = &sampler;
   absl::StatusOr<std::unique_ptr<executor::Trainer>> trainer =
       executor::Trainer::Create(*g, backend->get(), f.trainer);
   if (!trainer.ok()) return err << "headroom train: " << trainer.status().message() << "\n", 1;
@@ -90,7 +96,9 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
     executor::ReferenceRun run;
     run.optimizer = f.trainer.optimizer;
     run.optimizer_params = f.trainer.optimizer_params;
-    run.initial_state = (*trainer)->initial_state();
+    absl::StatusOr<std::vector<executor::HostTensor>> initial = (*trainer)->State();
+    if (!initial.ok()) return err << "headroom train: --export: " << initial.status().message() << "\n", 1;
+    run.initial_state = *std::move(initial);
     for (int64_t s = 0; s < f.steps; ++s) run.batches.push_back((*trainer)->task().Batch(s));
     if (absl::Status s = executor::WriteReferenceInputs(command.export_dir, *g, run); !s.ok()) {
       return err << "headroom train: --export: " << s.message() << "\n", 1;
@@ -136,6 +144,8 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
     if (!s.ok()) return err << "headroom train: --export: " << s.message() << "\n", 1;
   }
   const double median = Median(seconds);
+  const proto::ProcessMemory process =
+      sampler.Account(plan.peak_bytes, (*trainer)->executor().host_pool_bytes());
   if (command.json) {
     JsonWriter w;
     w.BeginObject()
@@ -154,13 +164,19 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
         .Key("last_loss").Double(losses.empty() ? 0 : losses.back())
         .Key("offloaded_bytes_per_step").Uint(f.steps > 0 ? offloaded / f.steps : 0)
         .Key("copy_wait_seconds").Double(copy_wait)
+        .Key("host_pool_bytes").Uint(process.host_pool_bytes())
+        .Key("baseline_bytes").Uint(process.baseline_bytes())
+        .Key("physical_peak_bytes").Uint(process.physical_peak_bytes())
+        .Key("unplanned_bytes").Uint(process.unplanned_bytes())
+        .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes())
         .EndObject();
     out << w.str() << "\n";
   } else {
     out << absl::StrFormat(
         "done: loss %.5f -> %.5f, median step %.3f s, measured peak %s (predicted %s)\n",
         losses.empty() ? 0 : losses.front(), losses.empty() ? 0 : losses.back(), median,
-        graph::HumanBytes(measured_peak), graph::HumanBytes(plan.peak_bytes));
+        graph::HumanBytes(measured_peak), graph::HumanBytes(plan.peak_bytes))
+        << "physical: " << profiler::ProcessMemoryLine(process) << "\n";
   }
   if (measured_peak > plan.peak_bytes) {
     err << "headroom train: measured peak " << measured_peak << " B exceeds the predicted "

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "clients/model_flags.h"
 #include "planner/cost_model.h"
 #include "planner/sections.h"
 #include "profiler/measured_cost_model.h"
@@ -42,6 +43,9 @@ bool TakeTrainFlags(CliFlags& flags, const std::string& command, int64_t default
     return err << prefix << "--backend must be cpu or cuda, not '" << f.backend << "'\n", false;
   }
   f.trainer.allow_offload = !flags.TakeBool("no-offload");
+  absl::StatusOr<proto::HostMemory> host_memory = TakeHostMemoryFlag(flags);
+  if (!host_memory.ok()) return err << prefix << host_memory.status().message() << "\n", false;
+  f.trainer.host_memory = *host_memory;
   const std::string optimizer = flags.TakeString("optimizer", "sgd");
   if (optimizer != "sgd" && optimizer != "adam") {
     return err << prefix << "--optimizer must be sgd or adam, not '" << optimizer << "'\n",
@@ -98,7 +102,8 @@ std::string TrainFlagsUsage(int64_t default_steps) {
       "  --sections N        instead of a budget: N sections of equal length, recompute\n"
       "                      only (for experiments)\n"
       "  --backend NAME      cpu (oneDNN, default) or cuda\n"
-      "  --no-offload        recompute only; keep cached section inputs on the device\n"
+      "  --no-offload        recompute only; keep cached section inputs on the device\n",
+      HostMemoryFlagUsage(),
       "  --optimizer NAME    sgd (momentum 0.9, lr 0.01; default) or adam (lr 0.001)\n"
       "  --lr RATE           learning rate\n"
       "  --seed N            seed of the weights, the synthetic batches and dropout\n"

@@ -54,6 +54,10 @@ class Backend {
   // Returns "cpu" or "cuda".
   virtual std::string name() const = 0;
 
+  // Returns whether AllocateHost() memory is the same memory as AllocateDevice()'s (the
+  // CPU backend), so that offloading a tensor frees none of it. Default false.
+  virtual bool host_is_device_memory() const { return false; }
+
   // Returns `bytes` of device memory, allocated once (the arena); ResourceExhausted if
   // the device cannot hold them.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> AllocateDevice(uint64_t bytes) = 0;

@@ -69,6 +69,8 @@ TEST(BackendScratchTest, APlanWithoutScratchRunsOnScratchTheBackendReportsAsUnpl
   absl::StatusOr<std::unique_ptr<Trainer>> planned =
       Trainer::Create(forward, planned_backend.get(), {});
   ASSERT_TRUE(planned.ok()) << planned.status();
+  absl::StatusOr<std::vector<HostTensor>> initial = (*planned)->State();
+  ASSERT_TRUE(initial.ok()) << initial.status();
   absl::StatusOr<StepResult> planned_step = (*planned)->Step();
   ASSERT_TRUE(planned_step.ok()) << planned_step.status();
 
@@ -87,7 +89,7 @@ TEST(BackendScratchTest, APlanWithoutScratchRunsOnScratchTheBackendReportsAsUnpl
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Create(
       forward, shared_step, std::make_shared<const planner::MemoryPlan>(*std::move(memory)),
-      backend.get(), (*planned)->initial_state(), {});
+      backend.get(), *initial, {});
   ASSERT_TRUE(executor.ok()) << executor.status();
   absl::StatusOr<StepResult> r = (*executor)->RunStep((*planned)->task().Batch(0));
   ASSERT_TRUE(r.ok()) << r.status();

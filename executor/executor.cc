@@ -149,6 +149,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   return e;
 }
 
+uint64_t Executor::host_pool_bytes() const { return prepared_->host_pool_bytes; }
+
 TensorView Executor::View(TensorId t) const {
   const planner::TrainingTensor& tensor = step_->graph.tensor(t);
   TensorView v;

@@ -108,6 +108,8 @@ class Executor {
 
   // The arena's size: the plan's predicted peak.
   uint64_t predicted_peak_bytes() const { return memory_->arena_bytes; }
+  // The host pool's size: where offloaded tensors wait (0 when nothing is offloaded).
+  uint64_t host_pool_bytes() const;
   const DeviceArena& arena() const { return *arena_; }
 
  private:

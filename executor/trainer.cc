@@ -1,5 +1,7 @@
 #include "executor/trainer.h"
 
+#include <malloc.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "executor/backend_scratch.h"
@@ -42,7 +44,6 @@ Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
       cost_(options.cost != nullptr
                 ? options.cost
                 : std::make_shared<planner::RooflineCostModel>(forward, options.device)),
-      options_(options),
       task_(std::move(task)) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& forward,
@@ -75,6 +76,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   } else {
     planner::SearchOptions search_options;
     search_options.allow_offload = options.allow_offload;
+    search_options.host_pool_in_budget =
+        planner::HostPoolInBudget(options.host_memory, backend->host_is_device_memory());
     ASSIGN_OR_RETURN(std::unique_ptr<planner::SectionSearch> search,
                      planner::SectionSearch::Create(t->training_, *t->cost_, search_options));
     if (options.budget_bytes > 0) {
@@ -84,9 +87,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     }
   }
 
-  // 2. Only now allocate: the arena, the host pool, the initial state.
-  t->initial_state_ = InitialState(forward, options.seed);
-  RETURN_IF_ERROR(OverrideValues(options.initial_values, t->initial_state_));
+  // 2. Only now allocate: the arena, the host pool, the initial state (placed in the arena
+  //    and dropped here), then hand the heap freed since back to the system.
+  std::vector<HostTensor> initial_state = InitialState(forward, options.seed);
+  RETURN_IF_ERROR(OverrideValues(options.initial_values, initial_state));
   ExecutorOptions executor_options;
   executor_options.optimizer = options.optimizer_params;
   executor_options.seed = options.seed;
@@ -95,7 +99,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.capture = options.capture;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
-                                    t->initial_state_, executor_options));
+                                    initial_state, executor_options));
+  initial_state = {};
+  malloc_trim(0);
   return t;
 }
 

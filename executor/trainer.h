@@ -4,8 +4,9 @@
 //
 // Create() plans first and allocates only once a plan fits, so a budget below the feasible
 // minimum fails with the planner's message before any memory is taken. Then call Step()
-// repeatedly. Borrows the forward graph and the backend, which must outlive it.
-// Thread-compatible.
+// repeatedly. The initial weights live only in the arena once placed (State() before the
+// first step reads them back), and the heap the planner freed goes back to the system.
+// Borrows the forward graph and the backend, which must outlive it. Thread-compatible.
 #ifndef HEADROOM_EXECUTOR_TRAINER_H_
 #define HEADROOM_EXECUTOR_TRAINER_H_
 
@@ -35,6 +36,9 @@ struct TrainerOptions {
   uint64_t budget_bytes = 0;
   // Let the plan offload cached section inputs to host memory. Default true.
   bool allow_offload = true;
+  // Whether the host pool counts against budget_bytes: HOST_MEMORY_BACKEND (default) does
+  // where the backend's host memory is its device memory (the CPU backend).
+  proto::HostMemory host_memory = proto::HOST_MEMORY_BACKEND;
   // Use exactly these cuts (and offloads) instead of searching; for tests and experiments.
   std::optional<planner::SectionCuts> cuts;
   // The optimizer (default SGD with momentum 0.9, learning rate 0.01).
@@ -93,7 +97,6 @@ class Trainer {
   const planner::SectionPlan& plan() const { return plan_; }
   const Executor& executor() const { return *executor_; }
   const SyntheticTask& task() const { return task_; }
-  const std::vector<HostTensor>& initial_state() const { return initial_state_; }
 
  private:
   Trainer(const graph::Graph& forward, planner::TrainingGraph training,
@@ -102,10 +105,8 @@ class Trainer {
   const graph::Graph& forward_;
   planner::TrainingGraph training_;
   std::shared_ptr<const planner::CostModel> cost_;
-  TrainerOptions options_;
   SyntheticTask task_;
   planner::SectionPlan plan_;
-  std::vector<HostTensor> initial_state_;
   std::unique_ptr<Executor> executor_;
   int64_t next_step_ = 0;
 };

@@ -323,14 +323,25 @@ class PlacedBuffers {
 // min(k log k, p)), k being the placed buffers overlapping it and p all placed before it: O(n^2)
 // when every lifetime overlaps every other (as the activations of a training step do), near
 // O(n log n) when each overlaps few.
+//
+// With `longest_first`, buffers that live longer come first (ties: largest first): a buffer
+// alive through most of the step (the batch, a cached input) placed after large short-lived
+// ones (a node's scratch, a re-forward's output) finds no gap free for all its steps and goes
+// on top of them, where it then holds the arena's peak up.
 class GreedyBySize : public OffsetStrategy {
  public:
-  std::string name() const override { return "greedy_by_size"; }
+  explicit GreedyBySize(bool longest_first) : longest_first_(longest_first) {}
+
+  std::string name() const override {
+    return longest_first_ ? "greedy_by_lifetime" : "greedy_by_size";
+  }
 
   OffsetAssignment Assign(const std::vector<BufferRequest>& requests,
                           uint64_t alignment_bytes) const override {
     const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
+    auto steps = [&](int i) { return requests[i].last_step - requests[i].first_step; };
     const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
+      if (longest_first_ && steps(a) != steps(b)) return steps(a) > steps(b);
       if (sizes[a] != sizes[b]) return sizes[a] > sizes[b];
       return std::make_pair(requests[a].first_step, a) < std::make_pair(requests[b].first_step, b);
     });
@@ -344,6 +355,9 @@ class GreedyBySize : public OffsetStrategy {
     }
     return assignment;
   }
+
+ private:
+  const bool longest_first_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -534,17 +548,25 @@ absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& request
 
 }  // namespace
 
-std::unique_ptr<OffsetStrategy> GreedyBySizeBestFit() { return std::make_unique<GreedyBySize>(); }
+std::unique_ptr<OffsetStrategy> GreedyBySizeBestFit() {
+  return std::make_unique<GreedyBySize>(/*longest_first=*/false);
+}
+
+std::unique_ptr<OffsetStrategy> GreedyByLifetimeBestFit() {
+  return std::make_unique<GreedyBySize>(/*longest_first=*/true);
+}
 
 std::unique_ptr<OffsetStrategy> GreedyByTimeBestFit() { return std::make_unique<GreedyByTime>(); }
 
 std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies() {
   // Time order first: it is O(n log n) and on training graphs usually reaches the lower bound,
   // which ends the search; size order (O(n^2) on the nested lifetimes of a training step) runs
-  // only when time order leaves room to win.
+  // only when time order leaves room to win, and lifetime order (as costly) only when both do
+  // (sectioned steps with kernel scratch, whose short large buffers size order scatters).
   std::vector<std::unique_ptr<OffsetStrategy>> strategies;
   strategies.push_back(GreedyByTimeBestFit());
   strategies.push_back(GreedyBySizeBestFit());
+  strategies.push_back(GreedyByLifetimeBestFit());
   return strategies;
 }
 

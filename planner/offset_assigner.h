@@ -49,11 +49,14 @@ class OffsetStrategy {
 // it) that fits it most tightly, else on top.
 std::unique_ptr<OffsetStrategy> GreedyBySizeBestFit();
 
+// As GreedyBySizeBestFit, but the longest-lived buffers first (ties: largest first).
+std::unique_ptr<OffsetStrategy> GreedyByLifetimeBestFit();
+
 // In order of first step (an online allocator with best fit over a free list, coalescing
 // freed neighbours): O(n log n).
 std::unique_ptr<OffsetStrategy> GreedyByTimeBestFit();
 
-// The strategies Headroom tries, in order: greedy by time, then greedy by size.
+// The strategies Headroom tries, in order: greedy by time, by size, by lifetime.
 std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies();
 
 // Returns the largest sum of aligned sizes alive at any step: no assignment can be smaller.

@@ -113,10 +113,10 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
                                                const CostModel* cost,
-                                               const ScratchModel* scratch) {
+                                               const PlanBackend& backend) {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
-  planner_options.training.scratch = scratch;
+  planner_options.training.scratch = backend.scratch;
   if (planner_options.training.inference) {
     return AnswerInference(forward, options, planner_options);
   }
@@ -132,6 +132,8 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
   // 2. The search: the plain step, then the plan for the budget.
   SearchOptions search_options;
   search_options.allow_offload = !options.disable_offload();
+  search_options.host_pool_in_budget =
+      HostPoolInBudget(options.host_memory(), backend.host_is_device_memory);
   search_options.alignment_bytes = planner_options.alignment_bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<SectionSearch> search,
                    SectionSearch::Create(training, *cost, search_options));

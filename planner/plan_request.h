@@ -30,14 +30,23 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
 //   - otherwise the fastest sectioned plan whose peak fits options.budget_bytes (the plain
 //     step when it is 0), with the Pareto frontier and the baselines' points appended when
 //     options.frontier is set.
+// What a plan needs to know of the backend it will run on.
+struct PlanBackend {
+  // Declares each node's kernel scratch (borrowed). Default none: no scratch.
+  const ScratchModel* scratch = nullptr;
+  // Whether its host memory is its device memory (the CPU backend): then a budget holds the
+  // host pool too, unless PlanOptions.host_memory says otherwise. Default false.
+  bool host_is_device_memory = false;
+};
+
 // Times come from `cost` when given (it must describe `forward`), else from the roofline of
-// options.device. Every node's kernel scratch is planned as `scratch` declares it (the
-// backend the plan will run on; none: no scratch). FailedPrecondition, naming the smallest
-// feasible budget, when nothing fits.
+// options.device. Every node's kernel scratch, and whether the host pool counts against the
+// budget, are as `backend` says. FailedPrecondition, naming the smallest feasible budget,
+// when nothing fits.
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
                                                const CostModel* cost = nullptr,
-                                               const ScratchModel* scratch = nullptr);
+                                               const PlanBackend& backend = {});
 
 }  // namespace headroom::planner
 

@@ -46,6 +46,17 @@ std::vector<int32_t> LayerCuts(const TrainingGraph& graph) {
   return cuts;
 }
 
+bool HostPoolInBudget(proto::HostMemory host_memory, bool host_is_device_memory) {
+  switch (host_memory) {
+    case proto::HOST_MEMORY_SHARED:
+      return true;
+    case proto::HOST_MEMORY_SEPARATE:
+      return false;
+    default:
+      return host_is_device_memory;
+  }
+}
+
 std::vector<int32_t> SqrtCuts(int32_t num_forward) {
   const int32_t k = std::max<int32_t>(1, std::lround(std::sqrt(static_cast<double>(num_forward))));
   return EvenCuts(num_forward, k);
@@ -57,7 +68,9 @@ std::vector<int32_t> SqrtCuts(int32_t num_forward) {
 // dynamic program over cut positions can search quickly; the candidates it finds are then
 // planned exactly. The estimate of a section's backward phase is
 //   persistent + held cached inputs + its offloaded inputs and those being prefetched
-//   + re-forward state its backward reads + gradients crossing its end + 2x its largest op,
+//   + re-forward state its backward reads + gradients crossing its end + its largest
+//   transient (2x an op's outputs, plus the larger kernel scratch of its forward and its
+//   backward),
 // and its time is the re-forward of the nodes its backward needs plus any wait for a
 // prefetch that its backward cannot hide.
 class SectionSearch::Estimator {
@@ -138,7 +151,7 @@ class SectionSearch::Estimator {
       Sweep sweep(*this, a);
       for (int32_t b = a + 1; b <= nf_; ++b) {
         sweep.Extend(b);
-        const double local = persistent_ + sweep.saved + 2.0 * sweep.largest_op;
+        const double local = persistent_ + sweep.saved + sweep.largest_transient;
         if (local + least_held > budget) break;  // Later ends only hold more.
         const bool last = b == nf_;
         const double crossing_grads = last ? 0 : grads_crossing_[b];
@@ -210,7 +223,7 @@ class SectionSearch::Estimator {
     Sweep(const Estimator& e, int32_t a) : e(e), a(a) {}
     void Extend(int32_t b) {
       const int32_t p = b - 1;  // The position entering the section.
-      largest_op = std::max(largest_op, e.op_bytes_[p]);
+      largest_transient = std::max(largest_transient, e.transient_bytes_[p]);
       for (int32_t t : e.produced_at_[p]) {
         crossing += e.tensors_[t].bytes;
         if (e.tensors_[t].offloadable) crossing_offloadable += e.tensors_[t].bytes;
@@ -231,18 +244,29 @@ class SectionSearch::Estimator {
     }
     const Estimator& e;
     const int32_t a;
-    double saved = 0, crossing = 0, crossing_offloadable = 0, largest_op = 0;
+    double saved = 0, crossing = 0, crossing_offloadable = 0, largest_transient = 0;
     double recompute_seconds = 0;
   };
 
   void Measure() {
     const int32_t n_nodes = static_cast<int32_t>(g_.nodes().size());
     forward_seconds_.resize(nf_);
-    op_bytes_.assign(nf_, 0);
+    // Transient bytes by forward position: twice the node's outputs (its backward holds
+    // their gradient and its input's), plus the larger scratch of the node and its backward.
+    std::vector<double> scratch(nf_, 0);
+    for (NodeId n = 0; n < n_nodes; ++n) {
+      const TrainingNode& node = g_.node(n);
+      if (node.scratch == kNone || node.forward_node == kNone) continue;
+      const int32_t position = n < nf_ ? n : node.forward_node;
+      scratch[position] = std::max<double>(scratch[position], g_.tensor(node.scratch).bytes);
+    }
+    transient_bytes_.assign(nf_, 0);
     for (int32_t i = 0; i < nf_; ++i) {
       forward_seconds_[i] = cost_.NodeSeconds(g_, i);
-      for (TensorId t : g_.node(i).outputs) op_bytes_[i] += g_.tensor(t).bytes;
-      max_transient_ = std::max(max_transient_, 2.0 * op_bytes_[i]);
+      double outputs = 0;
+      for (TensorId t : g_.node(i).outputs) outputs += g_.tensor(t).bytes;
+      transient_bytes_[i] = 2.0 * outputs + scratch[i];
+      max_transient_ = std::max(max_transient_, transient_bytes_[i]);
     }
     // Backward-phase time by forward position.
     std::vector<double> backward(nf_, 0);
@@ -326,7 +350,7 @@ class SectionSearch::Estimator {
   double max_transient_ = 0;
   double total_saved_ = 0;
   std::vector<double> forward_seconds_;
-  std::vector<double> op_bytes_;
+  std::vector<double> transient_bytes_;
   std::vector<double> backward_prefix_;
   std::vector<double> grads_crossing_;
   std::vector<Item> tensors_;
@@ -412,11 +436,74 @@ absl::Status SectionSearch::BuildPool() {
     }
   }
   if (pool_.empty()) return absl::InternalError("no candidate plan could be expanded");
+  SortByTime();
+  return absl::OkStatus();
+}
+
+void SectionSearch::SortByTime() {
+  by_time_.clear();
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) by_time_.push_back(i);
   std::stable_sort(by_time_.begin(), by_time_.end(), [&](int a, int b) {
     return pool_[a].step->step_seconds < pool_[b].step->step_seconds;
   });
-  return absl::OkStatus();
+}
+
+// How far Descend() moves one cut in one round.
+constexpr int32_t kDescentReach = 3;
+
+void SectionSearch::Descend() {
+  if (descended_) return;
+  descended_ = true;
+  const int32_t nf = NumForwardNodes(graph_);
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(pool_.size()); ++i) {
+    if (pool_[i].cuts.offload.empty() && LowerBound(i) < LowerBound(best)) best = i;
+  }
+  std::vector<int32_t> cuts = pool_[best].cuts.cuts;
+  uint64_t bound = LowerBound(best);
+  // Returns the moves of `cuts`, each a valid increasing set.
+  auto moves = [&](const std::vector<int32_t>& from) {
+    std::vector<std::vector<int32_t>> out;
+    for (size_t k = 0; k < from.size(); ++k) {
+      std::vector<int32_t> removed = from;
+      removed.erase(removed.begin() + k);
+      out.push_back(removed);
+      for (int32_t delta = -kDescentReach; delta <= kDescentReach; ++delta) {
+        std::vector<int32_t> moved = from;
+        moved[k] += delta;
+        const bool ordered = delta != 0 && moved[k] > (k == 0 ? 0 : moved[k - 1]) &&
+                             moved[k] < (k + 1 == moved.size() ? nf : moved[k + 1]);
+        if (ordered) out.push_back(moved);
+      }
+    }
+    for (int32_t p = 1; p < nf; ++p) {
+      if (std::binary_search(from.begin(), from.end(), p)) continue;
+      std::vector<int32_t> added = from;
+      added.insert(std::upper_bound(added.begin(), added.end(), p), p);
+      out.push_back(added);
+    }
+    return out;
+  };
+  for (bool improved = true; improved;) {
+    improved = false;
+    for (const std::vector<int32_t>& m : moves(cuts)) {
+      absl::StatusOr<SectionedStep> step = ExpandSections(graph_, SectionCuts{m, {}}, cost_);
+      if (!step.ok()) continue;
+      const uint64_t b = ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes);
+      if (b >= bound) continue;
+      bound = b;
+      cuts = m;
+      improved = true;
+      Candidate c;
+      c.strategy = "search";
+      c.cuts = SectionCuts{m, {}};
+      c.step = std::make_shared<const SectionedStep>(*std::move(step));
+      c.lower_bound_bytes = b;
+      pool_.push_back(std::move(c));
+      break;
+    }
+  }
+  SortByTime();
 }
 
 void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<int32_t>& cuts,
@@ -470,6 +557,7 @@ absl::StatusOr<SectionPlan> SectionSearch::Evaluate(int index) {
   plan.step = c.step;
   plan.memory = c.memory;
   plan.peak_bytes = c.memory->arena_bytes;
+  plan.host_pool_bytes = HostPoolBytes(*c.step, options_.alignment_bytes);
   plan.step_seconds = c.step->step_seconds;
   plan.overhead_ratio = c.step->step_seconds / pool_[0].step->step_seconds;
   return plan;
@@ -485,34 +573,53 @@ uint64_t SectionSearch::LowerBound(int index) {
 }
 
 absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
-  for (int index : by_time_) {
-    if (LowerBound(index) > budget_bytes) continue;
-    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
-    if (plan.peak_bytes <= budget_bytes) return plan;
+  for (bool descended : {false, true}) {
+    if (descended) {
+      if (descended_) break;
+      Descend();
+    }
+    for (int index : by_time_) {
+      if (BudgetLowerBound(index) > budget_bytes) continue;
+      ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
+      if (BudgetBytes(plan) <= budget_bytes) return plan;
+    }
   }
   return Infeasible(budget_bytes);
 }
 
 absl::StatusOr<SectionPlan> SectionSearch::Unconstrained() { return Evaluate(0); }
 
+uint64_t SectionSearch::BudgetLowerBound(int index) {
+  const uint64_t host = options_.host_pool_in_budget
+                            ? HostPoolBytes(*pool_[index].step, options_.alignment_bytes)
+                            : 0;
+  return LowerBound(index) + host;
+}
+
+uint64_t SectionSearch::BudgetBytes(const SectionPlan& plan) const {
+  return plan.peak_bytes + (options_.host_pool_in_budget ? plan.host_pool_bytes : 0);
+}
+
 absl::StatusOr<uint64_t> SectionSearch::MinimumPeakBytes() {
   ASSIGN_OR_RETURN(int index, Smallest());
-  return pool_[index].memory->arena_bytes;
+  ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
+  return BudgetBytes(plan);
 }
 
 absl::StatusOr<int> SectionSearch::Smallest() {
+  Descend();
   // Lower bounds first: only candidates that could beat the best arena so far are planned.
   std::vector<int> order(pool_.size());
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return LowerBound(a) < LowerBound(b); });
+                   [&](int a, int b) { return BudgetLowerBound(a) < BudgetLowerBound(b); });
   int best = -1;
   uint64_t best_bytes = std::numeric_limits<uint64_t>::max();
   for (int index : order) {
-    if (LowerBound(index) >= best_bytes) break;
+    if (BudgetLowerBound(index) >= best_bytes) break;
     ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
-    if (plan.peak_bytes < best_bytes) {
-      best_bytes = plan.peak_bytes;
+    if (BudgetBytes(plan) < best_bytes) {
+      best_bytes = BudgetBytes(plan);
       best = index;
     }
   }
@@ -574,11 +681,16 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
     auto it = roles.find(r);
     return it == roles.end() ? uint64_t{0} : it->second;
   };
+  const uint64_t smallest_bytes = BudgetBytes(smallest);
   return absl::FailedPreconditionError(absl::StrCat(
       "budget ", HumanBytes(budget_bytes), " (", budget_bytes,
       " bytes) is below the smallest peak Headroom can plan for this step: ",
-      HumanBytes(smallest.peak_bytes), " (", smallest.peak_bytes, " bytes), with ",
-      smallest.step->sections.size(), " sections and ",
+      HumanBytes(smallest_bytes), " (", smallest_bytes, " bytes",
+      options_.host_pool_in_budget && smallest.host_pool_bytes > 0
+          ? absl::StrCat(", its host pool of ", HumanBytes(smallest.host_pool_bytes),
+                         " included: host memory is the device's here")
+          : "",
+      "), with ", smallest.step->sections.size(), " sections and ",
       HumanBytes(smallest.step->offloaded_bytes), " offloaded to host. At that peak: ",
       absl::StrJoin(parts, ", "), ". Parameters, buffers and optimizer state alone need ",
       HumanBytes(state), " (", state, " bytes); with the gradients live at the peak, ",
@@ -593,6 +705,7 @@ absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {
 }
 
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
+  Descend();  // The frontier ends at the smallest plan.
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));

@@ -6,7 +6,8 @@
 // memory, plus three baselines: no sections, Chen's sqrt(n) equal split, and a cut at every
 // layer. Every candidate's time is predicted on its expanded schedule; its peak is the
 // arena Planner I lays out for that schedule, never the estimate. The pool does not depend on
-// the budget asked for, so a larger budget never gives a slower plan.
+// the budget asked for, so a larger budget never gives a slower plan; only a budget below
+// every candidate grows it, by a local descent in memory (SectionSearch::Plan).
 #ifndef HEADROOM_PLANNER_SECTION_SEARCH_H_
 #define HEADROOM_PLANNER_SECTION_SEARCH_H_
 
@@ -27,6 +28,11 @@ namespace headroom::planner {
 struct SearchOptions {
   // Let cached section inputs go to host memory. Default true.
   bool allow_offload = true;
+  // Count a candidate's host pool (its offloaded tensors' slots) against the budget beside
+  // its arena: where host memory is the device's own (the CPU backend), offloading frees
+  // nothing, and a budget then bounds all a plan holds. Default false (a GPU's host memory
+  // is separate).
+  bool host_pool_in_budget = false;
   // Budgets at which the dynamic program runs, geometric between the estimate's smallest
   // and largest peaks, for each of recompute alone and recompute with offload. Default 16.
   int grid_points = 16;
@@ -36,6 +42,10 @@ struct SearchOptions {
   // Arena alignment. Default 256.
   uint64_t alignment_bytes = kDefaultAlignmentBytes;
 };
+
+// Returns SearchOptions::host_pool_in_budget for a plan under `host_memory` on a backend
+// whose host memory is (`host_is_device_memory`) or is not its device memory.
+bool HostPoolInBudget(proto::HostMemory host_memory, bool host_is_device_memory);
 
 // One candidate, planned.
 struct SectionPlan {
@@ -47,6 +57,8 @@ struct SectionPlan {
   std::shared_ptr<const MemoryPlan> memory;
   // The arena of `memory`: the predicted peak of device memory.
   uint64_t peak_bytes = 0;
+  // Host memory for its offloaded tensors (HostPoolBytes of `step`).
+  uint64_t host_pool_bytes = 0;
   double step_seconds = 0;
   // step_seconds over that of the plain step (no sections).
   double overhead_ratio = 0;
@@ -77,14 +89,15 @@ class SectionSearch {
 
   // Returns the candidate with the least predicted step time whose exact peak is at most
   // `budget_bytes`, or FailedPrecondition stating the smallest budget any candidate fits and
-  // what its peak is made of.
+  // what its peak is made of. When no candidate of the pool fits, a local descent in memory
+  // (Descend) adds smaller ones first.
   absl::StatusOr<SectionPlan> Plan(uint64_t budget_bytes);
 
   // Returns the plain step (no sections).
   absl::StatusOr<SectionPlan> Unconstrained();
 
-  // Returns the Pareto frontier of (peak, time) over all candidates, from the largest peak
-  // down to the smallest, each point faster than every point after it.
+  // Returns the Pareto frontier of (peak, time) over all candidates (Descend()'s too), from
+  // the largest peak down to the smallest, each point faster than every point after it.
   absl::StatusOr<std::vector<TradeOffPoint>> Frontier();
 
   // Returns each baseline's point: "no_sections", "sqrt_n", "every_layer".
@@ -114,9 +127,22 @@ class SectionSearch {
   absl::StatusOr<TradeOffPoint> Point(int index);
   // Returns the aligned lower bound of candidate `index`'s arena (computed once).
   uint64_t LowerBound(int index);
-  // Returns the candidate with the smallest exact peak.
+  // Returns the candidate with the smallest exact peak (after Descend()), its host pool
+  // included with host_pool_in_budget.
   absl::StatusOr<int> Smallest();
+  // Returns what candidate `index` holds against a budget: its arena's lower bound, or its
+  // exact arena once planned, plus its host pool with host_pool_in_budget.
+  uint64_t BudgetLowerBound(int index);
+  uint64_t BudgetBytes(const SectionPlan& plan) const;
   absl::Status Infeasible(uint64_t budget_bytes);
+  // Walks downhill in memory from the candidate with the smallest lower bound, recompute
+  // only: each round takes the first move (a cut moved by up to kDescentReach positions,
+  // removed, or added) whose lower bound is smaller, and adds its cuts to the pool, until no
+  // move helps. Guided by lower bounds, not plans; run once, for budgets no candidate of the
+  // pool meets.
+  void Descend();
+  // Sorts by_time_ again after candidates were added.
+  void SortByTime();
 
   const TrainingGraph& graph_;
   const CostModel& cost_;
@@ -125,6 +151,7 @@ class SectionSearch {
   std::vector<Candidate> pool_;
   // Indices into pool_, fastest first.
   std::vector<int> by_time_;
+  bool descended_ = false;
 };
 
 // Returns the forward positions where "layers" begin: where the layer key of consecutive

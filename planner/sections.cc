@@ -20,6 +20,18 @@ int32_t NumForwardNodes(const TrainingGraph& graph) {
   return n;
 }
 
+uint64_t HostPoolBytes(const SectionedStep& step, uint64_t alignment_bytes) {
+  const uint64_t align = std::max<uint64_t>(alignment_bytes, 1);
+  absl::flat_hash_set<TensorId> seen;
+  uint64_t bytes = 0;
+  for (const SectionInfo& section : step.sections) {
+    for (const CachedInput& c : section.boundary) {
+      if (c.offloaded && seen.insert(c.tensor).second) bytes += (c.bytes + align - 1) / align * align;
+    }
+  }
+  return bytes;
+}
+
 std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections) {
   std::vector<int32_t> cuts;
   for (int32_t i = 1; i < sections; ++i) {

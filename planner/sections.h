@@ -106,6 +106,11 @@ absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& gr
 // Returns the number of forward nodes of `graph` (they are its first nodes).
 int32_t NumForwardNodes(const TrainingGraph& graph);
 
+// Returns the host memory `step` needs for its offloaded tensors: one slot each (a tensor
+// cached by several sections once), rounded up to `alignment_bytes`, as the executor lays
+// its host pool out.
+uint64_t HostPoolBytes(const SectionedStep& step, uint64_t alignment_bytes);
+
 // Returns the cuts that split `num_forward` forward nodes into `sections` sections of
 // (within one node) equal length; fewer when there are fewer nodes. REQUIRES: sections >= 1.
 std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections);

@@ -1,6 +1,7 @@
 #include "profiler/profile_report.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,22 @@ proto::ProfileResponse BuildProfileReport(const graph::Graph& forward,
   return r;
 }
 
+std::string ProcessMemoryLine(const proto::ProcessMemory& p) {
+  if (!p.unavailable_reason().empty()) return absl::StrCat("not measured: ", p.unavailable_reason());
+  return absl::StrFormat("peak %s = baseline %s + arena %s + host pool %s + unplanned %s "
+                         "(bound %s)%s",
+                         graph::HumanBytes(p.physical_peak_bytes()),
+                         graph::HumanBytes(p.baseline_bytes()), graph::HumanBytes(p.arena_bytes()),
+                         graph::HumanBytes(p.host_pool_bytes()),
+                         graph::HumanBytes(p.unplanned_bytes()),
+                         graph::HumanBytes(p.unplanned_limit_bytes()),
+                         UnplannedWithinBound(p) ? "" : ": OVER THE BOUND");
+}
+
+bool UnplannedWithinBound(const proto::ProcessMemory& p) {
+  return !p.unavailable_reason().empty() || p.unplanned_bytes() <= p.unplanned_limit_bytes();
+}
+
 std::string ProfileSummaryText(const proto::ProfileResponse& report, const Timeline& timeline,
                                int rows) {
   std::string out;
@@ -88,6 +105,10 @@ std::string ProfileSummaryText(const proto::ProfileResponse& report, const Timel
   if (report.recompute_seconds() > 0) {
     absl::StrAppendFormat(&out, "%-26s %.4f s per step\n", "recomputed forward",
                           report.recompute_seconds());
+  }
+  if (report.has_process()) {
+    absl::StrAppendFormat(&out, "%-26s %s\n", "physical (process)",
+                          ProcessMemoryLine(report.process()));
   }
   if (!report.physical().unavailable_reason().empty()) {
     absl::StrAppendFormat(&out, "%-26s %s\n", "physical (CUPTI)",

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "profiler/chrome_trace.h"
 #include "profiler/op_costs.h"
+#include "profiler/process_memory.h"
 #include "profiler/profile_report.h"
 #include "profiler/step_layout.h"
 #include "util/status_macros.h"
@@ -55,7 +56,9 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
   // 1. Plan, then run the steps with every event recorded.
   EventLog log;
   TeeSink tee(&log, options.also);
-  trainer_options.events = &tee;
+  // The process from before the plan: its baseline, then its resident bytes at every node.
+  ProcessMemorySampler sampler(&tee, {.reset_peak = options.reset_peak_resident});
+  trainer_options.events = &sampler;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(forward, backend, trainer_options));
   const planner::SectionPlan& plan = trainer->plan();
@@ -89,6 +92,8 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
       sample.set_device_used_bytes(device_used_bytes[sample.step()]);
     }
   }
+  *report.mutable_process() =
+      sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes(), &layout);
   if (options.backend != "cuda") {
     report.mutable_physical()->set_unavailable_reason(
         "not measured: physical allocations are traced with CUPTI on the cuda backend");

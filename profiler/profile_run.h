@@ -1,6 +1,7 @@
 // A profile, start to end: train a few steps of a forward graph under a plan with every
-// event recorded, build the timeline and check it against the executor, measure the node
-// costs and write the report (and, when asked, the Chrome trace). What `headroom profile`
+// event recorded and the process's own memory sampled at every node boundary, build the
+// timeline and check it against the executor, measure the node costs and write the report
+// (and, when asked, the Chrome trace). What `headroom profile`
 // and headroomd's Profile handler both run.
 //
 // Thread-compatible: one call runs on the caller's thread. Borrows the backend.
@@ -38,6 +39,10 @@ struct ProfileRunOptions {
   // Called after every step with its result; it returns the driver's used device bytes
   // then (0: unknown), which the report's samples of that step carry.
   std::function<uint64_t(int64_t step, const executor::StepResult&)> on_step;
+  // Reset the kernel's high-water mark of the process's resident bytes when the run starts,
+  // so that the report's process account sees between node boundaries too: only where this
+  // run is the only one in the process (the command line). Default false.
+  bool reset_peak_resident = false;
 };
 
 struct ProfileRun {

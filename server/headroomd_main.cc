@@ -152,7 +152,8 @@ int Run(const DaemonFlags& f) {
                      << scratch_backend.status().message() << "\n", 1;
   }
   const executor::BackendScratchModel scratch(scratch_backend->get());
-  options.scratch = &scratch;
+  options.plan_backend.scratch = &scratch;
+  options.plan_backend.host_is_device_memory = (*scratch_backend)->host_is_device_memory();
 #ifdef HEADROOM_HAVE_CUDA
   if (f.backend == "cuda") {
     options.free_device_bytes = []() -> absl::StatusOr<uint64_t> {

@@ -103,6 +103,7 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::JobSpec& 
   executor::TrainerOptions o;
   o.seed = spec.train().seed() == 0 ? 1 : spec.train().seed();
   o.allow_offload = !spec.plan().disable_offload();
+  o.host_memory = spec.plan().host_memory();
   const proto::Optimizer& opt = spec.plan().optimizer();
   if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
   const bool adam = o.optimizer == proto::Optimizer::KIND_ADAM;
@@ -303,7 +304,7 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
   const bool device_budget = options.budget_bytes() == 0 && options_.device_memory_bytes > 0;
   if (device_budget) options.set_budget_bytes(options_.device_memory_bytes);
   absl::StatusOr<proto::PlanResponse> plan =
-      planner::AnswerPlan(g, options, /*cost=*/nullptr, options_.scratch);
+      planner::AnswerPlan(g, options, /*cost=*/nullptr, options_.plan_backend);
   if (!plan.ok() && device_budget) {
     return absl::Status(plan.status().code(),
                         absl::StrCat("planned for device ", device_, "'s memory (no budget "

@@ -39,7 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "executor/backend.h"
-#include "planner/scratch_model.h"
+#include "planner/plan_request.h"
 #include "profiler/metrics.h"
 #include "profiler/step_layout.h"
 #include "profiler/timeline.h"
@@ -70,10 +70,10 @@ struct JobManagerOptions {
   // Returns the device's free bytes as its driver reports them (a GPU shared with other
   // processes); none: device_memory_bytes less what Headroom's own work holds.
   std::function<absl::StatusOr<uint64_t>()> free_device_bytes;
-  // Declares the kernel scratch of `backend`'s kernels to the plans of Submit (and the
-  // daemon's Plan), so they hold what the job's trainer will plan; borrowed, thread-safe.
-  // Default none: plans without scratch.
-  const planner::ScratchModel* scratch = nullptr;
+  // What the plans of Submit (and the daemon's Plan) know of `backend`, so they are what the
+  // job's trainer will plan: its kernels' scratch (a borrowed, thread-safe model) and whether
+  // its host memory is its device's. Default: no scratch, separate host memory.
+  planner::PlanBackend plan_backend;
 };
 
 class JobManager {
@@ -137,8 +137,8 @@ class JobManager {
   // The device label of jobs and metrics: "cpu:0" or "cuda:0".
   const std::string& device() const { return device_; }
 
-  // The scratch model plans for this daemon's backend use (JobManagerOptions::scratch).
-  const planner::ScratchModel* scratch() const { return options_.scratch; }
+  // What plans know of this daemon's backend (JobManagerOptions::plan_backend).
+  const planner::PlanBackend& plan_backend() const { return options_.plan_backend; }
 
  private:
   struct Job;

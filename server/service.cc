@@ -19,10 +19,10 @@ grpc::Status Answer(absl::StatusOr<T> result, T* out) {
 }
 
 absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
-                                              const planner::ScratchModel* scratch) {
+                                              const planner::PlanBackend& backend) {
   ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(request.model()));
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
-  return planner::AnswerPlan(g, request.options(), /*cost=*/nullptr, scratch);
+  return planner::AnswerPlan(g, request.options(), /*cost=*/nullptr, backend);
 }
 
 }  // namespace
@@ -35,7 +35,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanRequest* request,
                                    proto::PlanResponse* response) {
-  return Answer(PlanModel(*request, jobs_->scratch()), response);
+  return Answer(PlanModel(*request, jobs_->plan_backend()), response);
 }
 
 grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,

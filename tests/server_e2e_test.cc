@@ -50,7 +50,8 @@ constexpr uint64_t kMiB = 1024 * 1024;
 
 // The test jobs' model: an MLP whose plain step needs 8.1 MiB (its kernels' scratch
 // included); under kMlpBudget its plan (6.1 MiB) splits the step into sections, recomputes
-// and offloads. About 10 ms a step.
+// and offloads: the daemon runs the CPU backend, so its plans take host memory as separate
+// (HOST_MEMORY_SEPARATE), as a GPU's. About 10 ms a step.
 constexpr uint64_t kMlpBudget = 13 * kMiB / 2;
 proto::ModelSource Mlp() {
   proto::ModelSource m;
@@ -68,6 +69,7 @@ proto::JobSpec MlpJob(const std::string& name, uint64_t steps, uint64_t seed = 7
   spec.set_name(name);
   *spec.mutable_model() = Mlp();
   spec.mutable_plan()->set_budget_bytes(kMlpBudget);
+  spec.mutable_plan()->set_host_memory(proto::HOST_MEMORY_SEPARATE);
   spec.mutable_train()->set_steps(steps);
   spec.mutable_train()->set_seed(seed);
   spec.mutable_train()->set_checkpoint_interval_steps(5);
@@ -195,6 +197,7 @@ grpc::Status ProfileMlp(proto::Headroom::Stub& stub, proto::ProfileResponse* res
   proto::ProfileRequest request;
   *request.mutable_model() = Mlp();
   request.mutable_plan()->set_budget_bytes(kMlpBudget);
+  request.mutable_plan()->set_host_memory(proto::HOST_MEMORY_SEPARATE);
   request.set_steps(2);
   grpc::ClientContext context;
   return stub.Profile(&context, request, response);
@@ -204,6 +207,7 @@ proto::PlanRequest PlanOf(proto::ModelSource model, uint64_t budget_bytes) {
   proto::PlanRequest request;
   *request.mutable_model() = std::move(model);
   request.mutable_options()->set_budget_bytes(budget_bytes);
+  request.mutable_options()->set_host_memory(proto::HOST_MEMORY_SEPARATE);
   return request;
 }
 

@@ -146,6 +146,7 @@ class CopyStream {
 class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  bool host_is_device_memory() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateDevice(uint64_t bytes) override {
     return AllocateBlock(bytes, "arena");
