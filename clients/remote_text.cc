@@ -12,6 +12,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "graph/shape.h"
 #include "graph/summary.h"
+#include "profiler/profile_report.h"
 
 namespace headroom::clients {
 namespace {
@@ -217,6 +218,10 @@ std::string PeakText(const proto::MemoryTimeline& t, int rows) {
                                     t.peak_op().empty() ? "-" : t.peak_op(),
                                     t.peak_time_seconds());
   absl::StrAppendFormat(&out, "%-24s %s\n", "arena high-water", HumanBytes(t.high_water_bytes()));
+  if (t.has_process()) {
+    absl::StrAppendFormat(&out, "%-24s %s\n", "physical (process)",
+                          profiler::ProcessMemoryLine(t.process()));
+  }
   out += "peak by role:\n";
   for (const auto& [role, bytes] : LargestFirst(t.peak_bytes_by_role())) {
     absl::StrAppendFormat(&out, "  %-22s %11s\n", role, HumanBytes(bytes));
@@ -286,6 +291,10 @@ std::string ProfileText(const proto::ProfileResponse& p, int rows) {
   if (p.recompute_seconds() > 0) {
     absl::StrAppendFormat(&out, "%-24s %.4f s per step\n", "recomputed forward",
                           p.recompute_seconds());
+  }
+  if (p.has_process()) {
+    absl::StrAppendFormat(&out, "%-24s %s\n", "physical (process)",
+                          profiler::ProcessMemoryLine(p.process()));
   }
   if (!p.physical().unavailable_reason().empty()) {
     absl::StrAppendFormat(&out, "%-24s %s\n", "physical (CUPTI)", p.physical().unavailable_reason());

@@ -75,7 +75,8 @@ absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions&
 }
 
 proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPlan& plain,
-                                       uint64_t budget_bytes, const std::string& cost_model) {
+                                       uint64_t budget_bytes, bool host_pool_in_budget,
+                                       const std::string& cost_model) {
   const SectionedStep& step = *plan.step;
   proto::PlanResponse response;
   proto::PlanSummary& summary = *response.mutable_summary();
@@ -87,6 +88,8 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
   summary.set_recompute_flops(step.recompute_flops);
   summary.set_offloaded_bytes(step.offloaded_bytes);
   summary.set_copy_wait_seconds(step.stall_seconds);
+  summary.set_host_pool_bytes(plan.host_pool_bytes);
+  summary.set_host_pool_in_budget(host_pool_in_budget);
   summary.set_strategy(plan.strategy);
   summary.set_unconstrained_peak_bytes(plain.peak_bytes);
   summary.set_unconstrained_step_seconds(plain.step_seconds);
@@ -142,8 +145,8 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
   if (options.budget_bytes() > 0) {
     ASSIGN_OR_RETURN(plan, search->Plan(options.budget_bytes()));
   }
-  proto::PlanResponse response =
-      SectionPlanToProto(plan, plain, options.budget_bytes(), cost->name());
+  proto::PlanResponse response = SectionPlanToProto(
+      plan, plain, options.budget_bytes(), search_options.host_pool_in_budget, cost->name());
   // 3. The frontier, when asked.
   if (options.frontier()) {
     ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, search->Frontier());

@@ -20,10 +20,12 @@ namespace headroom::planner {
 // 256). InvalidArgument naming the field for an alignment that is not a power of two.
 absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions& options);
 
-// Returns the summary and sections of `plan` (chosen for `budget_bytes`; 0: none) with the
-// plain step's figures from `plain` and the name of the cost model the times come from.
+// Returns the summary and sections of `plan` (chosen for `budget_bytes`, 0: none, with its
+// host pool counted against it or not) with the plain step's figures from `plain` and the
+// name of the cost model the times come from.
 proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPlan& plain,
-                                       uint64_t budget_bytes, const std::string& cost_model);
+                                       uint64_t budget_bytes, bool host_pool_in_budget,
+                                       const std::string& cost_model);
 
 // Returns the plan of `forward` under `options`:
 //   - inference: the forward pass's sharing plan (no sections; a budget is InvalidArgument);

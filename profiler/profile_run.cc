@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "graph/zoo.h"
 #include "profiler/chrome_trace.h"
 #include "profiler/op_costs.h"
 #include "profiler/process_memory.h"
@@ -112,6 +113,29 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
     trace_json = std::move(trace.json);
   }
   return ProfileRun{std::move(report), std::move(timeline), std::move(trace_json)};
+}
+
+absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend) {
+  proto::ZooModel spec;
+  spec.set_name("mlp");
+  spec.set_batch(64);
+  (*spec.mutable_options())["depth"] = 2;
+  (*spec.mutable_options())["width"] = 64;
+  (*spec.mutable_options())["input"] = 64;
+  ASSIGN_OR_RETURN(proto::GraphDef def, graph::BuildZooModel(spec));
+  ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
+  ProcessMemorySampler sampler;
+  executor::TrainerOptions options;
+  options.events = &sampler;
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
+                   executor::Trainer::Create(g, backend, options));
+  for (int step = 0; step < 3; ++step) RETURN_IF_ERROR(trainer->Step().status());
+  const proto::ProcessMemory account =
+      sampler.Account(trainer->plan().peak_bytes, trainer->executor().host_pool_bytes());
+  if (!account.unavailable_reason().empty()) {
+    return absl::UnavailableError(account.unavailable_reason());
+  }
+  return account.unplanned_bytes();
 }
 
 }  // namespace headroom::profiler

@@ -58,6 +58,13 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
                                       executor::TrainerOptions trainer_options,
                                       const ProfileRunOptions& options);
 
+// Returns the memory a training run on `backend` holds beyond its plan when the model adds
+// almost nothing of its own: the unplanned bytes of a few steps of a small MLP (the
+// runtime's threads and their stacks, the kernel library's first code and buffers). A
+// daemon measures it once at start. The error of the run, or Unavailable where the process's
+// memory cannot be read.
+absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend);
+
 }  // namespace headroom::profiler
 
 #endif  // HEADROOM_PROFILER_PROFILE_RUN_H_

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "CivetServer.h"
 #include "prometheus/exposer.h"
 #include "profiler/metrics.h"
+#include "profiler/profile_run.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/service.h"
@@ -45,7 +47,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: headroomd [--listen ADDR] [--metrics ADDR] [--state DIR] [--backend cpu|cuda]\n"
-    "                 [--device-memory SIZE] [--checkpoint-every N]\n"
+    "                 [--device-memory SIZE] [--fixed-cost SIZE] [--checkpoint-every N]\n"
     "                 [--max-message-bytes SIZE] [--ready-file FILE]\n"
     "\n"
     "  --listen ADDR          gRPC address (default 127.0.0.1:50051; port 0 picks one)\n"
@@ -57,6 +59,8 @@ constexpr char kUsage[] =
     "  --device-memory SIZE   device memory jobs are admitted against and planned for when\n"
     "                         they give no budget (e.g. 400MiB; default: the GPU's memory on\n"
     "                         cuda, unlimited on cpu)\n"
+    "  --fixed-cost SIZE      memory a job holds beyond its plan, reserved beside each plan\n"
+    "                         at admission (default: measured once at start, by a small run)\n"
     "  --checkpoint-every N   steps between checkpoints of a job (default 10)\n"
     "  --max-message-bytes SIZE  largest request accepted (default 64MiB)\n"
     "  --ready-file FILE      once serving, write the bound addresses there\n";
@@ -67,6 +71,7 @@ struct DaemonFlags {
   std::string state;
   std::string backend = "cpu";
   uint64_t device_memory_bytes = 0;
+  std::optional<uint64_t> fixed_cost_bytes;
   uint64_t checkpoint_every = 10;
   uint64_t max_message_bytes = 64ull << 20;
   std::string ready_file;
@@ -86,6 +91,9 @@ absl::Status ParseFlags(const std::vector<std::string>& args, DaemonFlags& f) {
   if (flags.Has("device-memory")) {
     ASSIGN_OR_RETURN(f.device_memory_bytes, ParseByteSize(flags.TakeString("device-memory")));
     if (f.device_memory_bytes == 0) return absl::InvalidArgumentError("--device-memory: must be more than 0");
+  }
+  if (flags.Has("fixed-cost")) {
+    ASSIGN_OR_RETURN(f.fixed_cost_bytes, ParseByteSize(flags.TakeString("fixed-cost")));
   }
   ASSIGN_OR_RETURN(int64_t every, flags.TakeInt("checkpoint-every", 10, 1));
   f.checkpoint_every = static_cast<uint64_t>(every);
@@ -154,6 +162,20 @@ int Run(const DaemonFlags& f) {
   const executor::BackendScratchModel scratch(scratch_backend->get());
   options.plan_backend.scratch = &scratch;
   options.plan_backend.host_is_device_memory = (*scratch_backend)->host_is_device_memory();
+  // What a run holds beyond its plan, measured once now on a backend of its own (unless
+  // given): admission reserves it beside every plan.
+  options.fixed_cost_bytes = f.fixed_cost_bytes;
+  if (!f.fixed_cost_bytes.has_value()) {
+    absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
+    absl::StatusOr<uint64_t> measured =
+        backend.ok() ? profiler::MeasureFixedCostBytes(backend->get())
+                     : absl::StatusOr<uint64_t>(backend.status());
+    if (!measured.ok()) {
+      return std::cerr << "headroomd: measuring the fixed cost of a run: "
+                       << measured.status().message() << " (give --fixed-cost)\n", 1;
+    }
+    options.measured_fixed_cost_bytes = *measured;
+  }
 #ifdef HEADROOM_HAVE_CUDA
   if (f.backend == "cuda") {
     options.free_device_bytes = []() -> absl::StatusOr<uint64_t> {
@@ -206,11 +228,13 @@ int Run(const DaemonFlags& f) {
   }
   const std::string address = absl::StrCat(f.listen.substr(0, f.listen.rfind(':')), ":", port);
   std::cout << absl::StrFormat(
-                   "headroomd: serving on %s (%s, device memory %s), metrics %s, "
-                   "state in %s\n",
+                   "headroomd: serving on %s (%s, device memory %s, fixed cost %s %s), "
+                   "metrics %s, state in %s\n",
                    address, (*jobs)->device(),
                    f.device_memory_bytes > 0 ? graph::HumanBytes(f.device_memory_bytes)
                                              : std::string(f.backend == "cuda" ? "the GPU's" : "unlimited"),
+                   graph::HumanBytes((*jobs)->fixed_cost_bytes()),
+                   f.fixed_cost_bytes.has_value() ? "given" : "measured",
                    metrics_address == "off" ? std::string("off") : "at http://" + metrics_address + "/metrics",
                    (*store)->path())
             << std::flush;

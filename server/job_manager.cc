@@ -16,6 +16,7 @@
 #include "planner/cost_model.h"
 #include "planner/plan_request.h"
 #include "profiler/metrics_sink.h"
+#include "profiler/process_memory.h"
 #include "profiler/profile_run.h"
 #include "util/median.h"
 #include "util/status_macros.h"
@@ -140,6 +141,10 @@ struct JobManager::Job {
   // The timeline of its recorded steps, once one is complete.
   std::shared_ptr<const profiler::Timeline> timeline;
   std::shared_ptr<const profiler::StepLayout> layout;
+  // The process's memory during its run against its plan (the timeline's process account).
+  proto::ProcessMemory process;
+  // What admission reserved for it while it runs (Need() when it started).
+  uint64_t reserved_bytes = 0;
 };
 
 // What the worker needs of a job while it trains it, copied out of mu_.
@@ -148,6 +153,8 @@ struct JobManager::Run {
   proto::JobSpec spec;
   uint64_t budget_bytes = 0;
   uint64_t planned_peak_bytes = 0;
+  // What admission reserved for it (Need()).
+  uint64_t reserved_bytes = 0;
   uint64_t checkpoint_interval = 0;
   std::atomic<bool>* cancel = nullptr;
   // Set when shutdown stopped it after a step, with its checkpoint stored.
@@ -158,7 +165,8 @@ JobManager::JobManager(JobStore* store, profiler::Metrics* metrics, JobManagerOp
     : store_(store),
       metrics_(metrics),
       options_(std::move(options)),
-      device_(absl::StrCat(options_.backend, ":0")) {}
+      device_(absl::StrCat(options_.backend, ":0")),
+      fixed_cost_bytes_(options_.fixed_cost_bytes.value_or(options_.measured_fixed_cost_bytes)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobStore* store,
                                                                profiler::Metrics* metrics,
@@ -225,10 +233,11 @@ std::string JobManager::ResumeRefusal(
   if (!backend.empty() && backend != options_.backend) {
     return absl::StrCat("it asks for backend '", backend, "', but this daemon runs ", device_);
   }
-  const uint64_t peak = plan->summary().predicted_peak_bytes();
-  if (options_.device_memory_bytes > 0 && peak > options_.device_memory_bytes) {
-    return absl::StrCat("its plan's peak ", graph::HumanBytes(peak), " (", peak,
-                        " bytes) exceeds device ", device_, "'s memory of ",
+  const uint64_t need = Need(*plan);
+  if (options_.device_memory_bytes > 0 && need > options_.device_memory_bytes) {
+    return absl::StrCat("its plan's peak ", graph::HumanBytes(plan->summary().predicted_peak_bytes()),
+                        " (", plan->summary().predicted_peak_bytes(), " bytes) with the fixed cost "
+                        "exceeds device ", device_, "'s memory of ",
                         graph::HumanBytes(options_.device_memory_bytes), " (",
                         options_.device_memory_bytes, " bytes) now; submit it again");
   }
@@ -243,6 +252,12 @@ void JobManager::Shutdown() {
     changed_.SignalAll();
   }
   if (worker_.joinable()) worker_.join();
+}
+
+uint64_t JobManager::Need(const proto::PlanResponse& plan) const {
+  const proto::PlanSummary& summary = plan.summary();
+  return summary.predicted_peak_bytes() +
+         (summary.host_pool_in_budget() ? summary.host_pool_bytes() : 0) + fixed_cost_bytes_;
 }
 
 uint64_t JobManager::FreeBytes() const {
@@ -301,22 +316,30 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
                                                          uint64_t* budget_bytes) const {
   ASSIGN_OR_RETURN(graph::Graph g, GraphOf(spec.model()));
   proto::PlanOptions options = spec.plan();
+  const uint64_t fixed_cost = fixed_cost_bytes_;
+  // Without a budget, the plan gets the device's memory less the fixed cost.
+  const uint64_t usable = options_.device_memory_bytes -
+                          std::min(options_.device_memory_bytes, fixed_cost);
   const bool device_budget = options.budget_bytes() == 0 && options_.device_memory_bytes > 0;
-  if (device_budget) options.set_budget_bytes(options_.device_memory_bytes);
+  if (device_budget) options.set_budget_bytes(std::max<uint64_t>(usable, 1));
   absl::StatusOr<proto::PlanResponse> plan =
       planner::AnswerPlan(g, options, /*cost=*/nullptr, options_.plan_backend);
   if (!plan.ok() && device_budget) {
     return absl::Status(plan.status().code(),
-                        absl::StrCat("planned for device ", device_, "'s memory (no budget "
-                                     "given): ", plan.status().message()));
+                        absl::StrCat("planned for device ", device_, "'s memory less the fixed "
+                                     "cost (no budget given): ", plan.status().message()));
   }
   if (!plan.ok()) return plan.status();
-  const uint64_t peak = plan->summary().predicted_peak_bytes();
-  if (options_.device_memory_bytes > 0 && peak > options_.device_memory_bytes) {
+  const proto::PlanSummary& summary = plan->summary();
+  const uint64_t held = summary.predicted_peak_bytes() +
+                        (summary.host_pool_in_budget() ? summary.host_pool_bytes() : 0);
+  if (options_.device_memory_bytes > 0 && held + fixed_cost > options_.device_memory_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the plan's peak ", graph::HumanBytes(peak), " (", peak, " bytes) exceeds device ",
-        device_, "'s memory of ", graph::HumanBytes(options_.device_memory_bytes), " (",
-        options_.device_memory_bytes, " bytes); submit with a budget of at most that"));
+        "the plan holds ", graph::HumanBytes(held), " (", held, " bytes), which with the fixed "
+        "cost of ", graph::HumanBytes(fixed_cost), " exceeds device ", device_, "'s memory of ",
+        graph::HumanBytes(options_.device_memory_bytes), " (", options_.device_memory_bytes,
+        " bytes); submit with a budget of at most ", graph::HumanBytes(usable), " (", usable,
+        " bytes), or none"));
   }
   *budget_bytes = options.budget_bytes();
   return plan;
@@ -473,7 +496,12 @@ absl::StatusOr<proto::MemoryTimeline> JobManager::Timeline(const std::string& jo
     timeline = it->second->timeline;
     layout = it->second->layout;
   }
-  if (timeline != nullptr) return timeline->ToProto(*layout, max_samples);
+  if (timeline != nullptr) {
+    proto::MemoryTimeline out = timeline->ToProto(*layout, max_samples);
+    absl::MutexLock lock(&mu_);
+    *out.mutable_process() = jobs_.at(job_id)->process;
+    return out;
+  }
   // A job of an earlier run of the daemon: its stored timeline.
   absl::StatusOr<proto::MemoryTimeline> stored = store_->GetTimeline(job_id);
   if (absl::IsNotFound(stored.status())) {
@@ -495,8 +523,8 @@ void JobManager::WorkerLoop() {
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
       Job& job = *jobs_.at(queue_.front());
-      // Admission: the head of the queue starts once its planned peak fits.
-      const uint64_t need = job.info.planned_peak_bytes();
+      // Admission: the head of the queue starts once its plan and the fixed cost fit.
+      const uint64_t need = Need(job.plan);
       const uint64_t free = FreeBytes();
       if (need > free) {
         const std::string wait = absl::StrCat("waiting for device memory: needs ",
@@ -514,6 +542,7 @@ void JobManager::WorkerLoop() {
       job_id = queue_.front();
       queue_.pop_front();
       reserved_bytes_ += need;
+      job.reserved_bytes = need;
     }
     RunJob(job_id);
   }
@@ -528,6 +557,7 @@ void JobManager::RunJob(const std::string& job_id) {
     run.spec = job.info.spec();
     run.budget_bytes = job.budget_bytes;
     run.planned_peak_bytes = job.info.planned_peak_bytes();
+    run.reserved_bytes = job.reserved_bytes;
     run.checkpoint_interval = run.spec.train().checkpoint_interval_steps() > 0
                                   ? run.spec.train().checkpoint_interval_steps()
                                   : options_.checkpoint_interval_steps;
@@ -560,9 +590,10 @@ void JobManager::RunJob(const std::string& job_id) {
     if (Ended(job.info.state())) job.info.set_finished_unix_seconds(UnixSeconds());
     if (job.timeline != nullptr) {
       timeline = job.timeline->ToProto(*job.layout, 2000);
+      *timeline.mutable_process() = job.process;
       has_timeline = true;
     }
-    reserved_bytes_ -= std::min(reserved_bytes_, run.planned_peak_bytes);
+    reserved_bytes_ -= std::min(reserved_bytes_, run.reserved_bytes);
   }, /*force=*/true);
   if (has_timeline) store_->PutTimeline(job_id, timeline).IgnoreError();
   absl::MutexLock lock(&mu_);
@@ -597,7 +628,10 @@ absl::Status JobManager::TrainJob(Run& run) {
   model.values.clear();
   WindowLog window(options_.timeline_steps);
   profiler::MetricsSink sink(metrics_, run.job_id, device_, &window);
-  trainer_options.events = &sink;
+  // The process's memory from before the plan, at every node (the daemon may run a profile
+  // beside the job: its bytes would show here too).
+  profiler::ProcessMemorySampler process(&sink);
+  trainer_options.events = &process;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(g, backend.get(), trainer_options));
   if (trainer->plan().peak_bytes != run.planned_peak_bytes) {
@@ -645,7 +679,11 @@ absl::Status JobManager::TrainJob(Run& run) {
     }
     const profiler::StepObservation& observed = sink.last_step();
     const int64_t done = trainer->steps_run();
+    const proto::ProcessMemory account =
+        process.Account(trainer->plan().peak_bytes, trainer->executor().host_pool_bytes(),
+                        layout.get());
     UpdateJob(run.job_id, [&](Job& job) {
+      job.process = account;
       job.info.set_step(done);
       job.info.set_loss(r.loss);
       job.info.set_measured_peak_bytes(
@@ -692,14 +730,16 @@ absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileR
   spec.mutable_train()->set_seed(request.seed());
   uint64_t budget = 0;
   ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget));
-  const uint64_t need = plan.summary().predicted_peak_bytes();
+  uint64_t need = 0;
   {
     absl::MutexLock lock(&mu_);
     const uint64_t free = FreeBytes();
+    need = Need(plan);
     if (need > free) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "device ", device_, " has ", graph::HumanBytes(free), " free; the profile needs ",
-          graph::HumanBytes(need), " (try again when the running job ends)"));
+          graph::HumanBytes(need), ", its plan and the fixed cost of ",
+          graph::HumanBytes(fixed_cost_bytes_), " (try again when the running job ends)"));
     }
     reserved_bytes_ += need;
   }

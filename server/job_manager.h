@@ -74,6 +74,13 @@ struct JobManagerOptions {
   // job's trainer will plan: its kernels' scratch (a borrowed, thread-safe model) and whether
   // its host memory is its device's. Default: no scratch, separate host memory.
   planner::PlanBackend plan_backend;
+  // The memory a run holds beyond its plan (the runtime's threads, kernels' code): admission
+  // reserves it beside each plan, and a job without a budget is planned for the device's
+  // memory less it. When set, this; when not, `measured_fixed_cost_bytes`, what the daemon
+  // measured once at start. (Each job's own unplanned bytes are measured and reported in its
+  // timeline, not added here: they depend on the job.)
+  std::optional<uint64_t> fixed_cost_bytes;
+  uint64_t measured_fixed_cost_bytes = 0;
 };
 
 class JobManager {
@@ -128,11 +135,14 @@ class JobManager {
   // for the next start, then joins the worker. Idempotent.
   void Shutdown();
 
-  // Returns the device bytes Headroom's running work holds (by planned peak).
+  // Returns the device bytes Headroom's running work holds (by plan and fixed cost).
   uint64_t reserved_bytes() const {
     absl::MutexLock lock(&mu_);
     return reserved_bytes_;
   }
+
+  // Returns the fixed cost admission adds to each plan (JobManagerOptions).
+  uint64_t fixed_cost_bytes() const { return fixed_cost_bytes_; }
 
   // The device label of jobs and metrics: "cpu:0" or "cuda:0".
   const std::string& device() const { return device_; }
@@ -157,6 +167,9 @@ class JobManager {
   void WorkerLoop();
   // Returns the free bytes now (kUnlimited when there is no limit).
   uint64_t FreeBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns what running `plan` takes from the device: its peak, its host pool where that
+  // counts against budgets, and the fixed cost.
+  uint64_t Need(const proto::PlanResponse& plan) const;
   // Trains one job to its end (or until cancelled or shut down); sets its final state.
   void RunJob(const std::string& job_id);
   absl::Status TrainJob(Run& run);
@@ -179,8 +192,9 @@ class JobManager {
   mutable absl::CondVar changed_;
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  // Device bytes held by running work (the job and any profiles), by planned peak.
+  // Device bytes held by running work (the job and any profiles), by Need().
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  const uint64_t fixed_cost_bytes_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Ended jobs whose metric series are kept, oldest first.
   std::deque<std::string> ended_with_series_ ABSL_GUARDED_BY(mu_);

@@ -280,8 +280,9 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
 }
 
 TEST(ServerE2ETest, CancelRunningAndQueuedJobsFreesTheDeviceAtOnce) {
-  // 10 MiB: room for one 6.1 MiB job or profile, not for two.
-  std::unique_ptr<DaemonProcess> daemon = StartDaemon("cancel", {"--device-memory", "10MiB"});
+  // 10 MiB: room for one 6.1 MiB job or profile with the 2 MiB fixed cost, not for two.
+  std::unique_ptr<DaemonProcess> daemon =
+      StartDaemon("cancel", {"--device-memory", "10MiB", "--fixed-cost", "2MiB"});
   ASSERT_NE(daemon, nullptr);
   auto stub = daemon->NewStub();
 
@@ -291,10 +292,12 @@ TEST(ServerE2ETest, CancelRunningAndQueuedJobsFreesTheDeviceAtOnce) {
     return p.state() == proto::JOB_STATE_RUNNING && p.step() >= 2;
   });
 
-  // While the job holds the device, a profile of the same size does not fit.
+  // While the job holds the device, a profile of the same size does not fit: admission
+  // counts its plan and the fixed cost.
   proto::ProfileResponse profile;
   grpc::Status s = ProfileMlp(*stub, &profile);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("fixed cost of 2.0 MiB"));
 
   // The queued job is cancelled without running.
   proto::JobState state;
