@@ -1,6 +1,8 @@
 // `headroom`: Headroom's command line.
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -39,9 +41,8 @@ constexpr char kUsage[] =
     "  timeline  a job's memory over time and what made its peak\n"
     "  profiles  list the profiles the daemon ran\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Runs the command `argv` names; returns its exit code.
+int RunCommand(int argc, char** argv) {
   namespace c = headroom::clients;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
@@ -74,4 +75,18 @@ int main(int argc, char** argv) {
   if (command == "zoo") return c::RunZooCommand(args, out, err);
   std::cerr << "headroom: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int code = RunCommand(argc, argv);
+  // Every command has closed its files and released its memory by now. Exit without the
+  // libraries' static destructors: cuBLASLt's (linked for the CUDA backend, used or not)
+  // walk its kernel tables and fault in 51 MB of its pages on the way out, which would make
+  // even `headroom zoo` peak at 230 MB resident instead of 170 MB.
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
