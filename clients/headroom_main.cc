@@ -12,6 +12,7 @@
 #include "clients/profile_command.h"
 #include "clients/remote_commands.h"
 #include "clients/train_command.h"
+#include "util/openmp_wait.h"
 
 namespace {
 
@@ -80,6 +81,7 @@ int RunCommand(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  headroom::RunWithPassiveOpenMpWait(argv);
   const int code = RunCommand(argc, argv);
   // Every command has closed its files and released its memory by now. Exit without the
   // libraries' static destructors: cuBLASLt's (linked for the CUDA backend, used or not)

@@ -36,6 +36,7 @@
 #include "server/service.h"
 #include "util/byte_size.h"
 #include "util/cli_flags.h"
+#include "util/openmp_wait.h"
 #include "util/status_macros.h"
 #include "prometheus/registry.h"
 #ifdef HEADROOM_HAVE_CUDA
@@ -278,6 +279,7 @@ int Run(const DaemonFlags& f) {
 }  // namespace headroom::server
 
 int main(int argc, char** argv) {
+  headroom::RunWithPassiveOpenMpWait(argv);
   // Signals go to the thread that waits for them, not to gRPC's threads.
   sigset_t set;
   sigemptyset(&set);
