@@ -119,7 +119,15 @@ Executor::Executor(const graph::Graph& forward,
       memory_(std::move(memory)),
       backend_(backend),
       options_(options),
-      prepared_(std::make_unique<Prepared>()) {}
+      prepared_(std::make_unique<Prepared>()) {
+  const TrainingGraph& g = step_->graph;
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    if (!tensor.persistent()) continue;
+    state_ids_.push_back(t);
+    state_tensors_.push_back({tensor.name, tensor.shape, tensor.dtype, tensor.bytes});
+  }
+}
 
 Executor::~Executor() {
   if (backend_ != nullptr) backend_->Synchronize().IgnoreError();
@@ -666,56 +674,75 @@ absl::StatusOr<std::vector<HostTensor>> Executor::ReadState() const {
 }
 
 absl::StatusOr<ExecutorState> Executor::SaveState() const {
-  RETURN_IF_ERROR(backend_->Synchronize());
   ExecutorState state;
   state.steps_run = steps_run_;
-  const TrainingGraph& g = step_->graph;
-  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
-    const planner::TrainingTensor& tensor = g.tensor(t);
-    if (!tensor.persistent()) continue;
-    HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
-    RETURN_IF_ERROR(backend_->Download(value.bytes.data(),
-                                       arena_->At(memory_->tensors[t].offset), tensor.bytes));
+  for (size_t i = 0; i < state_tensors_.size(); ++i) {
+    const StateTensorInfo& info = state_tensors_[i];
+    HostTensor value = MakeHostTensor(info.name, info.shape, info.dtype);
+    RETURN_IF_ERROR(ReadStateTensor(i, absl::MakeSpan(value.bytes)));
     state.tensors.push_back(std::move(value));
   }
   return state;
 }
 
-absl::Status Executor::RestoreState(const ExecutorState& state) {
-  if (state.steps_run < 0) {
+absl::Status Executor::ReadStateTensor(size_t index, absl::Span<uint8_t> host_dst) const {
+  if (index >= state_tensors_.size()) {
+    return absl::OutOfRangeError(absl::StrCat("executor: no persistent tensor ", index, " (",
+                                              state_tensors_.size(), " of them)"));
+  }
+  const StateTensorInfo& info = state_tensors_[index];
+  if (host_dst.size() != info.bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("executor: a saved state with ", state.steps_run, " steps run"));
-  }
-  absl::flat_hash_map<std::string, const HostTensor*> by_name;
-  for (const HostTensor& t : state.tensors) by_name[t.name] = &t;
-  // 1. Check every tensor before writing any.
-  const TrainingGraph& g = step_->graph;
-  std::vector<std::pair<TensorId, const HostTensor*>> writes;
-  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
-    const planner::TrainingTensor& tensor = g.tensor(t);
-    if (!tensor.persistent()) continue;
-    auto it = by_name.find(tensor.name);
-    if (it == by_name.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("executor: the saved state has no '", tensor.name, "'"));
-    }
-    const HostTensor& value = *it->second;
-    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
-        value.bytes.size() != tensor.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "executor: saved '", tensor.name, "' is ", graph::ShapeString(value.shape), " ",
-          graph::DTypeName(value.dtype), " (", value.bytes.size(), " bytes); the graph has ",
-          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
-    }
-    writes.emplace_back(t, &value);
-  }
-  // 2. Write them.
-  for (const auto& [t, value] : writes) {
-    RETURN_IF_ERROR(backend_->Upload(arena_->At(memory_->tensors[t].offset),
-                                     value->bytes.data(), value->bytes.size()));
+        absl::StrCat("executor: reading '", info.name, "' (", info.bytes, " bytes) into ",
+                     host_dst.size(), " bytes"));
   }
   RETURN_IF_ERROR(backend_->Synchronize());
-  steps_run_ = state.steps_run;
+  return backend_->Download(host_dst.data(),
+                            arena_->At(memory_->tensors[state_ids_[index]].offset), info.bytes);
+}
+
+absl::Status Executor::RestoreState(const ExecutorState& state) {
+  std::vector<StateTensorView> views;
+  views.reserve(state.tensors.size());
+  for (const HostTensor& t : state.tensors) {
+    views.push_back({t.name, t.shape, t.dtype, t.bytes});
+  }
+  return RestoreState(state.steps_run, views);
+}
+
+absl::Status Executor::RestoreState(int64_t steps_run, absl::Span<const StateTensorView> tensors) {
+  if (steps_run < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: a saved state with ", steps_run, " steps run"));
+  }
+  absl::flat_hash_map<absl::string_view, const StateTensorView*> by_name;
+  for (const StateTensorView& t : tensors) by_name[t.name] = &t;
+  // 1. Check every tensor before writing any.
+  std::vector<const StateTensorView*> writes;  // By persistent tensor.
+  for (const StateTensorInfo& info : state_tensors_) {
+    auto it = by_name.find(info.name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: the saved state has no '", info.name, "'"));
+    }
+    const StateTensorView& value = *it->second;
+    if (value.shape != absl::MakeConstSpan(info.shape) || value.dtype != info.dtype ||
+        value.bytes.size() != info.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: saved '", info.name, "' is ",
+          graph::ShapeString(graph::Shape(value.shape.begin(), value.shape.end())), " ",
+          graph::DTypeName(value.dtype), " (", value.bytes.size(), " bytes); the graph has ",
+          graph::ShapeString(info.shape), " ", graph::DTypeName(info.dtype)));
+    }
+    writes.push_back(&value);
+  }
+  // 2. Write them.
+  for (size_t i = 0; i < writes.size(); ++i) {
+    RETURN_IF_ERROR(backend_->Upload(arena_->At(memory_->tensors[state_ids_[i]].offset),
+                                     writes[i]->bytes.data(), writes[i]->bytes.size()));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  steps_run_ = steps_run;
   return absl::OkStatus();
 }
 

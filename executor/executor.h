@@ -8,7 +8,9 @@
 // waits for it only where the prefetched copy is first read.
 //
 // Create() allocates everything once (the arena of the plan's size, the host pool for
-// offloaded tensors) and places the persistent state; then call RunStep() per batch.
+// offloaded tensors) and places the persistent state; then call RunStep() per batch. Between
+// steps, SaveState()/RestoreState() take and set the persistent state whole;
+// StateTensors() and ReadStateTensor() read it a tensor at a time (for checkpoints).
 // Measured peak: the arena's high-water mark, which equals the plan's arena_bytes when the
 // run keeps to the plan (the contract "predicted is measured").
 //
@@ -24,6 +26,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "executor/backend.h"
 #include "executor/device_arena.h"
 #include "executor/host_tensor.h"
@@ -57,6 +61,25 @@ struct ExecutorOptions {
 struct ExecutorState {
   int64_t steps_run = 0;
   std::vector<HostTensor> tensors;
+};
+
+// One persistent tensor as SaveState() saves it, without its values: what a checkpoint
+// writer needs to lay the state out before reading it one tensor at a time.
+struct StateTensorInfo {
+  std::string name;
+  graph::Shape shape;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  // Its size: elements times the dtype's size.
+  uint64_t bytes = 0;
+};
+
+// A saved tensor's values, borrowed from whoever holds them (a HostTensor, a checkpoint's
+// TensorValue): what RestoreState() reads. Valid while the holder is.
+struct StateTensorView {
+  absl::string_view name;
+  absl::Span<const int64_t> shape;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  absl::Span<const uint8_t> bytes;
 };
 
 // What one step did.
@@ -97,12 +120,26 @@ class Executor {
   absl::StatusOr<std::vector<HostTensor>> ReadState() const;
 
   // Returns every persistent tensor now, the optimizer's state included, and the steps run.
+  // It holds the whole state in host memory; StateTensors() and ReadStateTensor() read it
+  // one tensor at a time instead.
   absl::StatusOr<ExecutorState> SaveState() const;
+
+  // Returns the name, shape, dtype and size of every persistent tensor, in the order
+  // SaveState() saves them. Fixed for the executor's life.
+  const std::vector<StateTensorInfo>& StateTensors() const { return state_tensors_; }
+
+  // Waits for the device, then copies persistent tensor `index` (of StateTensors()) as it
+  // is now into `host_dst`. OutOfRange for an index past the end; InvalidArgument naming
+  // the tensor when host_dst.size() is not its bytes.
+  absl::Status ReadStateTensor(size_t index, absl::Span<uint8_t> host_dst) const;
 
   // Sets every persistent tensor and the step counter from `state` (taken by SaveState() of
   // an executor of the same training graph, under any plan). InvalidArgument naming the
   // tensor when one is missing or its shape, dtype or size differs; nothing is written then.
   absl::Status RestoreState(const ExecutorState& state);
+  // The same from borrowed values (e.g. a checkpoint's, without copying them to HostTensors):
+  // `tensors` by name, any order, and `steps_run` steps run.
+  absl::Status RestoreState(int64_t steps_run, absl::Span<const StateTensorView> tensors);
 
   int64_t steps_run() const { return steps_run_; }
 
@@ -137,6 +174,9 @@ class Executor {
   std::unique_ptr<DeviceArena> arena_;
   std::unique_ptr<Buffer> host_pool_;
   std::unique_ptr<Prepared> prepared_;
+  // The persistent tensors, in tensor-id order: their ids and what StateTensors() says.
+  std::vector<planner::TensorId> state_ids_;
+  std::vector<StateTensorInfo> state_tensors_;
   int64_t steps_run_ = 0;
   uint64_t run_high_water_bytes_ = 0;
   // The workspace bytes last reported to the sink.

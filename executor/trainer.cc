@@ -111,6 +111,12 @@ absl::Status Trainer::RestoreState(const ExecutorState& state) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::RestoreState(int64_t steps_run, absl::Span<const StateTensorView> tensors) {
+  RETURN_IF_ERROR(executor_->RestoreState(steps_run, tensors));
+  next_step_ = steps_run;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepResult> Trainer::Step() { return executor_->RunStep(task_.Batch(next_step_++)); }
 
 absl::StatusOr<StepResult> Trainer::StepOn(const std::vector<HostTensor>& batch) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "executor/backend.h"
 #include "executor/executor.h"
 #include "executor/synthetic_data.h"
@@ -79,13 +80,26 @@ class Trainer {
   absl::StatusOr<StepResult> StepOn(const std::vector<HostTensor>& batch);
 
   // Returns what resuming needs: every parameter, buffer and optimizer-state tensor now,
-  // and the steps run.
+  // and the steps run (steps_run()). It holds the whole state in host memory; a checkpoint
+  // writer reads it one tensor at a time with StateTensors() and ReadStateTensor().
   absl::StatusOr<ExecutorState> SaveState() const { return executor_->SaveState(); }
+
+  // Returns the name, shape, dtype and size of every tensor SaveState() saves, in its order.
+  const std::vector<StateTensorInfo>& StateTensors() const { return executor_->StateTensors(); }
+
+  // Copies tensor `index` of StateTensors() as it is now into `host_dst` (exactly its bytes),
+  // after waiting for the device. OutOfRange or InvalidArgument naming the tensor otherwise.
+  absl::Status ReadStateTensor(size_t index, absl::Span<uint8_t> host_dst) const {
+    return executor_->ReadStateTensor(index, host_dst);
+  }
 
   // Goes on from `state` (SaveState() of a trainer of the same graph, optimizer and seed,
   // under any plan): the next Step() runs step state.steps_run on its batch. InvalidArgument
   // naming a missing or mismatched tensor.
   absl::Status RestoreState(const ExecutorState& state);
+  // The same from borrowed values (a checkpoint's, read in place): `tensors` by name and
+  // `steps_run` steps run.
+  absl::Status RestoreState(int64_t steps_run, absl::Span<const StateTensorView> tensors);
 
   // Steps run so far (restored ones included).
   int64_t steps_run() const { return next_step_; }

@@ -1,11 +1,14 @@
 // Resuming: a run saved after k steps and restored into a new trainer (under another plan)
 // goes on bitwise as the uninterrupted run, Adam's step count and dropout masks included;
+// read one tensor at a time it is SaveState()'s, and borrowed views of it restore as well;
 // a state of another graph is refused; a set cancel flag stops a step.
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/executor_testing.h"
 #include "executor/trainer.h"
@@ -107,6 +110,65 @@ TEST(TrainerStateTest, AStateOfAnotherGraphIsRefusedNamingTheTensor) {
   EXPECT_THAT(s.message(), HasSubstr("saved '"));
   saved->tensors.pop_back();
   EXPECT_THAT(small->RestoreState(*saved).message(), HasSubstr("has no '"));
+}
+
+TEST(TrainerStateTest, StateTensorsReadOneAtATimeAreSaveStateInItsOrder) {
+  const graph::Graph g = ZooGraph("mlp", 8);
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  std::unique_ptr<Trainer> t =
+      MakeTrainer(g, backend.get(), std::nullopt, proto::Optimizer::KIND_ADAM);
+  Losses(*t, 2);
+  absl::StatusOr<ExecutorState> saved = t->SaveState();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const std::vector<StateTensorInfo>& infos = t->StateTensors();
+  ASSERT_EQ(infos.size(), saved->tensors.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const HostTensor& expected = saved->tensors[i];
+    EXPECT_EQ(infos[i].name, expected.name) << "tensor " << i;
+    EXPECT_EQ(infos[i].shape, expected.shape) << expected.name;
+    EXPECT_EQ(infos[i].dtype, expected.dtype) << expected.name;
+    ASSERT_EQ(infos[i].bytes, expected.bytes.size()) << expected.name;
+    std::vector<uint8_t> read(infos[i].bytes, 0xAB);
+    ASSERT_TRUE(t->ReadStateTensor(i, absl::MakeSpan(read)).ok()) << expected.name;
+    EXPECT_TRUE(read == expected.bytes) << "'" << expected.name << "' read alone differs";
+  }
+  std::vector<uint8_t> short_buffer(infos[0].bytes - 1);
+  absl::Status wrong_size = t->ReadStateTensor(0, absl::MakeSpan(short_buffer));
+  EXPECT_EQ(wrong_size.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong_size.message(), HasSubstr(absl::StrCat("'", infos[0].name, "'")));
+  EXPECT_EQ(t->ReadStateTensor(infos.size(), absl::MakeSpan(short_buffer)).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
+TEST(TrainerStateTest, RestoringBorrowedViewsInAnyOrderResumesBitwise) {
+  const graph::Graph g = ZooGraph("mlp", 8);
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  const proto::Optimizer::Kind sgd = proto::Optimizer::KIND_SGD_MOMENTUM;
+  std::unique_ptr<Trainer> straight = MakeTrainer(g, backend.get(), std::nullopt, sgd);
+  const std::vector<double> all = Losses(*straight, 4);
+
+  std::unique_ptr<Trainer> first = MakeTrainer(g, backend.get(), std::nullopt, sgd);
+  Losses(*first, 2);
+  absl::StatusOr<ExecutorState> saved = first->SaveState();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  std::vector<StateTensorView> views;
+  for (auto it = saved->tensors.rbegin(); it != saved->tensors.rend(); ++it) {
+    views.push_back({it->name, it->shape, it->dtype, it->bytes});
+  }
+  std::unique_ptr<Trainer> resumed = MakeTrainer(g, backend.get(), std::nullopt, sgd);
+  ASSERT_TRUE(resumed->RestoreState(2, views).ok());
+  EXPECT_EQ(resumed->steps_run(), 2);
+  const std::vector<double> rest = Losses(*resumed, 2);
+  EXPECT_EQ(rest[0], all[2]);
+  EXPECT_EQ(rest[1], all[3]);
+
+  // A view of the wrong size is refused, naming it, before anything is written.
+  const std::vector<uint8_t> truncated(views[0].bytes.begin(), views[0].bytes.end() - 1);
+  views[0].bytes = truncated;
+  absl::Status refused = resumed->RestoreState(7, views);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat("saved '", views[0].name, "'")));
+  EXPECT_EQ(resumed->steps_run(), 4) << "a refused state leaves the step count";
 }
 
 TEST(TrainerStateTest, ACancelFlagStopsTheStep) {

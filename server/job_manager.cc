@@ -74,29 +74,33 @@ std::optional<proto::TensorRole> TensorRoleOf(profiler::MemoryRole role) {
   return std::nullopt;
 }
 
-proto::Checkpoint ToCheckpoint(const std::string& job_id, const executor::ExecutorState& state,
-                               double loss) {
-  proto::Checkpoint c;
-  c.set_job_id(job_id);
-  c.set_step(state.steps_run);
-  c.set_loss(loss);
-  for (const executor::HostTensor& t : state.tensors) {
-    proto::TensorValue* v = c.add_tensors();
-    v->set_name(t.name);
-    for (int64_t d : t.shape) v->add_shape(d);
-    v->set_dtype(t.dtype);
-    v->set_data(t.bytes.data(), t.bytes.size());
+// Writes `trainer`'s state now as job `job_id`'s checkpoint, a tensor at a time: the host
+// holds one tensor's bytes, not the state.
+absl::Status SaveCheckpoint(JobStore& store, const std::string& job_id,
+                            const executor::Trainer& trainer, double loss) {
+  const std::vector<executor::StateTensorInfo>& state = trainer.StateTensors();
+  std::vector<CheckpointTensorInfo> tensors;
+  tensors.reserve(state.size());
+  for (const executor::StateTensorInfo& t : state) {
+    tensors.push_back({t.name, t.shape, t.dtype, t.bytes});
   }
-  return c;
+  const CheckpointHeader header{job_id, static_cast<uint64_t>(trainer.steps_run()), loss};
+  return store.PutCheckpoint(header, tensors, [&](size_t index, absl::Span<uint8_t> dst) {
+    return trainer.ReadStateTensor(index, dst);
+  });
 }
 
-executor::ExecutorState FromCheckpoint(const proto::Checkpoint& c) {
-  executor::ExecutorState state;
-  state.steps_run = static_cast<int64_t>(c.step());
+// Returns the checkpoint's tensors as the trainer restores them, borrowed from `c`.
+std::vector<executor::StateTensorView> StateViews(const proto::Checkpoint& c) {
+  std::vector<executor::StateTensorView> views;
+  views.reserve(c.tensors_size());
   for (const proto::TensorValue& v : c.tensors()) {
-    state.tensors.push_back(executor::HostTensorFromValue(v));
+    views.push_back({v.name(), absl::MakeConstSpan(v.shape().data(), v.shape().size()),
+                     v.dtype(),
+                     absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data().data()),
+                                         v.data().size())});
   }
-  return state;
+  return views;
 }
 
 // The trainer options a spec asks for (events, cancel and budget are the caller's).
@@ -641,15 +645,23 @@ absl::Status JobManager::TrainJob(Run& run) {
   }
   auto layout = std::make_shared<const profiler::StepLayout>(profiler::DescribeStep(*trainer->plan().step));
 
-  // 2. Resume from the checkpoint, if there is one.
-  ASSIGN_OR_RETURN(std::optional<proto::Checkpoint> checkpoint, store_->GetCheckpoint(run.job_id));
-  if (checkpoint.has_value()) {
-    RETURN_IF_ERROR(trainer->RestoreState(FromCheckpoint(*checkpoint)));
-    UpdateJob(run.job_id, [&](Job& job) {
-      job.info.set_resumed_from_step(checkpoint->step());
-      job.info.set_step(checkpoint->step());
-      job.info.set_loss(checkpoint->loss());
-    }, /*force=*/true);
+  // 2. Resume from the checkpoint, if there is one. The parsed checkpoint is the one copy of
+  //    the state in host memory; the trainer reads its tensors in place, and it is gone
+  //    before the first step.
+  double loss = 0;
+  {
+    ASSIGN_OR_RETURN(std::optional<proto::Checkpoint> checkpoint,
+                     store_->GetCheckpoint(run.job_id));
+    if (checkpoint.has_value()) {
+      RETURN_IF_ERROR(trainer->RestoreState(static_cast<int64_t>(checkpoint->step()),
+                                            StateViews(*checkpoint)));
+      loss = checkpoint->loss();
+      UpdateJob(run.job_id, [&](Job& job) {
+        job.info.set_resumed_from_step(checkpoint->step());
+        job.info.set_step(checkpoint->step());
+        job.info.set_loss(checkpoint->loss());
+      }, /*force=*/true);
+    }
   }
   window.set_first(trainer->steps_run());
   metrics_->ForgetJob(run.job_id);
@@ -657,7 +669,6 @@ absl::Status JobManager::TrainJob(Run& run) {
 
   // 3. The steps: progress after each, a checkpoint every interval.
   const int64_t total = static_cast<int64_t>(run.spec.train().steps());
-  double loss = checkpoint.has_value() ? checkpoint->loss() : 0;
   while (trainer->steps_run() < total) {
     bool stopping;
     {
@@ -665,8 +676,7 @@ absl::Status JobManager::TrainJob(Run& run) {
       stopping = stopping_;
     }
     if (stopping) {
-      ASSIGN_OR_RETURN(executor::ExecutorState state, trainer->SaveState());
-      RETURN_IF_ERROR(store_->PutCheckpoint(ToCheckpoint(run.job_id, state, loss)));
+      RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
       run.interrupted = true;
       return absl::OkStatus();
     }
@@ -710,8 +720,7 @@ absl::Status JobManager::TrainJob(Run& run) {
       }
     }, /*force=*/false);
     if (done < total && done % static_cast<int64_t>(run.checkpoint_interval) == 0) {
-      ASSIGN_OR_RETURN(executor::ExecutorState state, trainer->SaveState());
-      RETURN_IF_ERROR(store_->PutCheckpoint(ToCheckpoint(run.job_id, state, loss)));
+      RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
     }
   }
   return sink.status();

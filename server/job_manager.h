@@ -9,7 +9,9 @@
 // submit. While a job trains, every step updates its progress (for WatchJob and ListJobs)
 // and its metrics; every `checkpoint_interval_steps` steps its parameters, buffers and
 // optimizer state are stored, so a daemon killed mid-job resumes it from there when it
-// starts again (bitwise as if never interrupted: SaveState/RestoreState). Cancel() stops a
+// starts again (bitwise as if never interrupted). A checkpoint goes from the device to the
+// store a tensor at a time (Trainer::ReadStateTensor), and resuming restores from the parsed
+// checkpoint in place, so neither holds the state in host memory twice. Cancel() stops a
 // running job before its next node and frees its arena at once.
 //
 // Phases: Create() (loads every stored job; requeues those that were queued or running),

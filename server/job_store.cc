@@ -2,12 +2,17 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
@@ -192,6 +197,46 @@ class JobStore::Transaction {
   bool committed_ = false;
 };
 
+// A blob open for incremental I/O (sqlite3_blob_*), closed when it goes out of scope; it
+// reads or writes in place and never changes the blob's size. Read() and Write() go on from
+// where the last one stopped, and return SQLITE_OK or the error.
+// REQUIRES: the store's mu_ is held for the blob's whole life.
+class JobStore::Blob {
+ public:
+  explicit Blob(sqlite3_blob* blob) : blob_(blob) {}
+  Blob(Blob&& other) noexcept
+      : blob_(std::exchange(other.blob_, nullptr)), offset_(other.offset_) {}
+  Blob& operator=(Blob&&) = delete;
+  ~Blob() { sqlite3_blob_close(blob_); }
+
+  // The blob's size; SQLite keeps it below 2^31.
+  int bytes() const { return sqlite3_blob_bytes(blob_); }
+  // The bytes read or written so far.
+  int offset() const { return offset_; }
+
+  // Writes `data` next. SQLITE_ERROR when it would run past the end.
+  int Write(absl::Span<const uint8_t> data) {
+    if (data.size() > static_cast<size_t>(bytes() - offset_)) return SQLITE_ERROR;
+    const int n = static_cast<int>(data.size());
+    const int rc = n == 0 ? SQLITE_OK : sqlite3_blob_write(blob_, data.data(), n, offset_);
+    if (rc == SQLITE_OK) offset_ += n;
+    return rc;
+  }
+  int Write(absl::string_view data) {
+    return Write(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+  }
+  // Reads the next `n` bytes (REQUIRES: n <= bytes() - offset()) into `dst`.
+  int Read(void* dst, int n) {
+    const int rc = n == 0 ? SQLITE_OK : sqlite3_blob_read(blob_, dst, n, offset_);
+    if (rc == SQLITE_OK) offset_ += n;
+    return rc;
+  }
+
+ private:
+  sqlite3_blob* blob_;
+  int offset_ = 0;
+};
+
 // ---------------------------------------------------------------------------------------------
 // Opening and the schema.
 // ---------------------------------------------------------------------------------------------
@@ -301,6 +346,18 @@ absl::Status JobStore::RunLocked(Statement& statement, absl::string_view doing) 
   const int rc = statement.Step();
   if (rc != SQLITE_DONE) return SqliteError(rc, doing);
   return absl::OkStatus();
+}
+
+absl::StatusOr<JobStore::Blob> JobStore::OpenBlobLocked(const char* table, const char* column,
+                                                        int64_t rowid, bool writable,
+                                                        absl::string_view doing) const {
+  sqlite3_blob* blob = nullptr;
+  const int rc = sqlite3_blob_open(db_, "main", table, column, rowid, writable ? 1 : 0, &blob);
+  if (rc != SQLITE_OK) {
+    sqlite3_blob_close(blob);
+    return SqliteError(rc, doing);
+  }
+  return Blob(blob);
 }
 
 absl::Status JobStore::SqliteError(int rc, absl::string_view doing) const {
@@ -466,6 +523,141 @@ absl::StatusOr<proto::MemoryTimeline> JobStore::GetTimeline(const std::string& j
 // Checkpoints.
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::internal::WireFormatLite;
+
+// Protobuf writes a message's fields in field-number order; the streamed layout below
+// depends on these numbers (and job_store_test on there being no others).
+static_assert(proto::Checkpoint::kJobIdFieldNumber == 1 &&
+                  proto::Checkpoint::kStepFieldNumber == 2 &&
+                  proto::Checkpoint::kTensorsFieldNumber == 3 &&
+                  proto::Checkpoint::kLossFieldNumber == 4,
+              "Checkpoint's fields moved: update LayOutCheckpoint()");
+static_assert(proto::TensorValue::kNameFieldNumber == 1 &&
+                  proto::TensorValue::kShapeFieldNumber == 2 &&
+                  proto::TensorValue::kDtypeFieldNumber == 3 &&
+                  proto::TensorValue::kDataFieldNumber == 4,
+              "TensorValue's fields moved: update LayOutCheckpoint()");
+
+// How much of a stored checkpoint GetCheckpoint() reads from SQLite at a time.
+constexpr int kCheckpointReadChunkBytes = 256 << 10;
+
+// A checkpoint's stored bytes but for its tensors' data, cut where each tensor's data goes:
+// the serialized proto::Checkpoint is `prefix`, then each tensor's `tensor_heads[i]` followed
+// by its data, then `suffix`.
+struct CheckpointLayout {
+  // The Checkpoint's fields before `tensors`: job_id and step.
+  std::string prefix;
+  // Each tensor's key and length in the Checkpoint, its fields before `data` (name, shape,
+  // dtype), and data's key and length (absent for empty data, as proto3 omits it).
+  std::vector<std::string> tensor_heads;
+  // The Checkpoint's fields after `tensors`: loss.
+  std::string suffix;
+  // The serialized Checkpoint's size, data included.
+  uint64_t total_bytes = 0;
+  uint64_t largest_tensor_bytes = 0;
+};
+
+void AppendVarint(uint64_t value, std::string* out) {
+  uint8_t bytes[10];  // The longest varint.
+  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, bytes);
+  out->append(reinterpret_cast<const char*>(bytes), end - bytes);
+}
+
+// Appends the key of length-delimited field `number` and the length `length_bytes`.
+void AppendFieldKeyAndLength(int number, uint64_t length_bytes, std::string* out) {
+  AppendVarint(WireFormatLite::MakeTag(number, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), out);
+  AppendVarint(length_bytes, out);
+}
+
+// Returns the layout of the Checkpoint of `header` and `tensors`. The fields that are not
+// data are serialized by protobuf itself (which leaves out proto3 defaults), so the bytes
+// equal the Checkpoint's own serialization.
+CheckpointLayout LayOutCheckpoint(const CheckpointHeader& header,
+                                  absl::Span<const CheckpointTensorInfo> tensors) {
+  CheckpointLayout layout;
+  proto::Checkpoint fields;
+  fields.set_job_id(header.job_id);
+  fields.set_step(header.step);
+  layout.prefix = fields.SerializeAsString();
+  fields.Clear();
+  fields.set_loss(header.loss);
+  layout.suffix = fields.SerializeAsString();
+  layout.total_bytes = layout.prefix.size() + layout.suffix.size();
+  for (const CheckpointTensorInfo& tensor : tensors) {
+    proto::TensorValue value;
+    value.set_name(tensor.name);
+    value.mutable_shape()->Add(tensor.shape.begin(), tensor.shape.end());
+    value.set_dtype(tensor.dtype);
+    std::string value_head = value.SerializeAsString();
+    if (tensor.bytes > 0) {
+      AppendFieldKeyAndLength(proto::TensorValue::kDataFieldNumber, tensor.bytes, &value_head);
+    }
+    std::string head;
+    AppendFieldKeyAndLength(proto::Checkpoint::kTensorsFieldNumber,
+                            value_head.size() + tensor.bytes, &head);
+    head += value_head;
+    layout.total_bytes += head.size() + tensor.bytes;
+    layout.largest_tensor_bytes = std::max(layout.largest_tensor_bytes, tensor.bytes);
+    layout.tensor_heads.push_back(std::move(head));
+  }
+  return layout;
+}
+
+// Writes the checkpoint `layout` lays out through `write`, in order, each tensor's data read
+// by `read` into one buffer of the largest tensor's size. Returns the first error of
+// `write`, or of `read` naming the tensor after `doing`.
+absl::Status FillCheckpoint(const CheckpointLayout& layout,
+                            absl::Span<const CheckpointTensorInfo> tensors,
+                            CheckpointTensorReader read,
+                            absl::FunctionRef<absl::Status(absl::string_view)> write,
+                            absl::string_view doing) {
+  // Not zeroed: `read` fills what is written.
+  std::unique_ptr<char[]> buffer(new char[std::max<uint64_t>(layout.largest_tensor_bytes, 1)]);
+  RETURN_IF_ERROR(write(layout.prefix));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    RETURN_IF_ERROR(write(layout.tensor_heads[i]));
+    if (tensors[i].bytes == 0) continue;
+    const absl::Status read_status =
+        read(i, absl::MakeSpan(reinterpret_cast<uint8_t*>(buffer.get()), tensors[i].bytes));
+    if (!read_status.ok()) {
+      return absl::Status(read_status.code(),
+                          absl::StrCat(doing, ": reading tensor '", tensors[i].name, "': ",
+                                       read_status.message()));
+    }
+    RETURN_IF_ERROR(write(absl::string_view(buffer.get(), tensors[i].bytes)));
+  }
+  return write(layout.suffix);
+}
+
+// A protobuf input stream of `bytes` bytes that `read(dst, n)` gives in order, returning
+// SQLITE_OK or the error (which rc() keeps).
+class SqliteInputStream : public google::protobuf::io::CopyingInputStream {
+ public:
+  SqliteInputStream(int bytes, absl::FunctionRef<int(void* dst, int n)> read)
+      : remaining_bytes_(bytes), read_(read) {}
+
+  int Read(void* buffer, int size) override {
+    const int n = std::min(size, remaining_bytes_);
+    if (n <= 0) return 0;  // The end.
+    rc_ = read_(buffer, n);
+    if (rc_ != SQLITE_OK) return -1;
+    remaining_bytes_ -= n;
+    return n;
+  }
+
+  int rc() const { return rc_; }
+
+ private:
+  int remaining_bytes_;
+  absl::FunctionRef<int(void*, int)> read_;
+  int rc_ = SQLITE_OK;
+};
+
+}  // namespace
+
 absl::Status JobStore::PutCheckpoint(const proto::Checkpoint& checkpoint) {
   RETURN_IF_ERROR(RequireId(checkpoint.job_id(), "checkpoint's job"));
   const std::string what = absl::StrCat("checkpoint of job '", checkpoint.job_id(), "' at step ",
@@ -493,18 +685,83 @@ absl::Status JobStore::PutCheckpoint(const proto::Checkpoint& checkpoint) {
   return transaction.Commit(doing);
 }
 
+absl::Status JobStore::PutCheckpoint(const CheckpointHeader& header,
+                                     absl::Span<const CheckpointTensorInfo> tensors,
+                                     CheckpointTensorReader read) {
+  RETURN_IF_ERROR(RequireId(header.job_id, "checkpoint's job"));
+  const std::string doing = absl::StrCat("writing checkpoint of job '", header.job_id,
+                                         "' at step ", header.step);
+  // Laid out before taking the lock; only the tensors' data is read under it.
+  const CheckpointLayout layout = LayOutCheckpoint(header, tensors);
+  absl::MutexLock lock(&mu_);
+  const int64_t limit_bytes = sqlite3_limit(db_, SQLITE_LIMIT_LENGTH, -1);
+  if (layout.total_bytes > static_cast<uint64_t>(limit_bytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("headroom database '", path_, "': ", doing, ": it is ", layout.total_bytes,
+                     " bytes, over SQLite's blob limit of ", limit_bytes, " bytes"));
+  }
+  // 1. Replace the row by one whose blob is `total_bytes` zeros, which SQLite writes to its
+  //    pages without holding them in memory (the blob is the row's last column).
+  Transaction transaction(this);
+  RETURN_IF_ERROR(transaction.Begin(doing));
+  {
+    ASSIGN_OR_RETURN(Statement drop, PrepareLocked("DELETE FROM checkpoints WHERE job_id = ?1"));
+    drop.BindText(1, header.job_id);
+    RETURN_IF_ERROR(RunLocked(drop, doing));
+  }
+  {
+    ASSIGN_OR_RETURN(Statement put, PrepareLocked("INSERT INTO checkpoints "
+                                                  "(job_id, step, checkpoint) "
+                                                  "VALUES (?1, ?2, zeroblob(?3))"));
+    put.BindText(1, header.job_id)
+        .BindInt64(2, static_cast<int64_t>(header.step))
+        .BindInt64(3, static_cast<int64_t>(layout.total_bytes));
+    RETURN_IF_ERROR(RunLocked(put, doing));
+  }
+  // 2. Write the blob in place, a tensor at a time; closed before the commit.
+  {
+    ASSIGN_OR_RETURN(Blob blob, OpenBlobLocked("checkpoints", "checkpoint",
+                                               sqlite3_last_insert_rowid(db_),
+                                               /*writable=*/true, doing));
+    RETURN_IF_ERROR(FillCheckpoint(layout, tensors, read,
+                                   [&](absl::string_view bytes) -> absl::Status {
+                                     const int rc = blob.Write(bytes);
+                                     return rc == SQLITE_OK ? absl::OkStatus()
+                                                            : SqliteError(rc, doing);
+                                   },
+                                   doing));
+    if (static_cast<uint64_t>(blob.offset()) != layout.total_bytes) {
+      return absl::InternalError(absl::StrCat(doing, ": wrote ", blob.offset(), " of ",
+                                              layout.total_bytes, " bytes: a bug"));
+    }
+  }
+  return transaction.Commit(doing);
+}
+
 absl::StatusOr<std::optional<proto::Checkpoint>> JobStore::GetCheckpoint(
     const std::string& job_id) const {
   const std::string what = absl::StrCat("checkpoint of job '", job_id, "'");
+  const std::string doing = absl::StrCat("reading ", what);
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Statement get,
-                   PrepareLocked("SELECT checkpoint FROM checkpoints WHERE job_id = ?1"));
+                   PrepareLocked("SELECT rowid FROM checkpoints WHERE job_id = ?1"));
   get.BindText(1, job_id);
   const int rc = get.Step();
   if (rc == SQLITE_DONE) return std::optional<proto::Checkpoint>();
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  ASSIGN_OR_RETURN(proto::Checkpoint checkpoint,
-                   ParseStored<proto::Checkpoint>(get.ColumnBlob(0), what, path_));
+  if (rc != SQLITE_ROW) return SqliteError(rc, doing);
+  // `get` stays on its row while the blob is read, so its read transaction keeps the row
+  // as it was. The blob is parsed as it is read, without a copy of it whole.
+  ASSIGN_OR_RETURN(Blob blob, OpenBlobLocked("checkpoints", "checkpoint", get.ColumnInt64(0),
+                                             /*writable=*/false, doing));
+  SqliteInputStream input(blob.bytes(), [&blob](void* dst, int n) { return blob.Read(dst, n); });
+  google::protobuf::io::CopyingInputStreamAdaptor stream(&input, kCheckpointReadChunkBytes);
+  proto::Checkpoint checkpoint;
+  if (!checkpoint.ParseFromZeroCopyStream(&stream)) {
+    if (input.rc() != SQLITE_OK) return SqliteError(input.rc(), doing);
+    return absl::DataLossError(absl::StrCat(what, " in headroom database '", path_,
+                                            "': stored Checkpoint (", blob.bytes(),
+                                            " bytes) does not parse"));
+  }
   return std::optional<proto::Checkpoint>(std::move(checkpoint));
 }
 

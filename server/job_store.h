@@ -3,6 +3,7 @@
 #ifndef HEADROOM_SERVER_JOB_STORE_H_
 #define HEADROOM_SERVER_JOB_STORE_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,15 +11,38 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "proto/headroom.pb.h"
 
 struct sqlite3;
 
 namespace headroom::server {
+
+// The fields of a checkpoint besides its tensors, for PutCheckpoint() from a reader.
+struct CheckpointHeader {
+  std::string job_id;
+  uint64_t step = 0;
+  double loss = 0;
+};
+
+// A checkpoint tensor's TensorValue without its data, and the size of the data that
+// PutCheckpoint()'s reader will give.
+struct CheckpointTensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  proto::DType dtype = proto::DTYPE_FLOAT32;
+  uint64_t bytes = 0;
+};
+
+// Fills `dst` (exactly the tensor's bytes) with the data of tensor `index`; an error
+// abandons the checkpoint.
+using CheckpointTensorReader =
+    absl::FunctionRef<absl::Status(size_t index, absl::Span<uint8_t> dst)>;
 
 // The daemon's write-through store. The daemon keeps every job in memory and writes each change
 // here; on start it calls `Open()` and `LoadJobs()`/`LoadProfiles()` to get them all back.
@@ -33,6 +57,9 @@ namespace headroom::server {
 // serialized protobuf blobs beside indexed columns for what is queried (job id, state,
 // submission time; checkpoint step; profile creation time). The schema version is SQLite's
 // `user_version`; a database written by a newer headroomd is refused.
+//
+// Checkpoints, the large blobs, need not pass through memory whole: PutCheckpoint() from a
+// reader writes one in place tensor by tensor, and GetCheckpoint() parses one as it reads it.
 //
 // Limits: one checkpoint per job (the latest); a blob may not exceed SQLite's length limit
 // (1e9 bytes by default). Plans, timelines and checkpoints are keyed by job id alone: the store
@@ -88,7 +115,18 @@ class JobStore {
   // Replaces the checkpoint of job `checkpoint.job_id()` (non-empty) with `checkpoint`, in one
   // transaction: after a crash the job has either its old or its new checkpoint, whole.
   absl::Status PutCheckpoint(const proto::Checkpoint& checkpoint);
-  // Returns the latest checkpoint of job `job_id`, or std::nullopt when it has none.
+  // The same for the checkpoint made of `header` and `tensors`, stored byte for byte as the
+  // proto::Checkpoint of them would be, without ever holding it whole: the row is sized
+  // exactly up front and its blob filled tensor by tensor, `read` filling one host buffer
+  // (the largest tensor's size) for each in turn. `read` runs under the store's lock and must
+  // not call the store. When `read` fails the old checkpoint stays and its error comes back
+  // naming the job, step and tensor; ResourceExhausted when the checkpoint would exceed
+  // SQLite's blob limit.
+  absl::Status PutCheckpoint(const CheckpointHeader& header,
+                             absl::Span<const CheckpointTensorInfo> tensors,
+                             CheckpointTensorReader read);
+  // Returns the latest checkpoint of job `job_id`, or std::nullopt when it has none. The
+  // stored blob is parsed as it is read, so the result is the only copy of it in memory.
   absl::StatusOr<std::optional<proto::Checkpoint>> GetCheckpoint(const std::string& job_id) const;
   // Drops the checkpoint of job `job_id` (when it ends); OK if it had none.
   absl::Status DeleteCheckpoint(const std::string& job_id);
@@ -105,6 +143,7 @@ class JobStore {
  private:
   class Statement;
   class Transaction;
+  class Blob;
 
   JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
@@ -120,6 +159,12 @@ class JobStore {
   // Returns the error for SQLite result `rc` while `doing` ("writing job 'job-000001'"), naming
   // the database and carrying SQLite's message.
   absl::Status SqliteError(int rc, absl::string_view doing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Returns the blob in column `column` of row `rowid` of `table`, open for incremental I/O
+  // (writable: for writing, in place, without changing its size).
+  absl::StatusOr<Blob> OpenBlobLocked(const char* table, const char* column, int64_t rowid,
+                                      bool writable, absl::string_view doing) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Increments the counter `name` in a transaction; returns "<name>-NNNNNN".

@@ -1,5 +1,6 @@
 #include "server/job_store.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -7,8 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -17,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "profiler/process_memory.h"
 
 namespace headroom::server {
 namespace {
@@ -98,6 +105,55 @@ std::string CheckpointProblem(const Checkpoint& checkpoint) {
   return "";
 }
 
+// Returns `n` bytes that differ from offset to offset and from seed to seed, so misplaced
+// or mixed-up data shows.
+std::string PatternBytes(size_t n, uint32_t seed) {
+  std::string bytes(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (char& byte : bytes) {
+    x = x * 1664525u + 1013904223u;
+    byte = static_cast<char>(x >> 24);
+  }
+  return bytes;
+}
+
+// Returns "" when `a` and `b` are equal, else their sizes and first differing offset (without
+// printing megabytes).
+std::string FirstDifference(const std::string& a, const std::string& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  if (i == n && a.size() == b.size()) return "";
+  return absl::StrCat(a.size(), " vs ", b.size(), " bytes, first difference at offset ", i);
+}
+
+CheckpointHeader HeaderOf(const Checkpoint& checkpoint) {
+  return {checkpoint.job_id(), checkpoint.step(), checkpoint.loss()};
+}
+
+std::vector<CheckpointTensorInfo> TensorsOf(const Checkpoint& checkpoint) {
+  std::vector<CheckpointTensorInfo> tensors;
+  for (const proto::TensorValue& t : checkpoint.tensors()) {
+    tensors.push_back({t.name(), {t.shape().begin(), t.shape().end()}, t.dtype(),
+                       t.data().size()});
+  }
+  return tensors;
+}
+
+// Writes `checkpoint` through the streaming PutCheckpoint, each tensor's data read from it.
+absl::Status PutStreamed(JobStore& store, const Checkpoint& checkpoint) {
+  return store.PutCheckpoint(
+      HeaderOf(checkpoint), TensorsOf(checkpoint), [&](size_t i, absl::Span<uint8_t> dst) {
+        const std::string& data = checkpoint.tensors(i).data();
+        if (dst.size() != data.size()) {
+          return absl::InternalError(absl::StrCat("tensor ", i, ": asked for ", dst.size(),
+                                                  " bytes, has ", data.size()));
+        }
+        std::memcpy(dst.data(), data.data(), data.size());
+        return absl::OkStatus();
+      });
+}
+
 // A raw SQLite connection, to look at or tamper with the database behind the store's back.
 class RawDatabase {
  public:
@@ -106,6 +162,21 @@ class RawDatabase {
         << path;
   }
   ~RawDatabase() { sqlite3_close(db_); }
+
+  // Returns the blob in the first column of the first row of `sql` (nullopt when none).
+  std::optional<std::string> QueryBlob(const std::string& sql) {
+    sqlite3_stmt* statement = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr), SQLITE_OK)
+        << sql << ": " << sqlite3_errmsg(db_);
+    std::optional<std::string> result;
+    if (sqlite3_step(statement) == SQLITE_ROW) {
+      const char* blob = static_cast<const char*>(sqlite3_column_blob(statement, 0));
+      result = std::string(blob == nullptr ? "" : blob,
+                           blob == nullptr ? 0 : sqlite3_column_bytes(statement, 0));
+    }
+    sqlite3_finalize(statement);
+    return result;
+  }
 
   // Runs `sql` and returns the first column of its first row ("" when none).
   std::string Query(const std::string& sql) {
@@ -455,6 +526,216 @@ TEST(JobStoreTest, AnUnparsableBlobIsDataLossNamingTheJobOrProfile) {
   EXPECT_EQ(profiles.status().code(), absl::StatusCode::kDataLoss) << profiles.status();
   EXPECT_NE(profiles.status().message().find("profile 'profile-000001'"), std::string::npos)
       << profiles.status();
+}
+
+// The checkpoints the streaming PutCheckpoint must store as protobuf serializes them: no
+// tensors; proto3 defaults (step 0, loss 0, empty data, a scalar) that serialization leaves
+// out; -0.0 and a step past 32 bits; a tensor over 1 MiB whose lengths take 4-byte varints
+// and a name whose length takes 2.
+std::vector<Checkpoint> StreamingCases() {
+  std::vector<Checkpoint> cases;
+  Checkpoint empty;
+  empty.set_job_id("job-000001");
+  empty.set_step(7);
+  empty.set_loss(0.5);
+  cases.push_back(empty);
+
+  Checkpoint defaults;
+  defaults.set_job_id("job-000001");
+  auto add = [](Checkpoint& c, const std::string& name, std::vector<int64_t> shape,
+                proto::DType dtype, std::string data) {
+    proto::TensorValue* t = c.add_tensors();
+    t->set_name(name);
+    for (int64_t d : shape) t->add_shape(d);
+    t->set_dtype(dtype);
+    t->set_data(std::move(data));
+  };
+  add(defaults, "no.elements", {0, 3}, proto::DTYPE_FLOAT32, "");
+  add(defaults, "scalar", {}, proto::DTYPE_INT64, PatternBytes(8, 1));
+  add(defaults, "", {2}, proto::DTYPE_UNSPECIFIED, PatternBytes(2, 2));
+  add(defaults, "mask", {5}, proto::DTYPE_BOOL, PatternBytes(5, 3));
+  cases.push_back(defaults);
+
+  Checkpoint signs;
+  signs.set_job_id("job-000001");
+  signs.set_step(uint64_t{1} << 40);
+  signs.set_loss(-0.0);
+  add(signs, "layer.weight", {-1, 4}, proto::DTYPE_FLOAT32, PatternBytes(16, 4));
+  cases.push_back(signs);
+
+  Checkpoint large;
+  large.set_job_id("job-000001");
+  large.set_step(300);
+  large.set_loss(std::nextafter(1.0, 2.0));
+  add(large, std::string(200, 'w'), {3 << 18, 1}, proto::DTYPE_FLOAT32,
+      PatternBytes((3 << 20) + 5, 5));
+  add(large, "fc.bias", {10}, proto::DTYPE_FLOAT32, PatternBytes(40, 6));
+  add(large, "fc.bias.momentum", {10}, proto::DTYPE_FLOAT32, PatternBytes(40, 7));
+  cases.push_back(large);
+  return cases;
+}
+
+TEST(JobStoreTest, StreamedCheckpointIsStoredByteForByteAsTheSerializedOne) {
+  std::unique_ptr<JobStore> store = OpenOrDie(FreshStateDir());
+  ASSERT_NE(store, nullptr);
+  RawDatabase raw(store->path());
+  const std::string stored_blob =
+      "SELECT checkpoint FROM checkpoints WHERE job_id = 'job-000001'";
+  const std::vector<Checkpoint> cases = StreamingCases();
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SCOPED_TRACE(absl::StrCat("case ", c, ": ", cases[c].tensors_size(), " tensors, step ",
+                              cases[c].step()));
+    const std::string expected = cases[c].SerializeAsString();
+    ASSERT_TRUE(store->PutCheckpoint(cases[c]).ok());
+    const std::optional<std::string> serialized = raw.QueryBlob(stored_blob);
+    absl::StatusOr<std::optional<Checkpoint>> serialized_back = store->GetCheckpoint("job-000001");
+
+    const absl::Status streamed_status = PutStreamed(*store, cases[c]);
+    ASSERT_TRUE(streamed_status.ok()) << streamed_status;
+    const std::optional<std::string> streamed = raw.QueryBlob(stored_blob);
+    absl::StatusOr<std::optional<Checkpoint>> streamed_back = store->GetCheckpoint("job-000001");
+
+    ASSERT_TRUE(serialized.has_value() && streamed.has_value());
+    EXPECT_EQ(FirstDifference(*serialized, expected), "") << "the proto path stores its bytes";
+    EXPECT_EQ(FirstDifference(*streamed, expected), "") << "streamed vs serialized";
+    ASSERT_TRUE(serialized_back.ok() && serialized_back->has_value()) << serialized_back.status();
+    ASSERT_TRUE(streamed_back.ok() && streamed_back->has_value()) << streamed_back.status();
+    EXPECT_EQ(FirstDifference((*streamed_back)->SerializeAsString(),
+                              (*serialized_back)->SerializeAsString()),
+              "")
+        << "read back";
+    EXPECT_EQ((*streamed_back)->tensors_size(), cases[c].tensors_size());
+    EXPECT_EQ(raw.Query("SELECT step FROM checkpoints WHERE job_id = 'job-000001'"),
+              absl::StrCat(cases[c].step()));
+  }
+}
+
+TEST(JobStoreTest, StreamedCheckpointLayoutKnowsEveryField) {
+  // LayOutCheckpoint() in job_store.cc writes these fields and no others: a new field must
+  // be added there (and to CheckpointHeader or CheckpointTensorInfo).
+  EXPECT_EQ(Checkpoint::descriptor()->field_count(), 4);
+  EXPECT_EQ(proto::TensorValue::descriptor()->field_count(), 4);
+}
+
+TEST(JobStoreTest, AFailingReaderLeavesThePreviousCheckpoint) {
+  std::unique_ptr<JobStore> store = OpenOrDie(FreshStateDir());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(PutStreamed(*store, MakeCheckpoint("job-000001", 10, 1 << 20)).ok());
+
+  // Step 20's reader fails at its second tensor, halfway through the blob.
+  const Checkpoint next = MakeCheckpoint("job-000001", 20, 1 << 20);
+  auto fail_at_bias = [&](size_t i, absl::Span<uint8_t> dst) {
+    if (next.tensors(i).name() == "fc.bias") return absl::UnavailableError("device lost");
+    std::memset(dst.data(), 20, dst.size());
+    return absl::OkStatus();
+  };
+  const absl::Status failed = store->PutCheckpoint(HeaderOf(next), TensorsOf(next), fail_at_bias);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  for (const char* part : {"job 'job-000001'", "step 20", "'fc.bias'", "device lost"}) {
+    EXPECT_NE(failed.message().find(part), std::string::npos) << failed << " lacks " << part;
+  }
+  absl::StatusOr<std::optional<Checkpoint>> kept = store->GetCheckpoint("job-000001");
+  ASSERT_TRUE(kept.ok() && kept->has_value()) << kept.status();
+  EXPECT_EQ((*kept)->step(), 10u);
+  EXPECT_EQ(CheckpointProblem(**kept), "");
+
+  // A job without a checkpoint still has none.
+  const Checkpoint other = MakeCheckpoint("job-000002", 5, 1024);
+  EXPECT_FALSE(store->PutCheckpoint(HeaderOf(other), TensorsOf(other), fail_at_bias).ok());
+  absl::StatusOr<std::optional<Checkpoint>> none = store->GetCheckpoint("job-000002");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  {
+    RawDatabase raw(store->path());
+    EXPECT_EQ(raw.Query("SELECT COUNT(*) FROM checkpoints"), "1");
+    EXPECT_EQ(raw.Query("PRAGMA integrity_check"), "ok");
+  }
+
+  // The store goes on: the next write lands.
+  ASSERT_TRUE(PutStreamed(*store, next).ok());
+  absl::StatusOr<std::optional<Checkpoint>> replaced = store->GetCheckpoint("job-000001");
+  ASSERT_TRUE(replaced.ok() && replaced->has_value()) << replaced.status();
+  EXPECT_EQ((*replaced)->step(), 20u);
+  EXPECT_EQ(CheckpointProblem(**replaced), "");
+  EXPECT_EQ(store->PutCheckpoint(CheckpointHeader{}, {}, fail_at_bias).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Returns how far the process's resident high-water mark rose while `run` ran, starting
+// from malloc's free pages given back (so earlier tests' freed memory cannot hide an
+// allocation); nullopt where the kernel cannot reset the mark.
+std::optional<uint64_t> ResidentGrowthBytes(const std::function<void()>& run) {
+  malloc_trim(0);
+  if (!profiler::ResetPeakResident().ok()) return std::nullopt;
+  absl::StatusOr<profiler::ProcessMemory> before = profiler::SampleProcessMemory();
+  if (!before.ok()) return std::nullopt;
+  run();
+  absl::StatusOr<uint64_t> peak = profiler::PeakResidentBytes();
+  if (!peak.ok()) return std::nullopt;
+  return *peak > before->resident_bytes ? *peak - before->resident_bytes : 0;
+}
+
+TEST(JobStoreTest, StreamingACheckpointHoldsAboutOneTensorInMemory) {
+  constexpr size_t kTensors = 8;
+  constexpr size_t kTensorBytes = size_t{8} << 20;  // 64 MiB in all.
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  std::unique_ptr<JobStore> store = OpenOrDie(FreshStateDir());
+  ASSERT_NE(store, nullptr);
+  CheckpointHeader header{"job-000001", 8, 0.25};
+  std::vector<CheckpointTensorInfo> tensors;
+  for (size_t i = 0; i < kTensors; ++i) {
+    tensors.push_back({absl::StrCat("layer", i, ".weight"), {int64_t{kTensorBytes / 4}},
+                       proto::DTYPE_FLOAT32, kTensorBytes});
+  }
+  // The reader makes each tensor's bytes on the spot, as a device download would.
+  auto fill = [](size_t i, absl::Span<uint8_t> dst) {
+    std::memset(dst.data(), static_cast<int>(i + 1), dst.size());
+    return absl::OkStatus();
+  };
+
+  absl::Status status;
+  std::optional<uint64_t> streamed = ResidentGrowthBytes(
+      [&] { status = store->PutCheckpoint(header, tensors, fill); });
+  if (!streamed.has_value()) GTEST_SKIP() << "the kernel cannot reset the resident peak";
+  ASSERT_TRUE(status.ok()) << status;
+  RecordProperty("streamed_growth_bytes", absl::StrCat(*streamed));
+  EXPECT_LT(*streamed, 3 * kTensorBytes)
+      << "writing 64 MiB in 8 MiB tensors raised the resident peak by " << *streamed / kMiB
+      << " MiB";
+
+  // Reading it back holds the parsed checkpoint, and little beside it.
+  absl::StatusOr<std::optional<Checkpoint>> back;
+  std::optional<uint64_t> read = ResidentGrowthBytes([&] {
+    back = store->GetCheckpoint("job-000001");
+    ASSERT_TRUE(back.ok() && back->has_value()) << back.status();
+    ASSERT_EQ((*back)->tensors_size(), static_cast<int>(kTensors));
+    for (size_t i = 0; i < kTensors; ++i) {
+      const std::string& data = (*back)->tensors(i).data();
+      ASSERT_EQ(data.size(), kTensorBytes);
+      EXPECT_EQ(data.find_first_not_of(static_cast<char>(i + 1)), std::string::npos)
+          << "tensor " << i;
+    }
+    back = absl::StatusOr<std::optional<Checkpoint>>();
+  });
+  ASSERT_TRUE(read.has_value());
+  RecordProperty("read_growth_bytes", absl::StrCat(*read));
+  EXPECT_LT(*read, (kTensors + 3) * kTensorBytes)
+      << "reading 64 MiB back raised the resident peak by " << *read / kMiB << " MiB";
+
+  // The measurement sees a checkpoint held whole: the proto path holds it twice.
+  std::optional<uint64_t> whole = ResidentGrowthBytes([&] {
+    Checkpoint checkpoint;
+    checkpoint.set_job_id("job-000001");
+    for (size_t i = 0; i < kTensors; ++i) {
+      checkpoint.add_tensors()->set_data(std::string(kTensorBytes, static_cast<char>(i + 1)));
+    }
+    status = store->PutCheckpoint(checkpoint);
+  });
+  ASSERT_TRUE(whole.has_value());
+  RecordProperty("whole_growth_bytes", absl::StrCat(*whole));
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_GE(*whole, kTensors * kTensorBytes)
+      << "the proto path raised the resident peak by only " << *whole / kMiB << " MiB";
 }
 
 TEST(JobStoreTest, ConcurrentPutJobFromEightThreadsAllLand) {
