@@ -699,7 +699,7 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
 
 absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {
   ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
-  return TradeOffPoint{plan.peak_bytes, plan.step_seconds, plan.strategy,
+  return TradeOffPoint{BudgetBytes(plan), plan.step_seconds, plan.strategy,
                        static_cast<int32_t>(plan.step->sections.size()),
                        plan.step->offloaded_bytes};
 }

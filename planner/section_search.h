@@ -69,6 +69,8 @@ struct SectionPlan {
 
 // A point of the memory/time trade-off.
 struct TradeOffPoint {
+  // What the plan holds against a budget: its arena, and its host pool too with
+  // SearchOptions::host_pool_in_budget.
   uint64_t peak_bytes = 0;
   double step_seconds = 0;
   std::string strategy;
