@@ -137,6 +137,32 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
     std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
     const std::vector<HostTensor>& initial_state, const ExecutorOptions& options) {
+  absl::flat_hash_map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : initial_state) by_name[t.name] = &t;
+  auto initial = [&](const StateTensorInfo& tensor, absl::Span<uint8_t> dst) -> absl::Status {
+    auto it = by_name.find(tensor.name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: no initial value for '", tensor.name, "'"));
+    }
+    const HostTensor& value = *it->second;
+    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
+        value.bytes.size() != dst.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: initial value of '", tensor.name, "' is ", graph::ShapeString(value.shape),
+          " ", graph::DTypeName(value.dtype), "; the graph has ",
+          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
+    }
+    std::copy(value.bytes.begin(), value.bytes.end(), dst.begin());
+    return absl::OkStatus();
+  };
+  return Create(forward, std::move(step), std::move(memory), backend, initial, options);
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
+    const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
+    std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
+    InitialValueWriter initial, const ExecutorOptions& options) {
   CHECK(step != nullptr && memory != nullptr && backend != nullptr);
   if (memory->tensors.size() != step->graph.tensors().size()) {
     return absl::InvalidArgumentError(
@@ -153,7 +179,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   if (e->prepared_->host_pool_bytes > 0) {
     ASSIGN_OR_RETURN(e->host_pool_, backend->AllocateHost(e->prepared_->host_pool_bytes));
   }
-  RETURN_IF_ERROR(e->PlaceState(initial_state));
+  RETURN_IF_ERROR(e->PlaceState(initial));
   return e;
 }
 
@@ -321,7 +347,7 @@ absl::Status Executor::Prepare() {
   return absl::OkStatus();
 }
 
-absl::Status Executor::PlaceState(const std::vector<HostTensor>& initial_state) {
+absl::Status Executor::PlaceState(InitialValueWriter initial) {
   Prepared& p = *prepared_;
   const TrainingGraph& g = step_->graph;
   // Rebase every prepared view from an offset to an address in the arena.
@@ -366,31 +392,21 @@ absl::Status Executor::PlaceState(const std::vector<HostTensor>& initial_state) 
     ReportBuffer(profiler::MemoryEvent::Kind::kAllocate, b, -1);
   }
   ReportWorkspace(-1);
-  absl::flat_hash_map<std::string, const HostTensor*> by_name;
-  for (const HostTensor& t : initial_state) by_name[t.name] = &t;
-  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
-    const planner::TrainingTensor& tensor = g.tensor(t);
-    if (!tensor.persistent()) continue;
-    void* dst = arena_->At(memory_->tensors[t].offset);
+  // Each tensor through one host buffer: optimizer state zero, the rest as `initial` writes.
+  uint64_t largest = 0;
+  for (const StateTensorInfo& info : state_tensors_) largest = std::max(largest, info.bytes);
+  std::vector<uint8_t> staging(largest);
+  for (size_t i = 0; i < state_ids_.size(); ++i) {
+    const planner::TrainingTensor& tensor = g.tensor(state_ids_[i]);
+    const absl::Span<uint8_t> value(staging.data(), tensor.bytes);
     if (tensor.role == proto::ROLE_OPTIMIZER_STATE) {
-      std::vector<uint8_t> zeros(tensor.bytes, 0);
-      RETURN_IF_ERROR(backend_->Upload(dst, zeros.data(), tensor.bytes));
-      continue;
+      std::fill(value.begin(), value.end(), 0);
+    } else {
+      RETURN_IF_ERROR(initial(state_tensors_[i], value));
     }
-    auto it = by_name.find(tensor.name);
-    if (it == by_name.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("executor: no initial value for '", tensor.name, "'"));
-    }
-    const HostTensor& value = *it->second;
-    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
-        value.bytes.size() != tensor.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "executor: initial value of '", tensor.name, "' is ", graph::ShapeString(value.shape),
-          " ", graph::DTypeName(value.dtype), "; the graph has ",
-          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
-    }
-    RETURN_IF_ERROR(backend_->Upload(dst, value.bytes.data(), tensor.bytes));
+    RETURN_IF_ERROR(
+        backend_->Upload(arena_->At(memory_->tensors[state_ids_[i]].offset), value.data(),
+                         tensor.bytes));
   }
   arena_->ResetPeaks();
   return absl::OkStatus();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -100,6 +101,11 @@ struct StepResult {
   std::vector<HostTensor> captured;
 };
 
+// Writes the initial value of parameter or buffer `tensor` into `dst` (exactly its bytes);
+// an error stops Executor::Create.
+using InitialValueWriter =
+    absl::FunctionRef<absl::Status(const StateTensorInfo& tensor, absl::Span<uint8_t> dst)>;
+
 class Executor {
  public:
   // Returns an executor for `step`, laid out by `memory` (its plan), with parameters and
@@ -110,6 +116,13 @@ class Executor {
       const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
       std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
       const std::vector<HostTensor>& initial_state, const ExecutorOptions& options);
+  // The same with each parameter and buffer written by `initial` in turn, through one host
+  // buffer of the largest one's size: the initial state never exists whole outside the
+  // arena.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(
+      const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
+      std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
+      InitialValueWriter initial, const ExecutorOptions& options);
 
   ~Executor();
 
@@ -156,7 +169,7 @@ class Executor {
            const ExecutorOptions& options);
 
   absl::Status Prepare();
-  absl::Status PlaceState(const std::vector<HostTensor>& initial_state);
+  absl::Status PlaceState(InitialValueWriter initial);
   absl::Status RunNode(int32_t s, StepResult* result);
   // Issues the copies to host due after step `index - 1` (index 0: before the first).
   absl::Status IssueCopiesOut(int32_t index, StepResult* result);

@@ -1,5 +1,7 @@
 #include "executor/synthetic_data.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -65,22 +67,27 @@ float InitBound(const graph::Graph& g, graph::TensorId t, float* constant, bool*
 
 }  // namespace
 
+void FillInitialValue(const graph::Graph& forward, graph::TensorId t, uint64_t seed,
+                      absl::Span<uint8_t> out) {
+  const graph::Tensor& tensor = forward.tensor(t);
+  std::fill(out.begin(), out.end(), 0);
+  if (tensor.dtype != proto::DTYPE_FLOAT32) return;
+  float constant = 0;
+  bool is_constant = false;
+  const float bound = InitBound(forward, t, &constant, &is_constant);
+  const uint64_t stream = StreamOf(tensor.name);
+  float* v = reinterpret_cast<float*>(out.data());
+  const int64_t n = static_cast<int64_t>(out.size() / sizeof(float));
+  for (int64_t i = 0; i < n; ++i) v[i] = is_constant ? constant : bound * Uniform(seed, stream, i);
+}
+
 std::vector<HostTensor> InitialState(const graph::Graph& forward, uint64_t seed) {
   std::vector<HostTensor> state;
   for (graph::TensorId t = 0; t < static_cast<graph::TensorId>(forward.tensors().size()); ++t) {
     const graph::Tensor& tensor = forward.tensor(t);
     if (tensor.role != proto::ROLE_PARAMETER && tensor.role != proto::ROLE_BUFFER) continue;
     HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
-    if (tensor.dtype == proto::DTYPE_FLOAT32) {
-      float constant = 0;
-      bool is_constant = false;
-      const float bound = InitBound(forward, t, &constant, &is_constant);
-      const uint64_t stream = StreamOf(tensor.name);
-      float* v = value.f32();
-      for (int64_t i = 0; i < value.num_elements(); ++i) {
-        v[i] = is_constant ? constant : bound * Uniform(seed, stream, i);
-      }
-    }
+    FillInitialValue(forward, t, seed, absl::MakeSpan(value.bytes));
     state.push_back(std::move(value));
   }
   return state;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "executor/host_tensor.h"
 #include "graph/graph.h"
 
@@ -20,6 +21,11 @@ namespace headroom::executor {
 // running variances one; embedding tables and other parameters with standard deviation
 // 0.02 (as GPT-2 initialises them).
 std::vector<HostTensor> InitialState(const graph::Graph& forward, uint64_t seed);
+
+// Writes the initial value InitialState() gives parameter or buffer `t` into `out` (exactly
+// its bytes): one tensor at a time, without the others.
+void FillInitialValue(const graph::Graph& forward, graph::TensorId t, uint64_t seed,
+                      absl::Span<uint8_t> out);
 
 // The batches of a learnable task. Labels are drawn from the first 10 classes; each has a
 // fixed random prototype, and a sample is its class's prototype plus noise, so the loss must

@@ -2,6 +2,8 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "executor/backend_scratch.h"
@@ -12,27 +14,29 @@
 namespace headroom::executor {
 namespace {
 
-// Replaces the tensors of `state` that `values` names; InvalidArgument naming a value that
+// Returns `values` by name, checked against `forward`: InvalidArgument naming a value that
 // matches no parameter or buffer, or one of another shape or dtype.
-absl::Status OverrideValues(const std::vector<HostTensor>& values, std::vector<HostTensor>& state) {
-  absl::flat_hash_map<std::string, HostTensor*> by_name;
-  for (HostTensor& t : state) by_name[t.name] = &t;
+absl::StatusOr<absl::flat_hash_map<std::string, const HostTensor*>> ValuesByName(
+    const std::vector<HostTensor>& values, const graph::Graph& forward) {
+  absl::flat_hash_map<std::string, const HostTensor*> by_name;
   for (const HostTensor& v : values) {
-    auto it = by_name.find(v.name);
-    if (it == by_name.end()) {
+    const graph::TensorId t = forward.FindTensor(v.name);
+    const bool state = t >= 0 && (forward.tensor(t).role == proto::ROLE_PARAMETER ||
+                                  forward.tensor(t).role == proto::ROLE_BUFFER);
+    if (!state) {
       return absl::InvalidArgumentError(absl::StrCat(
           "initial value '", v.name, "' names no parameter or buffer of the graph"));
     }
-    HostTensor& t = *it->second;
-    if (t.shape != v.shape || t.dtype != v.dtype || t.bytes.size() != v.bytes.size()) {
+    const graph::Tensor& tensor = forward.tensor(t);
+    if (tensor.shape != v.shape || tensor.dtype != v.dtype || tensor.bytes() != v.bytes.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "initial value '", v.name, "' is ", graph::ShapeString(v.shape), " ",
-          graph::DTypeName(v.dtype), "; the graph's tensor is ", graph::ShapeString(t.shape),
-          " ", graph::DTypeName(t.dtype)));
+          graph::DTypeName(v.dtype), "; the graph's tensor is ", graph::ShapeString(tensor.shape),
+          " ", graph::DTypeName(tensor.dtype)));
     }
-    t.bytes = v.bytes;
+    by_name[v.name] = &v;
   }
-  return absl::OkStatus();
+  return by_name;
 }
 
 }  // namespace
@@ -87,10 +91,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     }
   }
 
-  // 2. Only now allocate: the arena, the host pool, the initial state (placed in the arena
-  //    and dropped here), then hand the heap freed since back to the system.
-  std::vector<HostTensor> initial_state = InitialState(forward, options.seed);
-  RETURN_IF_ERROR(OverrideValues(options.initial_values, initial_state));
+  // 2. Only now allocate: the arena, the host pool, then each parameter and buffer in turn
+  //    straight into the arena (the given value, else the seeded one), and hand the heap
+  //    freed since back to the system.
+  ASSIGN_OR_RETURN(const auto given, ValuesByName(options.initial_values, forward));
+  auto initial = [&](const StateTensorInfo& tensor, absl::Span<uint8_t> dst) {
+    if (auto it = given.find(tensor.name); it != given.end()) {
+      std::copy(it->second->bytes.begin(), it->second->bytes.end(), dst.begin());
+    } else {
+      FillInitialValue(forward, forward.FindTensor(tensor.name), options.seed, dst);
+    }
+    return absl::OkStatus();
+  };
   ExecutorOptions executor_options;
   executor_options.optimizer = options.optimizer_params;
   executor_options.seed = options.seed;
@@ -99,8 +111,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.capture = options.capture;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
-                                    initial_state, executor_options));
-  initial_state = {};
+                                    initial, executor_options));
   malloc_trim(0);
   return t;
 }
