@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "executor/node_args.h"
 #include "graph/shape.h"
-#include "planner/gradient_rules.h"
 #include "profiler/step_layout.h"
 #include "util/check.h"
 #include "util/split_mix.h"

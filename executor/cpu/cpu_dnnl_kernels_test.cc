@@ -103,23 +103,10 @@ class DnnlKernelsTest : public ::testing::Test {
 
   // Each kernel runs in exactly the scratch it declares (cpu_kernels_testing.h).
   absl::Status Forward(const ForwardArgs& args) {
-    const OpKernels& k = table_.at(args.op);
-    return RunInDeclaredScratch(
-        args, [&](const ForwardArgs& a) { return Declared(k.forward_scratch, a); },
-        [&](const ForwardArgs& a) { return k.forward(ctx_, a); },
-        [&] { return ctx_.unplanned_bytes; });
+    return RunForwardInDeclaredScratch(ctx_, table_.at(args.op), args);
   }
   absl::Status Backward(const BackwardArgs& args) {
-    const OpKernels& k = table_.at(args.op);
-    return RunInDeclaredScratch(
-        args, [&](const BackwardArgs& a) { return Declared(k.backward_scratch, a); },
-        [&](const BackwardArgs& a) { return k.backward(ctx_, a); },
-        [&] { return ctx_.unplanned_bytes; });
-  }
-  template <typename Scratch, typename Args>
-  absl::StatusOr<uint64_t> Declared(Scratch scratch, const Args& args) {
-    if (scratch == nullptr) return 0;
-    return scratch(ctx_, args);
+    return RunBackwardInDeclaredScratch(ctx_, table_.at(args.op), args);
   }
 
   Tensor Random(const graph::Shape& shape) {

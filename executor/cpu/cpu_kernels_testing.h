@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "executor/cpu/cpu_context.h"
 #include "gtest/gtest.h"
 
 namespace headroom::executor::cpu {
@@ -37,6 +38,30 @@ absl::Status RunInDeclaredScratch(Args args, Declared declared, Run run, Unplann
     }
   }
   return status;
+}
+
+// Runs the forward (backward) kernel of table entry `k` on `ctx` in exactly the scratch it
+// declares, as RunInDeclaredScratch.
+inline absl::Status RunForwardInDeclaredScratch(CpuContext& ctx, const OpKernels& k,
+                                                const ForwardArgs& args) {
+  return RunInDeclaredScratch(
+      args,
+      [&](const ForwardArgs& a) -> absl::StatusOr<uint64_t> {
+        return k.forward_scratch == nullptr ? 0 : k.forward_scratch(ctx, a);
+      },
+      [&](const ForwardArgs& a) { return k.forward(ctx, a); },
+      [&] { return ctx.unplanned_bytes; });
+}
+
+inline absl::Status RunBackwardInDeclaredScratch(CpuContext& ctx, const OpKernels& k,
+                                                 const BackwardArgs& args) {
+  return RunInDeclaredScratch(
+      args,
+      [&](const BackwardArgs& a) -> absl::StatusOr<uint64_t> {
+        return k.backward_scratch == nullptr ? 0 : k.backward_scratch(ctx, a);
+      },
+      [&](const BackwardArgs& a) { return k.backward(ctx, a); },
+      [&] { return ctx.unplanned_bytes; });
 }
 
 }  // namespace headroom::executor::cpu

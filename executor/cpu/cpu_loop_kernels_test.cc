@@ -103,11 +103,7 @@ class LoopKernelsTest : public ::testing::Test {
     args.training = training;
     args.seed = seed;
     EXPECT_TRUE(table_.contains(op)) << op;
-    const OpKernels& k = table_.at(op);
-    return RunInDeclaredScratch(
-        args, [&](const ForwardArgs& a) { return Declared(k.forward_scratch, a); },
-        [&](const ForwardArgs& a) { return k.forward(ctx_, a); },
-        [&] { return ctx_.unplanned_bytes; });
+    return RunForwardInDeclaredScratch(ctx_, table_.at(op), args);
   }
 
   absl::Status Backward(const std::string& op, const graph::Attrs& attrs,
@@ -122,18 +118,8 @@ class LoopKernelsTest : public ::testing::Test {
     args.saved = std::move(saved);
     args.output_grads = std::move(output_grads);
     args.input_grads = std::move(input_grads);
-    const OpKernels& k = table_.at(op);
-    return RunInDeclaredScratch(
-        args, [&](const BackwardArgs& a) { return Declared(k.backward_scratch, a); },
-        [&](const BackwardArgs& a) { return k.backward(ctx_, a); },
-        [&] { return ctx_.unplanned_bytes; });
-  }
-
-  // Each kernel runs in exactly the scratch it declares (cpu_kernels_testing.h).
-  template <typename Scratch, typename Args>
-  absl::StatusOr<uint64_t> Declared(Scratch scratch, const Args& args) {
-    if (scratch == nullptr) return 0;
-    return scratch(ctx_, args);
+    // Each kernel runs in exactly the scratch it declares (cpu_kernels_testing.h).
+    return RunBackwardInDeclaredScratch(ctx_, table_.at(op), args);
   }
 
   KernelTable table_;
