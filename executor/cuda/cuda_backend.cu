@@ -214,79 +214,73 @@ absl::Status CudaBackend::Download(void* host_dst, const void* device_src, uint6
   return Annotate(status, absl::StrCat("downloading ", bytes, " bytes"));
 }
 
-absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const ForwardArgs& args) {
-  auto it = Table().find(args.op);
-  if (it == Table().end() || it->second.forward == nullptr) {
+namespace {
+
+// Returns the kernels of `op` with a `forward` (else backward) kernel, given its attributes:
+// Unimplemented for an op without one, InvalidArgument without attributes.
+absl::StatusOr<const OpKernels*> KernelsOf(const std::string& op, const graph::Attrs* attrs,
+                                          bool forward) {
+  const char* what = forward ? "forward" : "backward";
+  auto it = Table().find(op);
+  const bool missing = it == Table().end() ||
+                       (forward ? it->second.forward == nullptr : it->second.backward == nullptr);
+  if (missing) {
     return absl::UnimplementedError(
-        absl::StrCat("CUDA backend: no forward kernel for op '", args.op, "'"));
+        absl::StrCat("CUDA backend: no ", what, " kernel for op '", op, "'"));
   }
-  if (args.attrs == nullptr) {
+  if (attrs == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("CUDA backend: ", args.op, " forward: no attributes given"));
+        absl::StrCat("CUDA backend: ", op, " ", what, ": no attributes given"));
   }
-  if (it->second.forward_scratch == nullptr) return 0;
+  return &it->second;
+}
+
+// Whether any output gradient flows into a backward (without, it only zeroes its inputs').
+bool AnyGradientFlows(const BackwardArgs& args) {
+  for (const TensorView& dy : args.output_grads) {
+    if (dy.present()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/true));
+  if (k->forward_scratch == nullptr) return 0;
   RETURN_IF_ERROR(Activate());
-  absl::StatusOr<uint64_t> bytes = it->second.forward_scratch(*ctx_, args);
+  absl::StatusOr<uint64_t> bytes = k->forward_scratch(*ctx_, args);
   if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(args.op, " forward scratch"));
   return bytes;
 }
 
 absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const BackwardArgs& args) {
-  auto it = Table().find(args.op);
-  if (it == Table().end() || it->second.backward == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA backend: no backward kernel for op '", args.op, "'"));
-  }
-  if (args.attrs == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA backend: ", args.op, " backward: no attributes given"));
-  }
-  // Without a gradient flowing in, Backward() only zeroes the input gradients.
-  bool any_flows = false;
-  for (const TensorView& dy : args.output_grads) any_flows = any_flows || dy.present();
-  if (!any_flows || it->second.backward_scratch == nullptr) return 0;
+  ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/false));
+  if (!AnyGradientFlows(args) || k->backward_scratch == nullptr) return 0;
   RETURN_IF_ERROR(Activate());
-  absl::StatusOr<uint64_t> bytes = it->second.backward_scratch(*ctx_, args);
+  absl::StatusOr<uint64_t> bytes = k->backward_scratch(*ctx_, args);
   if (!bytes.ok()) return Annotate(bytes.status(), absl::StrCat(args.op, " backward scratch"));
   return bytes;
 }
 
 absl::Status CudaBackend::Forward(const ForwardArgs& args) {
-  auto it = Table().find(args.op);
-  if (it == Table().end() || it->second.forward == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA backend: no forward kernel for op '", args.op, "'"));
-  }
-  if (args.attrs == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA backend: ", args.op, " forward: no attributes given"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/true));
   RETURN_IF_ERROR(Activate());
-  return Annotate(it->second.forward(*ctx_, args), absl::StrCat(args.op, " forward"));
+  return Annotate(k->forward(*ctx_, args), absl::StrCat(args.op, " forward"));
 }
 
 absl::Status CudaBackend::Backward(const BackwardArgs& args) {
-  auto it = Table().find(args.op);
-  if (it == Table().end() || it->second.backward == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA backend: no backward kernel for op '", args.op, "'"));
-  }
-  if (args.attrs == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA backend: ", args.op, " backward: no attributes given"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/false));
   RETURN_IF_ERROR(Activate());
   // No gradient flows in at all: every input gradient is zero.
-  bool any_flows = false;
-  for (const TensorView& dy : args.output_grads) any_flows = any_flows || dy.present();
-  if (!any_flows) {
+  if (!AnyGradientFlows(args)) {
     absl::Status status;
     for (const TensorView& dx : args.input_grads) {
       status.Update(ZeroIfPresent(*ctx_, dx));
     }
     return Annotate(status, absl::StrCat(args.op, " backward"));
   }
-  return Annotate(it->second.backward(*ctx_, args), absl::StrCat(args.op, " backward"));
+  return Annotate(k->backward(*ctx_, args), absl::StrCat(args.op, " backward"));
 }
 
 absl::Status CudaBackend::Update(const UpdateArgs& args) {
