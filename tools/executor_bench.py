@@ -10,6 +10,9 @@ peaks and the ratios the targets are stated in:
   budget ratio      ours at 30% budget / ours unconstrained (target <= 1.35)
   peak ratio        our measured arena peak / PyTorch's peak (target <= 0.7)
 
+The peak ratio sets our arena against PyTorch's allocator; neither is the process's memory.
+tools/physical_bench.py compares what the operating system counts (docs/memory.md).
+
 Run with Debian's /usr/bin/python3 after building //clients:headroom (./headroom bench does
 both). Each run's first step is a warm-up and is left out of the medians.
 """
