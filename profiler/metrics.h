@@ -28,7 +28,7 @@
 // Cardinality: role and state are fixed enumerations; device is bounded by the devices of the
 // machine. The job label is the only one that grows, so every job series is removed by
 // ForgetJob(): the daemon must call it when it forgets a job, which bounds the series to
-// (jobs the daemon keeps) x (devices per job) x (9 roles + 5 + 19 histogram lines).
+// (jobs the daemon keeps) x (devices per job) x (10 roles + 5 + 19 histogram lines).
 // Counters restart from zero if a job is forgotten and started again; Prometheus' rate()
 // treats that as a counter reset.
 //
