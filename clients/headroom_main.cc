@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "clients/graph_command.h"
-#include "clients/plan_command.h"
 #include "clients/profile_command.h"
 #include "clients/remote_commands.h"
 #include "clients/train_command.h"
@@ -54,13 +53,11 @@ int RunCommand(int argc, char** argv) {
   args.erase(args.begin());
   std::ostream& out = std::cout;
   std::ostream& err = std::cerr;
-  // plan and profile run here unless given --server; the commands below them always ask
-  // the daemon.
+  // plan asks headroomd with --server and the same service in this process without;
+  // profile runs here unless given --server; the commands below them always ask the daemon.
   const c::RemoteIo io{out, err, isatty(STDOUT_FILENO) != 0};
   const bool remote = c::HasServerFlag(args);
-  if (command == "plan") {
-    return remote ? c::RunRemotePlanCommand(args, io) : c::RunPlanCommand(args, out, err);
-  }
+  if (command == "plan") return c::RunPlanCommand(args, io);
   if (command == "profile") {
     return remote ? c::RunRemoteProfileCommand(args, io) : c::RunProfileCommand(args, out, err);
   }

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "clients/plan_command.h"
+#include "clients/remote_commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "profiler/measured_cost_model.h"
@@ -70,7 +70,7 @@ TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
   std::ostringstream out, err;
   ASSERT_EQ(RunPlanCommand({"--model", "resnet18", "--batch", "8", "--image_size", "64",
                             "--budget", "120MiB", "--profile", dir + "/prof.json"},
-                           out, err),
+                           RemoteIo{out, err}),
             0)
       << err.str();
   EXPECT_THAT(out.str(), HasSubstr("measured (cpu profile, 2 steps)"));

@@ -16,9 +16,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "util/cli_flags.h"
+#include "clients/local_service.h"
 #include "clients/model_flags.h"
 #include "clients/remote_text.h"
 #include "planner/cost_model.h"
+#include "profiler/measured_cost_model.h"
 #include "util/byte_size.h"
 #include "util/file_io.h"
 #include "util/status_macros.h"
@@ -85,6 +87,9 @@ struct CommandSpec {
   std::set<std::string> booleans;
   // Whether it takes one positional JOB id.
   bool takes_job = false;
+  // Whether, given no --server, it asks the service in this process (local_service.h)
+  // rather than headroomd at kDefaultServer.
+  bool local_without_server = false;
 };
 
 // The words of a command line, split into flags (with their values) and positional words.
@@ -118,8 +123,9 @@ class Invocation {
   // Returns nullopt when the words parse, else the exit code after printing: 0 for --help,
   // 2 for bad words.
   std::optional<int> Parse(const std::vector<std::string>& args);
-  // Returns nullopt after checking that every flag was taken and making the stub, else 2.
-  std::optional<int> Connect();
+  // Returns nullopt after checking that every flag was taken and making the stub (for a
+  // local command, the local service planning for `local_backend`), else the exit code.
+  std::optional<int> Connect(const std::string& local_backend = "cpu");
 
   // Return 2 after printing `message` and the usage.
   int UsageError(absl::string_view message) const;
@@ -133,6 +139,8 @@ class Invocation {
   CliFlags& flags() { return flags_; }
   const std::string& job_id() const { return job_id_; }
   bool json() const { return json_; }
+  // Whether the command asks the service in this process (no --server).
+  bool local() const { return local_; }
   const RemoteIo& io() const { return io_; }
   std::ostream& out() const { return io_.out; }
   // REQUIRES: Connect() returned nullopt.
@@ -145,6 +153,7 @@ class Invocation {
   std::string address_ = kDefaultServer;
   std::string job_id_;
   bool json_ = false;
+  bool local_ = false;
   std::unique_ptr<Headroom::StubInterface> stub_;
 };
 
@@ -157,7 +166,10 @@ std::optional<int> Invocation::Parse(const std::vector<std::string>& args) {
   flags_ = *std::move(flags);
   if (flags_.TakeBool("help")) {
     io_.out << spec_.usage << spec_.flags_help
-            << "  --server ADDR       headroomd's address (default " << kDefaultServer << ")\n"
+            << (spec_.local_without_server
+                    ? "  --server ADDR       ask headroomd at ADDR (default: plan in this process)\n"
+                    : absl::StrCat("  --server ADDR       headroomd's address (default ",
+                                   kDefaultServer, ")\n"))
             << "  --json              print the daemon's answer as JSON\n";
     return kExitOk;
   }
@@ -166,14 +178,22 @@ std::optional<int> Invocation::Parse(const std::vector<std::string>& args) {
                                       : "unexpected argument '" + words.positional[0] + "'");
   }
   if (spec_.takes_job) job_id_ = words.positional[0];
+  local_ = spec_.local_without_server && !flags_.Has("server");
   address_ = flags_.TakeString("server", kDefaultServer);
   if (address_.empty()) return UsageError("--server needs an address, host:port");
   json_ = flags_.TakeBool("json");
   return std::nullopt;
 }
 
-std::optional<int> Invocation::Connect() {
+std::optional<int> Invocation::Connect(const std::string& local_backend) {
   if (absl::Status s = flags_.CheckAllTaken(spec_.name); !s.ok()) return UsageError(s.message());
+  if (local_) {
+    absl::StatusOr<std::unique_ptr<Headroom::StubInterface>> stub =
+        io_.connect_local(local_backend);
+    if (!stub.ok()) return Error(absl::StrCat("--backend ", local_backend, ": ", stub.status().message()));
+    stub_ = *std::move(stub);
+    return std::nullopt;
+  }
   stub_ = io_.connect(address_);
   if (stub_ == nullptr) return Error(absl::StrCat("cannot make a channel to ", address_));
   return std::nullopt;
@@ -195,7 +215,7 @@ int Invocation::Fail(const absl::Status& status) const {
 
 int Invocation::RpcError(const grpc::Status& status) const {
   io_.err << "headroom " << spec_.name << ": " << StatusCodeName(status.error_code()) << ": ";
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !local_) {
     io_.err << "cannot reach headroomd at " << address_ << " (" << status.error_message()
             << ")\n  start it with `headroomd --listen " << address_
             << "`, or point --server at where it listens\n";
@@ -229,6 +249,12 @@ absl::StatusOr<proto::PlanOptions> TakePlanOptions(CliFlags& flags) {
     if (*bytes == 0) return absl::InvalidArgumentError("--budget must be more than 0 bytes");
     options.set_budget_bytes(*bytes);
   }
+  if (flags.Has("device-file")) {
+    absl::StatusOr<proto::DeviceModel> model =
+        planner::ReadDeviceModelFile(flags.TakeString("device-file"));
+    if (!model.ok()) return Flagged("device-file", model.status());
+    *options.mutable_device() = *std::move(model);
+  }
   if (flags.Has("device")) {
     const std::string device = flags.TakeString("device");
     if (absl::Status s = planner::DevicePreset(device).status(); !s.ok()) {
@@ -236,6 +262,12 @@ absl::StatusOr<proto::PlanOptions> TakePlanOptions(CliFlags& flags) {
     }
     options.mutable_device()->set_preset(device);
   }
+  ASSIGN_OR_RETURN(int64_t alignment, flags.TakeInt("alignment", 0, 0));
+  if ((alignment & (alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--alignment must be a power of two, not ", alignment));
+  }
+  options.set_alignment_bytes(static_cast<uint64_t>(alignment));
   options.set_disable_offload(flags.TakeBool("no-offload"));
   ASSIGN_OR_RETURN(proto::HostMemory host_memory, TakeHostMemoryFlag(flags));
   options.set_host_memory(host_memory);
@@ -275,6 +307,16 @@ absl::StatusOr<proto::PlanRequest> PlanRequestFromFlags(CliFlags& flags) {
   ASSIGN_OR_RETURN(*request.mutable_options(), TakePlanOptions(flags));
   request.mutable_options()->set_frontier(flags.TakeBool("frontier"));
   request.mutable_options()->set_inference(flags.TakeBool("inference"));
+  request.mutable_options()->set_tensors(flags.TakeBool("tensors"));
+  if (flags.Has("profile")) {
+    const std::string path = flags.TakeString("profile");
+    absl::StatusOr<proto::ProfileResponse> measured = profiler::ReadProfileFile(path);
+    // An unreadable file is not bad words: FailedPrecondition, exit 1.
+    if (!measured.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("--profile: ", measured.status().message()));
+    }
+    *request.mutable_measured() = *std::move(measured);
+  }
   ASSIGN_OR_RETURN(*request.mutable_model(), TakeModel(flags));
   return request;
 }
@@ -422,22 +464,36 @@ absl::Status WriteProfileFiles(const proto::ProfileResponse& profile, const std:
 // ---- The commands' words ----------------------------------------------------------------
 
 std::string PlanFlagsHelp() {
-  return "  --budget SIZE       fit the step in SIZE (6GiB, 400MiB, bytes)\n"
-         "  --device NAME       cost-model preset: cpu, h100 or h200 (default the daemon's)\n"
+  return "  --budget SIZE       fit the step in SIZE (6GiB, 400MiB, bytes) with sections\n"
+         "                      and host offload, at the least predicted time\n"
+         "  --device NAME       cost-model preset: cpu (default), h100 or h200\n"
+         "  --device-file FILE  a text-format DeviceModel overriding a preset's rates\n"
          "  --no-offload        keep every cached section input on the device\n" +
          HostMemoryFlagUsage() +
-         "  --optimizer NAME    sgd (with momentum, default) or adam\n";
+         "  --optimizer NAME    sgd (with momentum, default) or adam\n"
+         "  --alignment BYTES   offset alignment in the arena (default 256)\n";
 }
 
 CommandSpec PlanSpec() {
   return {"plan",
-          "usage: headroom plan --server ADDR (--model NAME | --graph FILE | --onnx FILE) [--batch N]\n"
+          "usage: headroom plan (--model NAME | --graph FILE | --onnx FILE) [--batch N]\n"
           "                     [--budget SIZE] [--frontier] [--device cpu|h100|h200]\n"
-          "                     [--no-offload] [--optimizer sgd|adam] [--inference] [--json]\n",
+          "                     [--device-file FILE] [--no-offload] [--optimizer sgd|adam]\n"
+          "                     [--alignment BYTES] [--inference] [--tensors] [--profile FILE]\n"
+          "                     [--backend cpu|cuda] [--host-memory shared|separate]\n"
+          "                     [--server ADDR] [--json]\n",
           ModelFlagsUsage() + PlanFlagsHelp() +
-              "  --frontier          also the peak/time Pareto frontier\n"
-              "  --inference         plan the forward pass only\n",
-          {"frontier", "no-offload", "inference"}};
+              "  --frontier          also the peak/time Pareto frontier and the baselines\n"
+              "  --inference         plan the forward pass only\n"
+              "  --tensors           also every tensor's offset, size, lifetime and role\n"
+              "  --profile FILE      plan with the node times and copy rates measured by\n"
+              "                      `headroom profile --out FILE` (same model and batch)\n"
+              "  --backend NAME      without --server: the backend whose kernel scratch the\n"
+              "                      plan holds, as `headroom train` will: cpu (default) or\n"
+              "                      cuda; headroomd plans for its own\n",
+          {"frontier", "no-offload", "inference", "tensors"},
+          /*takes_job=*/false,
+          /*local_without_server=*/true};
 }
 
 CommandSpec ProfileSpec() {
@@ -519,12 +575,17 @@ bool HasServerFlag(const std::vector<std::string>& args) {
   return false;
 }
 
-int RunRemotePlanCommand(const std::vector<std::string>& args, const RemoteIo& io) {
+int RunPlanCommand(const std::vector<std::string>& args, const RemoteIo& io) {
   Invocation inv(PlanSpec(), io);
   if (std::optional<int> code = inv.Parse(args)) return *code;
+  absl::StatusOr<std::string> backend = TakeBackend(inv.flags());
+  if (!backend.ok()) return inv.Fail(backend.status());
+  if (!backend->empty() && !inv.local()) {
+    return inv.UsageError("--backend: headroomd plans for its own backend; drop --backend");
+  }
   absl::StatusOr<proto::PlanRequest> request = PlanRequestFromFlags(inv.flags());
   if (!request.ok()) return inv.Fail(request.status());
-  if (std::optional<int> code = inv.Connect()) return *code;
+  if (std::optional<int> code = inv.Connect(backend->empty() ? "cpu" : *backend)) return *code;
   grpc::ClientContext context;
   SetDeadline(context, kLongCallTimeout);
   proto::PlanResponse response;

@@ -1,10 +1,12 @@
-// The `headroom` commands that talk to a running headroomd over gRPC: `plan --server` and
-// `profile --server`, `submit`, `watch`, `jobs`, `cancel`, `timeline` and `profiles`.
+// The `headroom` commands that ask Headroom's service: `plan` (headroomd's with --server, else
+// the same service in this process: local_service.h), `profile --server`, `submit`, `watch`,
+// `jobs`, `cancel`, `timeline` and `profiles`.
 //
-// Each command parses its words, builds one request, makes the stub for --server (default
-// kDefaultServer) with RemoteIo::connect, calls the daemon and prints the answer for people,
-// or as JSON with --json. A failed call prints `headroom CMD: CODE_NAME: message` (for
-// UNAVAILABLE: where headroomd was looked for and how to start it) and exits 1.
+// Each command parses its words, builds one request, makes the stub (RemoteIo::connect for
+// --server, default kDefaultServer; RemoteIo::connect_local for a local `plan`), calls the
+// service and prints the answer for people, or as protobuf's JSON of the answer with --json.
+// A failed call prints `headroom CMD: CODE_NAME: message` (for UNAVAILABLE: where headroomd
+// was looked for and how to start it) and exits 1.
 #ifndef HEADROOM_CLIENTS_REMOTE_COMMANDS_H_
 #define HEADROOM_CLIENTS_REMOTE_COMMANDS_H_
 
@@ -14,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "clients/local_service.h"
 #include "proto/headroom.grpc.pb.h"
 
 namespace headroom::clients {
@@ -29,6 +33,11 @@ std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(const std::st
 using StubFactory =
     std::function<std::unique_ptr<proto::Headroom::StubInterface>(const std::string& address)>;
 
+// Makes the stub for the service in this process, planning for a backend ("cpu", "cuda").
+using LocalStubFactory =
+    std::function<absl::StatusOr<std::unique_ptr<proto::Headroom::StubInterface>>(
+        const std::string& backend)>;
+
 // Where a remote command writes, and how it reaches the daemon.
 struct RemoteIo {
   // Results (tables, plans, progress lines, JSON).
@@ -40,6 +49,8 @@ struct RemoteIo {
   // Makes the stub for --server's address; default ConnectToHeadroomd. A test may hand in a
   // factory that records the address or returns a fake stub.
   StubFactory connect = ConnectToHeadroomd;
+  // Makes the stub for a command given no --server that runs here; default ConnectInProcess.
+  LocalStubFactory connect_local = ConnectInProcess;
 };
 
 // Returns whether `args` (the words after the command) hold --server: `plan` and `profile`
@@ -50,10 +61,11 @@ bool HasServerFlag(const std::vector<std::string>& args);
 // call succeeded; 1 for a failed call, an unreadable --graph or --out file; 2 for bad words
 // (after printing the usage); --help prints the flags and returns 0.
 
-// `headroom plan --server ADDR`: the Plan rpc; the predicted peak against the budget, the
-// step time and its overhead, recompute and offload, each section with its cached boundary
-// tensors, bytes by role and, with --frontier, the frontier.
-int RunRemotePlanCommand(const std::vector<std::string>& args, const RemoteIo& io);
+// `headroom plan`: the Plan rpc, on headroomd with --server and in this process without;
+// the predicted peak against the budget, the step time and its overhead, recompute and
+// offload, each section with its cached boundary tensors, bytes by role, with --frontier the
+// frontier and with --tensors every tensor's place in the arena.
+int RunPlanCommand(const std::vector<std::string>& args, const RemoteIo& io);
 
 // `headroom profile --server ADDR`: the Profile rpc; the measured peak and what made it,
 // measured against predicted step time; --out FILE writes the profile as JSON, as local

@@ -218,7 +218,7 @@ std::vector<proto::JobProgress> FiveStepsThen(proto::JobState final, const std::
 
 TEST_F(RemoteCommandsTest, PlanSendsTheZooModelAndBudgetAndPrintsTheSections) {
   fake_.plan = TwoSectionPlan();
-  Result r = Call(RunRemotePlanCommand, {"--model", "resnet18", "--batch", "8", "--budget", "400MiB",
+  Result r = Call(RunPlanCommand, {"--model", "resnet18", "--batch", "8", "--budget", "400MiB",
                                       "--device", "h100", "--frontier"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(fake_.plan_requests.size(), 1u);
@@ -240,7 +240,7 @@ TEST_F(RemoteCommandsTest, PlanSendsAGraphFileAndPrintsJson) {
   const std::string path = ::testing::TempDir() + "/tiny.pbtxt";
   std::ofstream(path) << "name: \"tiny\" loss: \"loss\"\n";
   fake_.plan = TwoSectionPlan();
-  Result r = Call(RunRemotePlanCommand, {"--graph", path, "--no-offload", "--json"});
+  Result r = Call(RunPlanCommand, {"--graph", path, "--no-offload", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(fake_.plan_requests.size(), 1u);
   EXPECT_EQ(fake_.plan_requests[0].model().graph().name(), "tiny");
@@ -252,7 +252,7 @@ TEST_F(RemoteCommandsTest, PlanSendsAGraphFileAndPrintsJson) {
 TEST_F(RemoteCommandsTest, AFailedCallExitsOneWithItsCodeAndMessage) {
   fake_.status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                               "budget 2.0 MiB is below the smallest peak, 107.3 MiB");
-  Result r = Call(RunRemotePlanCommand, {"--model", "resnet18", "--budget", "2MiB"});
+  Result r = Call(RunPlanCommand, {"--model", "resnet18", "--budget", "2MiB"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("headroom plan: FAILED_PRECONDITION: budget 2.0 MiB is below "
                                "the smallest peak, 107.3 MiB"));
@@ -501,9 +501,9 @@ TEST_F(RemoteCommandsTest, UsageErrorsExitTwoWithoutCalling) {
       {RunSubmitCommand, {"--budget", "1GiB"}},
       {RunSubmitCommand, {"--model", "mlp", "--backend", "tpu"}},
       {RunSubmitCommand, {"--model", "mlp", "--steps", "0"}},
-      {RunRemotePlanCommand, {"--model", "mlp", "--budget", "lots"}},
-      {RunRemotePlanCommand, {"--model", "mlp", "--device", "tpu"}},
-      {RunRemotePlanCommand, {"--model", "mlp", "--frobnicate", "3"}},
+      {RunPlanCommand, {"--model", "mlp", "--budget", "lots"}},
+      {RunPlanCommand, {"--model", "mlp", "--device", "tpu"}},
+      {RunPlanCommand, {"--model", "mlp", "--frobnicate", "3"}},
       {RunTimelineCommand, {"job-1", "--rows", "-1"}},
   };
   for (const auto& [command, args] : cases) {
@@ -515,7 +515,7 @@ TEST_F(RemoteCommandsTest, UsageErrorsExitTwoWithoutCalling) {
 }
 
 TEST_F(RemoteCommandsTest, AnUnreadableGraphFileExitsOne) {
-  Result r = Call(RunRemotePlanCommand, {"--graph", ::testing::TempDir() + "/no-such.pb"});
+  Result r = Call(RunPlanCommand, {"--graph", ::testing::TempDir() + "/no-such.pb"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("no-such.pb"));
   EXPECT_EQ(fake_.calls(), 0);

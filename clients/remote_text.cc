@@ -81,6 +81,10 @@ std::string PlacementName(proto::Placement placement) {
 // The plan's peak against its budget, step time, recompute and offload.
 std::string SummaryLines(const proto::PlanSummary& s) {
   std::string out;
+  if (s.strategy() == "inference") {
+    return absl::StrFormat("%-24s %s (inference: the forward pass alone)\n", "predicted peak",
+                           HumanBytes(s.predicted_peak_bytes()));
+  }
   if (s.budget_bytes() > 0) {
     absl::StrAppendFormat(&out, "%-24s %s of the %s budget (%.0f%%)\n", "predicted peak",
                           HumanBytes(s.predicted_peak_bytes()), HumanBytes(s.budget_bytes()),
@@ -89,8 +93,9 @@ std::string SummaryLines(const proto::PlanSummary& s) {
     absl::StrAppendFormat(&out, "%-24s %s (no budget)\n", "predicted peak",
                           HumanBytes(s.predicted_peak_bytes()));
   }
-  absl::StrAppendFormat(&out, "%-24s %.4f s, %.2fx the step with no sections\n",
-                        "predicted step", s.predicted_step_seconds(), s.overhead_ratio());
+  absl::StrAppendFormat(&out, "%-24s %.4f s, %.2fx the step with no sections%s\n",
+                        "predicted step", s.predicted_step_seconds(), s.overhead_ratio(),
+                        s.cost_model().empty() ? "" : absl::StrCat(" (", s.cost_model(), ")"));
   absl::StrAppendFormat(&out, "%-24s %s per step\n", "recomputed", HumanFlops(s.recompute_flops()));
   absl::StrAppendFormat(&out, "%-24s %s per step\n", "offloaded to host",
                         HumanBytes(s.offloaded_bytes()));
@@ -146,16 +151,34 @@ std::string ProtoJson(const google::protobuf::Message& message, bool pretty) {
   return json;
 }
 
+namespace {
+
+// Returns every tensor's place in the arena: offset, size, the positions it is alive at.
+std::string TensorsText(const proto::PlanResponse& plan) {
+  std::vector<std::vector<std::string>> rows = {
+      {"TENSOR", "ROLE", "OFFSET", "BYTES", "FIRST", "LAST", "BUFFER"}};
+  for (const proto::PlannedTensor& t : plan.tensors()) {
+    rows.push_back({t.name(), graph::RoleName(t.role()), absl::StrCat(t.offset()),
+                    absl::StrCat(t.bytes()), absl::StrCat(t.first_position()),
+                    absl::StrCat(t.last_position()), absl::StrCat(t.buffer())});
+  }
+  return "tensors (offset and size in bytes, alive from position FIRST to LAST):\n" + Table(rows);
+}
+
+}  // namespace
+
 std::string PlanText(const proto::PlanResponse& plan) {
   const proto::PlanSummary& s = plan.summary();
   std::string out = SummaryLines(s);
   absl::StrAppendFormat(&out, "%-24s %s (lower bound %s, no sharing %s)\n", "arena",
                         HumanBytes(s.arena_bytes()), HumanBytes(s.lower_bound_bytes()),
                         HumanBytes(s.no_sharing_bytes()));
-  absl::StrAppendFormat(&out, "%-24s %d tensors, %d steps, planned in %.1f ms\n", "training graph",
+  absl::StrAppendFormat(&out, "%-24s %d tensors, %d positions, planned in %.1f ms\n",
+                        s.strategy() == "inference" ? "forward graph" : "training graph",
                         s.num_tensors(), s.num_steps(), s.planning_seconds() * 1e3);
   out += SectionsText(plan) + RolesText(s);
   if (plan.frontier_size() > 0) out += FrontierText(plan);
+  if (plan.tensors_size() > 0) out += TensorsText(plan);
   return out;
 }
 

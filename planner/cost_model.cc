@@ -103,16 +103,14 @@ absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model) 
   return spec;
 }
 
-absl::StatusOr<DeviceSpec> ReadDeviceSpecFile(const std::string& path) {
+absl::StatusOr<proto::DeviceModel> ReadDeviceModelFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFileContents(path, "device file"));
   proto::DeviceModel model;
   RETURN_IF_ERROR(graph::ParseTextMessage(text, absl::StrCat("device file '", path, "'"), &model));
-  absl::StatusOr<DeviceSpec> spec = DeviceSpecFromProto(model);
-  if (!spec.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device file '", path, "': ", spec.status().message()));
+  if (absl::Status s = DeviceSpecFromProto(model).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("device file '", path, "': ", s.message()));
   }
-  return spec;
+  return model;
 }
 
 NodeWork EstimateNodeWork(const graph::Graph& forward, const TrainingGraph& graph, NodeId id) {

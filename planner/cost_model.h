@@ -40,9 +40,9 @@ absl::StatusOr<DeviceSpec> DevicePreset(absl::string_view name);
 // rate.
 absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model);
 
-// Returns the DeviceSpec of a text-format DeviceModel file (`preset: "h100"
-// host_link_bytes_per_second: 25e9`), or the error naming the file and line.
-absl::StatusOr<DeviceSpec> ReadDeviceSpecFile(const std::string& path);
+// Returns a text-format DeviceModel file (`preset: "h100" host_link_bytes_per_second: 25e9`),
+// checked as DeviceSpecFromProto checks it, or the error naming the file and line.
+absl::StatusOr<proto::DeviceModel> ReadDeviceModelFile(const std::string& path);
 
 // The work of one node.
 struct NodeWork {

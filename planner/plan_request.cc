@@ -25,6 +25,27 @@ void FillMemory(const MemoryPlan& memory, proto::PlanSummary& summary) {
   }
 }
 
+// Returns the name of the node at schedule position `position` of `step` ("" for none).
+std::string NodeName(const SectionedStep& step, int32_t position) {
+  return position < 0 ? "" : step.graph.node(position).name;
+}
+
+// Adds every tensor's place in the arena, when the options ask for them.
+void AddTensors(const MemoryPlan& memory, const proto::PlanOptions& options,
+                proto::PlanResponse& response) {
+  if (!options.tensors()) return;
+  for (const PlannedTensor& t : memory.tensors) {
+    proto::PlannedTensor* out = response.add_tensors();
+    out->set_name(t.name);
+    out->set_role(t.role);
+    out->set_bytes(t.bytes);
+    out->set_offset(t.offset);
+    out->set_first_position(t.lifetime.first_step);
+    out->set_last_position(t.lifetime.last_step);
+    out->set_buffer(t.buffer);
+  }
+}
+
 void AddPoints(const std::vector<TradeOffPoint>& points, proto::PlanResponse& response) {
   for (const TradeOffPoint& p : points) {
     proto::FrontierPoint* f = response.add_frontier();
@@ -52,6 +73,7 @@ absl::StatusOr<proto::PlanResponse> AnswerInference(const graph::Graph& forward,
   summary.set_unconstrained_peak_bytes(memory.arena_bytes);
   summary.set_strategy("inference");
   summary.set_planning_seconds(memory.planning_seconds);
+  AddTensors(memory, options, response);
   return response;
 }
 
@@ -108,6 +130,12 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
       b->set_tensor(step.graph.tensor(c.tensor).name);
       b->set_bytes(c.bytes);
       b->set_placement(c.offloaded ? proto::PLACEMENT_HOST : proto::PLACEMENT_DEVICE);
+      if (c.offloaded) {
+        b->set_copy_out_issued_after(NodeName(step, c.copy_out_after_step));
+        b->set_copy_out_awaited_at(NodeName(step, c.copy_out_await_step));
+        b->set_prefetch_issued_at(NodeName(step, c.prefetch_step));
+        b->set_prefetch_awaited_before(NodeName(step, c.first_use_step));
+      }
     }
   }
   return response;
@@ -147,6 +175,7 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
   }
   proto::PlanResponse response = SectionPlanToProto(
       plan, plain, options.budget_bytes(), search_options.host_pool_in_budget, cost->name());
+  AddTensors(*plan.memory, options, response);
   // 3. The frontier, when asked.
   if (options.frontier()) {
     ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, search->Frontier());

@@ -212,7 +212,7 @@ int Run(const DaemonFlags& f) {
   }
 
   // 3. The gRPC server.
-  HeadroomService service(jobs->get());
+  HeadroomService service(jobs->get(), (*jobs)->plan_backend());
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);

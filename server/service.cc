@@ -1,10 +1,13 @@
 #include "server/service.h"
 
+#include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "graph/graph.h"
 #include "graph/model_source.h"
-#include "planner/plan_request.h"
+#include "planner/cost_model.h"
+#include "profiler/measured_cost_model.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
@@ -18,11 +21,28 @@ grpc::Status Answer(absl::StatusOr<T> result, T* out) {
   return grpc::Status::OK;
 }
 
+// Returns the cost model of a request that carries a measured profile, or null (the
+// roofline of its device) when it carries none.
+absl::StatusOr<std::unique_ptr<planner::CostModel>> MeasuredCostOf(
+    const graph::Graph& forward, const proto::PlanRequest& request) {
+  if (!request.has_measured()) return nullptr;
+  ASSIGN_OR_RETURN(planner::DeviceSpec device,
+                   planner::DeviceSpecFromProto(request.options().device()));
+  absl::StatusOr<std::unique_ptr<profiler::MeasuredCostModel>> measured =
+      profiler::MeasuredCostModel::Create(forward, request.measured(), device);
+  if (!measured.ok()) {
+    return absl::Status(measured.status().code(),
+                        absl::StrCat("measured: ", measured.status().message()));
+  }
+  return std::unique_ptr<planner::CostModel>(*std::move(measured));
+}
+
 absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
                                               const planner::PlanBackend& backend) {
   ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(request.model()));
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
-  return planner::AnswerPlan(g, request.options(), /*cost=*/nullptr, backend);
+  ASSIGN_OR_RETURN(std::unique_ptr<planner::CostModel> cost, MeasuredCostOf(g, request));
+  return planner::AnswerPlan(g, request.options(), cost.get(), backend);
 }
 
 }  // namespace
@@ -33,26 +53,41 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+absl::StatusOr<JobManager*> HeadroomService::Jobs() const {
+  if (jobs_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "jobs and their profiles run on headroomd: start it (./headroom serve) and pass "
+        "--server ADDR");
+  }
+  return jobs_;
+}
+
 grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanRequest* request,
                                    proto::PlanResponse* response) {
-  return Answer(PlanModel(*request, jobs_->plan_backend()), response);
+  return Answer(PlanModel(*request, plan_backend_), response);
 }
 
 grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,
                                       proto::ProfileResponse* response) {
-  return Answer(jobs_->Profile(*request), response);
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  return Answer((*jobs)->Profile(*request), response);
 }
 
 grpc::Status HeadroomService::SubmitJob(grpc::ServerContext*,
                                         const proto::SubmitJobRequest* request,
                                         proto::SubmitJobResponse* response) {
-  return Answer(jobs_->Submit(request->spec()), response);
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  return Answer((*jobs)->Submit(request->spec()), response);
 }
 
 grpc::Status HeadroomService::WatchJob(grpc::ServerContext* context,
                                        const proto::WatchJobRequest* request,
                                        grpc::ServerWriter<proto::JobProgress>* writer) {
-  return ToGrpcStatus(jobs_->Watch(
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  return ToGrpcStatus((*jobs)->Watch(
       request->job_id(), [writer](const proto::JobProgress& p) { return writer->Write(p); },
       [context] { return context->IsCancelled(); }));
 }
@@ -60,7 +95,9 @@ grpc::Status HeadroomService::WatchJob(grpc::ServerContext* context,
 grpc::Status HeadroomService::CancelJob(grpc::ServerContext*,
                                         const proto::CancelJobRequest* request,
                                         proto::CancelJobResponse* response) {
-  absl::StatusOr<proto::JobState> state = jobs_->Cancel(request->job_id());
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  absl::StatusOr<proto::JobState> state = (*jobs)->Cancel(request->job_id());
   if (!state.ok()) return ToGrpcStatus(state.status());
   response->set_state(*state);
   return grpc::Status::OK;
@@ -68,14 +105,18 @@ grpc::Status HeadroomService::CancelJob(grpc::ServerContext*,
 
 grpc::Status HeadroomService::ListJobs(grpc::ServerContext*, const proto::ListJobsRequest* request,
                                        proto::ListJobsResponse* response) {
-  return Answer(jobs_->List(*request), response);
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  return Answer((*jobs)->List(*request), response);
 }
 
 grpc::Status HeadroomService::GetTimeline(grpc::ServerContext*,
                                           const proto::GetTimelineRequest* request,
                                           proto::GetTimelineResponse* response) {
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
   absl::StatusOr<proto::MemoryTimeline> timeline =
-      jobs_->Timeline(request->job_id(), request->max_samples());
+      (*jobs)->Timeline(request->job_id(), request->max_samples());
   if (!timeline.ok()) return ToGrpcStatus(timeline.status());
   response->set_job_id(request->job_id());
   *response->mutable_timeline() = *std::move(timeline);
@@ -85,7 +126,9 @@ grpc::Status HeadroomService::GetTimeline(grpc::ServerContext*,
 grpc::Status HeadroomService::ListProfiles(grpc::ServerContext*,
                                            const proto::ListProfilesRequest* request,
                                            proto::ListProfilesResponse* response) {
-  return Answer(jobs_->ListProfiles(request->summaries_only()), response);
+  absl::StatusOr<JobManager*> jobs = Jobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  return Answer((*jobs)->ListProfiles(request->summaries_only()), response);
 }
 
 }  // namespace headroom::server

@@ -1,11 +1,15 @@
 // headroomd's gRPC service: each handler checks nothing itself and calls the library (the
 // planner for Plan, the JobManager for the rest), converting absl::Status to grpc::Status in
-// one place. Borrows the JobManager, which must outlive it. Thread-safe (the manager is).
+// one place. The same service answers the `headroom` commands given no --server, in their
+// own process (clients/local_service.h): there it has no JobManager, and the calls that
+// need one answer FAILED_PRECONDITION. Borrows the JobManager (may be null) and the plan
+// backend's scratch model, which must outlive it. Thread-safe (the manager is).
 #ifndef HEADROOM_SERVER_SERVICE_H_
 #define HEADROOM_SERVER_SERVICE_H_
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "planner/plan_request.h"
 #include "proto/headroom.grpc.pb.h"
 #include "server/job_manager.h"
 
@@ -16,7 +20,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class HeadroomService final : public proto::Headroom::Service {
  public:
-  explicit HeadroomService(JobManager* jobs) : jobs_(jobs) {}
+  // Plans for `plan_backend`; runs jobs and profiles on `jobs` (none: those calls fail).
+  HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend)
+      : jobs_(jobs), plan_backend_(plan_backend) {}
 
   grpc::Status Plan(grpc::ServerContext* context, const proto::PlanRequest* request,
                     proto::PlanResponse* response) override;
@@ -37,7 +43,11 @@ class HeadroomService final : public proto::Headroom::Service {
                             proto::ListProfilesResponse* response) override;
 
  private:
+  // Returns the job manager, or FailedPrecondition for a service without one.
+  absl::StatusOr<JobManager*> Jobs() const;
+
   JobManager* const jobs_;
+  const planner::PlanBackend plan_backend_;
 };
 
 }  // namespace headroom::server

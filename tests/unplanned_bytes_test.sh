@@ -15,7 +15,7 @@ check() {
   shift
   local smallest
   smallest=$("$HEADROOM" plan "$@" --frontier --json |
-    "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["frontier"][-1]["peak_bytes"])')
+    "$PYTHON" -c 'import json,sys; print(min(int(p["peak_bytes"]) for p in json.load(sys.stdin)["frontier"] if p["strategy"] == "search"))')
   local budget
   for budget in "" "$smallest"; do
     local plan=()

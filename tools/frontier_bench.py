@@ -110,10 +110,13 @@ def main():
         run([args.cli, "profile", *model, "--steps", str(args.steps), "--out", profile])
         plan = json.loads(run([args.cli, "plan", *model, "--frontier", "--profile", profile,
                                "--host-memory", args.host_memory, "--json"]).stdout)
-        plain_peak = plan["unconstrained_peak_bytes"]
-        frontier = sorted(plan["frontier"], key=lambda f: -f["peak_bytes"])
+        # Protobuf's JSON: 64-bit integers are strings.
+        plain_peak = int(plan["summary"]["unconstrained_peak_bytes"])
+        # The frontier's own points; the baselines' follow them in the same list.
+        frontier = sorted((f for f in plan["frontier"] if f["strategy"] == "search"),
+                          key=lambda f: -int(f["peak_bytes"]))
         budgets = [None, int(plain_peak * args.fraction)]
-        budgets += [f["peak_bytes"] for f in thin(frontier, args.points)]
+        budgets += [int(f["peak_bytes"]) for f in thin(frontier, args.points)]
         rows = []
         for i, budget in enumerate(budgets):
             log("point %d of %d" % (i + 1, len(budgets)))

@@ -80,8 +80,9 @@ def survey_one(name, args, scratch):
             row["reason"] = error
             return row
         row["plan_seconds"] = plan_s
-        row["arena_bytes"] = plan["arena_bytes"]
-        row["lower_bound_bytes"] = plan["lower_bound_bytes"]
+        # Protobuf's JSON of the PlanResponse: 64-bit integers are strings.
+        row["arena_bytes"] = int(plan["summary"]["arena_bytes"])
+        row["lower_bound_bytes"] = int(plan["summary"]["lower_bound_bytes"])
         row["status"] = "ok" if row["parameters"] == row["torch_parameters"] else "parameters differ"
         if args.budget_fraction > 0:
             budget = int(plan["arena_bytes"] * args.budget_fraction)
@@ -92,9 +93,10 @@ def survey_one(name, args, scratch):
             if planned is None:
                 row["budget_result"] = error.splitlines()[0][:160]
             else:
-                row["budget_peak_bytes"] = planned.get("predicted_peak_bytes", 0)
+                summary = planned["summary"]
+                row["budget_peak_bytes"] = int(summary.get("predicted_peak_bytes", 0))
                 row["budget_sections"] = len(planned.get("sections", []))
-                row["budget_overhead"] = planned.get("overhead_ratio", 0)
+                row["budget_overhead"] = summary.get("overhead_ratio", 0)
         return row
     finally:
         export_onnx.remove(scratch, name)
