@@ -60,8 +60,7 @@ start_serve() {
 
 # Waits for the "listening" announcement; sets GRPC, METRICS and STATE from it.
 wait_listening() {
-  local i
-  for i in $(seq 600); do
+  for _ in $(seq 600); do
     grep -q '^  state ' "$LOG" && break
     kill -0 "$SERVE_PID" 2>/dev/null || fail "./headroom serve exited before it was ready"
     sleep 0.1
