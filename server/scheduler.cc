@@ -189,6 +189,7 @@ void Scheduler::On(const sched::RunEnded& e, absl::Time now, Decision& d) {
     } else if (e.interrupted) {
       job.info.set_message(absl::StrCat("stopped by a daemon shutdown at step ", job.info.step(),
                                         "; resumes when headroomd starts"));
+      queue_.push_front(e.job_id);  // the head again, for the next start
       SetState(job, proto::JOB_STATE_QUEUED, now, d);
     } else if (!e.status.ok()) {
       job.info.set_error(std::string(e.status.message()));

@@ -209,7 +209,8 @@ TEST_F(SchedulerTest, ShutdownLeavesTheRunningJobQueuedAfterItsCheckpoint) {
   EXPECT_EQ(State("job-1"), proto::JOB_STATE_QUEUED);
   EXPECT_EQ(Message("job-1"),
             "stopped by a daemon shutdown at step 12; resumes when headroomd starts");
-  // Nothing else starts; new work is refused.
+  // It is the head again; nothing starts; new work is refused.
+  EXPECT_THAT(scheduler_.queue(), ElementsAre("job-1", "job-2"));
   EXPECT_EQ(State("job-2"), proto::JOB_STATE_QUEUED);
   EXPECT_EQ(scheduler_.running_job(), "");
   EXPECT_EQ(Submit("job-3", kMiB).status.code(), absl::StatusCode::kUnavailable);
