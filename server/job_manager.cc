@@ -732,11 +732,14 @@ void JobManager::ProfileWorkerLoop() {
       call = &profiles_.at(id);  // Its caller waits: it stays until answered.
     }
     absl::StatusOr<proto::ProfileResponse> result = RunProfile(*call);
+    // Its caller wakes with its memory already released.
+    Decision done;
     {
       absl::MutexLock lock(&mu_);
-      profiles_.at(id).result = std::move(result);  // wakes its caller
+      profiles_.at(id).result = std::move(result);
+      done = Feed(sched::ProfileDone{id});
     }
-    Dispatch(sched::ProfileDone{id});
+    Store(done).IgnoreError();  // Store() reports its errors on stderr.
   }
 }
 

@@ -148,10 +148,16 @@ void Scheduler::On(const sched::Recovered& e, absl::Time now, Decision& d) {
   Admit(now, d);
 }
 
+ScheduledJob* Scheduler::Running(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.info.state() != proto::JOB_STATE_RUNNING) return nullptr;
+  return &it->second;
+}
+
 void Scheduler::On(const sched::Restored& e, absl::Time now, Decision& d) {
-  auto it = jobs_.find(e.job_id);
-  if (it == jobs_.end() || Ended(it->second.info.state())) return;
-  ScheduledJob& job = it->second;
+  ScheduledJob* running = Running(e.job_id);
+  if (running == nullptr) return;
+  ScheduledJob& job = *running;
   job.info.set_resumed_from_step(e.step);
   job.info.set_step(e.step);
   job.info.set_loss(e.loss);
@@ -159,10 +165,10 @@ void Scheduler::On(const sched::Restored& e, absl::Time now, Decision& d) {
 }
 
 void Scheduler::On(const sched::StepDone& e, absl::Time now, Decision& d) {
-  auto it = jobs_.find(e.job_id);
+  ScheduledJob* running = Running(e.job_id);
   // A step that finished as the job was cancelled changes nothing.
-  if (it == jobs_.end() || Ended(it->second.info.state())) return;
-  ScheduledJob& job = it->second;
+  if (running == nullptr) return;
+  ScheduledJob& job = *running;
   job.info.set_step(e.step);
   job.info.set_loss(e.loss);
   job.info.set_measured_peak_bytes(

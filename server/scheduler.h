@@ -196,6 +196,8 @@ class Scheduler {
   void On(const sched::ProfileDone& e, absl::Time now, Decision& d);
   void On(const sched::CapacityChanged& e, absl::Time now, Decision& d);
 
+  // Returns job `job_id` if it is RUNNING (its run's reports count), else null.
+  ScheduledJob* Running(const std::string& job_id);
   // Returns why a recovered job cannot resume here, or "".
   std::string ResumeRefusal(const sched::Recovered& e) const;
   // Starts what fits: waiting profiles, then the head of the queue.
