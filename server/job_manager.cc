@@ -1,7 +1,6 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -19,13 +18,11 @@
 #include "profiler/process_memory.h"
 #include "runner/physical_trace.h"
 #include "runner/profile_run.h"
-#include "util/median.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
 namespace {
 
-constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
 // Ended jobs whose metric series stay exported (older ones are forgotten).
 constexpr size_t kKeptEndedSeries = 32;
 constexpr uint32_t kDefaultPageSize = 100;

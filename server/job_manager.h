@@ -93,7 +93,7 @@ struct JobManagerOptions {
 
 class JobManager {
  public:
-  // Returns a manager with its worker started and every stored job loaded: jobs stored as
+  // Returns a manager with its workers started and every stored job loaded: jobs stored as
   // RUNNING or QUEUED are queued again (a running one resumes from its checkpoint, or from
   // step 0 when it had none). One that cannot resume here is marked FAILED with the reason:
   // its plan or checkpoint cannot be read, it names another backend, or its planned peak
