@@ -21,6 +21,7 @@
 #include "clients/remote_text.h"
 #include "planner/cost_model.h"
 #include "profiler/measured_cost_model.h"
+#include "server/scheduler.h"
 #include "util/byte_size.h"
 #include "util/file_io.h"
 #include "util/status_macros.h"
@@ -381,11 +382,6 @@ int ExitCodeOf(proto::JobState state) {
   }
 }
 
-bool IsFinal(proto::JobState state) {
-  return state == proto::JOB_STATE_SUCCEEDED || state == proto::JOB_STATE_FAILED ||
-         state == proto::JOB_STATE_CANCELLED;
-}
-
 void PrintProgress(const Invocation& inv, const proto::JobProgress& progress) {
   if (inv.json()) {
     inv.out() << ProtoJson(progress) << "\n" << std::flush;
@@ -411,7 +407,7 @@ int Watch(Invocation& inv, const std::string& job_id) {
   }
   if (updates > 0 && inv.io().terminal && !inv.json()) inv.out() << "\n";
   if (grpc::Status status = reader->Finish(); !status.ok()) return inv.RpcError(status);
-  if (!IsFinal(last.state())) {
+  if (!server::Ended(last.state())) {
     return inv.Error(absl::StrCat("the stream of job ", job_id, " ended while it was ",
                                   JobStateName(last.state())));
   }

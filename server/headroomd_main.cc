@@ -141,6 +141,92 @@ std::pair<uint64_t, uint64_t> DeviceMemory(const DaemonFlags& f, const JobManage
   return {std::min(jobs.reserved_bytes(), total), total};
 }
 
+// Sets what `options` knows of a run's costs on the device: the fixed cost (given, or
+// measured once now on a backend of its own: admission reserves it beside every plan) and,
+// on a GPU, the driver's free bytes. The error of measuring.
+absl::Status SetDeviceCosts(const DaemonFlags& f, JobManagerOptions& options) {
+  options.fixed_cost_bytes = f.fixed_cost_bytes;
+  if (!f.fixed_cost_bytes.has_value()) {
+    absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
+    absl::StatusOr<uint64_t> measured =
+        backend.ok() ? runner::MeasureFixedCostBytes(backend->get())
+                     : absl::StatusOr<uint64_t>(backend.status());
+    if (!measured.ok()) {
+      return absl::Status(measured.status().code(),
+                          absl::StrCat("measuring the fixed cost of a run: ",
+                                       measured.status().message(), " (give --fixed-cost)"));
+    }
+    options.measured_fixed_cost_bytes = *measured;
+  }
+#ifdef HEADROOM_HAVE_CUDA
+  if (f.backend == "cuda") {
+    options.free_device_bytes = []() -> absl::StatusOr<uint64_t> {
+      ASSIGN_OR_RETURN(profiler::DeviceMemorySample s, profiler::SampleDeviceMemory(0));
+      return s.free_bytes;
+    };
+  }
+#endif
+  return absl::OkStatus();
+}
+
+// Returns the metrics endpoint on `flag` (null when "off") and sets `address` to where it
+// listens. The error when it cannot listen (prometheus-cpp throws; caught here).
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsEndpoint(
+    const std::string& flag, profiler::Metrics& metrics, std::string& address) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (flag == "off") return exposer;
+  try {
+    static CivetCallbacks callbacks{};
+    callbacks.log_message = [](const mg_connection*, const char* message) {
+      std::cerr << "headroomd: metrics endpoint: " << message << "\n";
+      return 1;
+    };
+    exposer = std::make_unique<prometheus::Exposer>(WithFreePort(flag), 2, &callbacks);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("--metrics ", flag, ": cannot listen: ", e.what()));
+  }
+  std::weak_ptr<prometheus::Collectable> registry = metrics.registry();
+  exposer->RegisterCollectable(registry);
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  address = absl::StrCat(flag.substr(0, flag.rfind(':')), ":", ports.empty() ? 0 : ports[0]);
+  return exposer;
+}
+
+// Serves until SIGTERM or SIGINT, then stops the jobs (checkpointing a running one) and the
+// server.
+void ServeUntilSignal(const DaemonFlags& f, grpc::Server& server, JobManager& jobs,
+                      profiler::Metrics& metrics) {
+  // Every second, until a signal stops everything: device memory for the metrics, and
+  // the host memory glibc keeps in its arenas after a burst of requests handed back (a burst
+  // of 32 concurrent plans otherwise leaves the daemon holding 4 times its idle size).
+  absl::Notification stop;
+  std::thread sampler([&] {
+    do {
+      const auto [used, total] = DeviceMemory(f, jobs);
+      metrics.SetDeviceMemory(jobs.device(), used, total).IgnoreError();
+      malloc_trim(0);
+    } while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  });
+  std::thread signals([&] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    int signal = 0;
+    sigwait(&set, &signal);
+    std::cout << "headroomd: " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
+              << ": stopping (a running job is checkpointed and resumes at the next start)\n"
+              << std::flush;
+    jobs.Shutdown();
+    server.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    stop.Notify();
+  });
+  server.Wait();
+  signals.join();
+  sampler.join();
+}
+
 int Run(const DaemonFlags& f) {
   // 1. The store, the metrics and the jobs (stored ones resume now).
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(f.state);
@@ -163,53 +249,18 @@ int Run(const DaemonFlags& f) {
   const executor::BackendScratchModel scratch(scratch_backend->get());
   options.plan_backend.scratch = &scratch;
   options.plan_backend.host_is_device_memory = (*scratch_backend)->host_is_device_memory();
-  // What a run holds beyond its plan, measured once now on a backend of its own (unless
-  // given): admission reserves it beside every plan.
-  options.fixed_cost_bytes = f.fixed_cost_bytes;
-  if (!f.fixed_cost_bytes.has_value()) {
-    absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
-    absl::StatusOr<uint64_t> measured =
-        backend.ok() ? runner::MeasureFixedCostBytes(backend->get())
-                     : absl::StatusOr<uint64_t>(backend.status());
-    if (!measured.ok()) {
-      return std::cerr << "headroomd: measuring the fixed cost of a run: "
-                       << measured.status().message() << " (give --fixed-cost)\n", 1;
-    }
-    options.measured_fixed_cost_bytes = *measured;
+  if (absl::Status s = SetDeviceCosts(f, options); !s.ok()) {
+    return std::cerr << "headroomd: " << s.message() << "\n", 1;
   }
-#ifdef HEADROOM_HAVE_CUDA
-  if (f.backend == "cuda") {
-    options.free_device_bytes = []() -> absl::StatusOr<uint64_t> {
-      ASSIGN_OR_RETURN(profiler::DeviceMemorySample s, profiler::SampleDeviceMemory(0));
-      return s.free_bytes;
-    };
-  }
-#endif
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
       JobManager::Create(store->get(), metrics->get(), options);
   if (!jobs.ok()) return std::cerr << "headroomd: " << jobs.status().message() << "\n", 1;
 
-  // 2. The metrics endpoint (prometheus-cpp throws when it cannot bind).
-  std::unique_ptr<prometheus::Exposer> exposer;
+  // 2. The metrics endpoint.
   std::string metrics_address = "off";
-  if (f.metrics != "off") {
-    try {
-      static CivetCallbacks callbacks{};
-      callbacks.log_message = [](const mg_connection*, const char* message) {
-        std::cerr << "headroomd: metrics endpoint: " << message << "\n";
-        return 1;
-      };
-      exposer = std::make_unique<prometheus::Exposer>(WithFreePort(f.metrics), 2, &callbacks);
-    } catch (const std::exception& e) {
-      std::cerr << "headroomd: --metrics " << f.metrics << ": cannot listen: " << e.what() << "\n";
-      return 1;
-    }
-    std::weak_ptr<prometheus::Collectable> registry = (*metrics)->registry();
-    exposer->RegisterCollectable(registry);
-    const std::vector<int> ports = exposer->GetListeningPorts();
-    metrics_address = absl::StrCat(f.metrics.substr(0, f.metrics.rfind(':')), ":",
-                                   ports.empty() ? 0 : ports[0]);
-  }
+  absl::StatusOr<std::unique_ptr<prometheus::Exposer>> exposer =
+      StartMetricsEndpoint(f.metrics, **metrics, metrics_address);
+  if (!exposer.ok()) return std::cerr << "headroomd: " << exposer.status().message() << "\n", 1;
 
   // 3. The gRPC server.
   HeadroomService service(jobs->get(), (*jobs)->plan_backend());
@@ -243,34 +294,8 @@ int Run(const DaemonFlags& f) {
     std::ofstream(f.ready_file) << "grpc=" << address << "\nmetrics=" << metrics_address << "\n";
   }
 
-  // 4. Every second, until a signal stops everything: device memory for the metrics, and
-  // the host memory glibc keeps in its arenas after a burst of requests handed back (a burst
-  // of 32 concurrent plans otherwise leaves the daemon holding 4 times its idle size).
-  absl::Notification stop;
-  std::thread sampler([&] {
-    do {
-      const auto [used, total] = DeviceMemory(f, **jobs);
-      (*metrics)->SetDeviceMemory((*jobs)->device(), used, total).IgnoreError();
-      malloc_trim(0);
-    } while (!stop.WaitForNotificationWithTimeout(absl::Seconds(1)));
-  });
-  std::thread signals([&] {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    int signal = 0;
-    sigwait(&set, &signal);
-    std::cout << "headroomd: " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
-              << ": stopping (a running job is checkpointed and resumes at the next start)\n"
-              << std::flush;
-    (*jobs)->Shutdown();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    stop.Notify();
-  });
-  server->Wait();
-  signals.join();
-  sampler.join();
+  // 4. Until a signal stops everything.
+  ServeUntilSignal(f, *server, **jobs, **metrics);
   std::cout << "headroomd: stopped\n";
   return 0;
 }

@@ -1,7 +1,6 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -19,23 +18,16 @@
 #include "profiler/process_memory.h"
 #include "runner/physical_trace.h"
 #include "runner/profile_run.h"
-#include "util/median.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
 namespace {
 
-constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
 // Ended jobs whose metric series stay exported (older ones are forgotten).
 constexpr size_t kKeptEndedSeries = 32;
 constexpr uint32_t kDefaultPageSize = 100;
 
 double UnixSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
-
-bool Ended(proto::JobState state) {
-  return state == proto::JOB_STATE_SUCCEEDED || state == proto::JOB_STATE_FAILED ||
-         state == proto::JOB_STATE_CANCELLED;
-}
 
 // Records the events of setup and of steps [first, first + count) in a log.
 class WindowLog : public profiler::EventSink {
@@ -124,6 +116,25 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::JobSpec& 
   return o;
 }
 
+// Returns the step's memory by role at its peak, as JobProgress carries it: planned and
+// unplanned scratch meet in one role.
+std::vector<proto::RoleBytes> MemoryByRole(const profiler::StepObservation& observed) {
+  std::map<proto::TensorRole, uint64_t> by_role;
+  for (profiler::MemoryRole role : profiler::kAllMemoryRoles) {
+    const std::optional<proto::TensorRole> tensor_role = TensorRoleOf(role);
+    if (tensor_role.has_value() && observed.bytes(role) > 0) {
+      by_role[*tensor_role] += observed.bytes(role);
+    }
+  }
+  std::vector<proto::RoleBytes> out;
+  for (const auto& [tensor_role, bytes] : by_role) {
+    proto::RoleBytes& b = out.emplace_back();
+    b.set_role(tensor_role);
+    b.set_bytes(bytes);
+  }
+  return out;
+}
+
 absl::StatusOr<graph::Graph> GraphOf(const proto::ModelSource& model) {
   ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(model));
   return graph::Graph::FromProto(def);
@@ -131,47 +142,67 @@ absl::StatusOr<graph::Graph> GraphOf(const proto::ModelSource& model) {
 
 }  // namespace
 
-// A job as the manager keeps it. Guarded by mu_, except the atomics (read by the executor).
-struct JobManager::Job {
-  proto::JobInfo info;
-  proto::PlanResponse plan;
+// What the manager keeps of a job beside the scheduler. Guarded by mu_.
+struct JobManager::Extras {
   // The budget its plan was chosen for (the spec's, or the device's memory).
   uint64_t budget_bytes = 0;
-  proto::JobProgress progress;
-  // Bumped on every change, for watchers.
-  uint64_t version = 0;
-  std::atomic<bool> cancel{false};
-  std::vector<double> step_seconds;
-  absl::Time last_write = absl::InfinitePast();
   // The timeline of its recorded steps, once one is complete.
   std::shared_ptr<const profiler::Timeline> timeline;
   std::shared_ptr<const profiler::StepLayout> layout;
   // The process's memory during its run against its plan (the timeline's process account).
   proto::ProcessMemory process;
-  // What admission reserved for it while it runs (Need() when it started).
-  uint64_t reserved_bytes = 0;
 };
 
-// What the worker needs of a job while it trains it, copied out of mu_.
+// The flags a started job run reads: `cancel` before every node (the executor's), and
+// `interrupt` before every step (shutdown: checkpoint, then stop).
+struct JobManager::RunControl {
+  std::atomic<bool> cancel{false};
+  std::atomic<bool> interrupt{false};
+};
+
+// A profile request from its call to its answer.
+struct JobManager::ProfileCall {
+  proto::ProfileRequest request;
+  proto::JobSpec spec;
+  uint64_t budget_bytes = 0;
+  std::string backend;
+  std::optional<absl::StatusOr<proto::ProfileResponse>> result;
+};
+
+// What the job worker needs of a job while it trains it, copied out of mu_.
 struct JobManager::Run {
   std::string job_id;
   proto::JobSpec spec;
   uint64_t budget_bytes = 0;
   uint64_t planned_peak_bytes = 0;
-  // What admission reserved for it (Need()).
-  uint64_t reserved_bytes = 0;
   uint64_t checkpoint_interval = 0;
-  std::atomic<bool>* cancel = nullptr;
+  std::shared_ptr<RunControl> control;
   // Set when shutdown stopped it after a step, with its checkpoint stored.
   bool interrupted = false;
 };
+
+namespace {
+
+SchedulerOptions SchedulerOptionsOf(const JobManagerOptions& o, const std::string& device,
+                                    uint64_t fixed_cost_bytes) {
+  SchedulerOptions s;
+  s.device = device;
+  s.backend = o.backend;
+  s.device_memory_bytes = o.device_memory_bytes;
+  s.fixed_cost_bytes = fixed_cost_bytes;
+  s.progress_write_interval = o.progress_write_interval;
+  return s;
+}
+
+}  // namespace
 
 JobManager::JobManager(JobStore* store, profiler::Metrics* metrics, JobManagerOptions options)
     : store_(store),
       metrics_(metrics),
       options_(std::move(options)),
       device_(absl::StrCat(options_.backend, ":0")),
-      fixed_cost_bytes_(options_.fixed_cost_bytes.value_or(options_.measured_fixed_cost_bytes)) {}
+      fixed_cost_bytes_(options_.fixed_cost_bytes.value_or(options_.measured_fixed_cost_bytes)),
+      scheduler_(SchedulerOptionsOf(options_, device_, fixed_cost_bytes_)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobStore* store,
                                                                profiler::Metrics* metrics,
@@ -179,7 +210,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobStore* store,
   if (!options.make_backend) return absl::InvalidArgumentError("JobManager: no make_backend");
   std::unique_ptr<JobManager> m(new JobManager(store, metrics, std::move(options)));
   RETURN_IF_ERROR(m->Recover());
-  m->worker_ = std::thread([raw = m.get()] { raw->WorkerLoop(); });
+  m->job_worker_ = std::thread([raw = m.get()] { raw->JobWorkerLoop(); });
+  m->profile_worker_ = std::thread([raw = m.get()] { raw->ProfileWorkerLoop(); });
   return m;
 }
 
@@ -187,76 +219,43 @@ JobManager::~JobManager() { Shutdown(); }
 
 absl::Status JobManager::Recover() {
   ASSIGN_OR_RETURN(std::vector<proto::JobInfo> stored, store_->LoadJobs());
-  absl::MutexLock lock(&mu_);
   // Oldest first, so that the queue keeps submission order.
   for (auto it = stored.rbegin(); it != stored.rend(); ++it) {
-    auto job = std::make_unique<Job>();
-    job->info = *it;
-    const bool was_running = job->info.state() == proto::JOB_STATE_RUNNING;
-    if (!Ended(job->info.state())) {
-      absl::StatusOr<proto::PlanResponse> plan = store_->GetPlan(job->info.job_id());
-      absl::StatusOr<std::optional<proto::Checkpoint>> checkpoint =
-          store_->GetCheckpoint(job->info.job_id());
-      const std::string refusal = ResumeRefusal(job->info, plan, checkpoint);
-      if (!refusal.empty()) {
-        job->info.set_state(proto::JOB_STATE_FAILED);
-        job->info.set_finished_unix_seconds(UnixSeconds());
-        job->info.set_error(absl::StrCat("could not resume after a daemon restart: ", refusal));
+    sched::Recovered event;
+    event.info = *it;
+    const std::string& id = it->job_id();
+    if (!Ended(it->state())) {
+      absl::StatusOr<proto::PlanResponse> plan = store_->GetPlan(id);
+      absl::StatusOr<std::optional<proto::Checkpoint>> checkpoint = store_->GetCheckpoint(id);
+      if (!plan.ok()) {
+        event.load_error = std::string(plan.status().message());
+      } else if (!checkpoint.ok()) {
+        event.load_error = std::string(checkpoint.status().message());
       } else {
-        job->plan = *plan;
-        job->budget_bytes = plan->summary().budget_bytes();
-        const uint64_t from = checkpoint->has_value() ? (*checkpoint)->step() : 0;
-        job->info.set_state(proto::JOB_STATE_QUEUED);
-        job->info.set_step(from);
-        job->info.set_message(
-            was_running ? absl::StrCat("resumes from step ", from, " after a daemon restart",
-                                       checkpoint->has_value() ? "" : " (no checkpoint yet)")
-                        : "");
-        queue_.push_back(job->info.job_id());
+        event.need_bytes = Need(*plan);
+        if (checkpoint->has_value()) event.checkpoint_step = (*checkpoint)->step();
       }
-      RETURN_IF_ERROR(store_->PutJob(job->info));
+      absl::MutexLock lock(&mu_);
+      if (plan.ok()) extras_[id].budget_bytes = plan->summary().budget_bytes();
     }
-    job->progress.set_job_id(job->info.job_id());
-    job->progress.set_state(job->info.state());
-    job->progress.set_step(job->info.step());
-    job->progress.set_total_steps(job->info.total_steps());
-    job->progress.set_loss(job->info.loss());
-    job->progress.set_measured_peak_bytes(job->info.measured_peak_bytes());
-    job->progress.set_message(Ended(job->info.state()) ? job->info.error() : job->info.message());
-    jobs_[job->info.job_id()] = std::move(job);
+    RETURN_IF_ERROR(Dispatch(event).status);
   }
+  absl::MutexLock lock(&mu_);
   PublishCounts();
   return absl::OkStatus();
 }
 
-std::string JobManager::ResumeRefusal(
-    const proto::JobInfo& info, const absl::StatusOr<proto::PlanResponse>& plan,
-    const absl::StatusOr<std::optional<proto::Checkpoint>>& checkpoint) const {
-  if (!plan.ok()) return std::string(plan.status().message());
-  if (!checkpoint.ok()) return std::string(checkpoint.status().message());
-  const std::string& backend = info.spec().train().backend();
-  if (!backend.empty() && backend != options_.backend) {
-    return absl::StrCat("it asks for backend '", backend, "', but this daemon runs ", device_);
-  }
-  const uint64_t need = Need(*plan);
-  if (options_.device_memory_bytes > 0 && need > options_.device_memory_bytes) {
-    return absl::StrCat("its plan's peak ", graph::HumanBytes(plan->summary().predicted_peak_bytes()),
-                        " (", plan->summary().predicted_peak_bytes(), " bytes) with the fixed cost "
-                        "exceeds device ", device_, "'s memory of ",
-                        graph::HumanBytes(options_.device_memory_bytes), " (",
-                        options_.device_memory_bytes, " bytes) now; submit it again");
-  }
-  return "";
-}
-
 void JobManager::Shutdown() {
+  Decision d;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ && !worker_.joinable()) return;
-    stopping_ = true;
-    changed_.SignalAll();
+    if (workers_stop_ && !job_worker_.joinable()) return;
+    d = Feed(sched::ShutdownRequested{});
+    workers_stop_ = true;
   }
-  if (worker_.joinable()) worker_.join();
+  Store(d).IgnoreError();  // Store() reports its errors on stderr.
+  if (job_worker_.joinable()) job_worker_.join();
+  if (profile_worker_.joinable()) profile_worker_.join();
 }
 
 uint64_t JobManager::Need(const proto::PlanResponse& plan) const {
@@ -265,19 +264,89 @@ uint64_t JobManager::Need(const proto::PlanResponse& plan) const {
          (summary.host_pool_in_budget() ? summary.host_pool_bytes() : 0) + fixed_cost_bytes_;
 }
 
-uint64_t JobManager::FreeBytes() const {
-  if (options_.free_device_bytes) {
-    absl::StatusOr<uint64_t> free = options_.free_device_bytes();
-    return free.ok() ? *free : 0;
+uint64_t JobManager::DriverFreeBytes() const {
+  absl::StatusOr<uint64_t> free = options_.free_device_bytes();
+  return free.ok() ? *free : 0;
+}
+
+Decision JobManager::Feed(const sched::Event& event) {
+  const absl::Time now = absl::Now();
+  Decision d;
+  if (options_.free_device_bytes && !std::holds_alternative<sched::CapacityChanged>(event)) {
+    d = scheduler_.Apply(sched::CapacityChanged{DriverFreeBytes()}, now);
   }
-  if (options_.device_memory_bytes == 0) return kUnlimited;
-  return options_.device_memory_bytes - std::min(options_.device_memory_bytes, reserved_bytes_);
+  Decision e = scheduler_.Apply(event, now);
+  d.status = e.status;
+  d.state = e.state;
+  d.actions.insert(d.actions.end(), e.actions.begin(), e.actions.end());
+  bool changed = false;
+  for (const sched::Action& a : d.actions) {
+    switch (a.kind) {
+      case sched::Action::Kind::kStartRun:
+        if (a.profile) {
+          profile_runs_.push_back(a.id);
+        } else {
+          controls_[a.id] = std::make_shared<RunControl>();
+          job_runs_.push_back(a.id);
+        }
+        break;
+      case sched::Action::Kind::kStopRun:
+        (a.checkpoint ? controls_.at(a.id)->interrupt : controls_.at(a.id)->cancel) = true;
+        break;
+      case sched::Action::Kind::kNotifyWatchers: changed = true; break;
+      case sched::Action::Kind::kReject: profiles_.at(a.id).result = a.status; break;
+      case sched::Action::Kind::kPersist:
+      case sched::Action::Kind::kDeleteCheckpoint: break;  // Store()'s
+    }
+  }
+  if (changed) {
+    changed_.SignalAll();
+    PublishCounts();
+  }
+  return d;
+}
+
+absl::Status JobManager::Store(const Decision& decision) {
+  absl::Status first;
+  for (const sched::Action& a : decision.actions) {
+    absl::Status s;
+    if (a.kind == sched::Action::Kind::kPersist) {
+      // The job's latest info, read under persist_mu_: of two writes racing, the later
+      // carries the later state.
+      absl::MutexLock order(&persist_mu_);
+      proto::JobInfo info;
+      {
+        absl::MutexLock lock(&mu_);
+        info = scheduler_.Find(a.id)->info;
+      }
+      s = store_->PutJob(info);
+    } else if (a.kind == sched::Action::Kind::kDeleteCheckpoint) {
+      s = store_->DeleteCheckpoint(a.id);
+    }
+    if (s.ok()) continue;
+    // A failed write loses only progress that the next one carries; say so on stderr.
+    fprintf(stderr, "headroomd: storing job %s: %s\n", a.id.c_str(),
+            std::string(s.message()).c_str());
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+Decision JobManager::Dispatch(const sched::Event& event) {
+  Decision d;
+  {
+    absl::MutexLock lock(&mu_);
+    d = Feed(event);
+  }
+  absl::Status stored = Store(d);
+  if (d.status.ok()) d.status = stored;
+  return d;
 }
 
 void JobManager::PublishCounts() {
   profiler::JobCounts counts;
-  for (const auto& [id, job] : jobs_) {
-    switch (job->info.state()) {
+  for (const auto& [id, job] : scheduler_.jobs()) {
+    switch (job.info.state()) {
       case proto::JOB_STATE_QUEUED: ++counts.queued; break;
       case proto::JOB_STATE_RUNNING: ++counts.running; break;
       case proto::JOB_STATE_SUCCEEDED: ++counts.succeeded; break;
@@ -287,34 +356,6 @@ void JobManager::PublishCounts() {
     }
   }
   metrics_->SetJobCounts(counts).IgnoreError();
-}
-
-void JobManager::UpdateJob(const std::string& job_id, const std::function<void(Job&)>& change,
-                           bool force) {
-  proto::JobInfo info;
-  {
-    absl::MutexLock lock(&mu_);
-    Job& job = *jobs_.at(job_id);
-    change(job);
-    job.progress.set_state(job.info.state());
-    job.progress.set_step(job.info.step());
-    job.progress.set_total_steps(job.info.total_steps());
-    job.progress.set_loss(job.info.loss());
-    job.progress.set_measured_peak_bytes(job.info.measured_peak_bytes());
-    job.progress.set_message(Ended(job.info.state()) ? job.info.error() : job.info.message());
-    ++job.version;
-    changed_.SignalAll();
-    PublishCounts();
-    const absl::Time now = absl::Now();
-    if (!force && now - job.last_write < options_.progress_write_interval) return;
-    job.last_write = now;
-    info = job.info;
-  }
-  // A failed write loses only progress that the next one carries; say so on stderr.
-  if (absl::Status s = store_->PutJob(info); !s.ok()) {
-    fprintf(stderr, "headroomd: storing job %s: %s\n", job_id.c_str(),
-            std::string(s.message()).c_str());
-  }
 }
 
 absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& spec,
@@ -350,6 +391,7 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
   return plan;
 }
 
+
 absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec& spec) {
   // 1. Check the spec and plan it: every error here is the caller's.
   if (spec.train().steps() == 0) {
@@ -363,75 +405,45 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   RETURN_IF_ERROR(TrainerOptionsOf(spec).status());
   uint64_t budget = 0;
   ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget));
-  // 2. Store it, then queue it.
+  // 2. Store it, then hand it to the scheduler.
   ASSIGN_OR_RETURN(std::string id, store_->NewJobId());
-  auto job = std::make_unique<Job>();
-  job->info.set_job_id(id);
-  job->info.set_name(spec.name().empty() ? id : spec.name());
-  job->info.set_state(proto::JOB_STATE_QUEUED);
-  job->info.set_submitted_unix_seconds(UnixSeconds());
-  job->info.set_total_steps(spec.train().steps());
-  job->info.set_planned_peak_bytes(plan.summary().predicted_peak_bytes());
-  job->info.set_offloaded_bytes_per_step(plan.summary().offloaded_bytes());
-  job->info.set_device(device_);
-  *job->info.mutable_spec() = spec;
-  job->plan = plan;
-  job->budget_bytes = budget;
-  job->progress.set_job_id(id);
-  job->progress.set_state(proto::JOB_STATE_QUEUED);
-  job->progress.set_total_steps(spec.train().steps());
+  sched::Submitted submitted;
+  proto::JobInfo& info = submitted.info;
+  info.set_job_id(id);
+  info.set_name(spec.name().empty() ? id : spec.name());
+  info.set_state(proto::JOB_STATE_QUEUED);
+  info.set_submitted_unix_seconds(UnixSeconds());
+  info.set_total_steps(spec.train().steps());
+  info.set_planned_peak_bytes(plan.summary().predicted_peak_bytes());
+  info.set_offloaded_bytes_per_step(plan.summary().offloaded_bytes());
+  info.set_device(device_);
+  *info.mutable_spec() = spec;
+  submitted.need_bytes = Need(plan);
   RETURN_IF_ERROR(store_->PutPlan(id, plan));
-  RETURN_IF_ERROR(store_->PutJob(job->info));
+  RETURN_IF_ERROR(store_->PutJob(info));
+  {
+    absl::MutexLock lock(&mu_);
+    extras_[id].budget_bytes = budget;
+  }
+  RETURN_IF_ERROR(Dispatch(submitted).status);
   proto::SubmitJobResponse response;
   response.set_job_id(id);
   response.set_state(proto::JOB_STATE_QUEUED);
   *response.mutable_plan() = std::move(plan);
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("headroomd is shutting down; the job stays queued");
-  jobs_[id] = std::move(job);
-  queue_.push_back(id);
-  PublishCounts();
-  changed_.SignalAll();
   return response;
 }
 
 absl::StatusOr<proto::JobState> JobManager::Cancel(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  Job& job = *it->second;
-  if (job.info.state() == proto::JOB_STATE_QUEUED) {
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), job_id), queue_.end());
-    job.info.set_state(proto::JOB_STATE_CANCELLED);
-    job.info.set_error("cancelled while queued");
-    job.info.set_finished_unix_seconds(UnixSeconds());
-    job.progress.set_state(job.info.state());
-    job.progress.set_message(job.info.error());
-    ++job.version;
-    changed_.SignalAll();
-    PublishCounts();
-    proto::JobInfo info = job.info;
-    mu_.Unlock();
-    absl::Status s = store_->PutJob(info);
-    store_->DeleteCheckpoint(job_id).IgnoreError();
-    mu_.Lock();
-    if (!s.ok()) return s;
-    return proto::JOB_STATE_CANCELLED;
-  }
-  if (job.info.state() == proto::JOB_STATE_RUNNING) {
-    job.cancel = true;
-    // The run stops before its next node; wait until its arena is freed and it has ended.
-    auto ended = [&job] { return Ended(job.info.state()); };
-    mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(60));
-  }
-  return job.info.state();
+  const Decision d = Dispatch(sched::CancelRequested{job_id});
+  if (!d.status.ok()) return d.status;
+  return d.state;
 }
 
 absl::StatusOr<proto::JobInfo> JobManager::Get(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  return it->second->info;
+  const ScheduledJob* job = scheduler_.Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  return job->info;
 }
 
 absl::StatusOr<proto::ListJobsResponse> JobManager::List(
@@ -446,8 +458,9 @@ absl::StatusOr<proto::ListJobsResponse> JobManager::List(
   absl::MutexLock lock(&mu_);
   size_t index = 0;
   // Ids grow with submission, so the reverse id order is newest first.
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    const proto::JobInfo& info = it->second->info;
+  const std::map<std::string, ScheduledJob>& jobs = scheduler_.jobs();
+  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+    const proto::JobInfo& info = it->second.info;
     if (!request.states().empty() &&
         std::find(request.states().begin(), request.states().end(), info.state()) ==
             request.states().end()) {
@@ -462,28 +475,28 @@ absl::StatusOr<proto::ListJobsResponse> JobManager::List(
   return response;
 }
 
+
 absl::Status JobManager::Watch(const std::string& job_id,
                                const std::function<bool(const proto::JobProgress&)>& write,
                                const std::function<bool()>& stop) const {
+  // A change wakes the wait at once (changed_ is signalled on every one). The timed wait is
+  // only for a client that went away: gRPC's IsCancelled has no event to wait on.
+  constexpr absl::Duration kClientCheck = absl::Seconds(1);
   uint64_t seen = 0;
   bool first = true;
   while (true) {
     proto::JobProgress progress;
     {
       absl::MutexLock lock(&mu_);
-      auto it = jobs_.find(job_id);
-      if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-      const Job& job = *it->second;
-      if (!first && job.version == seen) {
-        changed_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
-        if (job.version == seen) {
-          if (stop()) return absl::CancelledError("the watcher went away");
-          continue;
-        }
+      const ScheduledJob* job = scheduler_.Find(job_id);
+      if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+      while (!first && job->version == seen) {  // Jobs are never removed: `job` stays valid.
+        if (stop()) return absl::CancelledError("the watcher went away");
+        changed_.WaitWithTimeout(&mu_, kClientCheck);
       }
       first = false;
-      seen = job.version;
-      progress = job.progress;
+      seen = job->version;
+      progress = ProgressOf(*job);
     }
     if (!write(progress)) return absl::CancelledError("the watcher went away");
     if (Ended(progress.state())) return absl::OkStatus();
@@ -492,19 +505,18 @@ absl::Status JobManager::Watch(const std::string& job_id,
 
 absl::StatusOr<proto::MemoryTimeline> JobManager::Timeline(const std::string& job_id,
                                                            uint32_t max_samples) const {
-  std::shared_ptr<const profiler::Timeline> timeline;
-  std::shared_ptr<const profiler::StepLayout> layout;
+  Extras extras;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-    timeline = it->second->timeline;
-    layout = it->second->layout;
+    if (scheduler_.Find(job_id) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+    }
+    auto it = extras_.find(job_id);
+    if (it != extras_.end()) extras = it->second;
   }
-  if (timeline != nullptr) {
-    proto::MemoryTimeline out = timeline->ToProto(*layout, max_samples);
-    absl::MutexLock lock(&mu_);
-    *out.mutable_process() = jobs_.at(job_id)->process;
+  if (extras.timeline != nullptr) {
+    proto::MemoryTimeline out = extras.timeline->ToProto(*extras.layout, max_samples);
+    *out.mutable_process() = extras.process;
     return out;
   }
   // A job of an earlier run of the daemon: its stored timeline.
@@ -517,39 +529,30 @@ absl::StatusOr<proto::MemoryTimeline> JobManager::Timeline(const std::string& jo
   return stored;
 }
 
-void JobManager::WorkerLoop() {
+void JobManager::JobWorkerLoop() {
   while (true) {
     std::string job_id;
+    Decision recheck;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
+        return workers_stop_ || !job_runs_.empty();
       };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      Job& job = *jobs_.at(queue_.front());
-      // Admission: the head of the queue starts once its plan and the fixed cost fit.
-      const uint64_t need = Need(job.plan);
-      const uint64_t free = FreeBytes();
-      if (need > free) {
-        const std::string wait = absl::StrCat("waiting for device memory: needs ",
-                                              graph::HumanBytes(need), ", ",
-                                              graph::HumanBytes(free), " free");
-        if (job.info.message() != wait) {
-          job.info.set_message(wait);
-          job.progress.set_message(wait);
-          ++job.version;
-          changed_.SignalAll();
-        }
-        changed_.WaitWithTimeout(&mu_, options_.admission_poll);
-        continue;
+      if (!options_.free_device_bytes) {
+        mu_.Await(absl::Condition(&ready));
+      } else if (!mu_.AwaitWithTimeout(absl::Condition(&ready), options_.admission_poll)) {
+        // The driver's free bytes change with other processes, without an event here:
+        // the one periodic look, while nothing else happens.
+        recheck = Feed(sched::CapacityChanged{DriverFreeBytes()});
       }
-      job_id = queue_.front();
-      queue_.pop_front();
-      reserved_bytes_ += need;
-      job.reserved_bytes = need;
+      if (job_runs_.empty() && workers_stop_) return;
+      if (!job_runs_.empty()) {
+        job_id = job_runs_.front();
+        job_runs_.pop_front();
+      }
     }
-    RunJob(job_id);
+    Store(recheck).IgnoreError();  // Store() reports its errors on stderr.
+    if (!job_id.empty()) RunJob(job_id);
   }
 }
 
@@ -558,54 +561,33 @@ void JobManager::RunJob(const std::string& job_id) {
   run.job_id = job_id;
   {
     absl::MutexLock lock(&mu_);
-    Job& job = *jobs_.at(job_id);
-    run.spec = job.info.spec();
-    run.budget_bytes = job.budget_bytes;
-    run.planned_peak_bytes = job.info.planned_peak_bytes();
-    run.reserved_bytes = job.reserved_bytes;
+    const proto::JobInfo& info = scheduler_.Find(job_id)->info;
+    run.spec = info.spec();
+    run.budget_bytes = extras_[job_id].budget_bytes;
+    run.planned_peak_bytes = info.planned_peak_bytes();
     run.checkpoint_interval = run.spec.train().checkpoint_interval_steps() > 0
                                   ? run.spec.train().checkpoint_interval_steps()
                                   : options_.checkpoint_interval_steps;
-    run.cancel = &job.cancel;
+    run.control = controls_.at(job_id);
   }
-  UpdateJob(job_id, [](Job& job) {
-    job.info.set_state(proto::JOB_STATE_RUNNING);
-    job.info.set_message("");
-  }, /*force=*/true);
 
   const absl::Status status = TrainJob(run);  // the trainer and its arena are gone after this
 
-  proto::MemoryTimeline timeline;
-  bool has_timeline = false;
-  UpdateJob(job_id, [&](Job& job) {
-    // A cancel that came after the last step leaves the job finished.
-    if (job.cancel && !status.ok()) {
-      job.info.set_state(proto::JOB_STATE_CANCELLED);
-      job.info.set_error(absl::StrCat("cancelled at step ", job.info.step()));
-    } else if (run.interrupted) {
-      job.info.set_state(proto::JOB_STATE_QUEUED);
-      job.info.set_message(absl::StrCat("stopped by a daemon shutdown at step ",
-                                        job.info.step(), "; resumes when headroomd starts"));
-    } else if (!status.ok()) {
-      job.info.set_state(proto::JOB_STATE_FAILED);
-      job.info.set_error(std::string(status.message()));
-    } else {
-      job.info.set_state(proto::JOB_STATE_SUCCEEDED);
+  // Its timeline is stored before it is seen to end.
+  std::optional<proto::MemoryTimeline> timeline;
+  {
+    absl::MutexLock lock(&mu_);
+    const Extras& extras = extras_[job_id];
+    if (extras.timeline != nullptr) {
+      timeline = extras.timeline->ToProto(*extras.layout, 2000);
+      *timeline->mutable_process() = extras.process;
     }
-    if (Ended(job.info.state())) job.info.set_finished_unix_seconds(UnixSeconds());
-    if (job.timeline != nullptr) {
-      timeline = job.timeline->ToProto(*job.layout, 2000);
-      *timeline.mutable_process() = job.process;
-      has_timeline = true;
-    }
-    reserved_bytes_ -= std::min(reserved_bytes_, run.reserved_bytes);
-  }, /*force=*/true);
-  if (has_timeline) store_->PutTimeline(job_id, timeline).IgnoreError();
+  }
+  if (timeline.has_value()) store_->PutTimeline(job_id, *timeline).IgnoreError();
+  Dispatch(sched::RunEnded{job_id, status, run.interrupted});
   absl::MutexLock lock(&mu_);
-  if (Ended(jobs_.at(job_id)->info.state())) {
-    mu_.Unlock();
-    store_->DeleteCheckpoint(job_id).IgnoreError();
-    mu_.Lock();
+  controls_.erase(job_id);
+  if (Ended(scheduler_.Find(job_id)->info.state())) {
     // Keep the series of the latest ended jobs only.
     ended_with_series_.push_back(job_id);
     while (ended_with_series_.size() > kKeptEndedSeries) {
@@ -626,7 +608,7 @@ absl::Status JobManager::TrainJob(Run& run) {
                    options_.make_backend(backend_name));
   ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(run.spec));
   trainer_options.budget_bytes = run.budget_bytes;
-  trainer_options.cancel = run.cancel;
+  trainer_options.cancel = &run.control->cancel;
   for (const proto::TensorValue& v : model.values) {
     trainer_options.initial_values.push_back(executor::HostTensorFromValue(v));
   }
@@ -646,37 +628,17 @@ absl::Status JobManager::TrainJob(Run& run) {
   }
   auto layout = std::make_shared<const profiler::StepLayout>(profiler::DescribeStep(*trainer->plan().step));
 
-  // 2. Resume from the checkpoint, if there is one. The parsed checkpoint is the one copy of
-  //    the state in host memory; the trainer reads its tensors in place, and it is gone
-  //    before the first step.
-  double loss = 0;
-  {
-    ASSIGN_OR_RETURN(std::optional<proto::Checkpoint> checkpoint,
-                     store_->GetCheckpoint(run.job_id));
-    if (checkpoint.has_value()) {
-      RETURN_IF_ERROR(trainer->RestoreState(static_cast<int64_t>(checkpoint->step()),
-                                            StateViews(*checkpoint)));
-      loss = checkpoint->loss();
-      UpdateJob(run.job_id, [&](Job& job) {
-        job.info.set_resumed_from_step(checkpoint->step());
-        job.info.set_step(checkpoint->step());
-        job.info.set_loss(checkpoint->loss());
-      }, /*force=*/true);
-    }
-  }
+  // 2. Resume from the checkpoint, if there is one.
+  ASSIGN_OR_RETURN(double loss, RestoreCheckpoint(run.job_id, *trainer));
   window.set_first(trainer->steps_run());
   metrics_->ForgetJob(run.job_id);
   RETURN_IF_ERROR(metrics_->StartJob(run.job_id, device_, run.planned_peak_bytes));
 
-  // 3. The steps: progress after each, a checkpoint every interval.
+  // 3. The steps: progress after each, a checkpoint every interval; a shutdown stops it
+  //    between steps with a checkpoint.
   const int64_t total = static_cast<int64_t>(run.spec.train().steps());
   while (trainer->steps_run() < total) {
-    bool stopping;
-    {
-      absl::MutexLock lock(&mu_);
-      stopping = stopping_;
-    }
-    if (stopping) {
+    if (run.control->interrupt) {
       RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
       run.interrupted = true;
       return absl::OkStatus();
@@ -688,38 +650,19 @@ absl::Status JobManager::TrainJob(Run& run) {
       absl::StatusOr<profiler::Timeline> built = profiler::Timeline::Build(window.log(), *layout);
       if (built.ok()) timeline = std::make_shared<const profiler::Timeline>(*std::move(built));
     }
-    const profiler::StepObservation& observed = sink.last_step();
     const int64_t done = trainer->steps_run();
-    const proto::ProcessMemory account =
-        process.Account(trainer->plan().peak_bytes, trainer->executor().host_pool_bytes(),
-                        layout.get());
-    UpdateJob(run.job_id, [&](Job& job) {
-      job.process = account;
-      job.info.set_step(done);
-      job.info.set_loss(r.loss);
-      job.info.set_measured_peak_bytes(
-          std::max<uint64_t>(job.info.measured_peak_bytes(), r.arena_high_water_bytes));
-      job.step_seconds.push_back(r.seconds);
-      job.info.set_median_step_seconds(Median(job.step_seconds));
-      job.progress.set_step_seconds(r.seconds);
-      job.progress.clear_memory_by_role();
-      std::map<proto::TensorRole, uint64_t> by_role;  // Planned and unplanned scratch meet.
-      for (profiler::MemoryRole role : profiler::kAllMemoryRoles) {
-        const std::optional<proto::TensorRole> tensor_role = TensorRoleOf(role);
-        if (tensor_role.has_value() && observed.bytes(role) > 0) {
-          by_role[*tensor_role] += observed.bytes(role);
-        }
-      }
-      for (const auto& [tensor_role, bytes] : by_role) {
-        proto::RoleBytes* b = job.progress.add_memory_by_role();
-        b->set_role(tensor_role);
-        b->set_bytes(bytes);
-      }
+    {
+      absl::MutexLock lock(&mu_);
+      Extras& extras = extras_[run.job_id];
+      extras.process = process.Account(trainer->plan().peak_bytes,
+                                       trainer->executor().host_pool_bytes(), layout.get());
       if (timeline != nullptr) {
-        job.timeline = timeline;
-        job.layout = layout;
+        extras.timeline = timeline;
+        extras.layout = layout;
       }
-    }, /*force=*/false);
+    }
+    Dispatch(sched::StepDone{run.job_id, static_cast<uint64_t>(done), r.loss, r.seconds,
+                             r.arena_high_water_bytes, MemoryByRole(sink.last_step())});
     if (done < total && done % static_cast<int64_t>(run.checkpoint_interval) == 0) {
       RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
     }
@@ -727,66 +670,105 @@ absl::Status JobManager::TrainJob(Run& run) {
   return sink.status();
 }
 
+absl::StatusOr<double> JobManager::RestoreCheckpoint(const std::string& job_id,
+                                                     executor::Trainer& trainer) {
+  // The parsed checkpoint is the one copy of the state in host memory; the trainer reads
+  // its tensors in place, and it is gone before the first step.
+  ASSIGN_OR_RETURN(std::optional<proto::Checkpoint> checkpoint, store_->GetCheckpoint(job_id));
+  if (!checkpoint.has_value()) return 0.0;
+  RETURN_IF_ERROR(trainer.RestoreState(static_cast<int64_t>(checkpoint->step()),
+                                       StateViews(*checkpoint)));
+  Dispatch(sched::Restored{job_id, checkpoint->step(), checkpoint->loss()});
+  return checkpoint->loss();
+}
+
 absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileRequest& request) {
-  // 1. Check and plan it; reserve its peak on the device.
-  const std::string backend_name = request.backend().empty() ? options_.backend : request.backend();
-  if (backend_name != options_.backend) {
-    return absl::InvalidArgumentError(absl::StrCat("backend: '", backend_name,
+  // 1. Check and plan it.
+  ProfileCall call;
+  call.backend = request.backend().empty() ? options_.backend : request.backend();
+  if (call.backend != options_.backend) {
+    return absl::InvalidArgumentError(absl::StrCat("backend: '", call.backend,
                                                    "', but this daemon runs ", device_));
   }
-  proto::JobSpec spec;
-  *spec.mutable_model() = request.model();
-  *spec.mutable_plan() = request.plan();
-  spec.mutable_train()->set_seed(request.seed());
-  uint64_t budget = 0;
-  ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget));
-  uint64_t need = 0;
+  call.request = request;
+  *call.spec.mutable_model() = request.model();
+  *call.spec.mutable_plan() = request.plan();
+  call.spec.mutable_train()->set_seed(request.seed());
+  ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(call.spec, &call.budget_bytes));
+  // 2. Hand it to the scheduler; the profile worker runs it once it fits, and the answer
+  //    (its report, or why it was refused) wakes this call.
+  std::string id;
   {
     absl::MutexLock lock(&mu_);
-    const uint64_t free = FreeBytes();
-    need = Need(plan);
-    if (need > free) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "device ", device_, " has ", graph::HumanBytes(free), " free; the profile needs ",
-          graph::HumanBytes(need), ", its plan and the fixed cost of ",
-          graph::HumanBytes(fixed_cost_bytes_), " (try again when the running job ends)"));
-    }
-    reserved_bytes_ += need;
+    id = absl::StrCat("profile-run-", ++profile_count_);
+    profiles_[id] = std::move(call);
   }
-  // 2. Run it.
+  Dispatch(sched::ProfileRequested{id, Need(plan)});
+  absl::MutexLock lock(&mu_);
+  ProfileCall& mine = profiles_.at(id);
+  auto answered = [&mine] { return mine.result.has_value(); };
+  mu_.Await(absl::Condition(&answered));
+  absl::StatusOr<proto::ProfileResponse> result = *std::move(mine.result);
+  profiles_.erase(id);
+  return result;
+}
+
+void JobManager::ProfileWorkerLoop() {
+  while (true) {
+    std::string id;
+    const ProfileCall* call = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return workers_stop_ || !profile_runs_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (profile_runs_.empty()) return;
+      id = profile_runs_.front();
+      profile_runs_.pop_front();
+      call = &profiles_.at(id);  // Its caller waits: it stays until answered.
+    }
+    absl::StatusOr<proto::ProfileResponse> result = RunProfile(*call);
+    // Its caller wakes with its memory already released.
+    Decision done;
+    {
+      absl::MutexLock lock(&mu_);
+      profiles_.at(id).result = std::move(result);
+      done = Feed(sched::ProfileDone{id});
+    }
+    Store(done).IgnoreError();  // Store() reports its errors on stderr.
+  }
+}
+
+absl::StatusOr<proto::ProfileResponse> JobManager::RunProfile(const ProfileCall& call) {
+  // 1. Run it.
   auto run = [&]() -> absl::StatusOr<proto::ProfileResponse> {
-    ASSIGN_OR_RETURN(graph::Graph g, GraphOf(request.model()));
+    ASSIGN_OR_RETURN(graph::Graph g, GraphOf(call.request.model()));
     // On a GPU, CUPTI sees every physical allocation from before the backend exists.
-    runner::PhysicalTrace physical(backend_name);
+    runner::PhysicalTrace physical(call.backend);
     ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
-                     options_.make_backend(backend_name));
-    ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(spec));
-    trainer_options.budget_bytes = budget;
+                     options_.make_backend(call.backend));
+    ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(call.spec));
+    trainer_options.budget_bytes = call.budget_bytes;
     runner::ProfileRunOptions run_options;
-    run_options.steps = request.steps() == 0 ? 3 : request.steps();
-    run_options.backend = backend_name;
-    run_options.trace = request.trace();
+    run_options.steps = call.request.steps() == 0 ? 3 : call.request.steps();
+    run_options.backend = call.backend;
+    run_options.trace = call.request.trace();
     ASSIGN_OR_RETURN(runner::ProfileRun profile,
                      runner::RunProfile(g, backend.get(), trainer_options, run_options));
     physical.Finish(profile.report);
     profile.report.set_trace_json(std::move(profile.trace_json));
     return std::move(profile.report);
   };
-  absl::StatusOr<proto::ProfileResponse> report = run();
-  {
-    absl::MutexLock lock(&mu_);
-    reserved_bytes_ -= std::min(reserved_bytes_, need);
-    changed_.SignalAll();
-  }
-  if (!report.ok()) return report.status();
-  // 3. Keep it.
+  ASSIGN_OR_RETURN(proto::ProfileResponse report, run());
+  // 2. Keep it.
   ASSIGN_OR_RETURN(std::string id, store_->NewProfileId());
-  report->set_profile_id(id);
+  report.set_profile_id(id);
   proto::StoredProfile stored;
   stored.set_profile_id(id);
   stored.set_created_unix_seconds(UnixSeconds());
-  *stored.mutable_request() = request;
-  *stored.mutable_response() = *report;
+  *stored.mutable_request() = call.request;
+  *stored.mutable_response() = report;
   stored.mutable_response()->clear_trace_json();
   RETURN_IF_ERROR(store_->PutProfile(stored));
   return report;

@@ -1,28 +1,30 @@
-// headroomd's jobs: admission, the queue, one worker per device that trains them, progress
-// for watchers, checkpoints, cancellation, and recovery after a restart.
+// headroomd's jobs: the shell around the Scheduler (server/scheduler.h) that carries out
+// its decisions: two worker threads (one trains jobs, one runs profiles), the store, the
+// metrics, and the waits of RPC threads.
 //
 // A submitted job is planned at once (so a bad graph or a budget below the minimum is an
-// error of the submit call), stored as QUEUED with its plan, and queued. The device's worker
-// takes jobs in submission order; it starts the head of the queue once its planned peak fits
-// the device's free memory, and otherwise leaves it QUEUED with a message saying what it
-// waits for. A job whose planned peak exceeds the device's whole memory is rejected at
-// submit. While a job trains, every step updates its progress (for WatchJob and ListJobs)
-// and its metrics; every `checkpoint_interval_steps` steps its parameters, buffers and
-// optimizer state are stored, so a daemon killed mid-job resumes it from there when it
-// starts again (bitwise as if never interrupted). A checkpoint goes from the device to the
-// store a tensor at a time (Trainer::ReadStateTensor), and resuming restores from the parsed
-// checkpoint in place, so neither holds the state in host memory twice. Cancel() stops a
-// running job before its next node and frees its arena at once.
+// error of the submit call), stored as QUEUED with its plan, and handed to the scheduler,
+// which decides when it starts (in submission order, once its planned peak fits the
+// device's free memory; otherwise it stays QUEUED with a message saying what it waits for).
+// A job whose planned peak exceeds the device's whole memory is rejected at submit. While a
+// job trains, every step updates its progress (for WatchJob and ListJobs) and its metrics;
+// every `checkpoint_interval_steps` steps its parameters, buffers and optimizer state are
+// stored, so a daemon killed mid-job resumes it from there when it starts again (bitwise as
+// if never interrupted). A checkpoint goes from the device to the store a tensor at a time
+// (Trainer::ReadStateTensor), and resuming restores from the parsed checkpoint in place, so
+// neither holds the state in host memory twice. Cancel() makes a running job CANCELLED at
+// once and stops its run before its next node; its arena is freed as the run stops.
 //
 // Phases: Create() (loads every stored job; requeues those that were queued or running),
 // then any mix of Submit(), Cancel(), Get(), List(), Watch(), Timeline() and Profile() from
 // any thread; Shutdown() (or the destructor) lets a running step finish, checkpoints it,
-// leaves the job QUEUED for the next start, and joins the worker.
+// leaves the job QUEUED for the next start, and joins the workers.
 //
 // Ownership: borrows the store and the metrics, which must outlive it.
-// Thread-safety: thread-safe. One mutex (mu_) guards the job table, the queue and the
-// device's reservations; it is never held while a step trains, a plan is searched or the
-// store writes a checkpoint.
+// Thread-safety: thread-safe. One mutex (mu_) guards the scheduler, the runs handed to the
+// workers and what is kept of each job beside it; it is never held while a step trains, a
+// plan is searched or the store writes. Waits (workers, watchers, profile callers) wake on
+// the scheduler's changes, not on timers.
 #ifndef HEADROOM_SERVER_JOB_MANAGER_H_
 #define HEADROOM_SERVER_JOB_MANAGER_H_
 
@@ -41,12 +43,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "executor/backend.h"
+#include "executor/trainer.h"
 #include "planner/plan_request.h"
 #include "profiler/metrics.h"
 #include "profiler/step_layout.h"
 #include "profiler/timeline.h"
 #include "proto/headroom.pb.h"
 #include "server/job_store.h"
+#include "server/scheduler.h"
 
 namespace headroom::server {
 
@@ -61,7 +65,9 @@ struct JobManagerOptions {
   // Steps of each run whose every memory event is kept for GetTimeline (memory repeats
   // from step to step). Default 2.
   int64_t timeline_steps = 2;
-  // How often a queued job that does not fit is looked at again. Default 1 s.
+  // How often the driver's free bytes (free_device_bytes) are read again while the head of
+  // the queue waits for memory: other processes free it without an event here. Unused
+  // without free_device_bytes (admission then follows Headroom's own events). Default 1 s.
   absl::Duration admission_poll = absl::Seconds(1);
   // Least time between two writes of a running job's progress to the store (checkpoints
   // and state changes are written at once). Default 0.5 s.
@@ -87,7 +93,7 @@ struct JobManagerOptions {
 
 class JobManager {
  public:
-  // Returns a manager with its worker started and every stored job loaded: jobs stored as
+  // Returns a manager with its workers started and every stored job loaded: jobs stored as
   // RUNNING or QUEUED are queued again (a running one resumes from its checkpoint, or from
   // step 0 when it had none). One that cannot resume here is marked FAILED with the reason:
   // its plan or checkpoint cannot be read, it names another backend, or its planned peak
@@ -103,7 +109,8 @@ class JobManager {
   absl::StatusOr<proto::SubmitJobResponse> Submit(const proto::JobSpec& spec);
 
   // Returns the job's state after cancelling it (a job that already ended keeps its
-  // state). NotFound for an unknown job.
+  // state), at once: a running job is CANCELLED and its run stops before its next node,
+  // releasing its memory to admission as it stops. NotFound for an unknown job.
   absl::StatusOr<proto::JobState> Cancel(const std::string& job_id);
 
   // Returns the job. NotFound for an unknown job.
@@ -113,8 +120,9 @@ class JobManager {
   absl::StatusOr<proto::ListJobsResponse> List(const proto::ListJobsRequest& request) const;
 
   // Calls `write` with the job's progress now and after every change until the job ends
-  // (the last call carries its final state), `write` returns false, or `stop` returns true
-  // (it is polled every 200 ms). NotFound for an unknown job.
+  // (the last call carries its final state), `write` returns false, or `stop` returns true.
+  // Changes wake it at once; `stop` (gRPC's IsCancelled, which has no event to wait on) is
+  // looked at whenever it wakes and at least every second. NotFound for an unknown job.
   absl::Status Watch(const std::string& job_id,
                      const std::function<bool(const proto::JobProgress&)>& write,
                      const std::function<bool()>& stop) const;
@@ -125,8 +133,9 @@ class JobManager {
   absl::StatusOr<proto::MemoryTimeline> Timeline(const std::string& job_id,
                                                  uint32_t max_samples) const;
 
-  // Runs a profile on this device now, beside any running job, if its planned peak fits
-  // the free memory (else ResourceExhausted saying what is free), and stores it.
+  // Runs a profile on this device's profile worker, beside any running job, if its planned
+  // peak fits the free memory (else ResourceExhausted saying what is free; it waits for a
+  // cancelled run to stop when that makes room), stores it, and returns it when done.
   absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request);
 
   // Returns the stored profiles, newest first (without samples and op costs when
@@ -140,7 +149,7 @@ class JobManager {
   // Returns the device bytes Headroom's running work holds (by plan and fixed cost).
   uint64_t reserved_bytes() const {
     absl::MutexLock lock(&mu_);
-    return reserved_bytes_;
+    return scheduler_.reserved_bytes();
   }
 
   // Returns the fixed cost admission adds to each plan (JobManagerOptions).
@@ -153,31 +162,43 @@ class JobManager {
   const planner::PlanBackend& plan_backend() const { return options_.plan_backend; }
 
  private:
-  struct Job;
+  struct Extras;
+  struct RunControl;
+  struct ProfileCall;
   struct Run;
 
   JobManager(JobStore* store, profiler::Metrics* metrics, JobManagerOptions options);
 
-  // Loads stored jobs; requeues unfinished ones.
+  // Loads stored jobs and feeds them to the scheduler, which requeues unfinished ones.
   absl::Status Recover();
-  // Returns why a stored unfinished job cannot resume on this daemon (its plan or
-  // checkpoint unreadable, another backend, a plan larger than this device), or "".
-  std::string ResumeRefusal(const proto::JobInfo& info,
-                            const absl::StatusOr<proto::PlanResponse>& plan,
-                            const absl::StatusOr<std::optional<proto::Checkpoint>>& checkpoint) const;
-  // The worker: takes queued jobs in order as they fit, runs them.
-  void WorkerLoop();
-  // Returns the free bytes now (kUnlimited when there is no limit).
-  uint64_t FreeBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the scheduler's decision on `event`, with the actions that need mu_ carried
+  // out: runs handed to the workers, runs told to stop, waiters woken, profile requests
+  // answered. The caller carries out the rest with Store() once it releases mu_. With a
+  // driver's figure (free_device_bytes), the scheduler is told the free bytes first.
+  Decision Feed(const sched::Event& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the first error of carrying out `decision`'s store actions (persisting jobs,
+  // deleting checkpoints); every action is tried.
+  absl::Status Store(const Decision& decision) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns Feed()'s decision on `event` (under mu_), carried out with Store(): its status
+  // is Store()'s error when the scheduler's answer is OK.
+  Decision Dispatch(const sched::Event& event) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the driver's free bytes (0 when it fails).
+  uint64_t DriverFreeBytes() const;
+  // The job worker: runs the jobs the scheduler starts, one at a time, until shutdown.
+  void JobWorkerLoop();
+  // The profile worker: runs the profiles the scheduler starts and answers their callers.
+  void ProfileWorkerLoop();
   // Returns what running `plan` takes from the device: its peak, its host pool where that
   // counts against budgets, and the fixed cost.
   uint64_t Need(const proto::PlanResponse& plan) const;
-  // Trains one job to its end (or until cancelled or shut down); sets its final state.
+  // Trains one job to its end (or until cancelled or shut down) and reports RunEnded.
   void RunJob(const std::string& job_id);
   absl::Status TrainJob(Run& run);
-  // Updates the job's info under mu_, persists it (always when `force`), notifies watchers.
-  void UpdateJob(const std::string& job_id, const std::function<void(Job&)>& change,
-                 bool force);
+  // Returns the loss of job `job_id`'s checkpoint after restoring `trainer` from it (0
+  // without one).
+  absl::StatusOr<double> RestoreCheckpoint(const std::string& job_id, executor::Trainer& trainer);
+  // Returns the profile of `call`, stored.
+  absl::StatusOr<proto::ProfileResponse> RunProfile(const ProfileCall& call);
   // Sets headroom_jobs{state}.
   void PublishCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns the plan of `spec` for this device, with the budget it was planned for.
@@ -188,19 +209,31 @@ class JobManager {
   profiler::Metrics* const metrics_;
   const JobManagerOptions options_;
   const std::string device_;
+  const uint64_t fixed_cost_bytes_;
 
   mutable absl::Mutex mu_;
-  // Signalled on every change of a job, the queue or the reservations.
+  // Signalled on every change the scheduler reports (NotifyWatchers), for watchers.
   mutable absl::CondVar changed_;
-  std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  // Device bytes held by running work (the job and any profiles), by Need().
-  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  const uint64_t fixed_cost_bytes_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Every decision about jobs: the queue, admission, job states, reservations.
+  Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  // What the manager keeps of each job beside the scheduler: budget and timeline.
+  std::map<std::string, Extras> extras_ ABSL_GUARDED_BY(mu_);
+  // Runs started by the scheduler, waiting for their worker.
+  std::deque<std::string> job_runs_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> profile_runs_ ABSL_GUARDED_BY(mu_);
+  // The stop flags of started job runs, by job.
+  std::map<std::string, std::shared_ptr<RunControl>> controls_ ABSL_GUARDED_BY(mu_);
+  // Profile requests from their call to their answer, by profile run id.
+  std::map<std::string, ProfileCall> profiles_ ABSL_GUARDED_BY(mu_);
+  uint64_t profile_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by Shutdown: the workers end once their runs are done.
+  bool workers_stop_ ABSL_GUARDED_BY(mu_) = false;
   // Ended jobs whose metric series are kept, oldest first.
   std::deque<std::string> ended_with_series_ ABSL_GUARDED_BY(mu_);
-  std::thread worker_;
+  // Orders job writes, so the store always ends with a job's latest info.
+  absl::Mutex persist_mu_;
+  std::thread job_worker_;
+  std::thread profile_worker_;
 };
 
 }  // namespace headroom::server

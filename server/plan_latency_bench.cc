@@ -67,6 +67,40 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+// Returns the latency in seconds of every Plan of `clients` concurrent clients (a connection
+// each) sending `per_client` requests; counts the answers that failed or differ from
+// `reference` in `wrong`.
+std::vector<double> PlanLatencies(headroom::server::DaemonProcess& d,
+                                  const headroom::proto::PlanRequest& request,
+                                  const headroom::proto::PlanResponse& reference, int clients,
+                                  int64_t per_client, int& wrong) {
+  std::vector<std::vector<double>> latencies(clients);
+  std::atomic<int> wrong_answers{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      auto stub = d.NewStub();
+      for (int64_t i = 0; i < per_client; ++i) {
+        headroom::proto::PlanResponse response;
+        grpc::ClientContext context;
+        const Clock::time_point t0 = Clock::now();
+        grpc::Status s = stub->Plan(&context, request, &response);
+        latencies[c].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        if (!s.ok() || response.summary().predicted_peak_bytes() !=
+                           reference.summary().predicted_peak_bytes() ||
+            response.sections_size() != reference.sections_size()) {
+          ++wrong_answers;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  wrong = wrong_answers;
+  std::vector<double> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  return all;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,31 +150,11 @@ int main(int argc, char** argv) {
                                "p99 ms", "req/s", "p50/p50@1");
   double p50_one = 0;
   for (int clients : {1, 8, 32}) {
-    std::vector<std::vector<double>> latencies(clients);
-    std::atomic<int> wrong{0};
     const Clock::time_point start = Clock::now();
-    std::vector<std::thread> threads;
-    for (int c = 0; c < clients; ++c) {
-      threads.emplace_back([&, c] {
-        auto stub = d.NewStub();  // a connection per client
-        for (int64_t i = 0; i < per_client; ++i) {
-          headroom::proto::PlanResponse response;
-          grpc::ClientContext context;
-          const Clock::time_point t0 = Clock::now();
-          grpc::Status s = stub->Plan(&context, request, &response);
-          latencies[c].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-          if (!s.ok() || response.summary().predicted_peak_bytes() !=
-                             reference.summary().predicted_peak_bytes() ||
-              response.sections_size() != reference.sections_size()) {
-            ++wrong;
-          }
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    int wrong = 0;
+    const std::vector<double> all =
+        PlanLatencies(d, request, reference, clients, per_client, wrong);
     const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-    std::vector<double> all;
-    for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
     const double p50 = Percentile(all, 0.5), p99 = Percentile(all, 0.99);
     if (clients == 1) p50_one = p50;
     std::cout << absl::StrFormat("%8d %9d %10.1f %10.1f %10.2f %10.2f\n", clients, all.size(),

@@ -1,8 +1,8 @@
 // headroomd end to end: the real daemon binary as a child process on free loopback ports,
 // driven over gRPC through the generated stub, as a user's client drives it.
 //
-//  - a job submitted, watched to the end, listed, and its timeline read;
-//  - cancelling a running and a queued job, and the device memory freed as Cancel returns;
+//  - a job submitted, watched from QUEUED to the end, listed, and its timeline read;
+//  - cancelling a running and a queued job, and the device memory freed as the run stops;
 //  - 32 concurrent Plan requests of four kinds, each answer equal to the one-at-a-time answer;
 //  - bad input over the wire (an invalid graph, a budget below the minimum, unknown jobs, a
 //    message over the size limit, garbage bytes on the port), after which it still serves;
@@ -39,12 +39,14 @@
 #include "gtest/gtest.h"
 #include "proto/headroom.grpc.pb.h"
 #include "server/daemon_process.h"
+#include "server/scheduler.h"
 
 namespace headroom {
 namespace {
 
 using ::testing::HasSubstr;
 using server::DaemonProcess;
+using server::Ended;
 
 constexpr uint64_t kMiB = 1024 * 1024;
 
@@ -104,11 +106,6 @@ void Stop(std::unique_ptr<DaemonProcess>& daemon, std::unique_ptr<proto::Headroo
   const absl::StatusOr<int> exit_code = daemon->Terminate();
   EXPECT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(exit_code.value_or(-1), 0) << daemon->LogTail();
-}
-
-bool Ended(proto::JobState s) {
-  return s == proto::JOB_STATE_SUCCEEDED || s == proto::JOB_STATE_FAILED ||
-         s == proto::JOB_STATE_CANCELLED;
 }
 
 // Submits `spec`; fails the test on an error.
@@ -218,8 +215,9 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   ASSERT_NE(daemon, nullptr);
   auto stub = daemon->NewStub();
 
-  // 100 steps (over a second when idle): long enough that the watch sees it running on
-  // a loaded CI machine.
+  // The watched job waits behind a blocker (one job trains at a time) until the watch has
+  // its first update, so the watch sees it from QUEUED on, however slow the machine.
+  const std::string blocker = Submit(*stub, MlpJob("blocker", 1000000)).job_id();
   constexpr uint64_t kSteps = 100;
   const proto::SubmitJobResponse submitted = Submit(*stub, MlpJob("e2e-watch", kSteps));
   ASSERT_FALSE(submitted.job_id().empty());
@@ -228,16 +226,27 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   EXPECT_LE(planned, kMlpBudget);
   EXPECT_GT(submitted.plan().sections_size(), 1) << "the budget should split the step";
 
-  // Every update belongs to the job and counts up to its end.
-  const std::vector<proto::JobProgress> updates = Watch(*stub, submitted.job_id());
+  // Every update belongs to the job, counts up to its end, and its states go forward.
+  const std::vector<proto::JobProgress> updates =
+      Watch(*stub, submitted.job_id(), [&](const proto::JobProgress& p) {
+        if (p.state() == proto::JOB_STATE_QUEUED) {
+          proto::JobState state;
+          EXPECT_TRUE(Cancel(*stub, blocker, &state).ok());
+        }
+        return false;
+      });
   ASSERT_FALSE(updates.empty());
+  EXPECT_EQ(updates.front().state(), proto::JOB_STATE_QUEUED);
   uint64_t last_step = 0;
+  proto::JobState last_state = proto::JOB_STATE_QUEUED;
   bool saw_memory = false;
   for (const proto::JobProgress& p : updates) {
     EXPECT_EQ(p.job_id(), submitted.job_id());
     EXPECT_EQ(p.total_steps(), kSteps);
     EXPECT_GE(p.step(), last_step);
+    EXPECT_GE(p.state(), last_state) << "QUEUED, RUNNING, SUCCEEDED, in that order";
     last_step = p.step();
+    last_state = p.state();
     EXPECT_LE(p.measured_peak_bytes(), planned) << "measured above predicted at step " << p.step();
     if (p.state() == proto::JOB_STATE_RUNNING && p.step() > 0) {
       uint64_t by_role = 0;
@@ -279,7 +288,7 @@ TEST(ServerE2ETest, SubmitWatchListAndTimeline) {
   Stop(daemon, stub);
 }
 
-TEST(ServerE2ETest, CancelRunningAndQueuedJobsFreesTheDeviceAtOnce) {
+TEST(ServerE2ETest, CancelRunningAndQueuedJobsFreesTheDeviceAsTheRunStops) {
   // 10 MiB: room for one 6.1 MiB job or profile with the 2 MiB fixed cost, not for two.
   std::unique_ptr<DaemonProcess> daemon =
       StartDaemon("cancel", {"--device-memory", "10MiB", "--fixed-cost", "2MiB"});
@@ -306,8 +315,8 @@ TEST(ServerE2ETest, CancelRunningAndQueuedJobsFreesTheDeviceAtOnce) {
   EXPECT_EQ(state, proto::JOB_STATE_CANCELLED);
   EXPECT_EQ(Listed(*stub, queued).step(), 0u);
 
-  // Cancel returns once the running job has stopped and its memory is free: the profile
-  // fits right after it.
+  // Cancel returns at once with the job CANCELLED; its run stops before its next node, and
+  // a profile that needs its memory waits for that, then fits.
   s = Cancel(*stub, running, &state);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(state, proto::JOB_STATE_CANCELLED);

@@ -1,0 +1,182 @@
+// JobManager in process, on the CPU backend with a tiny MLP: the shell carries out the
+// scheduler's decisions. No sleeps: every wait is a Watch of the job's own events.
+#include "server/job_manager.h"
+
+#include <stdlib.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "executor/backend_scratch.h"
+#include "executor/backends.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "profiler/metrics.h"
+#include "server/scheduler.h"
+
+namespace headroom::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+proto::ModelSource TinyMlp() {
+  proto::ModelSource m;
+  proto::ZooModel* zoo = m.mutable_zoo();
+  zoo->set_name("mlp");
+  zoo->set_batch(8);
+  (*zoo->mutable_options())["depth"] = 2;
+  (*zoo->mutable_options())["width"] = 16;
+  (*zoo->mutable_options())["input"] = 8;
+  return m;
+}
+
+proto::JobSpec TinyJob(uint64_t steps) {
+  proto::JobSpec spec;
+  *spec.mutable_model() = TinyMlp();
+  spec.mutable_train()->set_steps(steps);
+  spec.mutable_train()->set_checkpoint_interval_steps(2);
+  return spec;
+}
+
+// A manager on a fresh store; Reopen() starts another on the same store, as a restart does.
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "job_manager_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    state_dir_ = pattern;
+    absl::StatusOr<std::unique_ptr<profiler::Metrics>> metrics = profiler::Metrics::Create();
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = *std::move(metrics);
+    absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend("cpu");
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    scratch_backend_ = *std::move(backend);
+    scratch_ = std::make_unique<executor::BackendScratchModel>(scratch_backend_.get());
+    Reopen();
+  }
+
+  void Reopen() {
+    jobs_.reset();
+    store_.reset();
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(state_dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    JobManagerOptions options;
+    options.make_backend = executor::MakeBackend;
+    // Plans know the backend's kernels' scratch, as headroomd's do, so they are the plans
+    // the trainers make.
+    options.plan_backend.scratch = scratch_.get();
+    options.plan_backend.host_is_device_memory = scratch_backend_->host_is_device_memory();
+    options.fixed_cost_bytes = 0;
+    absl::StatusOr<std::unique_ptr<JobManager>> jobs =
+        JobManager::Create(store_.get(), metrics_.get(), options);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    jobs_ = *std::move(jobs);
+  }
+
+  std::string Submit(const proto::JobSpec& spec) {
+    absl::StatusOr<proto::SubmitJobResponse> r = jobs_->Submit(spec);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->job_id() : "";
+  }
+
+  // Returns the job's updates until `until` holds for one (included) or the job ends.
+  std::vector<proto::JobProgress> Watch(
+      const std::string& job_id,
+      const std::function<bool(const proto::JobProgress&)>& until =
+          [](const proto::JobProgress&) { return false; }) {
+    std::vector<proto::JobProgress> updates;
+    const absl::Status s = jobs_->Watch(
+        job_id,
+        [&](const proto::JobProgress& p) {
+          updates.push_back(p);
+          return !until(p);
+        },
+        [] { return false; });
+    EXPECT_TRUE(s.ok() || absl::IsCancelled(s)) << s;
+    EXPECT_FALSE(updates.empty());
+    return updates;
+  }
+
+  proto::JobInfo Get(const std::string& job_id) {
+    absl::StatusOr<proto::JobInfo> info = jobs_->Get(job_id);
+    EXPECT_TRUE(info.ok()) << info.status();
+    return info.value_or(proto::JobInfo());
+  }
+
+  std::string state_dir_;
+  std::unique_ptr<profiler::Metrics> metrics_;
+  std::unique_ptr<executor::Backend> scratch_backend_;
+  std::unique_ptr<executor::BackendScratchModel> scratch_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> jobs_;
+};
+
+TEST_F(JobManagerTest, AJobRunsToItsEndAndTheWatchSeesItsSteps) {
+  const std::string id = Submit(TinyJob(5));
+  const std::vector<proto::JobProgress> updates = Watch(id);
+  EXPECT_EQ(updates.back().state(), proto::JOB_STATE_SUCCEEDED) << updates.back().message();
+  EXPECT_EQ(updates.back().step(), 5u);
+  const proto::JobInfo info = Get(id);
+  EXPECT_EQ(info.state(), proto::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(info.step(), 5u);
+  EXPECT_EQ(info.loss(), updates.back().loss());
+  EXPECT_GT(info.measured_peak_bytes(), 0u);
+  EXPECT_TRUE(jobs_->Timeline(id, 0).ok());
+  EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+}
+
+TEST_F(JobManagerTest, CancelReturnsAtOnceAndTheRunStopsBeforeTheNextJobStarts) {
+  const std::string endless = Submit(TinyJob(100000000));
+  const std::string next = Submit(TinyJob(3));
+  Watch(endless, [](const proto::JobProgress& p) { return p.step() >= 1; });
+  absl::StatusOr<proto::JobState> state = jobs_->Cancel(endless);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(*state, proto::JOB_STATE_CANCELLED);
+  EXPECT_THAT(Get(endless).error(), HasSubstr("cancelled at step"));
+  // One job trains at a time: the next one ends only after the cancelled run stopped.
+  EXPECT_EQ(Watch(next).back().state(), proto::JOB_STATE_SUCCEEDED);
+  EXPECT_LT(Get(endless).step(), 100000000u);
+  // Cancelling again keeps the state; an unknown job is NotFound.
+  EXPECT_EQ(jobs_->Cancel(endless).value_or(proto::JOB_STATE_UNSPECIFIED),
+            proto::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(absl::IsNotFound(jobs_->Cancel("job-404").status()));
+}
+
+TEST_F(JobManagerTest, ShutdownLeavesTheRunningJobQueuedAndItResumesAfterARestart) {
+  const std::string id = Submit(TinyJob(100000000));
+  Watch(id, [](const proto::JobProgress& p) { return p.step() >= 3; });
+  jobs_->Shutdown();
+  const proto::JobInfo stopped = Get(id);
+  EXPECT_EQ(stopped.state(), proto::JOB_STATE_QUEUED);
+  EXPECT_THAT(stopped.message(), HasSubstr("stopped by a daemon shutdown at step"));
+  EXPECT_EQ(jobs_->Submit(TinyJob(1)).status().code(), absl::StatusCode::kUnavailable);
+
+  Reopen();
+  const uint64_t from = stopped.step();
+  EXPECT_GE(from, 3u);
+  Watch(id, [&](const proto::JobProgress& p) { return p.step() > from; });
+  // It resumed from the checkpoint written as it stopped, after its last step.
+  EXPECT_EQ(Get(id).resumed_from_step(), from);
+  EXPECT_EQ(jobs_->Cancel(id).value_or(proto::JOB_STATE_UNSPECIFIED), proto::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, ProfileRunsOnItsWorkerAndIsStored) {
+  proto::ProfileRequest request;
+  *request.mutable_model() = TinyMlp();
+  request.set_steps(2);
+  absl::StatusOr<proto::ProfileResponse> profile = jobs_->Profile(request);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_FALSE(profile->profile_id().empty());
+  absl::StatusOr<proto::ListProfilesResponse> listed = jobs_->ListProfiles(true);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->profiles_size(), 1);
+  EXPECT_EQ(listed->profiles(0).profile_id(), profile->profile_id());
+  EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace headroom::server
