@@ -26,21 +26,20 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kScratchBytes = 64;
 
-// x -> fc1 -> r1 -> fc2 -> r2 -> fc3 -> loss; every activation is [8, 32] floats (1024
-// bytes).
-graph::Graph Chain() {
-  graph::GraphBuilder b("chain");
+// x -> fc1 -> bn -> s1 -> fc2 -> s2 -> fc3 -> loss: saved state (bn's statistics, the
+// sigmoids' outputs), running statistics, and every activation [8, 32] floats (1024 bytes).
+graph::Graph Net() {
+  graph::GraphBuilder b("net");
   std::string x = b.Input("x", {8, 32});
   x = b.Linear("fc1", x, 32, 32);
-  x = b.Unary("ReLU", "r1", x);
+  x = b.BatchNorm("bn", x, 32);
+  x = b.Unary("Sigmoid", "s1", x);
   x = b.Linear("fc2", x, 32, 32);
-  x = b.Unary("ReLU", "r2", x);
+  x = b.Unary("Sigmoid", "s2", x);
   x = b.Linear("fc3", x, 32, 32);
   b.Op("SoftmaxCrossEntropy", "loss", {x, b.Label("labels", {8})});
   b.SetLoss("loss");
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(b.Build());
-  EXPECT_TRUE(g.ok()) << g.status();
-  return std::move(g).value();
+  return graph::Graph::FromProto(b.Build()).value();
 }
 
 // Every forward node asks for kScratchBytes of scratch.
@@ -67,7 +66,7 @@ class HalfSecondCopies : public planner::CostModel {
   double CopySeconds(uint64_t bytes) const override { return 0.5 * bytes / 1024; }
 };
 
-// A step of Chain() cut at `cuts`, offloading `offload` by name, and its memory plan.
+// A step of Net() cut at `cuts`, offloading `offload` by name, and its memory plan.
 struct Planned {
   graph::Graph forward;
   std::unique_ptr<planner::SectionedStep> step;
@@ -75,7 +74,7 @@ struct Planned {
 };
 
 Planned Plan(std::vector<int32_t> cuts, const std::vector<std::string>& offload) {
-  Planned p{Chain(), nullptr, {}};
+  Planned p{Net(), nullptr, {}};
   static const ForwardScratch scratch;
   planner::TrainingOptions options;
   options.scratch = &scratch;
@@ -123,7 +122,7 @@ std::vector<std::pair<const std::vector<TensorView>*, const std::vector<TensorId
 }
 
 TEST(ExecutionProgramTest, EveryArgumentResolvesToItsPlannedOffset) {
-  const Planned p = Plan({2, 4}, {"r1"});
+  const Planned p = Plan({3, 5}, {"s1"});
   const ExecutionProgram program = Compile(p);
   const planner::TrainingGraph& g = p.step->graph;
   ASSERT_EQ(program.nodes.size(), g.nodes().size());
@@ -175,11 +174,11 @@ TEST(ExecutionProgramTest, ForwardNodesGetTheirPlannedScratch) {
     EXPECT_EQ(args.scratch, arena.data() + p.plan.tensors[scratch].offset);
     EXPECT_EQ(args.scratch_bytes, kScratchBytes);
   }
-  EXPECT_EQ(forward_nodes, 6);
+  EXPECT_EQ(forward_nodes, 7);
 }
 
 TEST(ExecutionProgramTest, LiveBuffersNeverOverlapAndEachComesAndGoesOnce) {
-  const Planned p = Plan({2, 4}, {"r1"});
+  const Planned p = Plan({3, 5}, {"s1"});
   const ExecutionProgram program = Compile(p);
   std::vector<int> allocated(program.buffers.size()), freed(program.buffers.size());
   std::vector<int32_t> live;
@@ -230,23 +229,25 @@ std::string Actions(const ExecutionProgram& program, const planner::TrainingGrap
 }
 
 TEST(ExecutionProgramTest, SectionsRecomputeAndOffloadInOrder) {
-  const Planned p = Plan({2, 4}, {"r1"});
+  const Planned p = Plan({3, 5}, {"s1"});
   const ExecutionProgram program = Compile(p);
   const planner::TrainingGraph& g = p.step->graph;
-  // r1 is copied out right after it is written, awaited before r2, and brought back when
-  // the last section's backward begins, for fc2's re-forward.
+  // s1 is copied out right after it is written, awaited after fc2 (the copy takes half
+  // a second), and brought back before the last section's backward, for fc2's re-forward.
+  // Sections [fc1 bn s1] and [fc2 s2] are re-run before their backward.
   EXPECT_EQ(Actions(program, g),
-            "fc1, r1 out(r1), fc2, r1.offload, r2, fc3, loss, r1.prefetch(r1), loss.seed, "
-            "loss.backward, fc3.backward, fc2.recompute, r2.recompute, r2.backward, "
-            "fc2.backward, fc1.recompute, r1.recompute, r1.backward, fc1.backward")
+            "fc1, bn, s1 out(s1), fc2, s1.offload, s2, fc3, loss, s1.prefetch(s1), loss.seed, "
+            "loss.backward, fc3.backward, fc2.recompute, s2.recompute, s2.backward, "
+            "fc2.backward, fc1.recompute, bn.recompute, s1.recompute, s1.backward, "
+            "bn.backward, fc1.backward")
       << program.DebugString(g);
-  const TensorId r1 = g.FindTensor("r1");
-  ASSERT_TRUE(program.host_offset[r1].has_value());
-  EXPECT_EQ(*program.host_offset[r1], 0u);
+  const TensorId s1 = g.FindTensor("s1");
+  ASSERT_TRUE(program.host_offset[s1].has_value());
+  EXPECT_EQ(*program.host_offset[s1], 0u);
   EXPECT_EQ(program.host_pool_bytes, 1024u);
   EXPECT_TRUE(program.copy_out_first.empty());
   for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
-    if (t == r1) continue;
+    if (t == s1) continue;
     EXPECT_FALSE(program.host_offset[t].has_value()) << g.tensor(t).name;
   }
   std::vector<std::string> batch;
@@ -254,13 +255,32 @@ TEST(ExecutionProgramTest, SectionsRecomputeAndOffloadInOrder) {
   EXPECT_THAT(batch, ::testing::UnorderedElementsAre("x", "labels"));
 }
 
+TEST(ExecutionProgramTest, OnlyTheForwardUpdatesRunningStatistics) {
+  const Planned p = Plan({3, 5}, {});
+  const ExecutionProgram program = Compile(p);
+  const planner::TrainingGraph& g = p.step->graph;
+  int seen = 0;
+  for (const ProgramNode& node : program.nodes) {
+    const std::string& name = g.node(node.node).name;
+    seen += name == "bn" || name == "bn.recompute";
+    if (name == "bn") {
+      EXPECT_EQ(node.args.forward.running.size(), 2u);
+      EXPECT_EQ(node.args.forward.saved.size(), 2u);
+    } else if (name == "bn.recompute") {
+      EXPECT_TRUE(node.args.forward.running.empty());
+      EXPECT_EQ(node.args.forward.saved.size(), 2u);
+    }
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 TEST(ExecutionProgramTest, CapturesAreReadAfterTheForwardNodeThatWritesThem) {
-  const Planned p = Plan({2, 4}, {});
-  const ExecutionProgram program = Compile(p, CompileOptions{{}, {"r2"}});
+  const Planned p = Plan({3, 5}, {});
+  const ExecutionProgram program = Compile(p, CompileOptions{{}, {"s2"}});
   const planner::TrainingGraph& g = p.step->graph;
   for (const ProgramNode& node : program.nodes) {
-    const bool writes_r2 = g.node(node.node).name == "r2";
-    EXPECT_EQ(node.capture_after.size(), writes_r2 ? 1u : 0u) << g.node(node.node).name;
+    const bool writes_s2 = g.node(node.node).name == "s2";
+    EXPECT_EQ(node.capture_after.size(), writes_s2 ? 1u : 0u) << g.node(node.node).name;
   }
   const absl::StatusOr<ExecutionProgram> missing =
       CompileStep(p.forward, *p.step, p.plan, CompileOptions{{}, {"nowhere"}});
@@ -280,28 +300,29 @@ TEST(ExecutionProgramTest, APlanOfAnotherStepIsRejected) {
 
 TEST(ExecutionProgramTest, TensorsOfOneBufferAtTwoOffsetsAreAnInternalError) {
   const Planned p = Plan({}, {});
-  // ReLU runs in place: r1 shares fc1's output buffer.
+  // Move the second tensor of the first buffer that holds two (a gradient written in place).
   planner::MemoryPlan plan = p.plan;
-  const TensorId r1 = p.step->graph.FindTensor("r1");
-  int sharing = 0;
-  for (const planner::PlannedTensor& t : plan.tensors) {
-    sharing += t.buffer == plan.tensors[r1].buffer;
+  std::vector<int> tensors_of_buffer(plan.tensors.size());
+  for (planner::PlannedTensor& t : plan.tensors) {
+    if (++tensors_of_buffer[t.buffer] < 2) continue;
+    t.offset += planner::kDefaultAlignmentBytes;
+    break;
   }
-  ASSERT_GT(sharing, 1) << "r1 shares no buffer";
-  plan.tensors[r1].offset += planner::kDefaultAlignmentBytes;
+  ASSERT_TRUE(std::count(tensors_of_buffer.begin(), tensors_of_buffer.end(), 2) == 1)
+      << "no buffer holds two tensors";
   const absl::StatusOr<ExecutionProgram> program = CompileStep(p.forward, *p.step, plan, {});
   EXPECT_EQ(program.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(program.status().message(), HasSubstr("at another offset"));
 }
 
 TEST(ExecutionProgramTest, APrefetchWithoutAnOffloadedSourceIsAnInternalError) {
-  Planned p = Plan({2, 4}, {"r1"});
+  Planned p = Plan({3, 5}, {"s1"});
   for (planner::SectionInfo& section : p.step->sections) {
     for (planner::CachedInput& c : section.boundary) c.offloaded = false;
   }
   const absl::StatusOr<ExecutionProgram> program = CompileStep(p.forward, *p.step, p.plan, {});
   EXPECT_EQ(program.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(program.status().message(), HasSubstr("prefetch node 'r1.prefetch'"));
+  EXPECT_THAT(program.status().message(), HasSubstr("prefetch node 's1.prefetch'"));
 }
 
 }  // namespace

@@ -23,6 +23,18 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+// Returns InvalidArgument, naming `what`, unless `value` has `shape`, `dtype` and `bytes`.
+absl::Status CheckValue(absl::string_view what, const HostTensor& value, const graph::Shape& shape,
+                        proto::DType dtype, uint64_t bytes) {
+  if (value.shape == shape && value.dtype == dtype && value.bytes.size() == bytes) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "executor: ", what, " is ", graph::ShapeString(value.shape), " ",
+      graph::DTypeName(value.dtype), "; the graph has ", graph::ShapeString(shape), " ",
+      graph::DTypeName(dtype)));
+}
+
 // Returns the observer that reports to `events`, or one that does nothing when it is null.
 std::unique_ptr<ExecutionObserver> MakeObserver(profiler::EventSink* events) {
   if (events == nullptr) return std::make_unique<ExecutionObserver>();
@@ -68,13 +80,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
           absl::StrCat("executor: no initial value for '", tensor.name, "'"));
     }
     const HostTensor& value = *it->second;
-    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
-        value.bytes.size() != dst.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "executor: initial value of '", tensor.name, "' is ", graph::ShapeString(value.shape),
-          " ", graph::DTypeName(value.dtype), "; the graph has ",
-          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
-    }
+    RETURN_IF_ERROR(CheckValue(absl::StrCat("initial value of '", tensor.name, "'"), value,
+                               tensor.shape, tensor.dtype, dst.size()));
     std::copy(value.bytes.begin(), value.bytes.end(), dst.begin());
     return absl::OkStatus();
   };
@@ -201,13 +208,8 @@ absl::Status Executor::UploadBatch(const std::vector<HostTensor>& batch) {
           absl::StrCat("executor: the batch has no '", tensor.name, "'"));
     }
     const HostTensor& value = *it->second;
-    if (value.shape != tensor.shape || value.dtype != tensor.dtype ||
-        value.bytes.size() != tensor.bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "executor: batch tensor '", tensor.name, "' is ", graph::ShapeString(value.shape),
-          " ", graph::DTypeName(value.dtype), "; the graph has ",
-          graph::ShapeString(tensor.shape), " ", graph::DTypeName(tensor.dtype)));
-    }
+    RETURN_IF_ERROR(CheckValue(absl::StrCat("batch tensor '", tensor.name, "'"), value,
+                               tensor.shape, tensor.dtype, tensor.bytes));
     RETURN_IF_ERROR(backend_->Upload(View(t).data, value.bytes.data(), tensor.bytes));
   }
   return absl::OkStatus();

@@ -48,8 +48,17 @@ void SetViews(const std::vector<TensorId>& tensors, DataOf data,
   }
 }
 
-void* ScratchData(const ArgTensors& tensors, DataOf data) {
-  return tensors.scratch == planner::kNone ? nullptr : data(tensors.scratch);
+// Returns the arguments with the views forward and backward arguments share (inputs,
+// outputs, saved state) and the scratch bound; the rest still without data.
+template <typename Args>
+Args BindKernelViews(const DescribedArgs<Args>& described, DataOf data) {
+  Args args = described.args;
+  SetViews(described.tensors.inputs, data, args.inputs);
+  SetViews(described.tensors.outputs, data, args.outputs);
+  SetViews(described.tensors.saved, data, args.saved);
+  const TensorId scratch = described.tensors.scratch;
+  args.scratch = scratch == planner::kNone ? nullptr : data(scratch);
+  return args;
 }
 
 // Returns, by forward input, the backward node's output that is its gradient (kNone where
@@ -196,23 +205,15 @@ DescribedArgs<UpdateArgs> DescribeUpdateArgs(const TrainingGraph& g, const Train
 }
 
 ForwardArgs Bind(const DescribedArgs<ForwardArgs>& described, DataOf data) {
-  ForwardArgs args = described.args;
-  SetViews(described.tensors.inputs, data, args.inputs);
-  SetViews(described.tensors.outputs, data, args.outputs);
-  SetViews(described.tensors.saved, data, args.saved);
+  ForwardArgs args = BindKernelViews(described, data);
   SetViews(described.tensors.running, data, args.running);
-  args.scratch = ScratchData(described.tensors, data);
   return args;
 }
 
 BackwardArgs Bind(const DescribedArgs<BackwardArgs>& described, DataOf data) {
-  BackwardArgs args = described.args;
-  SetViews(described.tensors.inputs, data, args.inputs);
-  SetViews(described.tensors.outputs, data, args.outputs);
-  SetViews(described.tensors.saved, data, args.saved);
+  BackwardArgs args = BindKernelViews(described, data);
   SetViews(described.tensors.output_grads, data, args.output_grads);
   SetViews(described.tensors.input_grads, data, args.input_grads);
-  args.scratch = ScratchData(described.tensors, data);
   return args;
 }
 
