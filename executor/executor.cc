@@ -12,7 +12,6 @@
 namespace headroom::executor {
 namespace {
 
-using planner::NodeId;
 using planner::NodeKind;
 using planner::TensorId;
 using planner::TrainingGraph;
