@@ -7,7 +7,8 @@
 // after it is written, awaits it at the offload node, issues each prefetch at its node and
 // waits for it only where the prefetched copy is first read.
 //
-// Create() allocates everything once (the arena of the plan's size, the host pool for
+// Create() compiles the step (CompileStep, executor/execution_program.h: every decision,
+// before anything is allocated), then allocates everything once (the arena of the plan's size, the host pool for
 // offloaded tensors) and places the persistent state; then call RunStep() per batch. Between
 // steps, SaveState()/RestoreState() take and set the persistent state whole;
 // StateTensors() and ReadStateTensor() read it a tensor at a time (for checkpoints).
@@ -19,6 +20,7 @@
 #define HEADROOM_EXECUTOR_EXECUTOR_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +33,8 @@
 #include "absl/types/span.h"
 #include "executor/backend.h"
 #include "executor/device_arena.h"
+#include "executor/execution_observer.h"
+#include "executor/execution_program.h"
 #include "executor/host_tensor.h"
 #include "executor/kernel_args.h"
 #include "graph/graph.h"
@@ -163,37 +167,60 @@ class Executor {
   const DeviceArena& arena() const { return *arena_; }
 
  private:
-  struct Prepared;
+  // A copy between device and host in flight during a step.
+  struct InFlightCopy {
+    std::unique_ptr<Event> event;
+    // The offloaded tensor it copies.
+    planner::TensorId original = planner::kNone;
+  };
+
   Executor(const graph::Graph& forward, std::shared_ptr<const planner::SectionedStep> step,
            std::shared_ptr<const planner::MemoryPlan> memory, Backend* backend,
-           const ExecutorOptions& options);
+           const ExecutorOptions& options, ExecutionProgram program);
 
-  absl::Status Prepare();
   absl::Status PlaceState(InitialValueWriter initial);
+  // The steps of RunStep at schedule position `s`, in order.
+  absl::Status AllocateBuffers(int32_t s);
+  absl::Status UploadBatch(const std::vector<HostTensor>& batch);
   absl::Status RunNode(int32_t s, StepResult* result);
-  // Issues the copies to host due after step `index - 1` (index 0: before the first).
-  absl::Status IssueCopiesOut(int32_t index, StepResult* result);
+  absl::Status CaptureAfter(int32_t s, StepResult* result);
+  absl::Status FreeBuffers(int32_t s);
+  // Issues the copies to host of `tensors`, due after position `s` (-1: before the first).
+  absl::Status IssueCopiesOut(const std::vector<planner::TensorId>& tensors, int32_t s,
+                              StepResult* result);
+  // The parts of RunNode: waiting for prefetched inputs, the node's own work by kind, and
+  // the offload and prefetch nodes' copies.
+  absl::Status AwaitPrefetchedInputs(int32_t s, StepResult* result);
+  absl::Status RunKernel(int32_t s, StepResult* result);
+  absl::Status AwaitCopyOut(int32_t s, StepResult* result);
+  absl::Status IssuePrefetch(int32_t s);
+  // Sets the result's loss, peaks and time, and ends the step.
+  absl::Status FinishStep(std::chrono::steady_clock::time_point start,
+                          uint64_t high_water_before, StepResult* result);
+  // Returns training-graph tensor `t` in the arena.
   TensorView View(planner::TensorId t) const;
-  // Reports buffer `b`'s allocation or free at schedule step `node` (-1: none) to the sink.
-  void ReportBuffer(profiler::MemoryEvent::Kind kind, int32_t b, int32_t node);
-  // Reports a change of the backend's workspace since the last report.
-  void ReportWorkspace(int32_t node);
+  void* HostSlot(planner::TensorId original) const;
 
   const graph::Graph& forward_;
   std::shared_ptr<const planner::SectionedStep> step_;
   std::shared_ptr<const planner::MemoryPlan> memory_;
   Backend* backend_;
   ExecutorOptions options_;
+  const ExecutionProgram program_;
+  // Where telemetry goes: an EventSinkObserver of options_.events, or one that does nothing.
+  std::unique_ptr<ExecutionObserver> observer_;
   std::unique_ptr<DeviceArena> arena_;
   std::unique_ptr<Buffer> host_pool_;
-  std::unique_ptr<Prepared> prepared_;
+  // By schedule position: the program's kernel arguments bound to the arena.
+  std::vector<NodeKernelArgs> bound_args_;
+  // Copies in flight: to host by original tensor, to device by the device copy.
+  absl::flat_hash_map<planner::TensorId, InFlightCopy> copy_out_events_;
+  absl::flat_hash_map<planner::TensorId, InFlightCopy> prefetch_events_;
   // The persistent tensors, in tensor-id order: their ids and what StateTensors() says.
   std::vector<planner::TensorId> state_ids_;
   std::vector<StateTensorInfo> state_tensors_;
   int64_t steps_run_ = 0;
   uint64_t run_high_water_bytes_ = 0;
-  // The workspace bytes last reported to the sink.
-  uint64_t reported_workspace_bytes_ = 0;
 };
 
 }  // namespace headroom::executor

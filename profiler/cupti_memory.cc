@@ -14,6 +14,7 @@
 #include "absl/base/const_init.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/cuda_status.h"
 
 namespace headroom::profiler {
 namespace {
@@ -30,51 +31,19 @@ static_assert(sizeof(CUpti_ActivityKind) == sizeof(uint32_t));
 static_assert(PhysicalMemoryEvent::kNoId == CUPTI_INVALID_STREAM_ID &&
               PhysicalMemoryEvent::kNoId == CUPTI_INVALID_CONTEXT_ID);
 
-// Returns CUPTI's name for `result`, e.g. "CUPTI_ERROR_UNKNOWN".
-std::string CuptiResultName(CUptiResult result) {
-  const char* text = nullptr;
-  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr) {
-    return absl::StrCat("CUptiResult ", static_cast<int>(result));
-  }
-  return text;
-}
-
-// Returns OK for CUPTI_SUCCESS, else Internal naming `what` and CUPTI's text.
-absl::Status FromCupti(CUptiResult result, const char* what) {
-  if (result == CUPTI_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", CuptiResultName(result)));
-}
-
-// Returns OK for cudaSuccess, else a Status naming `what` with the runtime's message: no
-// device or no usable driver maps to Unavailable, a bad ordinal to InvalidArgument, anything
-// else to Internal.
-absl::Status FromCuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  const std::string message =
-      absl::StrFormat("%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorDevicesUnavailable:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-      return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", message));
-    case cudaErrorInvalidDevice:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-// Returns OK if the CUDA runtime sees at least one device, else Unavailable saying why.
-absl::Status CheckCudaDevicePresent() {
+// Returns the number of CUDA devices, or FailedPrecondition (CUDA's error as
+// util/cuda_status.h maps it, for one that is not about the device) saying "no usable CUDA
+// device" and why.
+absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
-  absl::Status status = FromCuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-  if (!status.ok()) return status;
-  if (count == 0) return absl::UnavailableError("no usable CUDA device: cudaGetDeviceCount is 0");
-  return absl::OkStatus();
+  absl::Status status = CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("no usable CUDA device: ", status.message()));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError("no usable CUDA device: cudaGetDeviceCount is 0");
+  }
+  return count;
 }
 
 // Returns the size of a record of `kind` as CUPTI's iterator steps over it, or nullopt if
@@ -218,7 +187,7 @@ absl::StatusOr<std::vector<PhysicalMemoryEvent>> ParseActivityBuffer(const uint8
           : std::string("at byte 0");
   if (result != CUPTI_ERROR_MAX_LIMIT_REACHED) {
     return absl::DataLossError(absl::StrFormat("CUPTI activity buffer of %d valid bytes: %s %s",
-                                               valid_bytes, CuptiResultName(result), after));
+                                               valid_bytes, CuptiStatus(result, "cuptiActivityGetNextRecord").message(), after));
   }
 
   // Step 2: the iterator stops quietly before a partial record; check that the last record
@@ -353,13 +322,14 @@ namespace {
 ABSL_CONST_INIT absl::Mutex g_active_mu(absl::kConstInit);
 CuptiMemoryTracer* g_active ABSL_GUARDED_BY(g_active_mu) = nullptr;
 
-// The status Start() returns when CUPTI refuses: Unavailable if the reason is that there is
-// no device (CUPTI itself says only CUPTI_ERROR_UNKNOWN then), else CUPTI's error.
+// The status Start() returns when CUPTI refuses: FailedPrecondition if the reason is that
+// there is no usable device (CUPTI itself says only CUPTI_ERROR_UNKNOWN then), else CUPTI's
+// error.
 absl::Status ExplainStartFailure(absl::Status cupti_status) {
-  absl::Status device = CheckCudaDevicePresent();
-  if (device.code() == absl::StatusCode::kUnavailable) {
-    return absl::UnavailableError(
-        absl::StrCat(cupti_status.message(), "; ", device.message()));
+  absl::StatusOr<int> devices = CudaDeviceCount();
+  if (devices.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(cupti_status.message(), "; ", devices.status().message()));
   }
   return cupti_status;
 }
@@ -431,12 +401,12 @@ absl::Status CuptiMemoryTracer::Start() {
     }
     g_active = this;
   }
-  absl::Status status = FromCupti(
+  absl::Status status = CuptiStatus(
       cuptiActivityRegisterCallbacks(&CuptiBufferCallbacks::Requested,
                                      &CuptiBufferCallbacks::Completed),
       "cuptiActivityRegisterCallbacks");
   if (status.ok()) {
-    status = FromCupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2),
+    status = CuptiStatus(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2),
                        "cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMORY2)");
   }
   if (status.ok()) return absl::OkStatus();
@@ -459,7 +429,7 @@ absl::StatusOr<PhysicalMemoryTrace> CuptiMemoryTracer::Flush() {
     }
   }
   // Not under any lock: CUPTI calls Completed() before this returns, maybe on this thread.
-  absl::Status status = FromCupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
+  absl::Status status = CuptiStatus(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
                                   "cuptiActivityFlushAll");
   if (!status.ok()) return status;
   return TakeCollected();
@@ -474,9 +444,9 @@ absl::StatusOr<PhysicalMemoryTrace> CuptiMemoryTracer::Stop() {
     state_ = State::kStopped;
   }
   // Not under any lock, as in Flush().
-  absl::Status status = FromCupti(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMORY2),
+  absl::Status status = CuptiStatus(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMORY2),
                                   "cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMORY2)");
-  absl::Status flushed = FromCupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
+  absl::Status flushed = CuptiStatus(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
                                    "cuptiActivityFlushAll");
   if (status.ok()) status = flushed;
   {
@@ -518,25 +488,24 @@ std::string DeviceMemorySample::DebugString() const {
 }
 
 absl::StatusOr<DeviceMemorySample> SampleDeviceMemory(int device) {
-  int count = 0;
-  absl::Status status = FromCuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-  if (!status.ok()) return status;
-  if (count == 0) return absl::UnavailableError("no usable CUDA device: cudaGetDeviceCount is 0");
+  absl::StatusOr<int> devices = CudaDeviceCount();
+  if (!devices.ok()) return devices.status();
+  const int count = *devices;
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(
         absl::StrFormat("device %d out of range: this machine has %d CUDA devices", device, count));
   }
   int previous = 0;
-  status = FromCuda(cudaGetDevice(&previous), "cudaGetDevice");
+  absl::Status status = CudaStatus(cudaGetDevice(&previous), "cudaGetDevice");
   if (!status.ok()) return status;
-  status = FromCuda(cudaSetDevice(device), "cudaSetDevice");
+  status = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
   if (!status.ok()) return status;
   DeviceMemorySample sample;
   sample.device = device;
   size_t free_bytes = 0;
   size_t total_bytes = 0;
-  status = FromCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  absl::Status restored = FromCuda(cudaSetDevice(previous), "cudaSetDevice (restoring)");
+  status = CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  absl::Status restored = CudaStatus(cudaSetDevice(previous), "cudaSetDevice, restoring");
   if (!status.ok()) return status;
   if (!restored.ok()) return restored;
   sample.free_bytes = free_bytes;

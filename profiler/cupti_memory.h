@@ -170,8 +170,9 @@ class CuptiMemoryTracer {
   ~CuptiMemoryTracer();
 
   // Returns OK once CUPTI records memory activity for this process. Returns
-  // FailedPrecondition if this tracer already started or another one is running; Unavailable
-  // if there is no usable CUDA device; else CUPTI's error (cuptiGetResultString's text).
+  // FailedPrecondition if this tracer already started or another one is running, or (saying
+  // "no usable CUDA device") if there is no usable CUDA device; else CUPTI's error as
+  // util/cuda_status.h maps it.
   absl::Status Start();
 
   // Returns the events CUPTI delivered since Start() or the last Flush(), after asking CUPTI
@@ -216,8 +217,9 @@ struct DeviceMemorySample {
 
 // Returns cudaMemGetInfo for `device`. Creates the device's primary context if the process
 // has none (a few hundred MiB of device memory); restores the calling thread's current device.
-// Returns Unavailable (with cudaGetErrorString's text) where there is no usable device or
-// driver, InvalidArgument if `device` is out of range, Internal for other CUDA errors.
+// Returns FailedPrecondition (with cudaGetErrorString's text) where there is no usable device
+// or driver, InvalidArgument if `device` is out of range, other CUDA errors as
+// util/cuda_status.h maps them.
 absl::StatusOr<DeviceMemorySample> SampleDeviceMemory(int device);
 
 }  // namespace headroom::profiler

@@ -129,9 +129,9 @@ struct GradCase {
 // Prints a case by its name in test output.
 void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name << " (" << c.op << ")"; }
 
-std::vector<GradCase> Cases() {
+// The ops oneDNN runs: MatMul, Conv2D, BatchNorm and the pools.
+std::vector<GradCase> DnnlCases() {
   std::vector<GradCase> c;
-  // ---- oneDNN kernels.
   c.push_back({"MatMulLinear",
                "MatMul",
                {{"transpose_b", B(true)}},
@@ -188,7 +188,12 @@ std::vector<GradCase> Cases() {
                {{"kernel_size", Is({2, 3})}, {"stride", Is({1, 2})}, {"padding", Is({1, 1})}},
                {Uniform({1, 3, 5, 5}, 26)}});
   c.push_back({"GlobalAvgPool", "GlobalAvgPool", {}, {Uniform({2, 3, 4, 5}, 27)}});
-  // ---- Loop kernels.
+  return c;
+}
+
+// Loop kernels of one input and one output of its shape: LayerNorm, the activations, Dropout.
+std::vector<GradCase> ElementwiseLoopCases() {
+  std::vector<GradCase> c;
   c.push_back({"LayerNorm",
                "LayerNorm",
                {},
@@ -206,6 +211,13 @@ std::vector<GradCase> Cases() {
   c.push_back({"GELUErf", "GELU", {{"approximate", S("none")}}, {Uniform({3, 7}, 35, -3, 3)}});
   c.push_back({"GELUTanh", "GELU", {{"approximate", S("tanh")}}, {Uniform({3, 7}, 36, -3, 3)}});
   c.push_back({"Dropout", "Dropout", {{"rate", F(0.4)}}, {Uniform({4, 6}, 37)}, 1, {}, 123});
+  return c;
+}
+
+// Loop kernels that broadcast, move or gather elements: Add, Mul, the view and layout ops,
+// Concat and Split.
+std::vector<GradCase> BroadcastAndLayoutCases() {
+  std::vector<GradCase> c;
   c.push_back({"AddBroadcast", "Add", {}, {Uniform({2, 3, 4}, 38), Uniform({3, 1}, 39)}});
   c.push_back({"AddBothBroadcast", "Add", {}, {Uniform({1, 4}, 40), Uniform({3, 1}, 41)}});
   c.push_back({"MulBroadcast", "Mul", {}, {Uniform({2, 3, 4}, 42), Uniform({4}, 43)}});
@@ -234,6 +246,12 @@ std::vector<GradCase> Cases() {
                {Uniform({2, 3, 6}, 52)},
                3,
                {1}});
+  return c;
+}
+
+// Loop kernels over rows: Softmax, Embedding and the loss.
+std::vector<GradCase> RowLoopCases() {
+  std::vector<GradCase> c;
   c.push_back({"Softmax", "Softmax", {}, {Uniform({3, 5}, 53, -2, 2)}});
   c.push_back({"SoftmaxAxisScale",
                "Softmax",
@@ -253,6 +271,15 @@ std::vector<GradCase> Cases() {
        {},
        {Uniform({2, 3, 4}, 57, -2, 2), Ints({2, 3}, {0, 3, 1, 2, 2, 0}, proto::DTYPE_INT32)}});
   return c;
+}
+
+std::vector<GradCase> Cases() {
+  std::vector<GradCase> all;
+  for (std::vector<GradCase> (*group)() :
+       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases}) {
+    for (GradCase& c : group()) all.push_back(std::move(c));
+  }
+  return all;
 }
 
 // ---- The check ----------------------------------------------------------------------------

@@ -325,9 +325,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_ordinal,
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device: cudaGetDeviceCount: ", cudaGetErrorString(err), " (",
-        cudaGetErrorName(err), ")"));
+    const absl::Status status = CudaStatus(err, "cudaGetDeviceCount");
+    return absl::Status(status.code(), absl::StrCat("no CUDA device: ", status.message()));
   }
   if (count == 0) return absl::FailedPreconditionError("no CUDA device: the driver lists none");
   if (device_ordinal < 0 || device_ordinal >= count) {

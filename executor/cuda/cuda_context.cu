@@ -14,39 +14,7 @@ constexpr uint64_t kWorkspaceGranule = uint64_t{1} << 20;
 
 uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
-// Returns the called function's name: `expr` up to its '('.
-absl::string_view CallName(const char* expr) {
-  absl::string_view s(expr);
-  return s.substr(0, s.find('('));
-}
-
 }  // namespace
-
-absl::Status CudaStatus(cudaError_t err, const char* expr) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(CallName(expr), ": ", cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // Out of memory is not sticky: clear it for later checks.
-    return absl::ResourceExhaustedError(message);
-  }
-  return absl::InternalError(message);
-}
-
-absl::Status CudnnStatus(cudnnStatus_t status, const char* expr) {
-  if (status == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string message = absl::StrCat(CallName(expr), ": ", cudnnGetErrorString(status));
-  if (status == CUDNN_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
-  return absl::InternalError(message);
-}
-
-absl::Status CublasStatus(cublasStatus_t status, const char* expr) {
-  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string message = absl::StrCat(CallName(expr), ": ", cublasGetStatusName(status),
-                                           " (", cublasGetStatusString(status), ")");
-  if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
-  return absl::InternalError(message);
-}
 
 absl::Status CudaContext::ReserveWorkspace(uint64_t bytes) {
   if (bytes <= workspace_bytes) return absl::OkStatus();

@@ -1,7 +1,7 @@
 // Internal to the CUDA backend: the device state its kernels share (the compute stream, the
 // cuDNN and cuBLAS handles bound to it, the one workspace buffer, a cache of cuDNN plans),
-// the conversion of CUDA, cuDNN and cuBLAS errors to absl::Status, and the per-op kernel
-// table the kernel files fill in.
+// macros that return CUDA, cuDNN and cuBLAS errors (as util/cuda_status.h maps them), and
+// the per-op kernel table the kernel files fill in.
 //
 // Not thread-safe: kernels run one at a time on the executor thread, and everything they
 // issue goes to `compute`, so stream order is the only synchronisation they need.
@@ -23,25 +23,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "executor/kernel_args.h"
+#include "util/cublas_status.h"
+#include "util/cuda_status.h"
 #include "util/status_macros.h"
 
-namespace headroom::executor::cuda {
-
-// Returns OK for success, else Internal (ResourceExhausted for out-of-memory) naming the
-// call `expr` (the text up to its '(') and the library's own message.
-absl::Status CudaStatus(cudaError_t err, const char* expr);
-absl::Status CudnnStatus(cudnnStatus_t status, const char* expr);
-absl::Status CublasStatus(cublasStatus_t status, const char* expr);
-
-}  // namespace headroom::executor::cuda
-
-// Each returns the error from the enclosing function, naming the call.
-#define HR_CUDA(call) RETURN_IF_ERROR(::headroom::executor::cuda::CudaStatus((call), #call))
-#define HR_CUDNN(call) RETURN_IF_ERROR(::headroom::executor::cuda::CudnnStatus((call), #call))
-#define HR_CUBLAS(call) RETURN_IF_ERROR(::headroom::executor::cuda::CublasStatus((call), #call))
+// Each returns the error from the enclosing function, naming the call, as util/cuda_status.h
+// maps it.
+#define HR_CUDA(call) RETURN_IF_ERROR(::headroom::CudaStatus((call), #call))
+#define HR_CUDNN(call) RETURN_IF_ERROR(::headroom::CudnnStatus((call), #call))
+#define HR_CUBLAS(call) RETURN_IF_ERROR(::headroom::CublasStatus((call), #call))
 // After a <<<...>>> launch: returns a launch error (bad configuration, no kernel image).
 #define HR_CUDA_LAUNCHED(kernel_name) \
-  RETURN_IF_ERROR(::headroom::executor::cuda::CudaStatus(cudaGetLastError(), kernel_name))
+  RETURN_IF_ERROR(::headroom::CudaStatus(cudaGetLastError(), kernel_name))
 
 namespace headroom::executor::cuda {
 

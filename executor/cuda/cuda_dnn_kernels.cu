@@ -153,11 +153,9 @@ absl::Status PickAlgorithm(CudaContext& ctx, ConvPlan& plan, const std::vector<P
       absl::StrJoin(rejected, "; ")));
 }
 
-absl::StatusOr<std::shared_ptr<ConvPlan>> BuildConvPlan(CudaContext& ctx, const ConvGeometry& g,
-                                                        bool bias) {
-  RETURN_IF_ERROR(CheckIntDims({g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.groups,
-                                g.pad_top, g.pad_left, g.o, g.kh, g.kw}));
-  auto plan = std::make_shared<ConvPlan>();
+// Creates and sets `plan`'s descriptors for `g` (and a bias descriptor if `bias`); checks
+// that cuDNN computes the graph's output size.
+absl::Status DescribeConv(CudaContext& ctx, const ConvGeometry& g, bool bias, ConvPlan* plan) {
   HR_CUDNN(cudnnCreateTensorDescriptor(&plan->x));
   HR_CUDNN(cudnnCreateTensorDescriptor(&plan->y));
   HR_CUDNN(cudnnCreateFilterDescriptor(&plan->w));
@@ -191,7 +189,11 @@ absl::StatusOr<std::shared_ptr<ConvPlan>> BuildConvPlan(CudaContext& ctx, const 
                                             g.out_w, "]"));
   }
 
-  ConvPlan& p = *plan;
+  return absl::OkStatus();
+}
+
+// Picks `p`'s forward, backward-data and backward-filter algorithms and their workspaces.
+absl::Status ChooseConvAlgorithms(CudaContext& ctx, ConvPlan& p) {
   {
     int max_count = 0, returned = 0;
     HR_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn, &max_count));
@@ -238,6 +240,16 @@ absl::StatusOr<std::shared_ptr<ConvPlan>> BuildConvPlan(CudaContext& ctx, const 
         },
         &p.bwd_filter_algo, &p.bwd_filter_math, &p.bwd_filter_bytes));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ConvPlan>> BuildConvPlan(CudaContext& ctx, const ConvGeometry& g,
+                                                        bool bias) {
+  RETURN_IF_ERROR(CheckIntDims({g.stride_h, g.stride_w, g.dilation_h, g.dilation_w, g.groups,
+                                g.pad_top, g.pad_left, g.o, g.kh, g.kw}));
+  auto plan = std::make_shared<ConvPlan>();
+  RETURN_IF_ERROR(DescribeConv(ctx, g, bias, plan.get()));
+  RETURN_IF_ERROR(ChooseConvAlgorithms(ctx, *plan));
   return plan;
 }
 

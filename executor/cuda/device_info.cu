@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "util/cuda_status.h"
 
 namespace headroom::executor::cuda {
 namespace {
@@ -17,32 +18,9 @@ namespace {
 // memory tends to hold.
 constexpr uint32_t kFillValue = 0x5eed1234u;
 
-// Returns OK for cudaSuccess, else a Status naming `what` with the runtime's message. No
-// device maps to Unavailable; a missing or too-old driver and other setup errors to
-// FailedPrecondition; anything else (a failed launch or copy) to Internal.
-absl::Status FromCuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  const std::string message =
-      absl::StrFormat("%s: %s (%s)", what, cudaGetErrorString(err), cudaGetErrorName(err));
-  switch (err) {
-    case cudaErrorNoDevice:
-    case cudaErrorDevicesUnavailable:
-      return absl::UnavailableError(message);
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInitializationError:
-    case cudaErrorCallRequiresNewerDriver:
-    case cudaErrorSystemDriverMismatch:
-    case cudaErrorCompatNotSupportedOnDevice:
-    case cudaErrorInvalidDevice:
-      return absl::FailedPreconditionError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
 #define HEADROOM_CUDA_RETURN_IF_ERROR(call)                        \
   do {                                                             \
-    absl::Status headroom_cuda_status_ = FromCuda((call), #call);  \
+    absl::Status headroom_cuda_status_ = CudaStatus((call), #call);  \
     if (!headroom_cuda_status_.ok()) return headroom_cuda_status_; \
   } while (0)
 
@@ -65,7 +43,7 @@ class DeviceBuffer {
     if (ptr_ != nullptr) cudaFree(ptr_);
   }
   absl::Status Allocate(size_t bytes) {
-    return FromCuda(cudaMalloc(&ptr_, bytes), "cudaMalloc");
+    return CudaStatus(cudaMalloc(&ptr_, bytes), "cudaMalloc");
   }
   uint32_t* words() const { return static_cast<uint32_t*>(ptr_); }
 
@@ -84,7 +62,7 @@ std::string CudaDevice::DebugString() const {
 absl::StatusOr<std::vector<CudaDevice>> ListCudaDevices() {
   int count = 0;
   HEADROOM_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
-  if (count == 0) return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
+  if (count == 0) return absl::FailedPreconditionError("cudaGetDeviceCount: no CUDA device");
 
   std::vector<CudaDevice> devices;
   for (int i = 0; i < count; ++i) {

@@ -31,8 +31,8 @@ struct CudaDevice {
   std::string DebugString() const;
 };
 
-// Returns every visible device, in ordinal order. Returns Unavailable where the driver is
-// loaded but reports no device, FailedPrecondition where there is no usable driver; the
+// Returns every visible device, in ordinal order. Returns FailedPrecondition where there is
+// no device or no usable driver, and other CUDA errors as util/cuda_status.h maps them; the
 // message carries the runtime's own text (cudaGetErrorString).
 absl::StatusOr<std::vector<CudaDevice>> ListCudaDevices();
 
