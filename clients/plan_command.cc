@@ -41,7 +41,7 @@ std::string PlanJson(const std::string& name, const planner::MemoryPlan& plan, b
   w.EndObject()
       .Key("num_tensors").Uint(plan.tensors.size())
       .Key("num_buffers").Uint(plan.num_buffers)
-      .Key("num_steps").Uint(plan.num_steps)
+      .Key("num_steps").Uint(plan.num_positions)
       .Key("alignment_bytes").Uint(plan.alignment_bytes)
       .Key("strategy").String(plan.strategy)
       .Key("planning_seconds").Double(plan.planning_seconds);
@@ -53,8 +53,8 @@ std::string PlanJson(const std::string& name, const planner::MemoryPlan& plan, b
           .Key("role").String(graph::RoleName(t.role))
           .Key("bytes").Uint(t.bytes)
           .Key("offset").Uint(t.offset)
-          .Key("first_step").Int(t.lifetime.first_step)
-          .Key("last_step").Int(t.lifetime.last_step)
+          .Key("first_step").Int(t.lifetime.first_position)
+          .Key("last_step").Int(t.lifetime.last_position)
           .Key("buffer").Int(t.buffer)
           .EndObject();
     }
@@ -69,8 +69,8 @@ std::string TensorTable(const planner::MemoryPlan& plan) {
                                     "offset", "bytes", "first", "last", "buffer");
   for (const planner::PlannedTensor& t : plan.tensors) {
     absl::StrAppendFormat(&out, "%-40s %-16s %14d %14d %7d %7d %7d\n", t.name,
-                          graph::RoleName(t.role), t.offset, t.bytes, t.lifetime.first_step,
-                          t.lifetime.last_step, t.buffer);
+                          graph::RoleName(t.role), t.offset, t.bytes, t.lifetime.first_position,
+                          t.lifetime.last_position, t.buffer);
   }
   return out;
 }
@@ -199,7 +199,7 @@ std::string SectionPlanJson(const std::string& name, const std::string& cost_mod
       .Key("bytes_by_role").BeginObject();
   for (const auto& [role, bytes] : plan.memory->bytes_by_role) w.Key(graph::RoleName(role)).Uint(bytes);
   w.EndObject()
-      .Key("num_steps").Uint(plan.memory->num_steps)
+      .Key("num_steps").Uint(plan.memory->num_positions)
       .Key("num_candidates").Int(candidates)
       .Key("planning_seconds").Double(seconds)
       .Key("sections").BeginArray();
@@ -219,10 +219,10 @@ std::string SectionPlanJson(const std::string& name, const std::string& cost_mod
           .Key("bytes").Uint(c.bytes)
           .Key("placement").String(c.offloaded ? "host" : "device");
       if (c.offloaded) {
-        w.Key("copy_out_issued_after").String(StepName(step, c.copy_out_after_step))
-            .Key("copy_out_awaited_at").String(StepName(step, c.copy_out_await_step))
-            .Key("prefetch_issued_at").String(StepName(step, c.prefetch_step))
-            .Key("prefetch_awaited_before").String(StepName(step, c.first_use_step));
+        w.Key("copy_out_issued_after").String(StepName(step, c.copy_out_after_position))
+            .Key("copy_out_awaited_at").String(StepName(step, c.copy_out_await_position))
+            .Key("prefetch_issued_at").String(StepName(step, c.prefetch_position))
+            .Key("prefetch_awaited_before").String(StepName(step, c.first_use_position));
       }
       w.EndObject();
     }

@@ -40,8 +40,8 @@ struct Executor::Prepared {
     std::string name;  // Of its first tensor.
     uint64_t offset = 0;
     uint64_t bytes = 0;  // Aligned, as the plan reserves.
-    int32_t first_step = 0;
-    int32_t last_step = 0;
+    int32_t first_position = 0;
+    int32_t last_position = 0;
     bool persistent = false;
     TensorId first_tensor = planner::kNone;
     profiler::MemoryRole role = profiler::MemoryRole::kActivation;  // Of its first tensor.
@@ -199,7 +199,7 @@ absl::Status Executor::Prepare() {
   const TrainingGraph& g = step_->graph;
   const planner::MemoryPlan& plan = *memory_;
   Prepared& p = *prepared_;
-  const int32_t num_steps = static_cast<int32_t>(g.nodes().size());
+  const int32_t num_positions = static_cast<int32_t>(g.nodes().size());
   const uint64_t align = std::max<uint64_t>(plan.alignment_bytes, 1);
 
   // 1. Buffers: the tensors that share bytes, alive from the first one's first step to the
@@ -225,8 +225,8 @@ absl::Status Executor::Prepare() {
       b.name = pt.name;
       b.first_tensor = t;
       b.offset = pt.offset;
-      b.first_step = pt.lifetime.first_step;
-      b.last_step = pt.lifetime.last_step;
+      b.first_position = pt.lifetime.first_position;
+      b.last_position = pt.lifetime.last_position;
       p.buffers.push_back(b);
     }
     Prepared::BufferInfo& b = p.buffers[it->second];
@@ -236,8 +236,8 @@ absl::Status Executor::Prepare() {
                                               "' at another offset"));
     }
     b.bytes = std::max(b.bytes, (pt.bytes + align - 1) / align * align);
-    b.first_step = std::min(b.first_step, pt.lifetime.first_step);
-    b.last_step = std::max(b.last_step, pt.lifetime.last_step);
+    b.first_position = std::min(b.first_position, pt.lifetime.first_position);
+    b.last_position = std::max(b.last_position, pt.lifetime.last_position);
     b.persistent = b.persistent || g.tensor(t).persistent();
     p.buffer_of[t] = it->second;
   }
@@ -245,12 +245,12 @@ absl::Status Executor::Prepare() {
     const profiler::StepLayout layout = profiler::DescribeStep(*step_);
     for (Prepared::BufferInfo& b : p.buffers) b.role = layout.tensors[b.first_tensor].role;
   }
-  p.allocate_at.assign(num_steps, {});
-  p.free_at.assign(num_steps, {});
+  p.allocate_at.assign(num_positions, {});
+  p.free_at.assign(num_positions, {});
   for (int32_t b = 0; b < static_cast<int32_t>(p.buffers.size()); ++b) {
     if (p.buffers[b].persistent) continue;
-    p.allocate_at[std::clamp(p.buffers[b].first_step, 0, num_steps - 1)].push_back(b);
-    p.free_at[std::clamp(p.buffers[b].last_step, 0, num_steps - 1)].push_back(b);
+    p.allocate_at[std::clamp(p.buffers[b].first_position, 0, num_positions - 1)].push_back(b);
+    p.free_at[std::clamp(p.buffers[b].last_position, 0, num_positions - 1)].push_back(b);
   }
   for (TensorId t = 0; t < g.num_forward_tensors(); ++t) {
     const proto::TensorRole role = g.tensor(t).role;
@@ -260,7 +260,7 @@ absl::Status Executor::Prepare() {
   // 2. Copies: a host slot per offloaded tensor, when each copy out is issued, and where
   //    each prefetch reads from.
   p.host_offset.assign(g.tensors().size(), kNoOffset);
-  p.copy_out_after.assign(num_steps + 1, {});
+  p.copy_out_after.assign(num_positions + 1, {});
   for (const planner::SectionInfo& section : step_->sections) {
     for (const planner::CachedInput& c : section.boundary) {
       // A tensor cached by several sections is copied out and prefetched once: the planner
@@ -268,8 +268,8 @@ absl::Status Executor::Prepare() {
       if (!c.offloaded || p.host_offset[c.tensor] != kNoOffset) continue;
       p.host_offset[c.tensor] = p.host_pool_bytes;
       p.host_pool_bytes += (c.bytes + align - 1) / align * align;
-      p.copy_out_after[c.copy_out_after_step + 1].push_back(c.tensor);
-      p.prefetch_source[c.prefetch_step] = c.tensor;
+      p.copy_out_after[c.copy_out_after_position + 1].push_back(c.tensor);
+      p.prefetch_source[c.prefetch_position] = c.tensor;
     }
   }
 
@@ -277,10 +277,10 @@ absl::Status Executor::Prepare() {
   //    reads its forward node's saved state.
   const std::vector<NodeId> forward_node = ForwardNodeIndex(forward_, g);
   auto view = [&](TensorId t) { return View(t); };
-  p.forward.resize(num_steps);
-  p.backward.resize(num_steps);
-  p.update.resize(num_steps);
-  for (NodeId n = 0; n < num_steps; ++n) {
+  p.forward.resize(num_positions);
+  p.backward.resize(num_positions);
+  p.update.resize(num_positions);
+  for (NodeId n = 0; n < num_positions; ++n) {
     const TrainingNode& node = g.node(step_->schedule.order[n]);
     switch (node.kind) {
       case NodeKind::kForward:
@@ -326,10 +326,10 @@ absl::Status Executor::Prepare() {
   }
 
   // 4. Captured tensors: read right after the forward node that writes them.
-  p.capture_after.assign(num_steps, {});
+  p.capture_after.assign(num_positions, {});
   for (const std::string& name : options_.capture) {
     bool found = false;
-    for (NodeId n = 0; n < num_steps && !found; ++n) {
+    for (NodeId n = 0; n < num_positions && !found; ++n) {
       const TrainingNode& node = g.node(step_->schedule.order[n]);
       if (node.kind != NodeKind::kForward) continue;
       for (TensorId t : node.outputs) {
@@ -415,7 +415,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
   const auto start = std::chrono::steady_clock::now();
   Prepared& p = *prepared_;
   const TrainingGraph& g = step_->graph;
-  const int32_t num_steps = static_cast<int32_t>(g.nodes().size());
+  const int32_t num_positions = static_cast<int32_t>(g.nodes().size());
   StepResult result;
   result.step = steps_run_;
   const uint64_t high_water_before = arena_->high_water_bytes();
@@ -423,7 +423,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
 
   absl::flat_hash_map<std::string, const HostTensor*> by_name;
   for (const HostTensor& t : batch) by_name[t.name] = &t;
-  for (int32_t s = 0; s < num_steps; ++s) {
+  for (int32_t s = 0; s < num_positions; ++s) {
     for (int32_t b : p.allocate_at[s]) {
       const Prepared::BufferInfo& info = p.buffers[b];
       RETURN_IF_ERROR(arena_->Allocate(b, info.offset, info.bytes, info.name).status());

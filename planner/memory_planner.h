@@ -48,7 +48,7 @@ struct MemoryPlan {
   // Tensor bytes by role, with no sharing.
   std::map<proto::TensorRole, uint64_t> bytes_by_role;
   uint64_t num_buffers = 0;
-  int32_t num_steps = 0;
+  int32_t num_positions = 0;
   uint64_t alignment_bytes = 0;
   // The offset strategy that won.
   std::string strategy;

@@ -16,11 +16,11 @@ namespace headroom::planner {
 inline constexpr uint64_t kDefaultAlignmentBytes = 256;
 
 // One buffer to place: its size and the steps it is alive, both ends included.
-// REQUIRES: bytes > 0, 0 <= first_step <= last_step.
+// REQUIRES: bytes > 0, 0 <= first_position <= last_position.
 struct BufferRequest {
   uint64_t bytes = 0;
-  int32_t first_step = 0;
-  int32_t last_step = 0;
+  int32_t first_position = 0;
+  int32_t last_position = 0;
 };
 
 // Where each buffer goes.

@@ -37,8 +37,8 @@ std::vector<BufferRequest> ShortLifetimes(int64_t count) {
   std::vector<BufferRequest> requests;
   requests.reserve(count);
   for (int64_t i = 0; i < count; ++i) {
-    const int32_t first_step = first(rng);
-    requests.push_back({bytes(rng), first_step, first_step + extra(rng)});
+    const int32_t first_position = first(rng);
+    requests.push_back({bytes(rng), first_position, first_position + extra(rng)});
   }
   return requests;
 }

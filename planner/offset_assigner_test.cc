@@ -22,9 +22,9 @@ using ::testing::HasSubstr;
 // steps 0 and 1.
 class Buffers {
  public:
-  Buffers& Add(std::string name, uint64_t bytes, int32_t first_step, int32_t last_step) {
+  Buffers& Add(std::string name, uint64_t bytes, int32_t first_position, int32_t last_position) {
     names_.push_back(std::move(name));
-    requests_.push_back({bytes, first_step, last_step});
+    requests_.push_back({bytes, first_position, last_position});
     return *this;
   }
   const std::vector<BufferRequest>& requests() const { return requests_; }
@@ -49,7 +49,7 @@ std::string DebugLayout(const std::vector<BufferRequest>& requests,
                         const OffsetAssignment& assignment) {
   std::string out = absl::StrCat(assignment.strategy, " arena=", assignment.arena_bytes, ":");
   for (size_t i = 0; i < requests.size() && i < assignment.offsets.size(); ++i) {
-    absl::StrAppend(&out, " ", i, ":[", requests[i].first_step, ",", requests[i].last_step,
+    absl::StrAppend(&out, " ", i, ":[", requests[i].first_position, ",", requests[i].last_position,
                     "]x", requests[i].bytes, "@", assignment.offsets[i]);
   }
   return out;
@@ -60,7 +60,7 @@ uint64_t AlignUp(uint64_t bytes, uint64_t alignment) {
 }
 
 bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
-  return a.first_step <= b.last_step && b.first_step <= a.last_step;
+  return a.first_position <= b.last_position && b.first_position <= a.last_position;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -68,12 +68,12 @@ bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
 
 uint64_t ReferenceLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment) {
   int32_t last = -1;
-  for (const BufferRequest& r : requests) last = std::max(last, r.last_step);
+  for (const BufferRequest& r : requests) last = std::max(last, r.last_position);
   uint64_t peak = 0;
   for (int32_t step = 0; step <= last; ++step) {
     uint64_t live = 0;
     for (const BufferRequest& r : requests) {
-      if (r.first_step <= step && step <= r.last_step) live += AlignUp(r.bytes, alignment);
+      if (r.first_position <= step && step <= r.last_position) live += AlignUp(r.bytes, alignment);
     }
     peak = std::max(peak, live);
   }
@@ -106,7 +106,7 @@ std::vector<uint64_t> ReferenceGreedyBySize(const std::vector<BufferRequest>& re
   auto size = [&](int i) { return AlignUp(requests[i].bytes, alignment); };
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     if (size(a) != size(b)) return size(a) > size(b);
-    return requests[a].first_step < requests[b].first_step;
+    return requests[a].first_position < requests[b].first_position;
   });
   std::vector<uint64_t> offsets(requests.size());
   std::vector<int> placed;
@@ -131,8 +131,8 @@ std::vector<uint64_t> ReferenceGreedyByTime(const std::vector<BufferRequest>& re
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   auto size = [&](int i) { return AlignUp(requests[i].bytes, alignment); };
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    if (requests[a].first_step != requests[b].first_step) {
-      return requests[a].first_step < requests[b].first_step;
+    if (requests[a].first_position != requests[b].first_position) {
+      return requests[a].first_position < requests[b].first_position;
     }
     return size(a) > size(b);
   });
@@ -143,7 +143,7 @@ std::vector<uint64_t> ReferenceGreedyByTime(const std::vector<BufferRequest>& re
     std::vector<std::pair<uint64_t, uint64_t>> blocks;
     std::vector<int> still_live;
     for (const int j : live) {
-      if (requests[j].last_step >= requests[i].first_step) {
+      if (requests[j].last_position >= requests[i].first_position) {
         still_live.push_back(j);
         blocks.emplace_back(offsets[j], offsets[j] + size(j));
       }
@@ -176,10 +176,10 @@ bool ReferenceValid(const std::vector<BufferRequest>& requests, const OffsetAssi
 // ---------------------------------------------------------------------------------------------
 // Random requests.
 
-// Returns `count` buffers over `num_steps` steps: a quarter alive for one step, an eighth for
+// Returns `count` buffers over `num_positions` steps: a quarter alive for one step, an eighth for
 // all of them, the rest for a random stretch; sizes of 1 to `max_bytes` bytes, half of them a
 // multiple of 256.
-std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t num_steps,
+std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t num_positions,
                                           uint64_t max_bytes) {
   std::vector<BufferRequest> requests;
   auto uniform = [&](int64_t lo, int64_t hi) {
@@ -190,13 +190,13 @@ std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t 
     r.bytes = uniform(1, max_bytes);
     if (uniform(0, 1) == 0) r.bytes = AlignUp(r.bytes, 256);
     const int kind = uniform(0, 7);
-    r.first_step = uniform(0, num_steps - 1);
+    r.first_position = uniform(0, num_positions - 1);
     if (kind < 2) {
-      r.last_step = r.first_step;
+      r.last_position = r.first_position;
     } else if (kind == 2) {
-      r.first_step = 0, r.last_step = num_steps - 1;
+      r.first_position = 0, r.last_position = num_positions - 1;
     } else {
-      r.last_step = std::min<int64_t>(num_steps - 1, r.first_step + uniform(0, num_steps / 3));
+      r.last_position = std::min<int64_t>(num_positions - 1, r.first_position + uniform(0, num_positions / 3));
     }
     requests.push_back(r);
   }
@@ -351,11 +351,11 @@ TEST(OffsetAssignerTest, RandomRequestsGetValidAssignmentsAndTheBestIsKept) {
   std::mt19937 rng(20240601);
   for (int trial = 0; trial < 400; ++trial) {
     const int count = std::uniform_int_distribution<int>(1, 120)(rng);
-    const int32_t num_steps = std::uniform_int_distribution<int32_t>(1, 60)(rng);
+    const int32_t num_positions = std::uniform_int_distribution<int32_t>(1, 60)(rng);
     const uint64_t max_bytes = trial % 2 == 0 ? 64 : 100000;
     const uint64_t alignment = kAlignments[trial % 4];
     const std::vector<BufferRequest> requests =
-        RandomRequests(rng, count, num_steps, max_bytes);
+        RandomRequests(rng, count, num_positions, max_bytes);
     SCOPED_TRACE(absl::StrCat("trial ", trial, ", alignment ", alignment));
 
     const uint64_t lower_bound = AlignedLowerBound(requests, alignment);
@@ -388,9 +388,9 @@ TEST(OffsetAssignerTest, StrategiesMatchLinearScanReferences) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     const int count = std::uniform_int_distribution<int>(0, 150)(rng);
-    const int32_t num_steps = std::uniform_int_distribution<int32_t>(1, 80)(rng);
+    const int32_t num_positions = std::uniform_int_distribution<int32_t>(1, 80)(rng);
     const uint64_t alignment = trial % 3 == 0 ? 1 : 256;
-    const std::vector<BufferRequest> requests = RandomRequests(rng, count, num_steps, 5000);
+    const std::vector<BufferRequest> requests = RandomRequests(rng, count, num_positions, 5000);
     SCOPED_TRACE(absl::StrCat("trial ", trial));
     const OffsetAssignment by_size = GreedyBySizeBestFit()->Assign(requests, alignment);
     EXPECT_EQ(by_size.offsets, ReferenceGreedyBySize(requests, alignment))

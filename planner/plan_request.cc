@@ -16,7 +16,7 @@ void FillMemory(const MemoryPlan& memory, proto::PlanSummary& summary) {
   summary.set_lower_bound_bytes(memory.lower_bound_bytes);
   summary.set_no_sharing_bytes(memory.no_sharing_bytes);
   summary.set_num_tensors(memory.tensors.size());
-  summary.set_num_steps(memory.num_steps);
+  summary.set_num_steps(memory.num_positions);
   summary.clear_bytes_by_role();
   for (const auto& [role, bytes] : memory.bytes_by_role) {
     proto::RoleBytes* r = summary.add_bytes_by_role();

@@ -14,9 +14,9 @@ namespace headroom::planner {
 struct Schedule {
   std::vector<NodeId> order;
   // Indexed by node: its step.
-  std::vector<int32_t> step_of;
+  std::vector<int32_t> position_of;
 
-  int32_t num_steps() const { return static_cast<int32_t>(order.size()); }
+  int32_t num_positions() const { return static_cast<int32_t>(order.size()); }
 };
 
 // Returns a deterministic topological order (respecting tensor edges and `after` edges;
@@ -25,8 +25,8 @@ absl::StatusOr<Schedule> ScheduleGraph(const TrainingGraph& graph);
 
 // The steps a tensor is alive, both ends included.
 struct Lifetime {
-  int32_t first_step = 0;
-  int32_t last_step = 0;
+  int32_t first_position = 0;
+  int32_t last_position = 0;
 };
 
 // Returns each tensor's lifetime under `schedule`: persistent tensors (parameters, buffers,

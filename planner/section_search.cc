@@ -640,17 +640,17 @@ std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
     BufferUse& b = buffers[t.buffer];
     if (b.role == proto::ROLE_UNSPECIFIED) b.role = t.role;
     b.bytes = std::max(b.bytes, t.bytes);
-    b.life.first_step = std::min(b.life.first_step, t.lifetime.first_step);
-    b.life.last_step = std::max(b.life.last_step, t.lifetime.last_step);
+    b.life.first_position = std::min(b.life.first_position, t.lifetime.first_position);
+    b.life.last_position = std::max(b.life.last_position, t.lifetime.last_position);
   }
-  std::vector<int64_t> delta(plan.num_steps + 1, 0);
+  std::vector<int64_t> delta(plan.num_positions + 1, 0);
   for (const auto& [id, b] : buffers) {
-    delta[b.life.first_step] += static_cast<int64_t>(b.bytes);
-    delta[b.life.last_step + 1] -= static_cast<int64_t>(b.bytes);
+    delta[b.life.first_position] += static_cast<int64_t>(b.bytes);
+    delta[b.life.last_position + 1] -= static_cast<int64_t>(b.bytes);
   }
   int32_t peak_step = 0;
   int64_t live = 0, peak = -1;
-  for (int32_t s = 0; s < plan.num_steps; ++s) {
+  for (int32_t s = 0; s < plan.num_positions; ++s) {
     live += delta[s];
     if (live > peak) {
       peak = live;
@@ -659,7 +659,7 @@ std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
   }
   std::map<proto::TensorRole, uint64_t> roles;
   for (const auto& [id, b] : buffers) {
-    if (b.life.first_step <= peak_step && peak_step <= b.life.last_step) roles[b.role] += b.bytes;
+    if (b.life.first_position <= peak_step && peak_step <= b.life.last_position) roles[b.role] += b.bytes;
   }
   return roles;
 }

@@ -41,13 +41,13 @@ struct CachedInput {
   uint64_t bytes = 0;
   bool offloaded = false;
   // Steps of the expanded schedule, for an offloaded tensor (else -1): the copy to host is
-  // issued after `copy_out_after_step` (-1: before the first step), awaited by the offload
-  // node at `copy_out_await_step`; the copy back is issued by the prefetch node at
-  // `prefetch_step` and awaited before `first_use_step`.
-  int32_t copy_out_after_step = -1;
-  int32_t copy_out_await_step = -1;
-  int32_t prefetch_step = -1;
-  int32_t first_use_step = -1;
+  // issued after `copy_out_after_position` (-1: before the first step), awaited by the offload
+  // node at `copy_out_await_position`; the copy back is issued by the prefetch node at
+  // `prefetch_position` and awaited before `first_use_position`.
+  int32_t copy_out_after_position = -1;
+  int32_t copy_out_await_position = -1;
+  int32_t prefetch_position = -1;
+  int32_t first_use_position = -1;
 };
 
 struct SectionInfo {
@@ -62,7 +62,7 @@ struct SectionInfo {
   // Its cached inputs, in tensor-id order.
   std::vector<CachedInput> boundary;
   // First step of its backward-phase group (re-forward, then backward); -1 if it has none.
-  int32_t backward_step = -1;
+  int32_t backward_position = -1;
 };
 
 // The expanded training step of one SectionCuts.

@@ -48,8 +48,8 @@ StepLayout DescribeStep(const planner::SectionedStep& step) {
   // 1. Sections: forward ranges, and backward groups by their first step.
   std::vector<std::pair<int32_t, int32_t>> groups;  // (first step, section), by step.
   for (int32_t i = 0; i < static_cast<int32_t>(step.sections.size()); ++i) {
-    if (step.sections[i].backward_step >= 0) {
-      groups.emplace_back(step.sections[i].backward_step, i);
+    if (step.sections[i].backward_position >= 0) {
+      groups.emplace_back(step.sections[i].backward_position, i);
     }
   }
   std::sort(groups.begin(), groups.end());
