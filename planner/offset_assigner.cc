@@ -37,7 +37,7 @@ std::vector<uint64_t> AlignedSizes(const std::vector<BufferRequest>& requests,
   for (size_t i = 0; i < requests.size(); ++i) {
     const BufferRequest& r = requests[i];
     CHECK(r.bytes > 0 && 0 <= r.first_position && r.first_position <= r.last_position)
-        << "request " << i << ": bytes " << r.bytes << ", steps [" << r.first_position << ", "
+        << "request " << i << ": bytes " << r.bytes << ", positions [" << r.first_position << ", "
         << r.last_position << "]";
     sizes.push_back(AlignUp(r.bytes, alignment_bytes));
   }
@@ -80,10 +80,10 @@ class PrefixCounter {
   std::vector<size_t> tree_;
 };
 
-// The requests sorted by one of their steps (ties by index).
+// The requests sorted by one of their positions (ties by index).
 struct PositionOrder {
-  std::vector<int> position;           // Request index -> position in the order.
-  std::vector<int32_t> sorted_positions;  // The steps in the order.
+  std::vector<int> rank;                  // Request index -> its place in the order.
+  std::vector<int32_t> sorted_positions;  // The positions in the order.
 };
 
 template <typename PositionOf>
@@ -96,13 +96,13 @@ PositionOrder SortByPositions(const std::vector<BufferRequest>& requests, Positi
   PositionOrder sorted{std::vector<int>(requests.size()), {}};
   sorted.sorted_positions.reserve(order.size());
   for (size_t p = 0; p < order.size(); ++p) {
-    sorted.position[order[p]] = static_cast<int>(p);
+    sorted.rank[order[p]] = static_cast<int>(p);
     sorted.sorted_positions.push_back(position_of(requests[order[p]]));
   }
   return sorted;
 }
 
-// The placed buffers, indexed by lifetime: counts those alive at some step of [first, last] in
+// The placed buffers, indexed by lifetime: counts those alive at some position of [first, last] in
 // O(log n), and lists them in O(log n + k) for k of them.
 //
 // Listing uses a priority search tree of fixed shape: a segment tree over all requests sorted by
@@ -130,8 +130,8 @@ class PlacedIndex {
   // Adds placed buffer `index`. O(log n).
   void Insert(int index) {
     ++placed_count_;
-    placed_by_first_.Add(by_first_.position[index]);
-    placed_by_last_.Add(by_last_.position[index]);
+    placed_by_first_.Add(by_first_.rank[index]);
+    placed_by_last_.Add(by_last_.rank[index]);
     int node = 1, lo = 0, hi = static_cast<int>(requests_.size());
     int carried = index;
     while (true) {
@@ -144,7 +144,7 @@ class PlacedIndex {
       CHECK(hi - lo > 1) << "buffer " << carried << " inserted twice";
       if (EndsLater(carried, slot)) std::swap(carried, slot);
       const int mid = lo + (hi - lo) / 2;
-      if (by_first_.position[carried] < mid) {
+      if (by_first_.rank[carried] < mid) {
         node = 2 * node, hi = mid;
       } else {
         node = 2 * node + 1, lo = mid;
@@ -152,7 +152,7 @@ class PlacedIndex {
     }
   }
 
-  // Returns the number of placed buffers alive at some step of [first, last]. O(log n).
+  // Returns the number of placed buffers alive at some position of [first, last]. O(log n).
   size_t CountOverlapping(int32_t first, int32_t last) const {
     const size_t ending_before = placed_by_last_.CountBelow(PositionsBelow(by_last_, first));
     const size_t starting_after =
@@ -160,7 +160,7 @@ class PlacedIndex {
     return placed_count_ - ending_before - starting_after;
   }
 
-  // Calls visit(index) for every placed buffer alive at some step of [first, last].
+  // Calls visit(index) for every placed buffer alive at some position of [first, last].
   template <typename Visitor>
   void ForEachOverlapping(int32_t first, int32_t last, const Visitor& visit) const {
     const int prefix = static_cast<int>(PositionsBelow(by_first_, int64_t{last} + 1));
@@ -168,12 +168,12 @@ class PlacedIndex {
   }
 
  private:
-  // Returns how many requests in `order` have their step below `step`.
-  static size_t PositionsBelow(const PositionOrder& order, int64_t step) {
-    const std::vector<int32_t>& steps = order.sorted_positions;
-    return std::lower_bound(steps.begin(), steps.end(), step,
-                            [](int32_t s, int64_t value) { return s < value; }) -
-           steps.begin();
+  // Returns how many requests in `order` have their position below `position`.
+  static size_t PositionsBelow(const PositionOrder& order, int64_t position) {
+    const std::vector<int32_t>& positions = order.sorted_positions;
+    return std::lower_bound(positions.begin(), positions.end(), position,
+                            [](int32_t p, int64_t value) { return p < value; }) -
+           positions.begin();
   }
 
   // Returns true if buffer a belongs above buffer b in the heap.
@@ -326,7 +326,7 @@ class PlacedBuffers {
 //
 // With `longest_first`, buffers that live longer come first (ties: largest first): a buffer
 // alive through most of the step (the batch, a cached input) placed after large short-lived
-// ones (a node's scratch, a re-forward's output) finds no gap free for all its steps and goes
+// ones (a node's scratch, a re-forward's output) finds no gap free for all its positions and goes
 // on top of them, where it then holds the arena's peak up.
 class GreedyBySize : public OffsetStrategy {
  public:
@@ -339,9 +339,9 @@ class GreedyBySize : public OffsetStrategy {
   OffsetAssignment Assign(const std::vector<BufferRequest>& requests,
                           uint64_t alignment_bytes) const override {
     const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-    auto steps = [&](int i) { return requests[i].last_position - requests[i].first_position; };
+    auto span = [&](int i) { return requests[i].last_position - requests[i].first_position; };
     const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
-      if (longest_first_ && steps(a) != steps(b)) return steps(a) > steps(b);
+      if (longest_first_ && span(a) != span(b)) return span(a) > span(b);
       if (sizes[a] != sizes[b]) return sizes[a] > sizes[b];
       return std::make_pair(requests[a].first_position, a) < std::make_pair(requests[b].first_position, b);
     });
@@ -432,7 +432,7 @@ class FreeList {
   uint64_t top_bytes_ = 0;
 };
 
-// Replays the lifetimes in step order through a FreeList: at each first_position, frees every buffer
+// Replays the lifetimes in position order through a FreeList: at each first_position, frees every buffer
 // whose last_position has passed, then allocates the buffers starting there, largest first (ties:
 // index). O(n log n).
 class GreedyByTime : public OffsetStrategy {
@@ -482,7 +482,7 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
     if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
       return absl::InvalidArgumentError(
           absl::StrCat("buffer ", BufferLabel(i, names), ": needs bytes > 0 and 0 <= first_position ",
-                       "<= last_position, has bytes ", r.bytes, " and steps [", r.first_position, ", ",
+                       "<= last_position, has bytes ", r.bytes, " and positions [", r.first_position, ", ",
                        r.last_position, "]"));
     }
     const uint64_t offset = assignment.offsets[i];
@@ -501,7 +501,7 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
   return absl::OkStatus();
 }
 
-// Returns OK if no two buffers alive at the same step share a byte: sweeps the steps keeping the
+// Returns OK if no two buffers alive at the same position share a byte: sweeps the positions keeping the
 // live buffers in a map by offset (disjoint, else already reported), checking each new buffer
 // against its neighbours there.
 absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& requests,
@@ -518,8 +518,8 @@ absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& request
   using Live = std::pair<int32_t, int>;  // (last_position, index)
   std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live_by_end;
   for (const int i : order) {
-    const int32_t step = requests[i].first_position;
-    while (!live_by_end.empty() && live_by_end.top().first < step) {
+    const int32_t position = requests[i].first_position;
+    while (!live_by_end.empty() && live_by_end.top().first < position) {
       live_by_offset.erase(assignment.offsets[live_by_end.top().second]);
       live_by_end.pop();
     }
@@ -538,7 +538,7 @@ absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& request
           "buffers ", BufferLabel(std::min(i, other), names), " and ",
           BufferLabel(std::max(i, other), names), " overlap in bytes [",
           std::max(begin, other_begin), ", ", std::min(end, other_begin + size_of(other)),
-          ") while both alive at step ", step));
+          ") while both alive at position ", position));
     }
     live_by_offset.emplace(begin, i);
     live_by_end.emplace(requests[i].last_position, i);
@@ -572,7 +572,7 @@ std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies() {
 
 uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes) {
   const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-  // (step, kind, size): at one step, ends (kind 0, from last_position + 1) before starts (kind 1).
+  // (position, kind, size): at one position, ends (kind 0, from last_position + 1) before starts (kind 1).
   std::vector<std::tuple<int64_t, int, uint64_t>> events;
   events.reserve(2 * requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -581,7 +581,7 @@ uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t 
   }
   std::sort(events.begin(), events.end());
   uint64_t live_bytes = 0, peak_bytes = 0;
-  for (const auto& [step, kind, size] : events) {
+  for (const auto& [position, kind, size] : events) {
     if (kind == 1) {
       live_bytes += size;
       peak_bytes = std::max(peak_bytes, live_bytes);

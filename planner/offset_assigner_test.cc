@@ -262,7 +262,7 @@ std::vector<std::unique_ptr<OffsetStrategy>> Recorded(std::vector<std::string>* 
 // ---------------------------------------------------------------------------------------------
 // Hand examples.
 
-// Two 2-byte buffers at steps 0 and 2, and a chain of 1-byte buffers across them:
+// Two 2-byte buffers at position 0 and 2, and a chain of 1-byte buffers across them:
 //   a: 1 byte, steps 0-1   b: 1 byte, steps 1-2   c: 2 bytes, step 0   d: 2 bytes, step 2
 // Size order stacks c and d at the bottom, so a and b, which overlap each other and one of them,
 // go on top; time order lets b take c's hole and d the hole a leaves.
@@ -276,9 +276,9 @@ Buffers TimeOrderWins() {
   return Buffers().Add("a", 1, 0, 1).Add("b", 1, 1, 2).Add("c", 2, 0, 0).Add("d", 2, 2, 2);
 }
 
-// A 2-byte buffer at step 1 between a 1-byte buffer at step 0 and one alive throughout:
+// A 2-byte buffer at position 1 between a 1-byte buffer at position 0 and one alive throughout:
 //   x: 1 byte, step 0   y: 1 byte, steps 0-2   big: 2 bytes, step 1
-// Time order puts x and y side by side at step 0; x's hole is then too small for big, which
+// Time order puts x and y side by side at position 0; x's hole is then too small for big, which
 // goes on top. Size order places big first, y above it and x into the gap below y.
 //   greedy_by_size (3 bytes, the lower bound):   greedy_by_time (4 bytes):
 //                                                  byte 3   .  big .
@@ -452,21 +452,21 @@ TEST(VerifyNoOverlapTest, AcceptsTheValidLayout) {
 
 TEST(VerifyNoOverlapTest, NamesBothBuffersOfAPlantedOverlap) {
   Planted planted;
-  planted.assignment.offsets[2] = 512;  // relu onto the top half of conv1, both alive at step 2.
+  planted.assignment.offsets[2] = 512;  // relu onto the top half of conv1, both alive at position 2.
   const absl::Status status = planted.Verify();
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(status.message(),
             "buffers 1 ('conv1') and 2 ('relu') overlap in bytes [512, 768) while both alive at "
-            "step 2");
+            "position 2");
 }
 
 TEST(VerifyNoOverlapTest, NamesBuffersByIndexWithoutNames) {
   Planted planted;
-  planted.assignment.offsets[3] = 0;  // loss onto relu at step 3.
+  planted.assignment.offsets[3] = 0;  // loss onto relu at position 3.
   const absl::Status status =
       VerifyNoOverlap(planted.buffers.requests(), planted.assignment, 256);
   EXPECT_EQ(status.message(),
-            "buffers 2 and 3 overlap in bytes [0, 256) while both alive at step 3");
+            "buffers 2 and 3 overlap in bytes [0, 256) while both alive at position 3");
 }
 
 TEST(VerifyNoOverlapTest, CatchesAMisalignedOffset) {
@@ -493,19 +493,19 @@ TEST(VerifyNoOverlapTest, BuffersMayShareBytesOnlyAcrossDisjointLifetimes) {
   // Steps [0,2] then [3,5] never meet: both at offset 0 is fine.
   const Buffers apart = Buffers().Add("early", 256, 0, 2).Add("late", 256, 3, 5);
   EXPECT_TRUE(VerifyNoOverlap(apart.requests(), {{0, 0}, 256, ""}, 256, apart.names()).ok());
-  // Steps [0,2] and [2,5] meet at step 2.
+  // Steps [0,2] and [2,5] meet at position 2.
   const Buffers touching = Buffers().Add("early", 256, 0, 2).Add("late", 256, 2, 5);
   EXPECT_EQ(VerifyNoOverlap(touching.requests(), {{0, 0}, 256, ""}, 256, touching.names())
                 .message(),
             "buffers 0 ('early') and 1 ('late') overlap in bytes [0, 256) while both alive at "
-            "step 2");
+            "position 2");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Alignment, training stacks and edge cases.
 
 TEST(OffsetAssignerTest, OddSizesRoundUpToTheAlignment) {
-  // All alive at step 0: 1 -> 256, 257 -> 512, 511 -> 512 bytes.
+  // All alive at position 0: 1 -> 256, 257 -> 512, 511 -> 512 bytes.
   const Buffers buffers = Buffers().Add("a", 1, 0, 0).Add("b", 257, 0, 1).Add("c", 511, 0, 0);
   EXPECT_EQ(AlignedLowerBound(buffers.requests(), 256), 1280);
   for (const auto& strategy : DefaultStrategies()) {
@@ -528,7 +528,7 @@ TEST(OffsetAssignerTest, AlignmentOnePacksBytesTightly) {
 }
 
 TEST(OffsetAssignerTest, LargeAlignmentGivesEveryBufferWholeUnits) {
-  // All alive at step 0: 1 and 4096 bytes take one 4 KiB unit each, 4097 bytes take two.
+  // All alive at position 0: 1 and 4096 bytes take one 4 KiB unit each, 4097 bytes take two.
   const Buffers buffers = Buffers().Add("a", 1, 0, 0).Add("b", 4096, 0, 0).Add("c", 4097, 0, 0);
   EXPECT_EQ(AlignedLowerBound(buffers.requests(), 4096), 4 * 4096);
   for (const auto& strategy : DefaultStrategies()) {
@@ -540,7 +540,7 @@ TEST(OffsetAssignerTest, LargeAlignmentGivesEveryBufferWholeUnits) {
 
 TEST(OffsetAssignerTest, NestedLifetimesReachTheLowerBound) {
   // Activations of 64 layers with sizes 1..5 units, each alive from its forward step to its
-  // backward step: a stack, so the peak (all alive at steps 63 and 64) is achievable.
+  // backward step: a stack, so the peak (all alive at positions 63 and 64) is achievable.
   std::vector<uint64_t> sizes;
   for (int i = 0; i < 64; ++i) sizes.push_back(256 * (1 + (i * 7) % 5));
   const std::vector<BufferRequest> requests = TrainingStack(sizes, /*gradients=*/false);

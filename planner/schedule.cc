@@ -31,15 +31,16 @@ absl::StatusOr<Schedule> ScheduleGraph(const TrainingGraph& graph) {
   while (!ready.empty()) {
     const NodeId id = ready.top();
     ready.pop();
-    schedule.position_of[id] = static_cast<int32_t>(schedule.order.size());
+    schedule.position_of[id] = static_cast<Position>(schedule.order.size());
     schedule.order.push_back(id);
     for (NodeId m : next[id]) {
       if (--missing[m] == 0) ready.push(m);
     }
   }
   if (schedule.num_positions() != n) {
+    const std::vector<Position>& position_of = schedule.position_of;
     const NodeId stuck = static_cast<NodeId>(
-        std::find(schedule.position_of.begin(), schedule.position_of.end(), -1) - schedule.position_of.begin());
+        std::find(position_of.begin(), position_of.end(), -1) - position_of.begin());
     return absl::InternalError(
         absl::StrCat("training graph has a cycle through node '", graph.node(stuck).name, "'"));
   }
@@ -47,7 +48,7 @@ absl::StatusOr<Schedule> ScheduleGraph(const TrainingGraph& graph) {
 }
 
 std::vector<Lifetime> ComputeLifetimes(const TrainingGraph& graph, const Schedule& schedule) {
-  const int32_t last = std::max(schedule.num_positions() - 1, 0);
+  const Position last = std::max(schedule.num_positions() - 1, 0);
   std::vector<Lifetime> lifetimes(graph.tensors().size());
   for (size_t t = 0; t < graph.tensors().size(); ++t) {
     const TrainingTensor& tensor = graph.tensor(t);
@@ -67,17 +68,17 @@ std::vector<Lifetime> ComputeLifetimes(const TrainingGraph& graph, const Schedul
 }
 
 uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
-  int32_t steps = 0;
-  for (const Lifetime& l : lifetimes) steps = std::max(steps, l.last_position + 1);
-  // Difference array: +bytes at the first step, -bytes after the last.
-  std::vector<int64_t> delta(steps + 1, 0);
+  Position positions = 0;
+  for (const Lifetime& l : lifetimes) positions = std::max(positions, l.last_position + 1);
+  // Difference array: +bytes at the first position, -bytes after the last.
+  std::vector<int64_t> delta(positions + 1, 0);
   for (size_t i = 0; i < bytes.size(); ++i) {
     delta[lifetimes[i].first_position] += static_cast<int64_t>(bytes[i]);
     delta[lifetimes[i].last_position + 1] -= static_cast<int64_t>(bytes[i]);
   }
   int64_t live = 0, peak = 0;
-  for (int32_t s = 0; s < steps; ++s) {
-    live += delta[s];
+  for (Position p = 0; p < positions; ++p) {
+    live += delta[p];
     peak = std::max(peak, live);
   }
   return static_cast<uint64_t>(peak);

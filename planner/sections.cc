@@ -43,12 +43,12 @@ std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections) {
 }
 
 absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedule) {
-  for (int32_t step = 0; step < schedule.num_positions(); ++step) {
-    const TrainingNode& node = graph.node(schedule.order[step]);
+  for (Position position = 0; position < schedule.num_positions(); ++position) {
+    const TrainingNode& node = graph.node(schedule.order[position]);
     for (TensorId t : node.inputs) {
       const NodeId p = graph.tensor(t).producer;
-      if (p != kNone && schedule.position_of[p] >= step) {
-        return absl::InternalError(absl::StrCat("node '", node.name, "' at step ", step,
+      if (p != kNone && schedule.position_of[p] >= position) {
+        return absl::InternalError(absl::StrCat("node '", node.name, "' at position ", position,
                                                 " reads '", graph.tensor(t).name,
                                                 "' before it is written"));
       }
@@ -56,7 +56,7 @@ absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedu
     if (node.kind != NodeKind::kUpdate) continue;
     for (TensorId t : node.updates) {
       for (NodeId c : graph.tensor(t).consumers) {
-        if (schedule.position_of[c] > step) {
+        if (schedule.position_of[c] > position) {
           return absl::InternalError(absl::StrCat("node '", graph.node(c).name, "' reads '",
                                                   graph.tensor(t).name, "' after its update '",
                                                   node.name, "'"));

@@ -54,8 +54,8 @@ class Groups {
 BufferAssignment AssignBuffers(const TrainingGraph& graph, const Schedule& schedule,
                                const std::vector<Lifetime>& lifetimes) {
   Groups groups(graph, lifetimes);
-  for (int32_t step = 0; step < schedule.num_positions(); ++step) {
-    const TrainingNode& node = graph.node(schedule.order[step]);
+  for (Position position = 0; position < schedule.num_positions(); ++position) {
+    const TrainingNode& node = graph.node(schedule.order[position]);
     for (const auto& [o, i] : node.views) {
       groups.Join(node.outputs[o], node.inputs[i]);
       groups.MarkJoined(node.outputs[o]);
@@ -64,7 +64,7 @@ BufferAssignment AssignBuffers(const TrainingGraph& graph, const Schedule& sched
     for (const auto& [o, i] : node.inplace) {
       const TensorId out = node.outputs[o];
       const TensorId root = groups.Find(node.inputs[i]);
-      const bool free_here = !groups.fixed(root) && groups.lifetime(root).last_position == step;
+      const bool free_here = !groups.fixed(root) && groups.lifetime(root).last_position == position;
       const bool untaken = std::find(taken.begin(), taken.end(), root) == taken.end();
       if (!groups.Alone(out) || !free_here || !untaken) continue;
       groups.Join(out, root);
