@@ -67,7 +67,7 @@ std::vector<Lifetime> ComputeLifetimes(const TrainingGraph& graph, const Schedul
   return lifetimes;
 }
 
-uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
+LivePeak FindLivePeak(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
   Position positions = 0;
   for (const Lifetime& l : lifetimes) positions = std::max(positions, l.last_position + 1);
   // Difference array: +bytes at the first position, -bytes after the last.
@@ -76,12 +76,21 @@ uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lif
     delta[lifetimes[i].first_position] += static_cast<int64_t>(bytes[i]);
     delta[lifetimes[i].last_position + 1] -= static_cast<int64_t>(bytes[i]);
   }
-  int64_t live = 0, peak = 0;
+  LivePeak peak;
+  int64_t live = 0, most = -1;
   for (Position p = 0; p < positions; ++p) {
     live += delta[p];
-    peak = std::max(peak, live);
+    if (live > most) {
+      most = live;
+      peak.position = p;
+    }
   }
-  return static_cast<uint64_t>(peak);
+  peak.bytes = static_cast<uint64_t>(std::max<int64_t>(most, 0));
+  return peak;
+}
+
+uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
+  return FindLivePeak(bytes, lifetimes).bytes;
 }
 
 }  // namespace headroom::planner

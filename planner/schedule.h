@@ -39,6 +39,16 @@ struct Lifetime {
 // their last use. The loss lives to the end, to be reported.
 std::vector<Lifetime> ComputeLifetimes(const TrainingGraph& graph, const Schedule& schedule);
 
+// Where the live bytes peak: the first position with the largest sum, and that sum.
+struct LivePeak {
+  Position position = 0;
+  uint64_t bytes = 0;
+};
+
+// Returns where the sum of `bytes[i]` over the items alive at one position peaks (position 0
+// and 0 bytes when there are no items).
+LivePeak FindLivePeak(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes);
+
 // Returns the largest sum of `bytes[i]` over the items alive at one position.
 uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "graph/shape.h"
 #include "graph/summary.h"
+#include "planner/schedule.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -661,7 +662,7 @@ absl::StatusOr<int> SectionSearch::Smallest() {
 
 namespace {
 
-// Returns the bytes by role of the buffers live at the step where `plan`'s live bytes peak.
+// Returns the bytes by role of the buffers live at the position where `plan`'s live bytes peak.
 std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
   struct BufferUse {
     uint64_t bytes = 0;
@@ -676,23 +677,16 @@ std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
     b.life.first_position = std::min(b.life.first_position, t.lifetime.first_position);
     b.life.last_position = std::max(b.life.last_position, t.lifetime.last_position);
   }
-  std::vector<int64_t> delta(plan.num_positions + 1, 0);
+  std::vector<uint64_t> bytes;
+  std::vector<Lifetime> lifetimes;
   for (const auto& [id, b] : buffers) {
-    delta[b.life.first_position] += static_cast<int64_t>(b.bytes);
-    delta[b.life.last_position + 1] -= static_cast<int64_t>(b.bytes);
+    bytes.push_back(b.bytes);
+    lifetimes.push_back(b.life);
   }
-  int32_t peak_step = 0;
-  int64_t live = 0, peak = -1;
-  for (int32_t s = 0; s < plan.num_positions; ++s) {
-    live += delta[s];
-    if (live > peak) {
-      peak = live;
-      peak_step = s;
-    }
-  }
+  const Position peak = FindLivePeak(bytes, lifetimes).position;
   std::map<proto::TensorRole, uint64_t> roles;
   for (const auto& [id, b] : buffers) {
-    if (b.life.first_position <= peak_step && peak_step <= b.life.last_position) roles[b.role] += b.bytes;
+    if (b.life.first_position <= peak && peak <= b.life.last_position) roles[b.role] += b.bytes;
   }
   return roles;
 }

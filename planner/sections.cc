@@ -342,27 +342,27 @@ class SectionExpander {
       for (auto& v : *at) std::sort(v.begin(), v.end());
     }
     absl::flat_hash_map<TensorId, TensorId> recomputed, prefetched;
+    // A copy node of tensor t's, in no section.
+    auto append_copy = [&](TensorId t, const char* suffix, const char* op, NodeKind kind,
+                           std::vector<TensorId> inputs, std::vector<TensorId> outputs) {
+      TrainingNode node;
+      node.name = absl::StrCat(g_.tensor(t).name, suffix);
+      node.op = op;
+      node.kind = kind;
+      node.inputs = std::move(inputs);
+      node.outputs = std::move(outputs);
+      out.AppendNode(std::move(node));
+      expanded_section_.push_back(-1);
+    };
     for (int32_t k = 0; k < static_cast<int32_t>(items_.size()); ++k) {
       for (TensorId t : offload_at[k]) {
-        TrainingNode node;
-        node.name = absl::StrCat(g_.tensor(t).name, ".offload");
-        node.op = "CopyToHost";
-        node.kind = NodeKind::kOffload;
-        node.inputs = {t};
-        out.AppendNode(std::move(node));
-        expanded_section_.push_back(-1);
+        append_copy(t, ".offload", "CopyToHost", NodeKind::kOffload, {t}, {});
       }
       for (TensorId t : prefetch_at[k]) {
         TrainingTensor copy = Unlinked(g_.tensor(t), ".prefetched");
         copy.role = proto::ROLE_CACHED_INPUT;
         const TensorId id = out.AppendTensor(std::move(copy));
-        TrainingNode node;
-        node.name = absl::StrCat(g_.tensor(t).name, ".prefetch");
-        node.op = "CopyToDevice";
-        node.kind = NodeKind::kPrefetch;
-        node.outputs = {id};
-        out.AppendNode(std::move(node));
-        expanded_section_.push_back(-1);
+        append_copy(t, ".prefetch", "CopyToDevice", NodeKind::kPrefetch, {}, {id});
         prefetched[t] = id;
       }
       out.AppendNode(EmitItem(items_[k], &recomputed, prefetched, &out));
