@@ -4,20 +4,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "util/cli_flags.h"
 #include "clients/model_flags.h"
+#include "clients/remote_text.h"
 #include "clients/train_flags.h"
 #include "executor/backends.h"
-#include "google/protobuf/util/json_util.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
 #include "profiler/metrics.h"
 #include "profiler/metrics_sink.h"
 #include "profiler/profile_report.h"
-#include "profiler/profile_run.h"
+#include "runner/physical_trace.h"
+#include "runner/profile_run.h"
+#include "util/cli_flags.h"
 #include "util/file_io.h"
 #ifdef HEADROOM_HAVE_CUDA
-#include "profiler/cupti_memory.h"
+#include "profiler/cupti_memory.h"  // SampleDeviceMemory
 #endif
 
 namespace headroom::clients {
@@ -31,43 +32,6 @@ constexpr char kUsage[] =
     "                        [--metrics FILE] [--rows N] [--json]\n";
 
 constexpr int64_t kDefaultSteps = 3;
-
-// Returns the profile as JSON (field names as in the .proto file).
-std::string ProfileJson(const proto::ProfileResponse& report, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.add_whitespace = pretty;
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(report, &json, options);
-  return json;
-}
-
-#ifdef HEADROOM_HAVE_CUDA
-// Fills `physical` from CUPTI's trace: the device memory the process really allocated
-// against the executor's arena plus workspaces.
-void FillPhysical(const absl::StatusOr<profiler::PhysicalMemoryTrace>& trace,
-                  uint64_t expected_bytes, proto::PhysicalMemory& physical) {
-  physical.set_expected_bytes(expected_bytes);
-  if (!trace.ok()) {
-    physical.set_unavailable_reason(std::string(trace.status().message()));
-    return;
-  }
-  const profiler::PhysicalMemoryAccounting account =
-      profiler::AccountPhysicalMemory(trace->events);
-  uint64_t allocations = 0, live = 0;
-  for (const auto& [device, usage] : account.device_memory_by_device) {
-    allocations += usage.allocations;
-    live += usage.live_bytes;
-  }
-  physical.set_peak_device_bytes(account.peak_device_bytes);
-  physical.set_allocations(allocations);
-  physical.set_live_device_bytes(live);
-  physical.set_dropped_records(trace->dropped_records);
-  physical.set_unmatched_frees(account.unmatched_frees.size());
-  physical.set_replaced_allocations(account.replaced_allocations.size());
-}
-#endif
 
 }  // namespace
 
@@ -108,18 +72,14 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   if (absl::Status s = ResolveGraphFlags(*g, f); !s.ok()) {
     return err << "headroom profile: " << s.message() << "\n", 1;
   }
-#ifdef HEADROOM_HAVE_CUDA
   // On a GPU, CUPTI sees every physical allocation from before the backend exists.
-  profiler::CuptiMemoryTracer tracer;
-  absl::Status tracing = absl::FailedPreconditionError("not traced");
-  if (f.backend == "cuda") tracing = tracer.Start();
-#endif
+  runner::PhysicalTrace physical(f.backend);
   absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
   if (!backend.ok()) return err << "headroom profile: " << backend.status().message() << "\n", 1;
 
   // 1. Profile: plan, run the steps with every event recorded (and, with --metrics,
   //    observed as the daemon observes a job's steps), build the timeline and the report.
-  profiler::ProfileRunOptions run_options;
+  runner::ProfileRunOptions run_options;
   run_options.steps = f.steps;
   run_options.backend = f.backend;
   run_options.trace = !trace_path.empty();
@@ -157,17 +117,11 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     }
     return used_bytes;
   };
-  absl::StatusOr<profiler::ProfileRun> run =
-      profiler::RunProfile(*g, backend->get(), f.trainer, run_options);
+  absl::StatusOr<runner::ProfileRun> run =
+      runner::RunProfile(*g, backend->get(), f.trainer, run_options);
   if (!run.ok()) return err << "headroom profile: " << run.status().message() << "\n", 1;
   proto::ProfileResponse& report = run->report;
-  const profiler::Timeline& timeline = run->timeline;
-#ifdef HEADROOM_HAVE_CUDA
-  if (f.backend == "cuda") {
-    FillPhysical(tracing.ok() ? tracer.Stop() : absl::StatusOr<profiler::PhysicalMemoryTrace>(tracing),
-                 report.measured_peak_bytes(), *report.mutable_physical());
-  }
-#endif
+  physical.Finish(report);
   // 3. Files, then the summary.
   if (!trace_path.empty()) {
     if (absl::Status s = WriteFileContents(trace_path, run->trace_json, "trace"); !s.ok()) {
@@ -175,7 +129,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     }
   }
   if (!out_path.empty()) {
-    if (absl::Status s = WriteFileContents(out_path, ProfileJson(report, true) + "\n", "profile"); !s.ok()) {
+    if (absl::Status s = WriteFileContents(out_path, ProtoJson(report, true) + "\n", "profile"); !s.ok()) {
       return err << "headroom profile: --out: " << s.message() << "\n", 1;
     }
   }
@@ -188,9 +142,9 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
   // the bound fail the profile, as the arena keeping to its plan would.
   const bool within = f.backend != "cpu" || profiler::UnplannedWithinBound(report.process());
   if (json) {
-    out << ProfileJson(report, false) << "\n";
+    out << ProtoJson(report, false) << "\n";
   } else {
-    out << profiler::ProfileSummaryText(report, timeline, static_cast<int>(*rows));
+    out << ProfileText(report, static_cast<int>(*rows));
     if (!trace_path.empty()) out << "\ntrace: " << trace_path << " (open in ui.perfetto.dev)\n";
     if (!out_path.empty()) {
       out << (trace_path.empty() ? "\n" : "") << "profile: " << out_path
@@ -201,7 +155,7 @@ int RunProfileCommand(const std::vector<std::string>& args, std::ostream& out,
     const proto::ProcessMemory& p = report.process();
     err << "headroom profile: the process used " << p.unplanned_bytes()
         << " bytes that no plan holds, beyond the bound of " << p.unplanned_limit_bytes()
-        << " bytes (" << profiler::ProcessMemoryLine(p) << ")\n";
+        << " bytes (" << ProcessMemoryLine(p) << ")\n";
     return 1;
   }
   return 0;

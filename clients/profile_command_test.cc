@@ -50,8 +50,8 @@ TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("measured peak"));
   EXPECT_THAT(r.out, HasSubstr("peak "));
-  EXPECT_THAT(r.out, HasSubstr("live at the peak"));
-  EXPECT_THAT(r.out, HasSubstr("the 5 largest"));
+  EXPECT_THAT(r.out, HasSubstr("largest live tensors at the peak (5 of"));
+  EXPECT_THAT(r.out, HasSubstr("physical (process)"));
   EXPECT_THAT(r.out, HasSubstr("slowest nodes"));
   EXPECT_THAT(r.err, HasSubstr("2/2"));
 

@@ -220,7 +220,7 @@ std::string PeakText(const proto::MemoryTimeline& t, int rows) {
   absl::StrAppendFormat(&out, "%-24s %s\n", "arena high-water", HumanBytes(t.high_water_bytes()));
   if (t.has_process()) {
     absl::StrAppendFormat(&out, "%-24s %s\n", "physical (process)",
-                          profiler::ProcessMemoryLine(t.process()));
+                          ProcessMemoryLine(t.process()));
   }
   out += "peak by role:\n";
   for (const auto& [role, bytes] : LargestFirst(t.peak_bytes_by_role())) {
@@ -274,6 +274,64 @@ std::string DeviceBytesChart(const proto::MemoryTimeline& t, int width, int heig
   return out;
 }
 
+std::string ProcessMemoryLine(const proto::ProcessMemory& p) {
+  if (!p.unavailable_reason().empty()) return absl::StrCat("not measured: ", p.unavailable_reason());
+  return absl::StrFormat("peak %s = baseline %s + arena %s + host pool %s + unplanned %s "
+                         "(bound %s)%s",
+                         HumanBytes(p.physical_peak_bytes()), HumanBytes(p.baseline_bytes()),
+                         HumanBytes(p.arena_bytes()), HumanBytes(p.host_pool_bytes()),
+                         HumanBytes(p.unplanned_bytes()), HumanBytes(p.unplanned_limit_bytes()),
+                         profiler::UnplannedWithinBound(p) ? "" : ": OVER THE BOUND");
+}
+
+namespace {
+
+// Returns CUPTI's account of physical device memory against the arena and workspaces, or
+// why there is none; "" when the profile says nothing of it.
+std::string CuptiText(const proto::PhysicalMemory& p) {
+  if (!p.unavailable_reason().empty()) {
+    return absl::StrFormat("%-24s %s\n", "physical (CUPTI)", p.unavailable_reason());
+  }
+  if (p.allocations() == 0) return "";
+  std::string out = absl::StrFormat(
+      "%-24s peak %s in %d allocation(s); arena + workspace %s (%+.1f%%)\n", "physical (CUPTI)",
+      HumanBytes(p.peak_device_bytes()), p.allocations(), HumanBytes(p.expected_bytes()),
+      p.expected_bytes() > 0
+          ? 100.0 * (static_cast<double>(p.peak_device_bytes()) / p.expected_bytes() - 1)
+          : 0.0);
+  if (p.dropped_records() + p.unmatched_frees() + p.replaced_allocations() > 0) {
+    absl::StrAppendFormat(&out,
+                          "%-24s incomplete: %d record(s) dropped, %d unmatched free(s), "
+                          "%d replaced allocation(s)\n",
+                          "", p.dropped_records(), p.unmatched_frees(), p.replaced_allocations());
+  }
+  return out;
+}
+
+// Returns the `rows` slowest nodes of a profile with their share of the step.
+std::string SlowestNodesText(const proto::ProfileResponse& p, int rows) {
+  std::vector<const proto::OpCost*> ops;
+  double total = 0;
+  for (const proto::OpCost& op : p.op_costs()) {
+    ops.push_back(&op);
+    total += op.seconds();
+  }
+  if (ops.empty()) return "";
+  std::sort(ops.begin(), ops.end(), [](const proto::OpCost* a, const proto::OpCost* b) {
+    return a->seconds() > b->seconds();
+  });
+  std::string out = absl::StrFormat("\nslowest nodes (median of %d step(s); %.4f s in all):\n",
+                                    ops.front()->runs(), total);
+  for (int i = 0; i < rows && i < static_cast<int>(ops.size()); ++i) {
+    absl::StrAppendFormat(&out, "  %-44s %-22s %9.3f ms %5.1f%%\n", ops[i]->node(), ops[i]->op(),
+                          ops[i]->seconds() * 1e3,
+                          total > 0 ? 100.0 * ops[i]->seconds() / total : 0.0);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ProfileText(const proto::ProfileResponse& p, int rows) {
   std::string out = absl::StrFormat("%-24s %s on %s, %d step(s)%s\n", "profiled", p.graph_name(),
                                     p.backend(), p.step_seconds_size(),
@@ -286,23 +344,20 @@ std::string ProfileText(const proto::ProfileResponse& p, int rows) {
                         "median step", measured, predicted,
                         predicted > 0 ? measured / predicted : 0.0);
   if (p.offloaded_bytes() > 0) {
-    absl::StrAppendFormat(&out, "%-24s %s per step\n", "offloaded", HumanBytes(p.offloaded_bytes()));
+    absl::StrAppendFormat(&out, "%-24s %s per step; copy rates %.2f GB/s to host, %.2f GB/s back\n",
+                          "offloaded", HumanBytes(p.offloaded_bytes()),
+                          p.copy_to_host_bytes_per_second() * 1e-9,
+                          p.copy_to_device_bytes_per_second() * 1e-9);
   }
   if (p.recompute_seconds() > 0) {
     absl::StrAppendFormat(&out, "%-24s %.4f s per step\n", "recomputed forward",
                           p.recompute_seconds());
   }
   if (p.has_process()) {
-    absl::StrAppendFormat(&out, "%-24s %s\n", "physical (process)",
-                          profiler::ProcessMemoryLine(p.process()));
+    absl::StrAppendFormat(&out, "%-24s %s\n", "physical (process)", ProcessMemoryLine(p.process()));
   }
-  if (!p.physical().unavailable_reason().empty()) {
-    absl::StrAppendFormat(&out, "%-24s %s\n", "physical (CUPTI)", p.physical().unavailable_reason());
-  } else if (p.physical().allocations() > 0) {
-    absl::StrAppendFormat(&out, "%-24s peak %s in %d allocation(s)\n", "physical (CUPTI)",
-                          HumanBytes(p.physical().peak_device_bytes()), p.physical().allocations());
-  }
-  return out + "\n" + PeakText(p.timeline(), rows);
+  out += CuptiText(p.physical());
+  return out + "\n" + PeakText(p.timeline(), rows) + SlowestNodesText(p, rows);
 }
 
 std::string ProfilesTable(const proto::ListProfilesResponse& profiles, double now_unix_seconds) {

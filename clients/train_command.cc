@@ -5,6 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "util/cli_flags.h"
 #include "clients/model_flags.h"
+#include "clients/remote_text.h"
 #include "clients/train_flags.h"
 #include "executor/backends.h"
 #include "util/median.h"
@@ -176,7 +177,7 @@ int RunTrainCommand(const std::vector<std::string>& args, std::ostream& out, std
         "done: loss %.5f -> %.5f, median step %.3f s, measured peak %s (predicted %s)\n",
         losses.empty() ? 0 : losses.front(), losses.empty() ? 0 : losses.back(), median,
         graph::HumanBytes(measured_peak), graph::HumanBytes(plan.peak_bytes))
-        << "physical: " << profiler::ProcessMemoryLine(process) << "\n";
+        << "physical: " << ProcessMemoryLine(process) << "\n";
   }
   if (measured_peak > plan.peak_bytes) {
     err << "headroom train: measured peak " << measured_peak << " B exceeds the predicted "

@@ -1,6 +1,6 @@
 // A profile's report: the figures of a profiled run gathered into the wire message
 // (proto::ProfileResponse, what `headroom profile --out` writes and the daemon's Profile
-// call returns), and a summary of it for people.
+// call returns). Rendering it for people is the clients' (clients/remote_text.h).
 #ifndef HEADROOM_PROFILER_PROFILE_REPORT_H_
 #define HEADROOM_PROFILER_PROFILE_REPORT_H_
 
@@ -38,20 +38,9 @@ proto::ProfileResponse BuildProfileReport(const graph::Graph& forward,
                                           const Timeline& timeline, const MeasuredCosts& costs,
                                           const ProfileReportOptions& options);
 
-// Returns one line for people on the process's memory against the plan ("peak 672.0 MiB =
-// baseline 230.1 MiB + arena 429.6 MiB + host pool 0 B + unplanned 12.3 MiB (bound
-// 32.0 MiB)"), or why it was not measured.
-std::string ProcessMemoryLine(const proto::ProcessMemory& process);
-
 // Returns whether the process's unplanned bytes are within their bound (true when nothing
 // was measured).
 bool UnplannedWithinBound(const proto::ProcessMemory& process);
-
-// Returns the report for people: the plan, measured against predicted peak and step time,
-// the peak's attribution (its `rows` largest live buffers), the slowest nodes and the
-// copies.
-std::string ProfileSummaryText(const proto::ProfileResponse& report, const Timeline& timeline,
-                               int rows);
 
 }  // namespace headroom::profiler
 

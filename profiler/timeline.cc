@@ -190,36 +190,6 @@ absl::Status Timeline::AttributePeak(const std::vector<MemoryEvent>& memory, siz
   return absl::OkStatus();
 }
 
-std::string Timeline::PeakTable(int rows) const {
-  const PeakAttribution& p = peak_;
-  std::string out;
-  const std::string where =
-      p.node >= 0 ? absl::StrCat("node '", p.node_name, "' (", p.op, ")") : "no node";
-  absl::StrAppendFormat(&out, "peak %s at step %d, %s, %.3f s\n",
-                        graph::HumanBytes(p.device_bytes), p.step, where, p.time_ns * 1e-9);
-  for (MemoryRole role : kAllMemoryRoles) {
-    const uint64_t b = p.bytes[Index(role)];
-    if (b == 0) continue;
-    const double share = p.device_bytes > 0 && !IsHostRole(role)
-                             ? 100.0 * static_cast<double>(b) / p.device_bytes
-                             : 0;
-    absl::StrAppendFormat(&out, "  %-16s %12s %6.1f%%%s\n", MemoryRoleName(role),
-                          graph::HumanBytes(b), share, IsHostRole(role) ? " (host)" : "");
-  }
-  absl::StrAppendFormat(&out, "live at the peak: %d buffers; the %d largest:\n",
-                        p.live.size(), std::min<size_t>(rows, p.live.size()));
-  absl::StrAppendFormat(&out, "  %-40s %-15s %12s %6s  %s\n", "tensor", "role", "bytes",
-                        "share", "produced by");
-  for (int i = 0; i < rows && i < static_cast<int>(p.live.size()); ++i) {
-    const LiveBuffer& b = p.live[i];
-    absl::StrAppendFormat(&out, "  %-40s %-15s %12s %5.1f%%  %s\n", b.name,
-                          MemoryRoleName(b.role), graph::HumanBytes(b.bytes),
-                          p.device_bytes > 0 ? 100.0 * b.bytes / p.device_bytes : 0.0,
-                          b.producer.empty() ? "(before the step)" : b.producer);
-  }
-  return out;
-}
-
 proto::MemoryTimeline Timeline::ToProto(const StepLayout& layout, size_t max_samples) const {
   proto::MemoryTimeline out;
   for (size_t i : SampleIndices(points_.size(), max_samples, peak_point_)) {

@@ -85,10 +85,6 @@ class Timeline {
   // Per training step (index = step): the largest device bytes in use during it.
   const std::vector<uint64_t>& step_peak_bytes() const { return step_peak_bytes_; }
 
-  // Returns the peak attribution as a table for people: the peak, its op, bytes by role,
-  // then the `rows` largest live buffers.
-  std::string PeakTable(int rows) const;
-
   // Returns the timeline as the wire message, with at most `max_samples` samples (evenly
   // thinned, the peak's sample always kept and, with room for two, the last; 0 keeps all).
   proto::MemoryTimeline ToProto(const StepLayout& layout, size_t max_samples) const;

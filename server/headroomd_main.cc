@@ -30,7 +30,7 @@
 #include "CivetServer.h"
 #include "prometheus/exposer.h"
 #include "profiler/metrics.h"
-#include "profiler/profile_run.h"
+#include "runner/profile_run.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/service.h"
@@ -169,7 +169,7 @@ int Run(const DaemonFlags& f) {
   if (!f.fixed_cost_bytes.has_value()) {
     absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
     absl::StatusOr<uint64_t> measured =
-        backend.ok() ? profiler::MeasureFixedCostBytes(backend->get())
+        backend.ok() ? runner::MeasureFixedCostBytes(backend->get())
                      : absl::StatusOr<uint64_t>(backend.status());
     if (!measured.ok()) {
       return std::cerr << "headroomd: measuring the fixed cost of a run: "

@@ -17,7 +17,8 @@
 #include "planner/plan_request.h"
 #include "profiler/metrics_sink.h"
 #include "profiler/process_memory.h"
-#include "profiler/profile_run.h"
+#include "runner/physical_trace.h"
+#include "runner/profile_run.h"
 #include "util/median.h"
 #include "util/status_macros.h"
 
@@ -755,16 +756,19 @@ absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileR
   // 2. Run it.
   auto run = [&]() -> absl::StatusOr<proto::ProfileResponse> {
     ASSIGN_OR_RETURN(graph::Graph g, GraphOf(request.model()));
+    // On a GPU, CUPTI sees every physical allocation from before the backend exists.
+    runner::PhysicalTrace physical(backend_name);
     ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
                      options_.make_backend(backend_name));
     ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(spec));
     trainer_options.budget_bytes = budget;
-    profiler::ProfileRunOptions run_options;
+    runner::ProfileRunOptions run_options;
     run_options.steps = request.steps() == 0 ? 3 : request.steps();
     run_options.backend = backend_name;
     run_options.trace = request.trace();
-    ASSIGN_OR_RETURN(profiler::ProfileRun profile,
-                     profiler::RunProfile(g, backend.get(), trainer_options, run_options));
+    ASSIGN_OR_RETURN(runner::ProfileRun profile,
+                     runner::RunProfile(g, backend.get(), trainer_options, run_options));
+    physical.Finish(profile.report);
     profile.report.set_trace_json(std::move(profile.trace_json));
     return std::move(profile.report);
   };

@@ -1,4 +1,4 @@
-#include "profiler/profile_run.h"
+#include "runner/profile_run.h"
 
 #include <algorithm>
 #include <utility>
@@ -14,25 +14,25 @@
 #include "profiler/step_layout.h"
 #include "util/status_macros.h"
 
-namespace headroom::profiler {
+namespace headroom::runner {
 namespace {
 
 // Records every event in `log` and passes it on to `next` (may be null).
-class TeeSink : public EventSink {
+class TeeSink : public profiler::EventSink {
  public:
-  TeeSink(EventLog* log, EventSink* next) : log_(log), next_(next) {}
-  void OnMemory(const MemoryEvent& e) override { log_->OnMemory(e); if (next_) next_->OnMemory(e); }
-  void OnOp(const OpEvent& e) override { log_->OnOp(e); if (next_) next_->OnOp(e); }
-  void OnCopy(const CopyEvent& e) override { log_->OnCopy(e); if (next_) next_->OnCopy(e); }
-  void OnStep(const StepEvent& e) override { log_->OnStep(e); if (next_) next_->OnStep(e); }
+  TeeSink(profiler::EventLog* log, profiler::EventSink* next) : log_(log), next_(next) {}
+  void OnMemory(const profiler::MemoryEvent& e) override { log_->OnMemory(e); if (next_) next_->OnMemory(e); }
+  void OnOp(const profiler::OpEvent& e) override { log_->OnOp(e); if (next_) next_->OnOp(e); }
+  void OnCopy(const profiler::CopyEvent& e) override { log_->OnCopy(e); if (next_) next_->OnCopy(e); }
+  void OnStep(const profiler::StepEvent& e) override { log_->OnStep(e); if (next_) next_->OnStep(e); }
 
  private:
-  EventLog* log_;
-  EventSink* next_;
+  profiler::EventLog* log_;
+  profiler::EventSink* next_;
 };
 
 // Returns an error if the timeline's figures differ from what the executor measured.
-absl::Status CheckAgainstExecutor(const Timeline& timeline, uint64_t high_water_bytes,
+absl::Status CheckAgainstExecutor(const profiler::Timeline& timeline, uint64_t high_water_bytes,
                                   uint64_t peak_live_bytes) {
   if (timeline.high_water_bytes() != high_water_bytes ||
       timeline.arena_peak_live_bytes() != peak_live_bytes) {
@@ -55,15 +55,15 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
         absl::StrCat("steps: a profile runs at least 1 step, not ", options.steps));
   }
   // 1. Plan, then run the steps with every event recorded.
-  EventLog log;
+  profiler::EventLog log;
   TeeSink tee(&log, options.also);
   // The process from before the plan: its baseline, then its resident bytes at every node.
-  ProcessMemorySampler sampler(&tee, {.reset_peak = options.reset_peak_resident});
+  profiler::ProcessMemorySampler sampler(&tee, {.reset_peak = options.reset_peak_resident});
   trainer_options.events = &sampler;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(forward, backend, trainer_options));
   const planner::SectionPlan& plan = trainer->plan();
-  const StepLayout layout = DescribeStep(*plan.step);
+  const profiler::StepLayout layout = profiler::DescribeStep(*plan.step);
   if (options.on_start) RETURN_IF_ERROR(options.on_start(*trainer));
   uint64_t high_water = 0, peak_live = 0;
   std::vector<uint64_t> device_used_bytes;
@@ -77,16 +77,16 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
     device_used_bytes.push_back(options.on_step ? options.on_step(s, *r) : 0);
   }
   // 2. The timeline, checked against the executor; the costs; the report.
-  ASSIGN_OR_RETURN(Timeline timeline, Timeline::Build(log, layout));
+  ASSIGN_OR_RETURN(profiler::Timeline timeline, profiler::Timeline::Build(log, layout));
   RETURN_IF_ERROR(CheckAgainstExecutor(timeline, high_water, peak_live));
-  const MeasuredCosts costs = MeasureCosts(log, layout);
-  ProfileReportOptions report_options;
+  const profiler::MeasuredCosts costs = profiler::MeasureCosts(log, layout);
+  profiler::ProfileReportOptions report_options;
   report_options.backend = options.backend;
   report_options.budget_bytes = trainer_options.budget_bytes;
   report_options.max_samples = options.max_samples;
   report_options.node_times_measured = options.backend == "cpu";
   proto::ProfileResponse report =
-      BuildProfileReport(forward, plan, log, layout, timeline, costs, report_options);
+      profiler::BuildProfileReport(forward, plan, log, layout, timeline, costs, report_options);
   // Each sample of a step gets the driver's used bytes sampled when that step ended.
   for (proto::TimelineSample& sample : *report.mutable_timeline()->mutable_samples()) {
     if (sample.step() >= 0 && sample.step() < static_cast<int64_t>(device_used_bytes.size())) {
@@ -102,14 +102,14 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
   // 3. The trace, when asked.
   std::string trace_json;
   if (options.trace) {
-    ChromeTraceOptions trace_options;
+    profiler::ChromeTraceOptions trace_options;
     trace_options.process_name = absl::StrCat("headroom ", forward.name(), " (", options.backend, ")");
     trace_options.metadata = {{"model", forward.name()},
                               {"backend", options.backend},
                               {"plan", absl::StrFormat("%s, %d section(s), predicted peak %d B",
                                                        plan.strategy, plan.step->sections.size(),
                                                        plan.peak_bytes)}};
-    ASSIGN_OR_RETURN(ChromeTrace trace, BuildChromeTrace(log, layout, timeline, trace_options));
+    ASSIGN_OR_RETURN(profiler::ChromeTrace trace, profiler::BuildChromeTrace(log, layout, timeline, trace_options));
     trace_json = std::move(trace.json);
   }
   return ProfileRun{std::move(report), std::move(timeline), std::move(trace_json)};
@@ -124,7 +124,7 @@ absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend) {
   (*spec.mutable_options())["input"] = 64;
   ASSIGN_OR_RETURN(proto::GraphDef def, graph::BuildZooModel(spec));
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
-  ProcessMemorySampler sampler;
+  profiler::ProcessMemorySampler sampler;
   executor::TrainerOptions options;
   options.events = &sampler;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
@@ -138,4 +138,4 @@ absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend) {
   return account.unplanned_bytes();
 }
 
-}  // namespace headroom::profiler
+}  // namespace headroom::runner

@@ -5,8 +5,8 @@
 // and headroomd's Profile handler both run.
 //
 // Thread-compatible: one call runs on the caller's thread. Borrows the backend.
-#ifndef HEADROOM_PROFILER_PROFILE_RUN_H_
-#define HEADROOM_PROFILER_PROFILE_RUN_H_
+#ifndef HEADROOM_RUNNER_PROFILE_RUN_H_
+#define HEADROOM_RUNNER_PROFILE_RUN_H_
 
 #include <cstdint>
 #include <functional>
@@ -21,7 +21,7 @@
 #include "profiler/timeline.h"
 #include "proto/headroom.pb.h"
 
-namespace headroom::profiler {
+namespace headroom::runner {
 
 struct ProfileRunOptions {
   // Training steps to run (at least 1). Default 3.
@@ -33,7 +33,7 @@ struct ProfileRunOptions {
   // Timeline samples kept in the report (0: all). Default 2000.
   size_t max_samples = 2000;
   // Another sink to pass every event on to (a MetricsSink, say); borrowed. Default none.
-  EventSink* also = nullptr;
+  profiler::EventSink* also = nullptr;
   // Called after the trainer is made, before the first step (to StartJob the metrics, say).
   std::function<absl::Status(const executor::Trainer&)> on_start;
   // Called after every step with its result; it returns the driver's used device bytes
@@ -47,7 +47,7 @@ struct ProfileRunOptions {
 
 struct ProfileRun {
   proto::ProfileResponse report;
-  Timeline timeline;
+  profiler::Timeline timeline;
   std::string trace_json;
 };
 
@@ -65,6 +65,6 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
 // memory cannot be read.
 absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend);
 
-}  // namespace headroom::profiler
+}  // namespace headroom::runner
 
-#endif  // HEADROOM_PROFILER_PROFILE_RUN_H_
+#endif  // HEADROOM_RUNNER_PROFILE_RUN_H_
