@@ -91,7 +91,8 @@ PositionOrder SortByPositions(const std::vector<BufferRequest>& requests, Positi
   std::vector<int> order(requests.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return std::make_pair(position_of(requests[a]), a) < std::make_pair(position_of(requests[b]), b);
+    return std::make_pair(position_of(requests[a]), a) <
+           std::make_pair(position_of(requests[b]), b);
   });
   PositionOrder sorted{std::vector<int>(requests.size()), {}};
   sorted.sorted_positions.reserve(order.size());
@@ -106,11 +107,11 @@ PositionOrder SortByPositions(const std::vector<BufferRequest>& requests, Positi
 // O(log n), and lists them in O(log n + k) for k of them.
 //
 // Listing uses a priority search tree of fixed shape: a segment tree over all requests sorted by
-// (first_position, index), each node holding at most one placed buffer, heap-ordered by last_position (a
-// node's buffer ends no earlier than any below it). A placed buffer overlaps [first, last] iff
-// its first_position <= last (a prefix of the sorted order) and its last_position >= first (a heap
-// threshold), so a query walks the prefix and stops under any node whose buffer ends before
-// `first`: every node it enters reports a buffer or lies on the prefix's boundary path.
+// (first_position, index), each node holding at most one placed buffer, heap-ordered by
+// last_position (a node's buffer ends no earlier than any below it). A placed buffer overlaps
+// [first, last] iff its first_position <= last (a prefix of the sorted order) and its last_position
+// >= first (a heap threshold), so a query walks the prefix and stops under any node whose buffer
+// ends before `first`: every node it enters reports a buffer or lies on the prefix's boundary path.
 //
 // Counting subtracts from all placed buffers those ending before `first` and those starting
 // after `last` (never both), each a prefix count.
@@ -121,7 +122,8 @@ class PlacedIndex {
  public:
   explicit PlacedIndex(const std::vector<BufferRequest>& requests)
       : requests_(requests),
-        by_first_(SortByPositions(requests, [](const BufferRequest& r) { return r.first_position; })),
+        by_first_(
+            SortByPositions(requests, [](const BufferRequest& r) { return r.first_position; })),
         by_last_(SortByPositions(requests, [](const BufferRequest& r) { return r.last_position; })),
         slot_(4 * requests.size() + 4, -1),
         placed_by_first_(requests.size()),
@@ -178,7 +180,8 @@ class PlacedIndex {
 
   // Returns true if buffer a belongs above buffer b in the heap.
   bool EndsLater(int a, int b) const {
-    return std::make_pair(requests_[a].last_position, -a) > std::make_pair(requests_[b].last_position, -b);
+    return std::make_pair(requests_[a].last_position, -a) >
+           std::make_pair(requests_[b].last_position, -b);
   }
 
   template <typename Visitor>
@@ -318,9 +321,9 @@ class PlacedBuffers {
   absl::btree_set<Block> by_offset_;
 };
 
-// Largest first (ties: earlier first_position, then index); each into the best-fitting gap among the
-// placed buffers whose lifetimes overlap it (see PlacedBuffers). O(n log n + sum over buffers of
-// min(k log k, p)), k being the placed buffers overlapping it and p all placed before it: O(n^2)
+// Largest first (ties: earlier first_position, then index); each into the best-fitting gap among
+// the placed buffers whose lifetimes overlap it (see PlacedBuffers). O(n log n + sum over buffers
+// of min(k log k, p)), k being the placed buffers overlapping it and p all placed before it: O(n^2)
 // when every lifetime overlaps every other (as the activations of a training step do), near
 // O(n log n) when each overlaps few.
 //
@@ -343,7 +346,8 @@ class GreedyBySize : public OffsetStrategy {
     const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
       if (longest_first_ && span(a) != span(b)) return span(a) > span(b);
       if (sizes[a] != sizes[b]) return sizes[a] > sizes[b];
-      return std::make_pair(requests[a].first_position, a) < std::make_pair(requests[b].first_position, b);
+      return std::make_pair(requests[a].first_position, a) <
+             std::make_pair(requests[b].first_position, b);
     });
 
     OffsetAssignment assignment{std::vector<uint64_t>(requests.size(), 0), 0, name()};
@@ -432,9 +436,9 @@ class FreeList {
   uint64_t top_bytes_ = 0;
 };
 
-// Replays the lifetimes in position order through a FreeList: at each first_position, frees every buffer
-// whose last_position has passed, then allocates the buffers starting there, largest first (ties:
-// index). O(n log n).
+// Replays the lifetimes in position order through a FreeList: at each first_position, frees every
+// buffer whose last_position has passed, then allocates the buffers starting there, largest first
+// (ties: index). O(n log n).
 class GreedyByTime : public OffsetStrategy {
  public:
   std::string name() const override { return "greedy_by_time"; }
@@ -481,9 +485,9 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
     const BufferRequest& r = requests[i];
     if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
       return absl::InvalidArgumentError(
-          absl::StrCat("buffer ", BufferLabel(i, names), ": needs bytes > 0 and 0 <= first_position ",
-                       "<= last_position, has bytes ", r.bytes, " and positions [", r.first_position, ", ",
-                       r.last_position, "]"));
+          absl::StrCat("buffer ", BufferLabel(i, names),
+                       ": needs bytes > 0 and 0 <= first_position <= last_position, has bytes ",
+                       r.bytes, " and positions [", r.first_position, ", ", r.last_position, "]"));
     }
     const uint64_t offset = assignment.offsets[i];
     const uint64_t size = AlignUp(r.bytes, alignment_bytes);
@@ -501,9 +505,9 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
   return absl::OkStatus();
 }
 
-// Returns OK if no two buffers alive at the same position share a byte: sweeps the positions keeping the
-// live buffers in a map by offset (disjoint, else already reported), checking each new buffer
-// against its neighbours there.
+// Returns OK if no two buffers alive at the same position share a byte: sweeps the positions
+// keeping the live buffers in a map by offset (disjoint, else already reported), checking each new
+// buffer against its neighbours there.
 absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& requests,
                                        const OffsetAssignment& assignment,
                                        uint64_t alignment_bytes,
@@ -511,7 +515,8 @@ absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& request
   std::vector<int> order(requests.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return std::make_pair(requests[a].first_position, a) < std::make_pair(requests[b].first_position, b);
+    return std::make_pair(requests[a].first_position, a) <
+           std::make_pair(requests[b].first_position, b);
   });
   auto size_of = [&](int i) { return AlignUp(requests[i].bytes, alignment_bytes); };
   std::map<uint64_t, int> live_by_offset;
@@ -572,7 +577,8 @@ std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies() {
 
 uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes) {
   const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-  // (position, kind, size): at one position, ends (kind 0, from last_position + 1) before starts (kind 1).
+  // (position, kind, size): at one position, ends (kind 0, from last_position + 1) before starts
+  // (kind 1).
   std::vector<std::tuple<int64_t, int, uint64_t>> events;
   events.reserve(2 * requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {

@@ -19,7 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // Named buffers, one line each: Buffers().Add("a", 1, 0, 1) adds buffer 0, of 1 byte, alive at
-// steps 0 and 1.
+// positions 0 and 1.
 class Buffers {
  public:
   Buffers& Add(std::string name, uint64_t bytes, int32_t first_position, int32_t last_position) {
@@ -176,9 +176,9 @@ bool ReferenceValid(const std::vector<BufferRequest>& requests, const OffsetAssi
 // ---------------------------------------------------------------------------------------------
 // Random requests.
 
-// Returns `count` buffers over `num_positions` steps: a quarter alive for one step, an eighth for
-// all of them, the rest for a random stretch; sizes of 1 to `max_bytes` bytes, half of them a
-// multiple of 256.
+// Returns `count` buffers over `num_positions` positions: a quarter alive at one position, an
+// eighth at all of them, the rest for a random stretch; sizes of 1 to `max_bytes` bytes, half of
+// them a multiple of 256.
 std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t num_positions,
                                           uint64_t max_bytes) {
   std::vector<BufferRequest> requests;
@@ -196,15 +196,17 @@ std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t 
     } else if (kind == 2) {
       r.first_position = 0, r.last_position = num_positions - 1;
     } else {
-      r.last_position = std::min<int64_t>(num_positions - 1, r.first_position + uniform(0, num_positions / 3));
+      r.last_position =
+          std::min<int64_t>(num_positions - 1, r.first_position + uniform(0, num_positions / 3));
     }
     requests.push_back(r);
   }
   return requests;
 }
 
-// Activation i of `layers` lives from forward step i to backward step 2 * layers - 1 - i; with
-// `gradients`, the gradient made at each backward step lives until the next.
+// Activation i of `layers` lives from forward position i to backward position
+// 2 * layers - 1 - i; with `gradients`, the gradient made at each backward position lives until
+// the next.
 std::vector<BufferRequest> TrainingStack(const std::vector<uint64_t>& activation_bytes,
                                          bool gradients) {
   const int32_t layers = activation_bytes.size();
@@ -262,8 +264,9 @@ std::vector<std::unique_ptr<OffsetStrategy>> Recorded(std::vector<std::string>* 
 // ---------------------------------------------------------------------------------------------
 // Hand examples.
 
-// Two 2-byte buffers at position 0 and 2, and a chain of 1-byte buffers across them:
-//   a: 1 byte, steps 0-1   b: 1 byte, steps 1-2   c: 2 bytes, step 0   d: 2 bytes, step 2
+// Two 2-byte buffers at positions 0 and 2, and a chain of 1-byte buffers across them:
+//   a: 1 byte, positions 0-1   b: 1 byte, positions 1-2
+//   c: 2 bytes, position 0     d: 2 bytes, position 2
 // Size order stacks c and d at the bottom, so a and b, which overlap each other and one of them,
 // go on top; time order lets b take c's hole and d the hole a leaves.
 //   greedy_by_size (4 bytes):      greedy_by_time (3 bytes, the lower bound):
@@ -271,13 +274,13 @@ std::vector<std::unique_ptr<OffsetStrategy>> Recorded(std::vector<std::string>* 
 //     byte 2   a  a  .               byte 2   a  a  d
 //     byte 1   c  .  d               byte 1   c  .  d
 //     byte 0   c  .  d               byte 0   c  b  b
-//       step   0  1  2                 step   0  1  2
+//   position   0  1  2             position   0  1  2
 Buffers TimeOrderWins() {
   return Buffers().Add("a", 1, 0, 1).Add("b", 1, 1, 2).Add("c", 2, 0, 0).Add("d", 2, 2, 2);
 }
 
 // A 2-byte buffer at position 1 between a 1-byte buffer at position 0 and one alive throughout:
-//   x: 1 byte, step 0   y: 1 byte, steps 0-2   big: 2 bytes, step 1
+//   x: 1 byte, position 0   y: 1 byte, positions 0-2   big: 2 bytes, position 1
 // Time order puts x and y side by side at position 0; x's hole is then too small for big, which
 // goes on top. Size order places big first, y above it and x into the gap below y.
 //   greedy_by_size (3 bytes, the lower bound):   greedy_by_time (4 bytes):
@@ -285,7 +288,7 @@ Buffers TimeOrderWins() {
 //     byte 2   y  y   y                            byte 2   .  big .
 //     byte 1   .  big .                            byte 1   y  y   y
 //     byte 0   x  big .                            byte 0   x  .   .
-//       step   0  1   2                              step   0  1   2
+//   position   0  1   2                          position   0  1   2
 Buffers SizeOrderWins() {
   return Buffers().Add("x", 1, 0, 0).Add("y", 1, 0, 2).Add("big", 2, 1, 1);
 }
@@ -426,12 +429,12 @@ TEST(VerifyNoOverlapTest, AgreesWithPairwiseCheckOnRandomAssignments) {
 // The verifier on planted faults.
 
 // Four 256-aligned buffers, valid as laid out:
-//   input: 256 bytes, steps 0-1 @0     conv1: 512 bytes, steps 1-2 @256
-//   relu:  256 bytes, steps 2-3 @0     loss:  256 bytes, step 3 @256
+//   input: 256 bytes, positions 0-1 @0     conv1: 512 bytes, positions 1-2 @256
+//   relu:  256 bytes, positions 2-3 @0     loss:  256 bytes, position 3 @256
 //     bytes 512-767   .      conv1  conv1  .
 //     bytes 256-511   .      conv1  conv1  loss
 //     bytes   0-255   input  input  relu   relu
-//              step   0      1      2      3
+//          position   0      1      2      3
 struct Planted {
   Buffers buffers = Buffers()
                         .Add("input", 256, 0, 1)
@@ -452,7 +455,8 @@ TEST(VerifyNoOverlapTest, AcceptsTheValidLayout) {
 
 TEST(VerifyNoOverlapTest, NamesBothBuffersOfAPlantedOverlap) {
   Planted planted;
-  planted.assignment.offsets[2] = 512;  // relu onto the top half of conv1, both alive at position 2.
+  // relu onto the top half of conv1, both alive at position 2.
+  planted.assignment.offsets[2] = 512;
   const absl::Status status = planted.Verify();
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(status.message(),
@@ -539,8 +543,8 @@ TEST(OffsetAssignerTest, LargeAlignmentGivesEveryBufferWholeUnits) {
 }
 
 TEST(OffsetAssignerTest, NestedLifetimesReachTheLowerBound) {
-  // Activations of 64 layers with sizes 1..5 units, each alive from its forward step to its
-  // backward step: a stack, so the peak (all alive at positions 63 and 64) is achievable.
+  // Activations of 64 layers with sizes 1..5 units, each alive from its forward position to its
+  // backward position: a stack, so the peak (all alive at positions 63 and 64) is achievable.
   std::vector<uint64_t> sizes;
   for (int i = 0; i < 64; ++i) sizes.push_back(256 * (1 + (i * 7) % 5));
   const std::vector<BufferRequest> requests = TrainingStack(sizes, /*gradients=*/false);
@@ -552,7 +556,8 @@ TEST(OffsetAssignerTest, NestedLifetimesReachTheLowerBound) {
 }
 
 TEST(OffsetAssignerTest, NestedLifetimesWithGradientsOfOneSizeReachTheLowerBound) {
-  // 40 layers of 1 KiB activations, plus each backward step's 1 KiB gradient alive for two steps.
+  // 40 layers of 1 KiB activations, plus each backward position's 1 KiB gradient alive for two
+  // positions.
   const std::vector<BufferRequest> requests =
       TrainingStack(std::vector<uint64_t>(40, 1024), /*gradients=*/true);
   const uint64_t lower_bound = AlignedLowerBound(requests, 256);

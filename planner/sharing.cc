@@ -32,8 +32,10 @@ class Groups {
     root = Find(root);
     if (member == root) return;
     parent_[member] = root;
-    lifetime_[root].first_position = std::min(lifetime_[root].first_position, lifetime_[member].first_position);
-    lifetime_[root].last_position = std::max(lifetime_[root].last_position, lifetime_[member].last_position);
+    lifetime_[root].first_position =
+        std::min(lifetime_[root].first_position, lifetime_[member].first_position);
+    lifetime_[root].last_position =
+        std::max(lifetime_[root].last_position, lifetime_[member].last_position);
     fixed_[root] = fixed_[root] || fixed_[member];
   }
 
