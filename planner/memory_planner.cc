@@ -91,7 +91,7 @@ std::string MemoryPlan::DebugString() const {
                         lower_bound_bytes ? static_cast<double>(arena_bytes) / lower_bound_bytes : 0.0);
   absl::StrAppendFormat(&out, "%-24s %12.4f\n", "arena / no sharing",
                         no_sharing_bytes ? static_cast<double>(arena_bytes) / no_sharing_bytes : 0.0);
-  absl::StrAppendFormat(&out, "%-24s %12d tensors in %d buffers, %d steps\n", "schedule",
+  absl::StrAppendFormat(&out, "%-24s %12d tensors in %d buffers, %d positions\n", "schedule",
                         tensors.size(), num_buffers, num_positions);
   absl::StrAppendFormat(&out, "%-24s %12s (alignment %d B)\n", "offset strategy", strategy,
                         alignment_bytes);

@@ -101,7 +101,7 @@ void LargestGraphs(int runs) {
   };
   for (const auto& [what, spec] : cases) {
     const Measured m = Measure(spec, runs);
-    std::printf("%-34s %6d tensors %6d steps %9.1f ms %s\n", what.c_str(),
+    std::printf("%-34s %6d tensors %6d positions %9.1f ms %s\n", what.c_str(),
                 static_cast<int>(m.num_tensors), m.plan.num_positions, m.median_seconds * 1e3,
                 m.median_seconds < 0.2 ? "ok" : "OVER");
   }
