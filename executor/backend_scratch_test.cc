@@ -49,7 +49,7 @@ TEST(BackendScratchTest, EveryKernelRunsInThePlansScratchAndNothingElse) {
       EXPECT_GT(temporary->second, 0u);
       for (const planner::PlannedTensor& t : plan.tensors) {
         if (t.role != proto::ROLE_TEMPORARY) continue;
-        EXPECT_EQ(t.lifetime.first_step, t.lifetime.last_step) << t.name;
+        EXPECT_EQ(t.lifetime.first_position, t.lifetime.last_position) << t.name;
       }
       for (int step = 0; step < 2; ++step) {
         absl::StatusOr<StepResult> r = (*trainer)->Step();

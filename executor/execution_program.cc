@@ -60,8 +60,8 @@ absl::Status AssignBuffers(const planner::SectionedStep& step, const planner::Me
       b.first_tensor = t;
       b.role = layout.tensors[t].role;
       b.slice.offset = pt.offset;
-      b.first_position = pt.lifetime.first_step;
-      b.last_position = pt.lifetime.last_step;
+      b.first_position = pt.lifetime.first_position;
+      b.last_position = pt.lifetime.last_position;
       p.buffers.push_back(b);
     }
     ProgramBuffer& b = p.buffers[it->second];
@@ -71,8 +71,8 @@ absl::Status AssignBuffers(const planner::SectionedStep& step, const planner::Me
                                               "' at another offset"));
     }
     b.slice.bytes = std::max(b.slice.bytes, AlignUp(pt.bytes, align));
-    b.first_position = std::min(b.first_position, pt.lifetime.first_step);
-    b.last_position = std::max(b.last_position, pt.lifetime.last_step);
+    b.first_position = std::min(b.first_position, pt.lifetime.first_position);
+    b.last_position = std::max(b.last_position, pt.lifetime.last_position);
     b.persistent = b.persistent || g.tensor(t).persistent();
   }
   // Buffers that are not persistent come and go with their lifetimes.
@@ -95,10 +95,10 @@ void AssignHostSlots(const planner::SectionedStep& step, uint64_t align, Executi
       if (!c.offloaded || p.host_offset[c.tensor].has_value()) continue;
       p.host_offset[c.tensor] = p.host_pool_bytes;
       p.host_pool_bytes += AlignUp(c.bytes, align);
-      (c.copy_out_after_step < 0 ? p.copy_out_first
-                                 : p.nodes[c.copy_out_after_step].copy_out_after)
+      (c.copy_out_after_position < 0 ? p.copy_out_first
+                                     : p.nodes[c.copy_out_after_position].copy_out_after)
           .push_back(c.tensor);
-      p.nodes[c.prefetch_step].prefetch_source = c.tensor;
+      p.nodes[c.prefetch_position].prefetch_source = c.tensor;
     }
   }
 }

@@ -829,11 +829,7 @@ class Importer {
   // ReduceMean over the two spatial dims of NCHW: a global average pool.
   absl::Status ReduceMean(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
-    std::vector<int64_t> axes = OnnxIntsAttr(n, "axes");
-    if (opset_ >= 18 && n.input_size() > 1 && !n.input(1).empty()) {
-      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
-      axes = c->ints();
-    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, Axes(n, 18, /*input_optional=*/true));
     for (int64_t& a : axes) {
       ASSIGN_OR_RETURN(a, NormalAxis(a, x->shape.size()));
     }
@@ -890,28 +886,33 @@ class Importer {
     return Reshaped(n, input, shape);
   }
 
-  absl::Status Unsqueeze(const onnx::NodeProto& n) {
+  // Returns the node's axes: its attribute before opset `input_since`, from then on its input
+  // 1 (which, when `input_optional`, may be left out to keep the attribute's).
+  absl::StatusOr<std::vector<int64_t>> Axes(const onnx::NodeProto& n, int input_since,
+                                            bool input_optional) {
+    const bool has_input = n.input_size() > 1 && !n.input(1).empty();
+    if (opset_ < input_since || (input_optional && !has_input)) return OnnxIntsAttr(n, "axes");
+    ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
+    return c->ints();
+  }
+
+  // Reshapes input 0 to `shape_of(its shape, the node's axes)`: Squeeze and Unsqueeze.
+  absl::Status ReshapeByAxes(const onnx::NodeProto& n, bool axes_input_optional,
+                             absl::StatusOr<Shape> (*shape_of)(const Shape&,
+                                                               std::vector<int64_t>)) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
-    std::vector<int64_t> axes = OnnxIntsAttr(n, "axes");
-    if (opset_ >= 13) {
-      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
-      axes = c->ints();
-    }
-    absl::StatusOr<Shape> shape = OnnxUnsqueezeShape(x->shape, axes);
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, Axes(n, 13, axes_input_optional));
+    absl::StatusOr<Shape> shape = shape_of(x->shape, std::move(axes));
     if (!shape.ok()) return Fail(n, shape.status().message());
     return ReshapeValue(n, *shape);
   }
 
+  absl::Status Unsqueeze(const onnx::NodeProto& n) {
+    return ReshapeByAxes(n, /*axes_input_optional=*/false, OnnxUnsqueezeShape);
+  }
+
   absl::Status Squeeze(const onnx::NodeProto& n) {
-    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
-    std::vector<int64_t> axes = OnnxIntsAttr(n, "axes");
-    if (opset_ >= 13 && n.input_size() > 1 && !n.input(1).empty()) {
-      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "axes"));
-      axes = c->ints();
-    }
-    absl::StatusOr<Shape> shape = OnnxSqueezeShape(x->shape, axes);
-    if (!shape.ok()) return Fail(n, shape.status().message());
-    return ReshapeValue(n, *shape);
+    return ReshapeByAxes(n, /*axes_input_optional=*/true, OnnxSqueezeShape);
   }
 
   absl::Status Transpose(const onnx::NodeProto& n) {

@@ -191,6 +191,19 @@ std::optional<OnnxFusion> MatchGeluTanh(const Matcher& m, int tanh) {
   return std::nullopt;
 }
 
+// Absorbs into `f` the only consumer of its output when that is `op` with an initializer as
+// its other input; returns the initializer's name, or nothing (leaving `f` as it was).
+std::optional<std::string> AbsorbInitializerOp(const Matcher& m, const std::string& op,
+                                               OnnxFusion& f) {
+  const std::optional<int> node = m.Only(f.output, op);
+  if (!node) return std::nullopt;
+  std::optional<std::string> other = Matcher::Other(m.node(*node), f.output);
+  if (!other || !m.IsInitializer(*other)) return std::nullopt;
+  f.nodes.push_back(*node);
+  f.output = m.node(*node).output(0);
+  return other;
+}
+
 // ReduceMean(x) -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div (-> Mul w -> Add b).
 std::optional<OnnxFusion> MatchLayerNorm(const Matcher& m, int mean) {
   const onnx::NodeProto& r1 = m.node(mean);
@@ -222,21 +235,9 @@ std::optional<OnnxFusion> MatchLayerNorm(const Matcher& m, int mean) {
   OnnxFusion f{"LayerNorm", {mean, *sub, *square, *r2, *add, *sqrt, *div}, x,
                m.node(*div).output(0), "", *eps};
   // The affine part, when its weight and bias are initializers.
-  if (std::optional<int> mul = m.Only(f.output, "Mul")) {
-    const std::optional<std::string> w = Matcher::Other(m.node(*mul), f.output);
-    if (w && m.IsInitializer(*w)) {
-      f.nodes.push_back(*mul);
-      f.weight = *w;
-      f.output = m.node(*mul).output(0);
-      if (std::optional<int> bias = m.Only(f.output, "Add")) {
-        const std::optional<std::string> b = Matcher::Other(m.node(*bias), f.output);
-        if (b && m.IsInitializer(*b)) {
-          f.nodes.push_back(*bias);
-          f.bias = *b;
-          f.output = m.node(*bias).output(0);
-        }
-      }
-    }
+  if (std::optional<std::string> w = AbsorbInitializerOp(m, "Mul", f)) {
+    f.weight = *w;
+    if (std::optional<std::string> b = AbsorbInitializerOp(m, "Add", f)) f.bias = *b;
   }
   return f;
 }

@@ -203,21 +203,23 @@ absl::StatusOr<OnnxTensor> OnnxTensor::FromProto(const TP& proto, const std::str
   return t;
 }
 
-OnnxTensor OnnxTensor::Ints(std::vector<int64_t> values, Shape shape, OnnxDType type) {
+OnnxTensor OnnxTensor::Decoded(Shape shape, OnnxDType type) {
   OnnxTensor t;
   t.type_ = type;
   t.shape_ = std::move(shape);
-  t.ints_ = std::move(values);
   t.decoded_ = true;
   return t;
 }
 
+OnnxTensor OnnxTensor::Ints(std::vector<int64_t> values, Shape shape, OnnxDType type) {
+  OnnxTensor t = Decoded(std::move(shape), type);
+  t.ints_ = std::move(values);
+  return t;
+}
+
 OnnxTensor OnnxTensor::Floats(std::vector<double> values, Shape shape, OnnxDType type) {
-  OnnxTensor t;
-  t.type_ = type;
-  t.shape_ = std::move(shape);
+  OnnxTensor t = Decoded(std::move(shape), type);
   t.floats_ = std::move(values);
-  t.decoded_ = true;
   return t;
 }
 

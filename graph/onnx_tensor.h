@@ -73,6 +73,8 @@ class OnnxTensor {
   std::string DebugString() const;
 
  private:
+  // Returns an empty tensor of `shape` and `type` with nothing left to decode.
+  static OnnxTensor Decoded(Shape shape, OnnxDType type);
   // Decodes raw_ into ints_ or floats_.
   void Decode() const;
 

@@ -78,22 +78,22 @@ absl::Status ExpectMinRank(const InferenceContext& ctx, int i, int rank) {
   return absl::OkStatus();
 }
 
-absl::Status ExpectFloating(const InferenceContext& ctx, int i) {
-  if (!IsFloating(ctx.input_dtypes[i])) {
-    return InvalidArgumentError(StrCat(ctx.Input(i), " has dtype ",
-                                       DTypeName(ctx.input_dtypes[i]),
-                                       ", needs a floating-point type"));
+// Returns OK if input i's dtype passes `allowed`, else an error saying what it `needs`.
+absl::Status ExpectDType(const InferenceContext& ctx, int i, bool (*allowed)(proto::DType),
+                         const char* needs) {
+  if (!allowed(ctx.input_dtypes[i])) {
+    return InvalidArgumentError(
+        StrCat(ctx.Input(i), " has dtype ", DTypeName(ctx.input_dtypes[i]), ", needs ", needs));
   }
   return absl::OkStatus();
 }
 
+absl::Status ExpectFloating(const InferenceContext& ctx, int i) {
+  return ExpectDType(ctx, i, IsFloating, "a floating-point type");
+}
+
 absl::Status ExpectInteger(const InferenceContext& ctx, int i) {
-  if (!IsInteger(ctx.input_dtypes[i])) {
-    return InvalidArgumentError(StrCat(ctx.Input(i), " has dtype ",
-                                       DTypeName(ctx.input_dtypes[i]),
-                                       ", needs int32 or int64 (indices)"));
-  }
-  return absl::OkStatus();
+  return ExpectDType(ctx, i, IsInteger, "int32 or int64 (indices)");
 }
 
 // Every input from `first` on must be floating and share input `first`'s dtype.

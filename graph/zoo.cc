@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,15 @@ absl::StatusOr<proto::GraphDef> BuildZooModel(const proto::ZooModel& spec) {
   ASSIGN_OR_RETURN(int64_t batch, CheckBatch(spec));
   ASSIGN_OR_RETURN(ZooOptions options, ResolveOptions(*model, spec));
   return model->build(batch, options);
+}
+
+proto::ZooModel ZooSpec(const std::string& name, uint64_t batch,
+                        const std::map<std::string, int64_t>& options) {
+  proto::ZooModel spec;
+  spec.set_name(name);
+  spec.set_batch(batch);
+  for (const auto& [key, value] : options) (*spec.mutable_options())[key] = value;
+  return spec;
 }
 
 const std::vector<ZooModelInfo>& ZooModels() {

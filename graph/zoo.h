@@ -6,6 +6,7 @@
 #define HEADROOM_GRAPH_ZOO_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,10 @@ namespace headroom::graph {
 // model or option (and listing the valid ones). Unset options take their defaults (see
 // ZooModels()). The graph is not validated here: Graph::FromProto does that. Thread-safe.
 absl::StatusOr<proto::GraphDef> BuildZooModel(const proto::ZooModel& spec);
+
+// Returns the spec of zoo model `name` at `batch` with `options` set (the rest default).
+proto::ZooModel ZooSpec(const std::string& name, uint64_t batch,
+                        const std::map<std::string, int64_t>& options = {});
 
 // One integer option of a zoo model.
 struct ZooOption {

@@ -25,11 +25,7 @@ using ::testing::HasSubstr;
 using Options = std::map<std::string, int64_t>;
 
 proto::ZooModel Spec(const std::string& name, uint64_t batch, const Options& options = {}) {
-  proto::ZooModel spec;
-  spec.set_name(name);
-  spec.set_batch(batch);
-  for (const auto& [key, value] : options) (*spec.mutable_options())[key] = value;
-  return spec;
+  return ZooSpec(name, batch, options);
 }
 
 // Builds a model that must build.

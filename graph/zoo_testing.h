@@ -13,21 +13,13 @@ namespace headroom::graph {
 // 224, the smallest it accepts), the transformer with 2 layers, d_model 64, 4 heads,
 // sequence 32, vocabulary 100.
 inline proto::ZooModel SmallZooSpec(const std::string& name, uint64_t batch) {
-  proto::ZooModel spec;
-  spec.set_name(name);
-  spec.set_batch(batch);
-  auto& options = *spec.mutable_options();
   if (name == "transformer") {
-    options["layers"] = 2;
-    options["d_model"] = 64;
-    options["heads"] = 4;
-    options["sequence"] = 32;
-    options["vocab"] = 100;
-    options["positions"] = 32;
-  } else if (name != "mlp") {
-    options["image_size"] = name == "vgg16" ? 224 : 64;
+    return ZooSpec(name, batch,
+                   {{"layers", 2}, {"d_model", 64}, {"heads", 4}, {"sequence", 32},
+                    {"vocab", 100}, {"positions", 32}});
   }
-  return spec;
+  if (name == "mlp") return ZooSpec(name, batch);
+  return ZooSpec(name, batch, {{"image_size", name == "vgg16" ? 224 : 64}});
 }
 
 }  // namespace headroom::graph

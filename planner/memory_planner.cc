@@ -32,7 +32,7 @@ absl::StatusOr<MemoryPlan> PlanScheduledGraph(
   std::vector<Lifetime> buffer_lifetimes;
   std::vector<std::string> names;
   for (const Buffer& b : buffers.buffers) {
-    requests.push_back({b.bytes, b.lifetime.first_step, b.lifetime.last_step});
+    requests.push_back({b.bytes, b.lifetime.first_position, b.lifetime.last_position});
     buffer_bytes.push_back(b.bytes);
     buffer_lifetimes.push_back(b.lifetime);
     names.push_back(graph.tensor(b.tensors.front()).name);
@@ -55,7 +55,7 @@ absl::StatusOr<MemoryPlan> PlanScheduledGraph(
   plan.lower_bound_bytes = PeakLiveBytes(buffer_bytes, buffer_lifetimes);
   plan.live_tensor_peak_bytes = PeakLiveBytes(tensor_bytes, lifetimes);
   plan.num_buffers = buffers.buffers.size();
-  plan.num_steps = schedule.num_steps();
+  plan.num_positions = schedule.num_positions();
   plan.alignment_bytes = alignment_bytes;
   plan.strategy = assignment.strategy;
   plan.planning_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -68,7 +68,7 @@ uint64_t ScheduledLowerBound(const TrainingGraph& graph, const Schedule& schedul
   const BufferAssignment buffers = AssignBuffers(graph, schedule, lifetimes);
   std::vector<BufferRequest> requests;
   for (const Buffer& b : buffers.buffers) {
-    requests.push_back({b.bytes, b.lifetime.first_step, b.lifetime.last_step});
+    requests.push_back({b.bytes, b.lifetime.first_position, b.lifetime.last_position});
   }
   return AlignedLowerBound(requests, alignment_bytes);
 }
@@ -91,8 +91,8 @@ std::string MemoryPlan::DebugString() const {
                         lower_bound_bytes ? static_cast<double>(arena_bytes) / lower_bound_bytes : 0.0);
   absl::StrAppendFormat(&out, "%-24s %12.4f\n", "arena / no sharing",
                         no_sharing_bytes ? static_cast<double>(arena_bytes) / no_sharing_bytes : 0.0);
-  absl::StrAppendFormat(&out, "%-24s %12d tensors in %d buffers, %d steps\n", "schedule",
-                        tensors.size(), num_buffers, num_steps);
+  absl::StrAppendFormat(&out, "%-24s %12d tensors in %d buffers, %d positions\n", "schedule",
+                        tensors.size(), num_buffers, num_positions);
   absl::StrAppendFormat(&out, "%-24s %12s (alignment %d B)\n", "offset strategy", strategy,
                         alignment_bytes);
   absl::StrAppendFormat(&out, "%-24s %12.1f ms\n", "planning time", planning_seconds * 1e3);

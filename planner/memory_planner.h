@@ -38,17 +38,17 @@ struct MemoryPlan {
   std::vector<PlannedTensor> tensors;
   // Size of the arena the plan lays out.
   uint64_t arena_bytes = 0;
-  // Largest sum of live buffer bytes at any step (after in-place sharing): no offset
+  // Largest sum of live buffer bytes at any position (after in-place sharing): no offset
   // assignment can be smaller.
   uint64_t lower_bound_bytes = 0;
-  // Largest sum of live tensor bytes at any step, before in-place sharing.
+  // Largest sum of live tensor bytes at any position, before in-place sharing.
   uint64_t live_tensor_peak_bytes = 0;
   // Every tensor's bytes added up: the memory with no sharing at all.
   uint64_t no_sharing_bytes = 0;
   // Tensor bytes by role, with no sharing.
   std::map<proto::TensorRole, uint64_t> bytes_by_role;
   uint64_t num_buffers = 0;
-  int32_t num_steps = 0;
+  int32_t num_positions = 0;
   uint64_t alignment_bytes = 0;
   // The offset strategy that won.
   std::string strategy;
@@ -75,7 +75,7 @@ absl::StatusOr<MemoryPlan> PlanScheduledGraph(
     const std::vector<std::unique_ptr<OffsetStrategy>>& strategies);
 
 // Returns the aligned lower bound of PlanScheduledGraph's arena for the same arguments (the
-// largest sum of live buffer sizes at one step), without assigning offsets: cheap.
+// largest sum of live buffer sizes at one position), without assigning offsets: cheap.
 uint64_t ScheduledLowerBound(const TrainingGraph& graph, const Schedule& schedule,
                              uint64_t alignment_bytes);
 

@@ -37,8 +37,8 @@ void ExpectNoLiveOverlap(const MemoryPlan& plan) {
         EXPECT_EQ(ts[i].offset, ts[j].offset);
         continue;
       }
-      const bool live_together = ts[i].lifetime.first_step <= ts[j].lifetime.last_step &&
-                                 ts[j].lifetime.first_step <= ts[i].lifetime.last_step;
+      const bool live_together = ts[i].lifetime.first_position <= ts[j].lifetime.last_position &&
+                                 ts[j].lifetime.first_position <= ts[i].lifetime.last_position;
       const bool bytes_overlap = ts[i].offset < ts[j].offset + ts[j].bytes &&
                                  ts[j].offset < ts[i].offset + ts[i].bytes;
       EXPECT_FALSE(live_together && bytes_overlap)
@@ -86,7 +86,7 @@ TEST(InPlaceTest, SigmoidMustNotOverwriteATensorStillNeeded) {
   // after the sigmoid, so C must get bytes of its own.
   const MemoryPlan plan = Plan(Trap(/*g_after_sigmoid=*/true), /*inference=*/true);
   EXPECT_NE(Find(plan, "C").buffer, Find(plan, "B").buffer);
-  EXPECT_GT(Find(plan, "B").lifetime.last_step, Find(plan, "C").lifetime.first_step);
+  EXPECT_GT(Find(plan, "B").lifetime.last_position, Find(plan, "C").lifetime.first_position);
 }
 
 TEST(InPlaceTest, SigmoidReusesItsInputWhenItIsTheLastUse) {
@@ -169,7 +169,7 @@ TEST(PlanTest, FiguresAddUp) {
   EXPECT_LE(plan.lower_bound_bytes, plan.arena_bytes);
   EXPECT_LT(plan.arena_bytes, plan.no_sharing_bytes);
   EXPECT_EQ(plan.tensors.size(), plan.bytes_by_role.size() > 0 ? plan.tensors.size() : 0u);
-  EXPECT_GT(plan.num_steps, 0);
+  EXPECT_GT(plan.num_positions, 0);
   EXPECT_THAT(plan.DebugString(), HasSubstr("arena"));
 }
 

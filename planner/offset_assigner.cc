@@ -36,9 +36,9 @@ std::vector<uint64_t> AlignedSizes(const std::vector<BufferRequest>& requests,
   sizes.reserve(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const BufferRequest& r = requests[i];
-    CHECK(r.bytes > 0 && 0 <= r.first_step && r.first_step <= r.last_step)
-        << "request " << i << ": bytes " << r.bytes << ", steps [" << r.first_step << ", "
-        << r.last_step << "]";
+    CHECK(r.bytes > 0 && 0 <= r.first_position && r.first_position <= r.last_position)
+        << "request " << i << ": bytes " << r.bytes << ", positions [" << r.first_position << ", "
+        << r.last_position << "]";
     sizes.push_back(AlignUp(r.bytes, alignment_bytes));
   }
   return sizes;
@@ -80,37 +80,38 @@ class PrefixCounter {
   std::vector<size_t> tree_;
 };
 
-// The requests sorted by one of their steps (ties by index).
-struct StepOrder {
-  std::vector<int> position;           // Request index -> position in the order.
-  std::vector<int32_t> sorted_steps;  // The steps in the order.
+// The requests sorted by one of their positions (ties by index).
+struct PositionOrder {
+  std::vector<int> rank;                  // Request index -> its place in the order.
+  std::vector<int32_t> sorted_positions;  // The positions in the order.
 };
 
-template <typename StepOf>
-StepOrder SortBySteps(const std::vector<BufferRequest>& requests, StepOf step_of) {
+template <typename PositionOf>
+PositionOrder SortByPositions(const std::vector<BufferRequest>& requests, PositionOf position_of) {
   std::vector<int> order(requests.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return std::make_pair(step_of(requests[a]), a) < std::make_pair(step_of(requests[b]), b);
+    return std::make_pair(position_of(requests[a]), a) <
+           std::make_pair(position_of(requests[b]), b);
   });
-  StepOrder sorted{std::vector<int>(requests.size()), {}};
-  sorted.sorted_steps.reserve(order.size());
+  PositionOrder sorted{std::vector<int>(requests.size()), {}};
+  sorted.sorted_positions.reserve(order.size());
   for (size_t p = 0; p < order.size(); ++p) {
-    sorted.position[order[p]] = static_cast<int>(p);
-    sorted.sorted_steps.push_back(step_of(requests[order[p]]));
+    sorted.rank[order[p]] = static_cast<int>(p);
+    sorted.sorted_positions.push_back(position_of(requests[order[p]]));
   }
   return sorted;
 }
 
-// The placed buffers, indexed by lifetime: counts those alive at some step of [first, last] in
+// The placed buffers, indexed by lifetime: counts those alive at some position of [first, last] in
 // O(log n), and lists them in O(log n + k) for k of them.
 //
 // Listing uses a priority search tree of fixed shape: a segment tree over all requests sorted by
-// (first_step, index), each node holding at most one placed buffer, heap-ordered by last_step (a
-// node's buffer ends no earlier than any below it). A placed buffer overlaps [first, last] iff
-// its first_step <= last (a prefix of the sorted order) and its last_step >= first (a heap
-// threshold), so a query walks the prefix and stops under any node whose buffer ends before
-// `first`: every node it enters reports a buffer or lies on the prefix's boundary path.
+// (first_position, index), each node holding at most one placed buffer, heap-ordered by
+// last_position (a node's buffer ends no earlier than any below it). A placed buffer overlaps
+// [first, last] iff its first_position <= last (a prefix of the sorted order) and its last_position
+// >= first (a heap threshold), so a query walks the prefix and stops under any node whose buffer
+// ends before `first`: every node it enters reports a buffer or lies on the prefix's boundary path.
 //
 // Counting subtracts from all placed buffers those ending before `first` and those starting
 // after `last` (never both), each a prefix count.
@@ -121,8 +122,9 @@ class PlacedIndex {
  public:
   explicit PlacedIndex(const std::vector<BufferRequest>& requests)
       : requests_(requests),
-        by_first_(SortBySteps(requests, [](const BufferRequest& r) { return r.first_step; })),
-        by_last_(SortBySteps(requests, [](const BufferRequest& r) { return r.last_step; })),
+        by_first_(
+            SortByPositions(requests, [](const BufferRequest& r) { return r.first_position; })),
+        by_last_(SortByPositions(requests, [](const BufferRequest& r) { return r.last_position; })),
         slot_(4 * requests.size() + 4, -1),
         placed_by_first_(requests.size()),
         placed_by_last_(requests.size()) {}
@@ -130,8 +132,8 @@ class PlacedIndex {
   // Adds placed buffer `index`. O(log n).
   void Insert(int index) {
     ++placed_count_;
-    placed_by_first_.Add(by_first_.position[index]);
-    placed_by_last_.Add(by_last_.position[index]);
+    placed_by_first_.Add(by_first_.rank[index]);
+    placed_by_last_.Add(by_last_.rank[index]);
     int node = 1, lo = 0, hi = static_cast<int>(requests_.size());
     int carried = index;
     while (true) {
@@ -144,7 +146,7 @@ class PlacedIndex {
       CHECK(hi - lo > 1) << "buffer " << carried << " inserted twice";
       if (EndsLater(carried, slot)) std::swap(carried, slot);
       const int mid = lo + (hi - lo) / 2;
-      if (by_first_.position[carried] < mid) {
+      if (by_first_.rank[carried] < mid) {
         node = 2 * node, hi = mid;
       } else {
         node = 2 * node + 1, lo = mid;
@@ -152,33 +154,34 @@ class PlacedIndex {
     }
   }
 
-  // Returns the number of placed buffers alive at some step of [first, last]. O(log n).
+  // Returns the number of placed buffers alive at some position of [first, last]. O(log n).
   size_t CountOverlapping(int32_t first, int32_t last) const {
-    const size_t ending_before = placed_by_last_.CountBelow(StepsBelow(by_last_, first));
+    const size_t ending_before = placed_by_last_.CountBelow(PositionsBelow(by_last_, first));
     const size_t starting_after =
-        placed_count_ - placed_by_first_.CountBelow(StepsBelow(by_first_, int64_t{last} + 1));
+        placed_count_ - placed_by_first_.CountBelow(PositionsBelow(by_first_, int64_t{last} + 1));
     return placed_count_ - ending_before - starting_after;
   }
 
-  // Calls visit(index) for every placed buffer alive at some step of [first, last].
+  // Calls visit(index) for every placed buffer alive at some position of [first, last].
   template <typename Visitor>
   void ForEachOverlapping(int32_t first, int32_t last, const Visitor& visit) const {
-    const int prefix = static_cast<int>(StepsBelow(by_first_, int64_t{last} + 1));
+    const int prefix = static_cast<int>(PositionsBelow(by_first_, int64_t{last} + 1));
     Visit(1, 0, static_cast<int>(requests_.size()), prefix, first, last, visit);
   }
 
  private:
-  // Returns how many requests in `order` have their step below `step`.
-  static size_t StepsBelow(const StepOrder& order, int64_t step) {
-    const std::vector<int32_t>& steps = order.sorted_steps;
-    return std::lower_bound(steps.begin(), steps.end(), step,
-                            [](int32_t s, int64_t value) { return s < value; }) -
-           steps.begin();
+  // Returns how many requests in `order` have their position below `position`.
+  static size_t PositionsBelow(const PositionOrder& order, int64_t position) {
+    const std::vector<int32_t>& positions = order.sorted_positions;
+    return std::lower_bound(positions.begin(), positions.end(), position,
+                            [](int32_t p, int64_t value) { return p < value; }) -
+           positions.begin();
   }
 
   // Returns true if buffer a belongs above buffer b in the heap.
   bool EndsLater(int a, int b) const {
-    return std::make_pair(requests_[a].last_step, -a) > std::make_pair(requests_[b].last_step, -b);
+    return std::make_pair(requests_[a].last_position, -a) >
+           std::make_pair(requests_[b].last_position, -b);
   }
 
   template <typename Visitor>
@@ -187,8 +190,8 @@ class PlacedIndex {
     if (lo >= prefix) return;
     const int index = slot_[node];
     // Empty: nothing was ever pushed below. Ends too early: neither does anything below.
-    if (index < 0 || requests_[index].last_step < first) return;
-    if (requests_[index].first_step <= last) visit(index);
+    if (index < 0 || requests_[index].last_position < first) return;
+    if (requests_[index].first_position <= last) visit(index);
     if (hi - lo == 1) return;
     const int mid = lo + (hi - lo) / 2;
     Visit(2 * node, lo, mid, prefix, first, last, visit);
@@ -196,8 +199,8 @@ class PlacedIndex {
   }
 
   const std::vector<BufferRequest>& requests_;
-  const StepOrder by_first_;  // Also the order of the tree's leaves.
-  const StepOrder by_last_;
+  const PositionOrder by_first_;  // Also the order of the tree's leaves.
+  const PositionOrder by_last_;
   std::vector<int> slot_;  // Tree node (1-based heap layout) -> buffer or -1.
   PrefixCounter placed_by_first_;
   PrefixCounter placed_by_last_;
@@ -256,7 +259,7 @@ class PlacedBuffers {
   // (the lowest on ties), or else the end of the highest of them.
   uint64_t BestFit(int i) const {
     const BufferRequest& r = requests_[i];
-    const size_t k = by_lifetime_.CountOverlapping(r.first_step, r.last_step);
+    const size_t k = by_lifetime_.CountOverlapping(r.first_position, r.last_position);
     return k * BitWidth(k) <= by_offset_.size() ? BestFitBySorting(i, k)
                                                  : BestFitByScanning(i, k);
   }
@@ -266,7 +269,7 @@ class PlacedBuffers {
     offsets_[i] = offset;
     by_lifetime_.Insert(i);
     by_offset_.insert(
-        {offset, i, offset + sizes_[i], requests_[i].first_step, requests_[i].last_step});
+        {offset, i, offset + sizes_[i], requests_[i].first_position, requests_[i].last_position});
   }
 
  private:
@@ -275,8 +278,8 @@ class PlacedBuffers {
     uint64_t offset;
     int index;
     uint64_t end;
-    int32_t first_step;
-    int32_t last_step;
+    int32_t first_position;
+    int32_t last_position;
     bool operator<(const Block& other) const {
       return std::make_pair(offset, index) < std::make_pair(other.offset, other.index);
     }
@@ -287,7 +290,7 @@ class PlacedBuffers {
     const BufferRequest& r = requests_[i];
     std::vector<std::pair<uint64_t, int>> alive;
     alive.reserve(k);
-    by_lifetime_.ForEachOverlapping(r.first_step, r.last_step,
+    by_lifetime_.ForEachOverlapping(r.first_position, r.last_position,
                                     [&](int j) { alive.emplace_back(offsets_[j], j); });
     CHECK(alive.size() == k) << "listed " << alive.size() << " of " << k;
     std::sort(alive.begin(), alive.end());
@@ -302,7 +305,7 @@ class PlacedBuffers {
     BestFitScan scan(sizes_[i]);
     size_t alive = 0;
     for (const Block& block : by_offset_) {
-      if (block.first_step <= r.last_step && r.first_step <= block.last_step) {
+      if (block.first_position <= r.last_position && r.first_position <= block.last_position) {
         scan.Add(block.offset, block.end);
         ++alive;
       }
@@ -318,15 +321,15 @@ class PlacedBuffers {
   absl::btree_set<Block> by_offset_;
 };
 
-// Largest first (ties: earlier first_step, then index); each into the best-fitting gap among the
-// placed buffers whose lifetimes overlap it (see PlacedBuffers). O(n log n + sum over buffers of
-// min(k log k, p)), k being the placed buffers overlapping it and p all placed before it: O(n^2)
+// Largest first (ties: earlier first_position, then index); each into the best-fitting gap among
+// the placed buffers whose lifetimes overlap it (see PlacedBuffers). O(n log n + sum over buffers
+// of min(k log k, p)), k being the placed buffers overlapping it and p all placed before it: O(n^2)
 // when every lifetime overlaps every other (as the activations of a training step do), near
 // O(n log n) when each overlaps few.
 //
 // With `longest_first`, buffers that live longer come first (ties: largest first): a buffer
 // alive through most of the step (the batch, a cached input) placed after large short-lived
-// ones (a node's scratch, a re-forward's output) finds no gap free for all its steps and goes
+// ones (a node's scratch, a re-forward's output) finds no gap free for all its positions and goes
 // on top of them, where it then holds the arena's peak up.
 class GreedyBySize : public OffsetStrategy {
  public:
@@ -339,11 +342,12 @@ class GreedyBySize : public OffsetStrategy {
   OffsetAssignment Assign(const std::vector<BufferRequest>& requests,
                           uint64_t alignment_bytes) const override {
     const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-    auto steps = [&](int i) { return requests[i].last_step - requests[i].first_step; };
+    auto span = [&](int i) { return requests[i].last_position - requests[i].first_position; };
     const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
-      if (longest_first_ && steps(a) != steps(b)) return steps(a) > steps(b);
+      if (longest_first_ && span(a) != span(b)) return span(a) > span(b);
       if (sizes[a] != sizes[b]) return sizes[a] > sizes[b];
-      return std::make_pair(requests[a].first_step, a) < std::make_pair(requests[b].first_step, b);
+      return std::make_pair(requests[a].first_position, a) <
+             std::make_pair(requests[b].first_position, b);
     });
 
     OffsetAssignment assignment{std::vector<uint64_t>(requests.size(), 0), 0, name()};
@@ -432,9 +436,9 @@ class FreeList {
   uint64_t top_bytes_ = 0;
 };
 
-// Replays the lifetimes in step order through a FreeList: at each first_step, frees every buffer
-// whose last_step has passed, then allocates the buffers starting there, largest first (ties:
-// index). O(n log n).
+// Replays the lifetimes in position order through a FreeList: at each first_position, frees every
+// buffer whose last_position has passed, then allocates the buffers starting there, largest first
+// (ties: index). O(n log n).
 class GreedyByTime : public OffsetStrategy {
  public:
   std::string name() const override { return "greedy_by_time"; }
@@ -443,8 +447,8 @@ class GreedyByTime : public OffsetStrategy {
                           uint64_t alignment_bytes) const override {
     const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
     const std::vector<int> order = SortedIndices(requests.size(), [&](int a, int b) {
-      if (requests[a].first_step != requests[b].first_step) {
-        return requests[a].first_step < requests[b].first_step;
+      if (requests[a].first_position != requests[b].first_position) {
+        return requests[a].first_position < requests[b].first_position;
       }
       if (sizes[a] != sizes[b]) return sizes[a] > sizes[b];
       return a < b;
@@ -452,17 +456,17 @@ class GreedyByTime : public OffsetStrategy {
 
     OffsetAssignment assignment{std::vector<uint64_t>(requests.size(), 0), 0, name()};
     FreeList heap;
-    // Live buffers by (last_step, index), earliest end on top.
+    // Live buffers by (last_position, index), earliest end on top.
     using Live = std::pair<int32_t, int>;
     std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live;
     for (const int i : order) {
-      while (!live.empty() && live.top().first < requests[i].first_step) {
+      while (!live.empty() && live.top().first < requests[i].first_position) {
         const int done = live.top().second;
         live.pop();
         heap.Free(assignment.offsets[done], sizes[done]);
       }
       assignment.offsets[i] = heap.Allocate(sizes[i]);
-      live.emplace(requests[i].last_step, i);
+      live.emplace(requests[i].last_position, i);
     }
     assignment.arena_bytes = heap.top_bytes();
     return assignment;
@@ -479,11 +483,11 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
                               const std::vector<std::string>& names) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const BufferRequest& r = requests[i];
-    if (r.bytes == 0 || r.first_step < 0 || r.first_step > r.last_step) {
+    if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
       return absl::InvalidArgumentError(
-          absl::StrCat("buffer ", BufferLabel(i, names), ": needs bytes > 0 and 0 <= first_step ",
-                       "<= last_step, has bytes ", r.bytes, " and steps [", r.first_step, ", ",
-                       r.last_step, "]"));
+          absl::StrCat("buffer ", BufferLabel(i, names),
+                       ": needs bytes > 0 and 0 <= first_position <= last_position, has bytes ",
+                       r.bytes, " and positions [", r.first_position, ", ", r.last_position, "]"));
     }
     const uint64_t offset = assignment.offsets[i];
     const uint64_t size = AlignUp(r.bytes, alignment_bytes);
@@ -501,9 +505,9 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
   return absl::OkStatus();
 }
 
-// Returns OK if no two buffers alive at the same step share a byte: sweeps the steps keeping the
-// live buffers in a map by offset (disjoint, else already reported), checking each new buffer
-// against its neighbours there.
+// Returns OK if no two buffers alive at the same position share a byte: sweeps the positions
+// keeping the live buffers in a map by offset (disjoint, else already reported), checking each new
+// buffer against its neighbours there.
 absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& requests,
                                        const OffsetAssignment& assignment,
                                        uint64_t alignment_bytes,
@@ -511,15 +515,16 @@ absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& request
   std::vector<int> order(requests.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return std::make_pair(requests[a].first_step, a) < std::make_pair(requests[b].first_step, b);
+    return std::make_pair(requests[a].first_position, a) <
+           std::make_pair(requests[b].first_position, b);
   });
   auto size_of = [&](int i) { return AlignUp(requests[i].bytes, alignment_bytes); };
   std::map<uint64_t, int> live_by_offset;
-  using Live = std::pair<int32_t, int>;  // (last_step, index)
+  using Live = std::pair<int32_t, int>;  // (last_position, index)
   std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live_by_end;
   for (const int i : order) {
-    const int32_t step = requests[i].first_step;
-    while (!live_by_end.empty() && live_by_end.top().first < step) {
+    const int32_t position = requests[i].first_position;
+    while (!live_by_end.empty() && live_by_end.top().first < position) {
       live_by_offset.erase(assignment.offsets[live_by_end.top().second]);
       live_by_end.pop();
     }
@@ -538,10 +543,10 @@ absl::Status VerifyLiveBuffersDisjoint(const std::vector<BufferRequest>& request
           "buffers ", BufferLabel(std::min(i, other), names), " and ",
           BufferLabel(std::max(i, other), names), " overlap in bytes [",
           std::max(begin, other_begin), ", ", std::min(end, other_begin + size_of(other)),
-          ") while both alive at step ", step));
+          ") while both alive at position ", position));
     }
     live_by_offset.emplace(begin, i);
-    live_by_end.emplace(requests[i].last_step, i);
+    live_by_end.emplace(requests[i].last_position, i);
   }
   return absl::OkStatus();
 }
@@ -572,16 +577,17 @@ std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies() {
 
 uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes) {
   const std::vector<uint64_t> sizes = AlignedSizes(requests, alignment_bytes);
-  // (step, kind, size): at one step, ends (kind 0, from last_step + 1) before starts (kind 1).
+  // (position, kind, size): at one position, ends (kind 0, from last_position + 1) before starts
+  // (kind 1).
   std::vector<std::tuple<int64_t, int, uint64_t>> events;
   events.reserve(2 * requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    events.emplace_back(requests[i].first_step, 1, sizes[i]);
-    events.emplace_back(int64_t{requests[i].last_step} + 1, 0, sizes[i]);
+    events.emplace_back(requests[i].first_position, 1, sizes[i]);
+    events.emplace_back(int64_t{requests[i].last_position} + 1, 0, sizes[i]);
   }
   std::sort(events.begin(), events.end());
   uint64_t live_bytes = 0, peak_bytes = 0;
-  for (const auto& [step, kind, size] : events) {
+  for (const auto& [position, kind, size] : events) {
     if (kind == 1) {
       live_bytes += size;
       peak_bytes = std::max(peak_bytes, live_bytes);

@@ -1,5 +1,5 @@
 // Offset assignment: places buffers with known lifetimes into one arena so that no two
-// buffers alive at the same step overlap in bytes. Deciding only: nothing is allocated.
+// buffers alive at the same position overlap in bytes. Deciding only: nothing is allocated.
 #ifndef HEADROOM_PLANNER_OFFSET_ASSIGNER_H_
 #define HEADROOM_PLANNER_OFFSET_ASSIGNER_H_
 
@@ -15,12 +15,12 @@ namespace headroom::planner {
 // Default alignment of every offset (and rounding of every size) in the arena.
 inline constexpr uint64_t kDefaultAlignmentBytes = 256;
 
-// One buffer to place: its size and the steps it is alive, both ends included.
-// REQUIRES: bytes > 0, 0 <= first_step <= last_step.
+// One buffer to place: its size and the positions it is alive at, both ends included.
+// REQUIRES: bytes > 0, 0 <= first_position <= last_position.
 struct BufferRequest {
   uint64_t bytes = 0;
-  int32_t first_step = 0;
-  int32_t last_step = 0;
+  int32_t first_position = 0;
+  int32_t last_position = 0;
 };
 
 // Where each buffer goes.
@@ -52,14 +52,14 @@ std::unique_ptr<OffsetStrategy> GreedyBySizeBestFit();
 // As GreedyBySizeBestFit, but the longest-lived buffers first (ties: largest first).
 std::unique_ptr<OffsetStrategy> GreedyByLifetimeBestFit();
 
-// In order of first step (an online allocator with best fit over a free list, coalescing
+// In order of first position (an online allocator with best fit over a free list, coalescing
 // freed neighbours): O(n log n).
 std::unique_ptr<OffsetStrategy> GreedyByTimeBestFit();
 
 // The strategies Headroom tries, in order: greedy by time, by size, by lifetime.
 std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies();
 
-// Returns the largest sum of aligned sizes alive at any step: no assignment can be smaller.
+// Returns the largest sum of aligned sizes alive at any position: no assignment can be smaller.
 uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes);
 
 // Returns the smallest assignment among `strategies` (the first on ties). Stops early once

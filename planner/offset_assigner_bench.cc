@@ -1,10 +1,11 @@
 // Times the offset strategies on training-like lifetimes at growing sizes, so that the growth
 // rate shows: `bazel run -c opt //planner:offset_assigner_bench`.
 //
-// n buffers over L = n / 2 layers: activation i lives from forward step i to backward step
-// 2L - i (all of them nested around step L), and the gradient made at backward step 2L - i lives
-// until the next backward step. Sizes are drawn, with a fixed seed, from 4 KiB to 4 MiB. For
-// contrast, BM_GreedyBySizeShortLived gives each buffer a random 1 to 8 steps out of n.
+// n buffers over L = n / 2 layers: activation i lives from forward position i to backward
+// position 2L - i (all of them nested around position L), and the gradient made at backward
+// position 2L - i lives until the next backward position. Sizes are drawn, with a fixed seed,
+// from 4 KiB to 4 MiB. For contrast, BM_GreedyBySizeShortLived gives each buffer a random 1 to 8
+// positions out of n.
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -37,8 +38,8 @@ std::vector<BufferRequest> ShortLifetimes(int64_t count) {
   std::vector<BufferRequest> requests;
   requests.reserve(count);
   for (int64_t i = 0; i < count; ++i) {
-    const int32_t first_step = first(rng);
-    requests.push_back({bytes(rng), first_step, first_step + extra(rng)});
+    const int32_t first_position = first(rng);
+    requests.push_back({bytes(rng), first_position, first_position + extra(rng)});
   }
   return requests;
 }

@@ -19,12 +19,12 @@ namespace {
 using ::testing::HasSubstr;
 
 // Named buffers, one line each: Buffers().Add("a", 1, 0, 1) adds buffer 0, of 1 byte, alive at
-// steps 0 and 1.
+// positions 0 and 1.
 class Buffers {
  public:
-  Buffers& Add(std::string name, uint64_t bytes, int32_t first_step, int32_t last_step) {
+  Buffers& Add(std::string name, uint64_t bytes, int32_t first_position, int32_t last_position) {
     names_.push_back(std::move(name));
-    requests_.push_back({bytes, first_step, last_step});
+    requests_.push_back({bytes, first_position, last_position});
     return *this;
   }
   const std::vector<BufferRequest>& requests() const { return requests_; }
@@ -49,7 +49,7 @@ std::string DebugLayout(const std::vector<BufferRequest>& requests,
                         const OffsetAssignment& assignment) {
   std::string out = absl::StrCat(assignment.strategy, " arena=", assignment.arena_bytes, ":");
   for (size_t i = 0; i < requests.size() && i < assignment.offsets.size(); ++i) {
-    absl::StrAppend(&out, " ", i, ":[", requests[i].first_step, ",", requests[i].last_step,
+    absl::StrAppend(&out, " ", i, ":[", requests[i].first_position, ",", requests[i].last_position,
                     "]x", requests[i].bytes, "@", assignment.offsets[i]);
   }
   return out;
@@ -60,7 +60,7 @@ uint64_t AlignUp(uint64_t bytes, uint64_t alignment) {
 }
 
 bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
-  return a.first_step <= b.last_step && b.first_step <= a.last_step;
+  return a.first_position <= b.last_position && b.first_position <= a.last_position;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -68,12 +68,12 @@ bool LifetimesOverlap(const BufferRequest& a, const BufferRequest& b) {
 
 uint64_t ReferenceLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment) {
   int32_t last = -1;
-  for (const BufferRequest& r : requests) last = std::max(last, r.last_step);
+  for (const BufferRequest& r : requests) last = std::max(last, r.last_position);
   uint64_t peak = 0;
   for (int32_t step = 0; step <= last; ++step) {
     uint64_t live = 0;
     for (const BufferRequest& r : requests) {
-      if (r.first_step <= step && step <= r.last_step) live += AlignUp(r.bytes, alignment);
+      if (r.first_position <= step && step <= r.last_position) live += AlignUp(r.bytes, alignment);
     }
     peak = std::max(peak, live);
   }
@@ -106,7 +106,7 @@ std::vector<uint64_t> ReferenceGreedyBySize(const std::vector<BufferRequest>& re
   auto size = [&](int i) { return AlignUp(requests[i].bytes, alignment); };
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     if (size(a) != size(b)) return size(a) > size(b);
-    return requests[a].first_step < requests[b].first_step;
+    return requests[a].first_position < requests[b].first_position;
   });
   std::vector<uint64_t> offsets(requests.size());
   std::vector<int> placed;
@@ -131,8 +131,8 @@ std::vector<uint64_t> ReferenceGreedyByTime(const std::vector<BufferRequest>& re
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   auto size = [&](int i) { return AlignUp(requests[i].bytes, alignment); };
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    if (requests[a].first_step != requests[b].first_step) {
-      return requests[a].first_step < requests[b].first_step;
+    if (requests[a].first_position != requests[b].first_position) {
+      return requests[a].first_position < requests[b].first_position;
     }
     return size(a) > size(b);
   });
@@ -143,7 +143,7 @@ std::vector<uint64_t> ReferenceGreedyByTime(const std::vector<BufferRequest>& re
     std::vector<std::pair<uint64_t, uint64_t>> blocks;
     std::vector<int> still_live;
     for (const int j : live) {
-      if (requests[j].last_step >= requests[i].first_step) {
+      if (requests[j].last_position >= requests[i].first_position) {
         still_live.push_back(j);
         blocks.emplace_back(offsets[j], offsets[j] + size(j));
       }
@@ -176,10 +176,10 @@ bool ReferenceValid(const std::vector<BufferRequest>& requests, const OffsetAssi
 // ---------------------------------------------------------------------------------------------
 // Random requests.
 
-// Returns `count` buffers over `num_steps` steps: a quarter alive for one step, an eighth for
-// all of them, the rest for a random stretch; sizes of 1 to `max_bytes` bytes, half of them a
-// multiple of 256.
-std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t num_steps,
+// Returns `count` buffers over `num_positions` positions: a quarter alive at one position, an
+// eighth at all of them, the rest for a random stretch; sizes of 1 to `max_bytes` bytes, half of
+// them a multiple of 256.
+std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t num_positions,
                                           uint64_t max_bytes) {
   std::vector<BufferRequest> requests;
   auto uniform = [&](int64_t lo, int64_t hi) {
@@ -190,21 +190,23 @@ std::vector<BufferRequest> RandomRequests(std::mt19937& rng, int count, int32_t 
     r.bytes = uniform(1, max_bytes);
     if (uniform(0, 1) == 0) r.bytes = AlignUp(r.bytes, 256);
     const int kind = uniform(0, 7);
-    r.first_step = uniform(0, num_steps - 1);
+    r.first_position = uniform(0, num_positions - 1);
     if (kind < 2) {
-      r.last_step = r.first_step;
+      r.last_position = r.first_position;
     } else if (kind == 2) {
-      r.first_step = 0, r.last_step = num_steps - 1;
+      r.first_position = 0, r.last_position = num_positions - 1;
     } else {
-      r.last_step = std::min<int64_t>(num_steps - 1, r.first_step + uniform(0, num_steps / 3));
+      r.last_position =
+          std::min<int64_t>(num_positions - 1, r.first_position + uniform(0, num_positions / 3));
     }
     requests.push_back(r);
   }
   return requests;
 }
 
-// Activation i of `layers` lives from forward step i to backward step 2 * layers - 1 - i; with
-// `gradients`, the gradient made at each backward step lives until the next.
+// Activation i of `layers` lives from forward position i to backward position
+// 2 * layers - 1 - i; with `gradients`, the gradient made at each backward position lives until
+// the next.
 std::vector<BufferRequest> TrainingStack(const std::vector<uint64_t>& activation_bytes,
                                          bool gradients) {
   const int32_t layers = activation_bytes.size();
@@ -262,8 +264,9 @@ std::vector<std::unique_ptr<OffsetStrategy>> Recorded(std::vector<std::string>* 
 // ---------------------------------------------------------------------------------------------
 // Hand examples.
 
-// Two 2-byte buffers at steps 0 and 2, and a chain of 1-byte buffers across them:
-//   a: 1 byte, steps 0-1   b: 1 byte, steps 1-2   c: 2 bytes, step 0   d: 2 bytes, step 2
+// Two 2-byte buffers at positions 0 and 2, and a chain of 1-byte buffers across them:
+//   a: 1 byte, positions 0-1   b: 1 byte, positions 1-2
+//   c: 2 bytes, position 0     d: 2 bytes, position 2
 // Size order stacks c and d at the bottom, so a and b, which overlap each other and one of them,
 // go on top; time order lets b take c's hole and d the hole a leaves.
 //   greedy_by_size (4 bytes):      greedy_by_time (3 bytes, the lower bound):
@@ -271,21 +274,21 @@ std::vector<std::unique_ptr<OffsetStrategy>> Recorded(std::vector<std::string>* 
 //     byte 2   a  a  .               byte 2   a  a  d
 //     byte 1   c  .  d               byte 1   c  .  d
 //     byte 0   c  .  d               byte 0   c  b  b
-//       step   0  1  2                 step   0  1  2
+//   position   0  1  2             position   0  1  2
 Buffers TimeOrderWins() {
   return Buffers().Add("a", 1, 0, 1).Add("b", 1, 1, 2).Add("c", 2, 0, 0).Add("d", 2, 2, 2);
 }
 
-// A 2-byte buffer at step 1 between a 1-byte buffer at step 0 and one alive throughout:
-//   x: 1 byte, step 0   y: 1 byte, steps 0-2   big: 2 bytes, step 1
-// Time order puts x and y side by side at step 0; x's hole is then too small for big, which
+// A 2-byte buffer at position 1 between a 1-byte buffer at position 0 and one alive throughout:
+//   x: 1 byte, position 0   y: 1 byte, positions 0-2   big: 2 bytes, position 1
+// Time order puts x and y side by side at position 0; x's hole is then too small for big, which
 // goes on top. Size order places big first, y above it and x into the gap below y.
 //   greedy_by_size (3 bytes, the lower bound):   greedy_by_time (4 bytes):
 //                                                  byte 3   .  big .
 //     byte 2   y  y   y                            byte 2   .  big .
 //     byte 1   .  big .                            byte 1   y  y   y
 //     byte 0   x  big .                            byte 0   x  .   .
-//       step   0  1   2                              step   0  1   2
+//   position   0  1   2                          position   0  1   2
 Buffers SizeOrderWins() {
   return Buffers().Add("x", 1, 0, 0).Add("y", 1, 0, 2).Add("big", 2, 1, 1);
 }
@@ -351,11 +354,11 @@ TEST(OffsetAssignerTest, RandomRequestsGetValidAssignmentsAndTheBestIsKept) {
   std::mt19937 rng(20240601);
   for (int trial = 0; trial < 400; ++trial) {
     const int count = std::uniform_int_distribution<int>(1, 120)(rng);
-    const int32_t num_steps = std::uniform_int_distribution<int32_t>(1, 60)(rng);
+    const int32_t num_positions = std::uniform_int_distribution<int32_t>(1, 60)(rng);
     const uint64_t max_bytes = trial % 2 == 0 ? 64 : 100000;
     const uint64_t alignment = kAlignments[trial % 4];
     const std::vector<BufferRequest> requests =
-        RandomRequests(rng, count, num_steps, max_bytes);
+        RandomRequests(rng, count, num_positions, max_bytes);
     SCOPED_TRACE(absl::StrCat("trial ", trial, ", alignment ", alignment));
 
     const uint64_t lower_bound = AlignedLowerBound(requests, alignment);
@@ -388,9 +391,9 @@ TEST(OffsetAssignerTest, StrategiesMatchLinearScanReferences) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     const int count = std::uniform_int_distribution<int>(0, 150)(rng);
-    const int32_t num_steps = std::uniform_int_distribution<int32_t>(1, 80)(rng);
+    const int32_t num_positions = std::uniform_int_distribution<int32_t>(1, 80)(rng);
     const uint64_t alignment = trial % 3 == 0 ? 1 : 256;
-    const std::vector<BufferRequest> requests = RandomRequests(rng, count, num_steps, 5000);
+    const std::vector<BufferRequest> requests = RandomRequests(rng, count, num_positions, 5000);
     SCOPED_TRACE(absl::StrCat("trial ", trial));
     const OffsetAssignment by_size = GreedyBySizeBestFit()->Assign(requests, alignment);
     EXPECT_EQ(by_size.offsets, ReferenceGreedyBySize(requests, alignment))
@@ -426,12 +429,12 @@ TEST(VerifyNoOverlapTest, AgreesWithPairwiseCheckOnRandomAssignments) {
 // The verifier on planted faults.
 
 // Four 256-aligned buffers, valid as laid out:
-//   input: 256 bytes, steps 0-1 @0     conv1: 512 bytes, steps 1-2 @256
-//   relu:  256 bytes, steps 2-3 @0     loss:  256 bytes, step 3 @256
+//   input: 256 bytes, positions 0-1 @0     conv1: 512 bytes, positions 1-2 @256
+//   relu:  256 bytes, positions 2-3 @0     loss:  256 bytes, position 3 @256
 //     bytes 512-767   .      conv1  conv1  .
 //     bytes 256-511   .      conv1  conv1  loss
 //     bytes   0-255   input  input  relu   relu
-//              step   0      1      2      3
+//          position   0      1      2      3
 struct Planted {
   Buffers buffers = Buffers()
                         .Add("input", 256, 0, 1)
@@ -452,21 +455,22 @@ TEST(VerifyNoOverlapTest, AcceptsTheValidLayout) {
 
 TEST(VerifyNoOverlapTest, NamesBothBuffersOfAPlantedOverlap) {
   Planted planted;
-  planted.assignment.offsets[2] = 512;  // relu onto the top half of conv1, both alive at step 2.
+  // relu onto the top half of conv1, both alive at position 2.
+  planted.assignment.offsets[2] = 512;
   const absl::Status status = planted.Verify();
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(status.message(),
             "buffers 1 ('conv1') and 2 ('relu') overlap in bytes [512, 768) while both alive at "
-            "step 2");
+            "position 2");
 }
 
 TEST(VerifyNoOverlapTest, NamesBuffersByIndexWithoutNames) {
   Planted planted;
-  planted.assignment.offsets[3] = 0;  // loss onto relu at step 3.
+  planted.assignment.offsets[3] = 0;  // loss onto relu at position 3.
   const absl::Status status =
       VerifyNoOverlap(planted.buffers.requests(), planted.assignment, 256);
   EXPECT_EQ(status.message(),
-            "buffers 2 and 3 overlap in bytes [0, 256) while both alive at step 3");
+            "buffers 2 and 3 overlap in bytes [0, 256) while both alive at position 3");
 }
 
 TEST(VerifyNoOverlapTest, CatchesAMisalignedOffset) {
@@ -493,19 +497,19 @@ TEST(VerifyNoOverlapTest, BuffersMayShareBytesOnlyAcrossDisjointLifetimes) {
   // Steps [0,2] then [3,5] never meet: both at offset 0 is fine.
   const Buffers apart = Buffers().Add("early", 256, 0, 2).Add("late", 256, 3, 5);
   EXPECT_TRUE(VerifyNoOverlap(apart.requests(), {{0, 0}, 256, ""}, 256, apart.names()).ok());
-  // Steps [0,2] and [2,5] meet at step 2.
+  // Steps [0,2] and [2,5] meet at position 2.
   const Buffers touching = Buffers().Add("early", 256, 0, 2).Add("late", 256, 2, 5);
   EXPECT_EQ(VerifyNoOverlap(touching.requests(), {{0, 0}, 256, ""}, 256, touching.names())
                 .message(),
             "buffers 0 ('early') and 1 ('late') overlap in bytes [0, 256) while both alive at "
-            "step 2");
+            "position 2");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Alignment, training stacks and edge cases.
 
 TEST(OffsetAssignerTest, OddSizesRoundUpToTheAlignment) {
-  // All alive at step 0: 1 -> 256, 257 -> 512, 511 -> 512 bytes.
+  // All alive at position 0: 1 -> 256, 257 -> 512, 511 -> 512 bytes.
   const Buffers buffers = Buffers().Add("a", 1, 0, 0).Add("b", 257, 0, 1).Add("c", 511, 0, 0);
   EXPECT_EQ(AlignedLowerBound(buffers.requests(), 256), 1280);
   for (const auto& strategy : DefaultStrategies()) {
@@ -528,7 +532,7 @@ TEST(OffsetAssignerTest, AlignmentOnePacksBytesTightly) {
 }
 
 TEST(OffsetAssignerTest, LargeAlignmentGivesEveryBufferWholeUnits) {
-  // All alive at step 0: 1 and 4096 bytes take one 4 KiB unit each, 4097 bytes take two.
+  // All alive at position 0: 1 and 4096 bytes take one 4 KiB unit each, 4097 bytes take two.
   const Buffers buffers = Buffers().Add("a", 1, 0, 0).Add("b", 4096, 0, 0).Add("c", 4097, 0, 0);
   EXPECT_EQ(AlignedLowerBound(buffers.requests(), 4096), 4 * 4096);
   for (const auto& strategy : DefaultStrategies()) {
@@ -539,8 +543,8 @@ TEST(OffsetAssignerTest, LargeAlignmentGivesEveryBufferWholeUnits) {
 }
 
 TEST(OffsetAssignerTest, NestedLifetimesReachTheLowerBound) {
-  // Activations of 64 layers with sizes 1..5 units, each alive from its forward step to its
-  // backward step: a stack, so the peak (all alive at steps 63 and 64) is achievable.
+  // Activations of 64 layers with sizes 1..5 units, each alive from its forward position to its
+  // backward position: a stack, so the peak (all alive at positions 63 and 64) is achievable.
   std::vector<uint64_t> sizes;
   for (int i = 0; i < 64; ++i) sizes.push_back(256 * (1 + (i * 7) % 5));
   const std::vector<BufferRequest> requests = TrainingStack(sizes, /*gradients=*/false);
@@ -552,7 +556,8 @@ TEST(OffsetAssignerTest, NestedLifetimesReachTheLowerBound) {
 }
 
 TEST(OffsetAssignerTest, NestedLifetimesWithGradientsOfOneSizeReachTheLowerBound) {
-  // 40 layers of 1 KiB activations, plus each backward step's 1 KiB gradient alive for two steps.
+  // 40 layers of 1 KiB activations, plus each backward position's 1 KiB gradient alive for two
+  // positions.
   const std::vector<BufferRequest> requests =
       TrainingStack(std::vector<uint64_t>(40, 1024), /*gradients=*/true);
   const uint64_t lower_bound = AlignedLowerBound(requests, 256);

@@ -16,7 +16,7 @@ void FillMemory(const MemoryPlan& memory, proto::PlanSummary& summary) {
   summary.set_lower_bound_bytes(memory.lower_bound_bytes);
   summary.set_no_sharing_bytes(memory.no_sharing_bytes);
   summary.set_num_tensors(memory.tensors.size());
-  summary.set_num_steps(memory.num_steps);
+  summary.set_num_steps(memory.num_positions);
   summary.clear_bytes_by_role();
   for (const auto& [role, bytes] : memory.bytes_by_role) {
     proto::RoleBytes* r = summary.add_bytes_by_role();
@@ -40,8 +40,8 @@ void AddTensors(const MemoryPlan& memory, const proto::PlanOptions& options,
     out->set_role(t.role);
     out->set_bytes(t.bytes);
     out->set_offset(t.offset);
-    out->set_first_position(t.lifetime.first_step);
-    out->set_last_position(t.lifetime.last_step);
+    out->set_first_position(t.lifetime.first_position);
+    out->set_last_position(t.lifetime.last_position);
     out->set_buffer(t.buffer);
   }
 }
@@ -131,10 +131,10 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
       b->set_bytes(c.bytes);
       b->set_placement(c.offloaded ? proto::PLACEMENT_HOST : proto::PLACEMENT_DEVICE);
       if (c.offloaded) {
-        b->set_copy_out_issued_after(NodeName(step, c.copy_out_after_step));
-        b->set_copy_out_awaited_at(NodeName(step, c.copy_out_await_step));
-        b->set_prefetch_issued_at(NodeName(step, c.prefetch_step));
-        b->set_prefetch_awaited_before(NodeName(step, c.first_use_step));
+        b->set_copy_out_issued_after(NodeName(step, c.copy_out_after_position));
+        b->set_copy_out_awaited_at(NodeName(step, c.copy_out_await_position));
+        b->set_prefetch_issued_at(NodeName(step, c.prefetch_position));
+        b->set_prefetch_awaited_before(NodeName(step, c.first_use_position));
       }
     }
   }

@@ -10,10 +10,8 @@ namespace {
 using ::testing::HasSubstr;
 
 graph::Graph Zoo(const std::string& name, uint64_t batch) {
-  proto::ZooModel spec;
-  spec.set_name(name);
-  spec.set_batch(batch);
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::BuildZooModel(spec).value());
+  absl::StatusOr<graph::Graph> g =
+      graph::Graph::FromProto(graph::BuildZooModel(graph::ZooSpec(name, batch)).value());
   EXPECT_TRUE(g.ok()) << g.status();
   return *std::move(g);
 }

@@ -28,20 +28,13 @@
 namespace headroom::planner {
 namespace {
 
+using graph::ZooSpec;
+
 struct Measured {
   MemoryPlan plan;
   double median_seconds = 0;
   uint64_t num_tensors = 0;
 };
-
-proto::ZooModel Spec(const std::string& model, uint64_t batch,
-                     const std::map<std::string, int64_t>& options = {}) {
-  proto::ZooModel spec;
-  spec.set_name(model);
-  spec.set_batch(batch);
-  for (const auto& [k, v] : options) (*spec.mutable_options())[k] = v;
-  return spec;
-}
 
 // Plans `spec` `runs` times; returns the last plan and the median wall time of the whole
 // planning (autodiff, schedule, sharing, offsets, verification). Aborts on error.
@@ -84,7 +77,7 @@ int ArenaAgainstLowerBound(int runs) {
   int over = 0;
   for (const graph::ZooModelInfo& info : graph::ZooModels()) {
     for (uint64_t batch : {1, 32, 128}) {
-      const Measured m = Measure(Spec(info.name, batch), runs);
+      const Measured m = Measure(ZooSpec(info.name, batch), runs);
       const double ratio = Ratio(m.plan);
       over += ratio > 1.02;
       std::printf("%-14s %6d %14s %14s %8.4f %14s %10.1f %s%s\n", info.name.c_str(),
@@ -103,13 +96,13 @@ void LargestGraphs(int runs) {
   std::printf("== planning time of the largest graphs (target: < 200 ms), median of %d ==\n",
               runs);
   const std::vector<std::pair<std::string, proto::ZooModel>> cases = {
-      {"resnet152, batch 64", Spec("resnet152", 64)},
-      {"transformer, 48 layers, batch 8", Spec("transformer", 8, {{"layers", 48}})},
+      {"resnet152, batch 64", ZooSpec("resnet152", 64)},
+      {"transformer, 48 layers, batch 8", ZooSpec("transformer", 8, {{"layers", 48}})},
   };
   for (const auto& [what, spec] : cases) {
     const Measured m = Measure(spec, runs);
-    std::printf("%-34s %6d tensors %6d steps %9.1f ms %s\n", what.c_str(),
-                static_cast<int>(m.num_tensors), m.plan.num_steps, m.median_seconds * 1e3,
+    std::printf("%-34s %6d tensors %6d positions %9.1f ms %s\n", what.c_str(),
+                static_cast<int>(m.num_tensors), m.plan.num_positions, m.median_seconds * 1e3,
                 m.median_seconds < 0.2 ? "ok" : "OVER");
   }
   std::printf("\n");
@@ -125,7 +118,7 @@ void Scaling(const std::string& model, const std::string& option, int64_t base, 
   for (int64_t factor : {1, 2, 4, 8}) {
     std::map<std::string, int64_t> options = fixed;
     options[option] = base * factor;
-    const Measured m = Measure(Spec(model, batch, options), runs);
+    const Measured m = Measure(ZooSpec(model, batch, options), runs);
     const double n = static_cast<double>(m.num_tensors);
     const double nlogn = n * std::log2(n);
     const double ms = m.median_seconds * 1e3;
@@ -170,7 +163,7 @@ void AgainstPyTorch(int runs) {
     std::printf("could not run it (is python3-torch installed?)\n\n");
     return;
   }
-  const Measured m = Measure(Spec("resnet50", 32), runs);
+  const Measured m = Measure(ZooSpec("resnet50", 32), runs);
   std::printf("%-28s %14s (%lld)\n", "PyTorch peak", graph::HumanBytes(torch_peak).c_str(),
               static_cast<long long>(torch_peak));
   std::printf("%-28s %14s (%llu)\n", "Headroom arena_bytes",

@@ -27,19 +27,20 @@ absl::StatusOr<Schedule> ScheduleGraph(const TrainingGraph& graph) {
     if (missing[id] == 0) ready.push(id);
   }
   Schedule schedule;
-  schedule.step_of.assign(n, -1);
+  schedule.position_of.assign(n, -1);
   while (!ready.empty()) {
     const NodeId id = ready.top();
     ready.pop();
-    schedule.step_of[id] = static_cast<int32_t>(schedule.order.size());
+    schedule.position_of[id] = static_cast<Position>(schedule.order.size());
     schedule.order.push_back(id);
     for (NodeId m : next[id]) {
       if (--missing[m] == 0) ready.push(m);
     }
   }
-  if (schedule.num_steps() != n) {
+  if (schedule.num_positions() != n) {
+    const std::vector<Position>& position_of = schedule.position_of;
     const NodeId stuck = static_cast<NodeId>(
-        std::find(schedule.step_of.begin(), schedule.step_of.end(), -1) - schedule.step_of.begin());
+        std::find(position_of.begin(), position_of.end(), -1) - position_of.begin());
     return absl::InternalError(
         absl::StrCat("training graph has a cycle through node '", graph.node(stuck).name, "'"));
   }
@@ -47,7 +48,7 @@ absl::StatusOr<Schedule> ScheduleGraph(const TrainingGraph& graph) {
 }
 
 std::vector<Lifetime> ComputeLifetimes(const TrainingGraph& graph, const Schedule& schedule) {
-  const int32_t last = std::max(schedule.num_steps() - 1, 0);
+  const Position last = std::max(schedule.num_positions() - 1, 0);
   std::vector<Lifetime> lifetimes(graph.tensors().size());
   for (size_t t = 0; t < graph.tensors().size(); ++t) {
     const TrainingTensor& tensor = graph.tensor(t);
@@ -56,31 +57,40 @@ std::vector<Lifetime> ComputeLifetimes(const TrainingGraph& graph, const Schedul
       life = {0, last};
       continue;
     }
-    life.first_step = tensor.producer == kNone ? 0 : schedule.step_of[tensor.producer];
-    life.last_step = life.first_step;
+    life.first_position = tensor.producer == kNone ? 0 : schedule.position_of[tensor.producer];
+    life.last_position = life.first_position;
     for (NodeId c : tensor.consumers) {
-      life.last_step = std::max(life.last_step, schedule.step_of[c]);
+      life.last_position = std::max(life.last_position, schedule.position_of[c]);
     }
   }
-  if (graph.loss() != kNone) lifetimes[graph.loss()].last_step = last;
+  if (graph.loss() != kNone) lifetimes[graph.loss()].last_position = last;
   return lifetimes;
 }
 
-uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
-  int32_t steps = 0;
-  for (const Lifetime& l : lifetimes) steps = std::max(steps, l.last_step + 1);
-  // Difference array: +bytes at the first step, -bytes after the last.
-  std::vector<int64_t> delta(steps + 1, 0);
+LivePeak FindLivePeak(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
+  Position positions = 0;
+  for (const Lifetime& l : lifetimes) positions = std::max(positions, l.last_position + 1);
+  // Difference array: +bytes at the first position, -bytes after the last.
+  std::vector<int64_t> delta(positions + 1, 0);
   for (size_t i = 0; i < bytes.size(); ++i) {
-    delta[lifetimes[i].first_step] += static_cast<int64_t>(bytes[i]);
-    delta[lifetimes[i].last_step + 1] -= static_cast<int64_t>(bytes[i]);
+    delta[lifetimes[i].first_position] += static_cast<int64_t>(bytes[i]);
+    delta[lifetimes[i].last_position + 1] -= static_cast<int64_t>(bytes[i]);
   }
-  int64_t live = 0, peak = 0;
-  for (int32_t s = 0; s < steps; ++s) {
-    live += delta[s];
-    peak = std::max(peak, live);
+  LivePeak peak;
+  int64_t live = 0, most = -1;
+  for (Position p = 0; p < positions; ++p) {
+    live += delta[p];
+    if (live > most) {
+      most = live;
+      peak.position = p;
+    }
   }
-  return static_cast<uint64_t>(peak);
+  peak.bytes = static_cast<uint64_t>(std::max<int64_t>(most, 0));
+  return peak;
+}
+
+uint64_t PeakLiveBytes(const std::vector<uint64_t>& bytes, const std::vector<Lifetime>& lifetimes) {
+  return FindLivePeak(bytes, lifetimes).bytes;
 }
 
 }  // namespace headroom::planner

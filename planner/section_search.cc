@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "graph/shape.h"
 #include "graph/summary.h"
+#include "planner/schedule.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -94,60 +95,106 @@ class SectionSearch::Estimator {
     std::vector<int32_t> offload_cuts;
   };
 
-  // Returns the cuts with the least estimated time whose estimated peak is at most
-  // `budget`, or nothing.
-  std::optional<Answer> Solve(double budget, bool offload) const {
-    struct Label {
-      double held = 0, own_offloaded = 0, prev_offloaded = 0, time = 0;
-      int32_t parent = -1, position = 0;
-      bool offload_here = false;
-    };
-    std::vector<Label> labels = {Label{}};
-    // Labels at each position, at most one per bucket of held bytes (held and own offloaded
-    // bytes in kBuckets steps of the budget, and whether anything is offloaded): the one with
-    // the least time, then the least memory. Bucketing bounds the work; the estimate is only
-    // a guide, since every candidate is planned exactly.
-    constexpr int kBuckets = 32;
-    std::vector<std::vector<int32_t>> at(nf_ + 1);
-    at[0].push_back(0);
-    int32_t best = -1;
-    double best_time = std::numeric_limits<double>::infinity();
-    constexpr int kKeys = (kBuckets + 1) * 2;
-    std::vector<int32_t> bucket_of((nf_ + 1) * kKeys, -1);  // Label index by position, key.
-    auto insert = [&](int32_t position, Label label) {
+  // A partial answer of the dynamic program: sections up to forward position `position`.
+  struct Label {
+    double held = 0, own_offloaded = 0, prev_offloaded = 0, time = 0;
+    int32_t parent = -1, position = 0;
+    bool offload_here = false;
+  };
+
+  // The dynamic program's labels, at most one per bucket of held bytes at each position
+  // (held and own offloaded bytes in kBuckets steps of the budget, and whether anything is
+  // offloaded): the one with the least time, then the least memory. Bucketing bounds the work;
+  // the estimate is only a guide, since every candidate is planned exactly.
+  class Labels {
+   public:
+    Labels(int32_t num_forward, double budget)
+        : budget_(budget), at_(num_forward + 1), bucket_of_((num_forward + 1) * kKeys, -1) {
+      at_[0].push_back(0);
+    }
+
+    const Label& operator[](int32_t l) const { return labels_[l]; }
+    // Returns the bytes label `l` holds.
+    double Memory(int32_t l) const {
+      const Label& L = labels_[l];
+      return L.held + L.own_offloaded + L.prev_offloaded;
+    }
+
+    // Adds `label` at `position`, unless its bucket there holds a better one.
+    void Insert(int32_t position, Label label) {
       const double held = label.held + label.own_offloaded;
-      const int32_t key = static_cast<int32_t>(std::min<double>(held / budget * kBuckets, kBuckets)) * 2 +
-                          (label.own_offloaded > 0 ? 1 : 0);
+      const int32_t key =
+          static_cast<int32_t>(std::min<double>(held / budget_ * kBuckets, kBuckets)) * 2 +
+          (label.own_offloaded > 0 ? 1 : 0);
       label.position = position;
-      int32_t& slot = bucket_of[position * kKeys + key];
+      int32_t& slot = bucket_of_[position * kKeys + key];
       if (slot >= 0) {
-        const Label& o = labels[slot];
+        const Label& o = labels_[slot];
         const double o_mem = o.held + o.own_offloaded + o.prev_offloaded;
         const double mem = held + label.prev_offloaded;
         if (o.time < label.time || (o.time == label.time && o_mem <= mem)) return;
-        labels[slot] = label;
+        labels_[slot] = label;
         return;
       }
-      labels.push_back(label);
-      slot = static_cast<int32_t>(labels.size()) - 1;
-      at[position].push_back(slot);
-    };
-    auto mem_of = [&](int32_t l) {
-      const Label& L = labels[l];
-      return L.held + L.own_offloaded + L.prev_offloaded;
-    };
-    for (int32_t a = 0; a < nf_; ++a) {
-      if (at[a].empty()) continue;
-      // Keep the labels no other beats on both memory and time.
-      std::sort(at[a].begin(), at[a].end(), [&](int32_t x, int32_t y) {
-        return mem_of(x) != mem_of(y) ? mem_of(x) < mem_of(y) : labels[x].time < labels[y].time;
+      labels_.push_back(label);
+      slot = static_cast<int32_t>(labels_.size()) - 1;
+      at_[position].push_back(slot);
+    }
+
+    // Keeps, at `position`, the labels no other beats on both memory and time; returns them
+    // in increasing memory.
+    const std::vector<int32_t>& KeepParetoFront(int32_t position) {
+      std::vector<int32_t>& at = at_[position];
+      std::sort(at.begin(), at.end(), [&](int32_t x, int32_t y) {
+        return Memory(x) != Memory(y) ? Memory(x) < Memory(y) : labels_[x].time < labels_[y].time;
       });
       std::vector<int32_t> front;
-      for (int32_t l : at[a]) {
-        if (front.empty() || labels[l].time < labels[front.back()].time) front.push_back(l);
+      for (int32_t l : at) {
+        if (front.empty() || labels_[l].time < labels_[front.back()].time) front.push_back(l);
       }
-      at[a] = std::move(front);
-      const double least_held = mem_of(at[a].front());
+      at = std::move(front);
+      return at;
+    }
+
+    // Returns the cuts on the way to label `last`.
+    Answer Trace(int32_t last) const {
+      Answer answer;
+      for (int32_t l = last; labels_[l].parent >= 0; l = labels_[l].parent) {
+        answer.cuts.push_back(labels_[l].position);
+        if (labels_[l].offload_here) answer.offload_cuts.push_back(labels_[l].position);
+      }
+      std::reverse(answer.cuts.begin(), answer.cuts.end());
+      std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
+      return answer;
+    }
+
+   private:
+    static constexpr int kBuckets = 32;
+    static constexpr int kKeys = (kBuckets + 1) * 2;
+    const double budget_;
+    std::vector<Label> labels_ = {Label{}};
+    std::vector<std::vector<int32_t>> at_;  // Label indices by position.
+    std::vector<int32_t> bucket_of_;        // Label index by position, key.
+  };
+
+  // Returns how long a backward group of `group_seconds` waits for the prefetch of what
+  // `label` offloaded at its cut.
+  double PrefetchStall(const Label& label, double group_seconds) const {
+    if (label.prev_offloaded <= 0) return 0.0;
+    return std::max(0.0, cost_.CopySeconds(static_cast<uint64_t>(label.prev_offloaded)) -
+                             group_seconds);
+  }
+
+  // Returns the cuts with the least estimated time whose estimated peak is at most
+  // `budget`, or nothing.
+  std::optional<Answer> Solve(double budget, bool offload) const {
+    Labels labels(nf_, budget);
+    int32_t best = -1;
+    double best_time = std::numeric_limits<double>::infinity();
+    for (int32_t a = 0; a < nf_; ++a) {
+      const std::vector<int32_t>& front = labels.KeepParetoFront(a);
+      if (front.empty()) continue;
+      const double least_held = labels.Memory(front.front());
       Sweep sweep(*this, a);
       for (int32_t b = a + 1; b <= nf_; ++b) {
         sweep.Extend(b);
@@ -157,18 +204,12 @@ class SectionSearch::Estimator {
         const double crossing_grads = last ? 0 : grads_crossing_[b];
         const double reforward = last ? 0 : sweep.recompute_seconds;
         const double group_seconds = reforward + backward_prefix_[b] - backward_prefix_[a];
-        for (size_t i = 0; i < at[a].size(); ++i) {
-          const int32_t l = at[a][i];
-          const Label L = labels[l];
+        for (int32_t l : front) {
+          const Label L = labels[l];  // A copy: Insert() may move the labels.
           if (last && L.own_offloaded > 0) continue;  // Nothing runs backward before it.
           const double mem = local + crossing_grads + L.held + L.own_offloaded + L.prev_offloaded;
           if (mem > budget) break;  // The labels come in increasing memory.
-          const double stall =
-              L.prev_offloaded > 0
-                  ? std::max(0.0, cost_.CopySeconds(static_cast<uint64_t>(L.prev_offloaded)) -
-                                      group_seconds)
-                  : 0.0;
-          const double time = L.time + reforward + stall;
+          const double time = L.time + reforward + PrefetchStall(L, group_seconds);
           if (last) {
             if (time < best_time) {
               best_time = time;
@@ -176,23 +217,16 @@ class SectionSearch::Estimator {
             }
             continue;
           }
-          insert(b, {L.held + sweep.crossing, 0, L.own_offloaded, time, l, 0, false});
+          labels.Insert(b, {L.held + sweep.crossing, 0, L.own_offloaded, time, l, 0, false});
           if (offload && sweep.crossing_offloadable > 0) {
-            insert(b, {L.held + sweep.crossing - sweep.crossing_offloadable,
-                       sweep.crossing_offloadable, L.own_offloaded, time, l, 0, true});
+            labels.Insert(b, {L.held + sweep.crossing - sweep.crossing_offloadable,
+                              sweep.crossing_offloadable, L.own_offloaded, time, l, 0, true});
           }
         }
       }
     }
     if (best < 0) return std::nullopt;
-    Answer answer;
-    for (int32_t l = best; labels[l].parent >= 0; l = labels[l].parent) {
-      answer.cuts.push_back(labels[l].position);
-      if (labels[l].offload_here) answer.offload_cuts.push_back(labels[l].position);
-    }
-    std::reverse(answer.cuts.begin(), answer.cuts.end());
-    std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
-    return answer;
+    return labels.Trace(best);
   }
 
   // Returns the tensors that cross cut `at` from the section [from, at): offload candidates.
@@ -628,7 +662,7 @@ absl::StatusOr<int> SectionSearch::Smallest() {
 
 namespace {
 
-// Returns the bytes by role of the buffers live at the step where `plan`'s live bytes peak.
+// Returns the bytes by role of the buffers live at the position where `plan`'s live bytes peak.
 std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
   struct BufferUse {
     uint64_t bytes = 0;
@@ -640,26 +674,19 @@ std::map<proto::TensorRole, uint64_t> RolesAtPeak(const MemoryPlan& plan) {
     BufferUse& b = buffers[t.buffer];
     if (b.role == proto::ROLE_UNSPECIFIED) b.role = t.role;
     b.bytes = std::max(b.bytes, t.bytes);
-    b.life.first_step = std::min(b.life.first_step, t.lifetime.first_step);
-    b.life.last_step = std::max(b.life.last_step, t.lifetime.last_step);
+    b.life.first_position = std::min(b.life.first_position, t.lifetime.first_position);
+    b.life.last_position = std::max(b.life.last_position, t.lifetime.last_position);
   }
-  std::vector<int64_t> delta(plan.num_steps + 1, 0);
+  std::vector<uint64_t> bytes;
+  std::vector<Lifetime> lifetimes;
   for (const auto& [id, b] : buffers) {
-    delta[b.life.first_step] += static_cast<int64_t>(b.bytes);
-    delta[b.life.last_step + 1] -= static_cast<int64_t>(b.bytes);
+    bytes.push_back(b.bytes);
+    lifetimes.push_back(b.life);
   }
-  int32_t peak_step = 0;
-  int64_t live = 0, peak = -1;
-  for (int32_t s = 0; s < plan.num_steps; ++s) {
-    live += delta[s];
-    if (live > peak) {
-      peak = live;
-      peak_step = s;
-    }
-  }
+  const Position peak = FindLivePeak(bytes, lifetimes).position;
   std::map<proto::TensorRole, uint64_t> roles;
   for (const auto& [id, b] : buffers) {
-    if (b.life.first_step <= peak_step && peak_step <= b.life.last_step) roles[b.role] += b.bytes;
+    if (b.life.first_position <= peak && peak <= b.life.last_position) roles[b.role] += b.bytes;
   }
   return roles;
 }

@@ -42,11 +42,9 @@ T OrDie(absl::StatusOr<T> v, const std::string& what) {
 
 graph::Graph Load(const std::string& model, uint64_t batch,
                   const std::map<std::string, int64_t>& options = {}) {
-  proto::ZooModel spec;
-  spec.set_name(model);
-  spec.set_batch(batch);
-  for (const auto& [k, v] : options) (*spec.mutable_options())[k] = v;
-  return OrDie(graph::Graph::FromProto(OrDie(graph::BuildZooModel(spec), model)), model);
+  return OrDie(graph::Graph::FromProto(
+                   OrDie(graph::BuildZooModel(graph::ZooSpec(model, batch, options)), model)),
+               model);
 }
 
 // One model on one device: the search against the baselines.

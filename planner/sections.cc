@@ -43,12 +43,12 @@ std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections) {
 }
 
 absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedule) {
-  for (int32_t step = 0; step < schedule.num_steps(); ++step) {
-    const TrainingNode& node = graph.node(schedule.order[step]);
+  for (Position position = 0; position < schedule.num_positions(); ++position) {
+    const TrainingNode& node = graph.node(schedule.order[position]);
     for (TensorId t : node.inputs) {
       const NodeId p = graph.tensor(t).producer;
-      if (p != kNone && schedule.step_of[p] >= step) {
-        return absl::InternalError(absl::StrCat("node '", node.name, "' at step ", step,
+      if (p != kNone && schedule.position_of[p] >= position) {
+        return absl::InternalError(absl::StrCat("node '", node.name, "' at position ", position,
                                                 " reads '", graph.tensor(t).name,
                                                 "' before it is written"));
       }
@@ -56,7 +56,7 @@ absl::Status ValidateSchedule(const TrainingGraph& graph, const Schedule& schedu
     if (node.kind != NodeKind::kUpdate) continue;
     for (TensorId t : node.updates) {
       for (NodeId c : graph.tensor(t).consumers) {
-        if (schedule.step_of[c] > step) {
+        if (schedule.position_of[c] > position) {
           return absl::InternalError(absl::StrCat("node '", graph.node(c).name, "' reads '",
                                                   graph.tensor(t).name, "' after its update '",
                                                   node.name, "'"));
@@ -342,27 +342,27 @@ class SectionExpander {
       for (auto& v : *at) std::sort(v.begin(), v.end());
     }
     absl::flat_hash_map<TensorId, TensorId> recomputed, prefetched;
+    // A copy node of tensor t's, in no section.
+    auto append_copy = [&](TensorId t, const char* suffix, const char* op, NodeKind kind,
+                           std::vector<TensorId> inputs, std::vector<TensorId> outputs) {
+      TrainingNode node;
+      node.name = absl::StrCat(g_.tensor(t).name, suffix);
+      node.op = op;
+      node.kind = kind;
+      node.inputs = std::move(inputs);
+      node.outputs = std::move(outputs);
+      out.AppendNode(std::move(node));
+      expanded_section_.push_back(-1);
+    };
     for (int32_t k = 0; k < static_cast<int32_t>(items_.size()); ++k) {
       for (TensorId t : offload_at[k]) {
-        TrainingNode node;
-        node.name = absl::StrCat(g_.tensor(t).name, ".offload");
-        node.op = "CopyToHost";
-        node.kind = NodeKind::kOffload;
-        node.inputs = {t};
-        out.AppendNode(std::move(node));
-        expanded_section_.push_back(-1);
+        append_copy(t, ".offload", "CopyToHost", NodeKind::kOffload, {t}, {});
       }
       for (TensorId t : prefetch_at[k]) {
         TrainingTensor copy = Unlinked(g_.tensor(t), ".prefetched");
         copy.role = proto::ROLE_CACHED_INPUT;
         const TensorId id = out.AppendTensor(std::move(copy));
-        TrainingNode node;
-        node.name = absl::StrCat(g_.tensor(t).name, ".prefetch");
-        node.op = "CopyToDevice";
-        node.kind = NodeKind::kPrefetch;
-        node.outputs = {id};
-        out.AppendNode(std::move(node));
-        expanded_section_.push_back(-1);
+        append_copy(t, ".prefetch", "CopyToDevice", NodeKind::kPrefetch, {}, {id});
         prefetched[t] = id;
       }
       out.AppendNode(EmitItem(items_[k], &recomputed, prefetched, &out));
@@ -375,10 +375,10 @@ class SectionExpander {
     }
     SectionedStep step(std::move(out));
     step.schedule.order.resize(step.graph.nodes().size());
-    step.schedule.step_of.resize(step.graph.nodes().size());
+    step.schedule.position_of.resize(step.graph.nodes().size());
     for (NodeId n = 0; n < static_cast<NodeId>(step.graph.nodes().size()); ++n) {
       step.schedule.order[n] = n;
-      step.schedule.step_of[n] = n;
+      step.schedule.position_of[n] = n;
     }
     Describe(copies, prefetched, &step);
     return step;
@@ -448,7 +448,7 @@ class SectionExpander {
       if (s < 0) continue;
       const TrainingNode& node = out.node(n);
       SectionInfo& info = step->sections[s];
-      if (info.backward_step < 0) info.backward_step = n;
+      if (info.backward_position < 0) info.backward_position = n;
       if (node.kind == NodeKind::kRecompute) {
         info.recomputed = true;
         ++info.recompute_nodes;
@@ -469,11 +469,11 @@ class SectionExpander {
         if (copies.contains(t)) {
           c.offloaded = true;
           const NodeId p = out.tensor(t).producer;
-          c.copy_out_after_step = p == kNone ? -1 : p;
-          c.copy_out_await_step = out.tensor(t).consumers.back();
+          c.copy_out_after_position = p == kNone ? -1 : p;
+          c.copy_out_await_position = out.tensor(t).consumers.back();
           const TensorId device = prefetched.at(t);
-          c.prefetch_step = out.tensor(device).producer;
-          c.first_use_step = out.tensor(device).consumers.front();
+          c.prefetch_position = out.tensor(device).producer;
+          c.first_use_position = out.tensor(device).consumers.front();
         }
         step->sections[s].boundary.push_back(c);
       }

@@ -41,13 +41,13 @@ struct CachedInput {
   uint64_t bytes = 0;
   bool offloaded = false;
   // Steps of the expanded schedule, for an offloaded tensor (else -1): the copy to host is
-  // issued after `copy_out_after_step` (-1: before the first step), awaited by the offload
-  // node at `copy_out_await_step`; the copy back is issued by the prefetch node at
-  // `prefetch_step` and awaited before `first_use_step`.
-  int32_t copy_out_after_step = -1;
-  int32_t copy_out_await_step = -1;
-  int32_t prefetch_step = -1;
-  int32_t first_use_step = -1;
+  // issued after `copy_out_after_position` (-1: before the first position), awaited by the offload
+  // node at `copy_out_await_position`; the copy back is issued by the prefetch node at
+  // `prefetch_position` and awaited before `first_use_position`.
+  Position copy_out_after_position = -1;
+  Position copy_out_await_position = -1;
+  Position prefetch_position = -1;
+  Position first_use_position = -1;
 };
 
 struct SectionInfo {
@@ -61,8 +61,8 @@ struct SectionInfo {
   uint64_t recompute_flops = 0;
   // Its cached inputs, in tensor-id order.
   std::vector<CachedInput> boundary;
-  // First step of its backward-phase group (re-forward, then backward); -1 if it has none.
-  int32_t backward_step = -1;
+  // First position of its backward-phase group (re-forward, then backward); -1 if it has none.
+  Position backward_position = -1;
 };
 
 // The expanded training step of one SectionCuts.
@@ -71,7 +71,7 @@ struct SectionedStep {
 
   // The forward nodes, the loss seed, then for each section from the last: its re-forward
   // (kRecompute nodes), its backward, accumulations and updates, with kOffload and
-  // kPrefetch nodes where copies are awaited and issued. Node ids are schedule steps;
+  // kPrefetch nodes where copies are awaited and issued. Node ids are schedule positions;
   // `after` edges are dropped (the order is explicit).
   TrainingGraph graph;
   // The identity order of graph's nodes.

@@ -160,10 +160,10 @@ TEST(SectionsTest, OffloadCopiesOutAndPrefetchesWhileTheSectionBeforeRunsBackwar
   const CachedInput* r1 = FindCached(step, 1, "r1");
   ASSERT_NE(r1, nullptr);
   EXPECT_TRUE(r1->offloaded);
-  EXPECT_EQ(r1->copy_out_after_step, step.graph.FindNode("r1"));
-  EXPECT_EQ(r1->copy_out_await_step, step.graph.FindNode("r1.offload"));
-  EXPECT_EQ(r1->prefetch_step, step.graph.FindNode("r1.prefetch"));
-  EXPECT_EQ(r1->first_use_step, step.graph.FindNode("fc2.recompute"));
+  EXPECT_EQ(r1->copy_out_after_position, step.graph.FindNode("r1"));
+  EXPECT_EQ(r1->copy_out_await_position, step.graph.FindNode("r1.offload"));
+  EXPECT_EQ(r1->prefetch_position, step.graph.FindNode("r1.prefetch"));
+  EXPECT_EQ(r1->first_use_position, step.graph.FindNode("fc2.recompute"));
   EXPECT_EQ(step.offloaded_bytes, 1024u);
   EXPECT_EQ(step.stall_seconds, 0);
   // Both fc2.recompute and fc2.backward read the prefetched copy.
@@ -284,8 +284,8 @@ TEST(SectionsTest, AReForwardGetsScratchOfItsOwnAliveOnlyWhileItRuns) {
     if (e.tensor(id).role != proto::ROLE_TEMPORARY) continue;
     ++scratch_tensors;
     const NodeId producer = e.tensor(id).producer;
-    EXPECT_EQ(plan->tensors[id].lifetime.first_step, step.schedule.step_of[producer]);
-    EXPECT_EQ(plan->tensors[id].lifetime.last_step, step.schedule.step_of[producer]);
+    EXPECT_EQ(plan->tensors[id].lifetime.first_position, step.schedule.position_of[producer]);
+    EXPECT_EQ(plan->tensors[id].lifetime.last_position, step.schedule.position_of[producer]);
   }
   // fc1..fc3 forward and backward, and the re-forwards of fc1 and fc2.
   EXPECT_EQ(scratch_tensors, 8);

@@ -32,8 +32,10 @@ class Groups {
     root = Find(root);
     if (member == root) return;
     parent_[member] = root;
-    lifetime_[root].first_step = std::min(lifetime_[root].first_step, lifetime_[member].first_step);
-    lifetime_[root].last_step = std::max(lifetime_[root].last_step, lifetime_[member].last_step);
+    lifetime_[root].first_position =
+        std::min(lifetime_[root].first_position, lifetime_[member].first_position);
+    lifetime_[root].last_position =
+        std::max(lifetime_[root].last_position, lifetime_[member].last_position);
     fixed_[root] = fixed_[root] || fixed_[member];
   }
 
@@ -54,8 +56,8 @@ class Groups {
 BufferAssignment AssignBuffers(const TrainingGraph& graph, const Schedule& schedule,
                                const std::vector<Lifetime>& lifetimes) {
   Groups groups(graph, lifetimes);
-  for (int32_t step = 0; step < schedule.num_steps(); ++step) {
-    const TrainingNode& node = graph.node(schedule.order[step]);
+  for (Position position = 0; position < schedule.num_positions(); ++position) {
+    const TrainingNode& node = graph.node(schedule.order[position]);
     for (const auto& [o, i] : node.views) {
       groups.Join(node.outputs[o], node.inputs[i]);
       groups.MarkJoined(node.outputs[o]);
@@ -64,7 +66,7 @@ BufferAssignment AssignBuffers(const TrainingGraph& graph, const Schedule& sched
     for (const auto& [o, i] : node.inplace) {
       const TensorId out = node.outputs[o];
       const TensorId root = groups.Find(node.inputs[i]);
-      const bool free_here = !groups.fixed(root) && groups.lifetime(root).last_step == step;
+      const bool free_here = !groups.fixed(root) && groups.lifetime(root).last_position == position;
       const bool untaken = std::find(taken.begin(), taken.end(), root) == taken.end();
       if (!groups.Alone(out) || !free_here || !untaken) continue;
       groups.Join(out, root);

@@ -14,7 +14,7 @@ namespace headroom::planner {
 // A run of bytes that one or more tensors use in turn (or at once, for views).
 struct Buffer {
   uint64_t bytes = 0;
-  // From the first member's first step to the last member's last step.
+  // From the first member's first position to the last member's last position.
   Lifetime lifetime;
   // Its tensors, in the order they joined.
   std::vector<TensorId> tensors;

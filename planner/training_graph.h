@@ -1,6 +1,6 @@
 // The training graph: the forward graph plus its backward pass and optimizer updates as
 // ordinary nodes of one graph, so every memory question is a question about which of its
-// tensors are alive at each step.
+// tensors are alive at each position.
 #ifndef HEADROOM_PLANNER_TRAINING_GRAPH_H_
 #define HEADROOM_PLANNER_TRAINING_GRAPH_H_
 

@@ -4,7 +4,7 @@
 // the timeline, the trace and the measured costs are built afterwards from an EventLog.
 //
 // Times are steady-clock nanoseconds (std::chrono::steady_clock's epoch); consumers
-// subtract the first event's time. Node positions are steps of the expanded schedule
+// subtract the first event's time. Node positions are positions in the expanded schedule
 // (planner/sections.h), which StepLayout (profiler/step_layout.h) names.
 #ifndef HEADROOM_PROFILER_EVENTS_H_
 #define HEADROOM_PROFILER_EVENTS_H_

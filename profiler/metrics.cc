@@ -43,6 +43,14 @@ absl::Status ValidateSeconds(absl::string_view field, double seconds) {
       absl::StrCat("step observation: ", field, " is ", seconds, ", needs a finite value >= 0"));
 }
 
+// Returns the family `builder` registers in `registry` as `name` with `help`. Throws as
+// prometheus-cpp does (a name registered twice).
+template <typename Builder>
+auto* Family(Builder builder, prometheus::Registry& registry, const std::string& name,
+             const std::string& help) {
+  return &builder.Name(name).Help(help).Register(registry);
+}
+
 }  // namespace
 
 std::vector<double> StepDurationBucketsSeconds() {
@@ -85,48 +93,38 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create() {
   JobStateGauges job_state_gauges{};
   try {
     // Per job and device.
-    f.job_memory_bytes = &prometheus::BuildGauge()
-        .Name("headroom_job_memory_bytes")
-        .Help("Bytes a job held at the end of its last observed step, by memory role; role "
-              "host_offload counts host memory, every other role device memory.")
-        .Register(*registry);
-    f.planned_peak_bytes = &prometheus::BuildGauge()
-        .Name("headroom_planned_peak_bytes")
-        .Help("Peak device memory the planner predicted for a job's step.")
-        .Register(*registry);
-    f.measured_peak_bytes = &prometheus::BuildGauge()
-        .Name("headroom_measured_peak_bytes")
-        .Help("Peak device memory measured during a job's last observed step.")
-        .Register(*registry);
-    f.offloaded_bytes = &prometheus::BuildCounter()
-        .Name("headroom_offloaded_bytes_total")
-        .Help("Bytes a job copied from device to host memory (offloaded activations).")
-        .Register(*registry);
-    f.prefetched_bytes = &prometheus::BuildCounter()
-        .Name("headroom_prefetched_bytes_total")
-        .Help("Bytes a job copied from host back to device memory (prefetched activations).")
-        .Register(*registry);
-    f.recompute_seconds = &prometheus::BuildCounter()
-        .Name("headroom_recompute_seconds_total")
-        .Help("Seconds a job spent recomputing activations it dropped to save memory.")
-        .Register(*registry);
-    f.step_duration_seconds = &prometheus::BuildHistogram()
-        .Name("headroom_step_duration_seconds")
-        .Help("Wall time of a job's training steps; _count is the number of steps.")
-        .Register(*registry);
+    f.job_memory_bytes = Family(
+        prometheus::BuildGauge(), *registry, "headroom_job_memory_bytes",
+        "Bytes a job held at the end of its last observed step, by memory role; role "
+        "host_offload counts host memory, every other role device memory.");
+    f.planned_peak_bytes = Family(
+        prometheus::BuildGauge(), *registry, "headroom_planned_peak_bytes",
+        "Peak device memory the planner predicted for a job's step.");
+    f.measured_peak_bytes = Family(
+        prometheus::BuildGauge(), *registry, "headroom_measured_peak_bytes",
+        "Peak device memory measured during a job's last observed step.");
+    f.offloaded_bytes = Family(
+        prometheus::BuildCounter(), *registry, "headroom_offloaded_bytes_total",
+        "Bytes a job copied from device to host memory (offloaded activations).");
+    f.prefetched_bytes = Family(
+        prometheus::BuildCounter(), *registry, "headroom_prefetched_bytes_total",
+        "Bytes a job copied from host back to device memory (prefetched activations).");
+    f.recompute_seconds = Family(
+        prometheus::BuildCounter(), *registry, "headroom_recompute_seconds_total",
+        "Seconds a job spent recomputing activations it dropped to save memory.");
+    f.step_duration_seconds = Family(
+        prometheus::BuildHistogram(), *registry, "headroom_step_duration_seconds",
+        "Wall time of a job's training steps; _count is the number of steps.");
     // Daemon-wide.
-    f.jobs = &prometheus::BuildGauge()
-        .Name("headroom_jobs")
-        .Help("Jobs the daemon keeps, by state.")
-        .Register(*registry);
-    f.device_memory_used_bytes = &prometheus::BuildGauge()
-        .Name("headroom_device_memory_used_bytes")
-        .Help("Physical device memory in use, as the driver reports it (all processes).")
-        .Register(*registry);
-    f.device_memory_total_bytes = &prometheus::BuildGauge()
-        .Name("headroom_device_memory_total_bytes")
-        .Help("Physical device memory capacity, as the driver reports it.")
-        .Register(*registry);
+    f.jobs = Family(
+        prometheus::BuildGauge(), *registry, "headroom_jobs",
+        "Jobs the daemon keeps, by state.");
+    f.device_memory_used_bytes = Family(
+        prometheus::BuildGauge(), *registry, "headroom_device_memory_used_bytes",
+        "Physical device memory in use, as the driver reports it (all processes).");
+    f.device_memory_total_bytes = Family(
+        prometheus::BuildGauge(), *registry, "headroom_device_memory_total_bytes",
+        "Physical device memory capacity, as the driver reports it.");
     for (size_t i = 0; i < kJobStateNames.size(); ++i) {
       job_state_gauges[i] = &f.jobs->Add({{"state", kJobStateNames[i]}});
     }

@@ -45,11 +45,11 @@ StepLayout DescribeStep(const planner::SectionedStep& step) {
   StepLayout layout;
   layout.num_sections = std::max<int32_t>(1, static_cast<int32_t>(step.sections.size()));
 
-  // 1. Sections: forward ranges, and backward groups by their first step.
-  std::vector<std::pair<int32_t, int32_t>> groups;  // (first step, section), by step.
+  // 1. Sections: forward ranges, and backward groups by their first position.
+  std::vector<std::pair<int32_t, int32_t>> groups;  // (first position, section), by position.
   for (int32_t i = 0; i < static_cast<int32_t>(step.sections.size()); ++i) {
-    if (step.sections[i].backward_step >= 0) {
-      groups.emplace_back(step.sections[i].backward_step, i);
+    if (step.sections[i].backward_position >= 0) {
+      groups.emplace_back(step.sections[i].backward_position, i);
     }
   }
   std::sort(groups.begin(), groups.end());

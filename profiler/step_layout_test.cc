@@ -44,9 +44,9 @@ TEST(StepLayoutTest, SectionsOfASectionedStepWithOffload) {
     EXPECT_EQ(forward_count[i], step.sections[i].end - step.sections[i].begin) << "section " << i;
   }
   // The backward phase visits sections from the last; a section's group starts at its
-  // backward_step.
+  // backward_position.
   for (size_t i = 0; i < step.sections.size(); ++i) {
-    const int32_t first = step.sections[i].backward_step;
+    const int32_t first = step.sections[i].backward_position;
     if (first < 0) continue;
     EXPECT_EQ(layout.nodes[first].section, static_cast<int32_t>(i)) << layout.nodes[first].name;
   }

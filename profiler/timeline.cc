@@ -85,17 +85,22 @@ uint64_t DeviceBytes(const RoleBytes& bytes) {
 
 absl::StatusOr<Timeline> Timeline::Build(const EventLog& events, const StepLayout& layout) {
   Timeline t;
-  const int64_t base = FirstEventNanos(events);
-  const std::vector<MemoryEvent>& memory = events.memory();
+  ASSIGN_OR_RETURN(const std::optional<size_t> peak_event,
+                   t.Replay(events.memory(), FirstEventNanos(events), layout));
+  if (peak_event) RETURN_IF_ERROR(t.AttributePeak(events.memory(), *peak_event, layout));
+  return t;
+}
 
-  // 1. Replay every event: a point per run of same-kind events at one node, the peak, the
-  //    arena's live bytes and high-water mark, each step's peak.
+absl::StatusOr<std::optional<size_t>> Timeline::Replay(const std::vector<MemoryEvent>& memory,
+                                                       int64_t base_ns,
+                                                       const StepLayout& layout) {
+  // A point per run of same-kind events at one node, the peak, the arena's live bytes and
+  // high-water mark, each step's peak.
   LiveSet live;
   RoleBytes bytes{};
   uint64_t arena_live = 0;
   int64_t step = kSetupStep;
-  size_t peak_event = 0;
-  bool have_peak = false;
+  std::optional<size_t> peak_event;
   for (size_t i = 0; i < memory.size(); ++i) {
     const MemoryEvent& e = memory[i];
     // Setup events (the persistent state, a workspace growing) may come at any time.
@@ -111,47 +116,55 @@ absl::StatusOr<Timeline> Timeline::Build(const EventLog& events, const StepLayou
     if (!allocation.host() && allocation.role != MemoryRole::kWorkspace) {
       if (e.kind == MemoryEvent::Kind::kAllocate) {
         arena_live += e.bytes;
-        t.high_water_bytes_ = std::max(t.high_water_bytes_, e.offset + e.bytes);
+        high_water_bytes_ = std::max(high_water_bytes_, e.offset + e.bytes);
       } else {
         arena_live -= allocation.bytes;
       }
-      t.arena_peak_live_bytes_ = std::max(t.arena_peak_live_bytes_, arena_live);
+      arena_peak_live_bytes_ = std::max(arena_peak_live_bytes_, arena_live);
     }
     const uint64_t device = DeviceBytes(bytes);
-    t.peak_host_bytes_ = std::max(t.peak_host_bytes_, bytes[Index(MemoryRole::kHostOffload)]);
+    peak_host_bytes_ = std::max(peak_host_bytes_, bytes[Index(MemoryRole::kHostOffload)]);
     if (e.step >= 0) {
-      if (t.step_peak_bytes_.size() <= static_cast<size_t>(e.step)) {
-        t.step_peak_bytes_.resize(e.step + 1, 0);
+      if (step_peak_bytes_.size() <= static_cast<size_t>(e.step)) {
+        step_peak_bytes_.resize(e.step + 1, 0);
       }
-      t.step_peak_bytes_[e.step] = std::max(t.step_peak_bytes_[e.step], device);
+      step_peak_bytes_[e.step] = std::max(step_peak_bytes_[e.step], device);
     }
-    const bool merge = i > 0 && !t.points_.empty() && e.node >= 0 &&
-                       memory[i - 1].kind == e.kind && memory[i - 1].node == e.node &&
-                       memory[i - 1].step == e.step;
-    if (!merge) {
-      TimelinePoint p;
-      p.time_ns = e.time_ns - base;
-      p.step = e.step;
-      p.node = e.node;
-      t.points_.push_back(p);
-    }
-    t.points_.back().bytes = bytes;
-    t.points_.back().device_bytes = device;
-    if (!have_peak || device > t.peak_.device_bytes) {
-      have_peak = true;
-      peak_event = i;
-      t.peak_point_ = t.points_.size() - 1;
-      t.peak_.device_bytes = device;
-      t.peak_.time_ns = e.time_ns - base;
-      t.peak_.step = e.step;
-      t.peak_.node = e.node;
-      t.peak_.bytes = bytes;
-    }
+    const bool new_peak = !peak_event || device > peak_.device_bytes;
+    RecordPoint(memory, i, base_ns, bytes, device, new_peak);
+    if (new_peak) peak_event = i;
   }
   RETURN_IF_ERROR(CheckBalanced(live, layout, step, "at the end of step"));
-  if (!have_peak) return t;
+  return peak_event;
+}
 
-  // 2. Attribute the peak: replay up to its event for the buffers live then.
+void Timeline::RecordPoint(const std::vector<MemoryEvent>& memory, size_t i, int64_t base_ns,
+                           const RoleBytes& bytes, uint64_t device, bool new_peak) {
+  const MemoryEvent& e = memory[i];
+  const bool merge = i > 0 && !points_.empty() && e.node >= 0 &&
+                     memory[i - 1].kind == e.kind && memory[i - 1].node == e.node &&
+                     memory[i - 1].step == e.step;
+  if (!merge) {
+    TimelinePoint p;
+    p.time_ns = e.time_ns - base_ns;
+    p.step = e.step;
+    p.node = e.node;
+    points_.push_back(p);
+  }
+  points_.back().bytes = bytes;
+  points_.back().device_bytes = device;
+  if (new_peak) {
+    peak_point_ = points_.size() - 1;
+    peak_.device_bytes = device;
+    peak_.time_ns = e.time_ns - base_ns;
+    peak_.step = e.step;
+    peak_.node = e.node;
+    peak_.bytes = bytes;
+  }
+}
+
+absl::Status Timeline::AttributePeak(const std::vector<MemoryEvent>& memory, size_t peak_event,
+                                     const StepLayout& layout) {
   LiveSet at_peak;
   RoleBytes scratch{};
   for (size_t i = 0; i <= peak_event; ++i) {
@@ -165,17 +178,16 @@ absl::StatusOr<Timeline> Timeline::Build(const EventLog& events, const StepLayou
     b.bytes = e.bytes;
     b.offset = e.offset;
     b.producer = layout.ProducerName(e.tensor);
-    t.peak_.live.push_back(std::move(b));
+    peak_.live.push_back(std::move(b));
   }
-  std::sort(t.peak_.live.begin(), t.peak_.live.end(),
-            [](const LiveBuffer& a, const LiveBuffer& b) {
-              return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
-            });
-  t.peak_.node_name = layout.NodeName(t.peak_.node);
-  if (t.peak_.node >= 0 && t.peak_.node < static_cast<int32_t>(layout.nodes.size())) {
-    t.peak_.op = layout.nodes[t.peak_.node].op;
+  std::sort(peak_.live.begin(), peak_.live.end(), [](const LiveBuffer& a, const LiveBuffer& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+  });
+  peak_.node_name = layout.NodeName(peak_.node);
+  if (peak_.node >= 0 && peak_.node < static_cast<int32_t>(layout.nodes.size())) {
+    peak_.op = layout.nodes[peak_.node].op;
   }
-  return t;
+  return absl::OkStatus();
 }
 
 proto::MemoryTimeline Timeline::ToProto(const StepLayout& layout, size_t max_samples) const {

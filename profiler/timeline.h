@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,18 @@ class Timeline {
   proto::MemoryTimeline ToProto(const StepLayout& layout, size_t max_samples) const;
 
  private:
+  // The two phases of Build(). Replay() applies every event, filling everything but the
+  // peak's live buffers, and returns the index of the peak's event (nothing without events).
+  // AttributePeak() replays up to that event for the buffers live then.
+  absl::StatusOr<std::optional<size_t>> Replay(const std::vector<MemoryEvent>& memory,
+                                               int64_t base_ns, const StepLayout& layout);
+  absl::Status AttributePeak(const std::vector<MemoryEvent>& memory, size_t peak_event,
+                             const StepLayout& layout);
+  // Records the totals after event `i`: a new point unless it continues the run of
+  // same-kind events at one node; with `new_peak`, the peak too.
+  void RecordPoint(const std::vector<MemoryEvent>& memory, size_t i, int64_t base_ns,
+                   const RoleBytes& bytes, uint64_t device, bool new_peak);
+
   std::vector<TimelinePoint> points_;
   PeakAttribution peak_;
   uint64_t arena_peak_live_bytes_ = 0;

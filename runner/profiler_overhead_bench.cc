@@ -45,19 +45,10 @@ Model Named(absl::string_view name) {
 }
 
 proto::ZooModel Spec(const Model& m) {
-  proto::ZooModel spec;
-  spec.set_name(m.name);
-  spec.set_batch(m.batch);
-  if (m.name == "transformer") {
-    auto& o = *spec.mutable_options();
-    o["layers"] = 4;
-    o["d_model"] = 256;
-    o["heads"] = 4;
-    o["sequence"] = 128;
-    o["positions"] = 128;
-    o["vocab"] = 8192;
-  }
-  return spec;
+  if (m.name != "transformer") return graph::ZooSpec(m.name, m.batch);
+  return graph::ZooSpec(m.name, m.batch,
+                        {{"layers", 4}, {"d_model", 256}, {"heads", 4}, {"sequence", 128},
+                         {"positions", 128}, {"vocab", 8192}});
 }
 
 // Returns the seconds one event costs to record: an allocation, a free and a node into an

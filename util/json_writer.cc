@@ -20,37 +20,27 @@ void JsonWriter::BeforeValue() {
   }
 }
 
-JsonWriter& JsonWriter::BeginObject() {
+JsonWriter& JsonWriter::Open(Scope scope, char bracket) {
   BeforeValue();
-  out_ += '{';
-  scopes_.push_back(Scope::kObject);
+  out_ += bracket;
+  scopes_.push_back(scope);
   has_element_.push_back(false);
   return *this;
 }
 
-JsonWriter& JsonWriter::EndObject() {
-  CHECK(!scopes_.empty() && scopes_.back() == Scope::kObject && !after_key_) << "unbalanced }";
+JsonWriter& JsonWriter::Close(Scope scope, char bracket) {
+  // after_key_ is only ever set inside an object: a key without its value.
+  CHECK(!scopes_.empty() && scopes_.back() == scope && !after_key_) << "unbalanced " << bracket;
   scopes_.pop_back();
   has_element_.pop_back();
-  out_ += '}';
+  out_ += bracket;
   return *this;
 }
 
-JsonWriter& JsonWriter::BeginArray() {
-  BeforeValue();
-  out_ += '[';
-  scopes_.push_back(Scope::kArray);
-  has_element_.push_back(false);
-  return *this;
-}
-
-JsonWriter& JsonWriter::EndArray() {
-  CHECK(!scopes_.empty() && scopes_.back() == Scope::kArray) << "unbalanced ]";
-  scopes_.pop_back();
-  has_element_.pop_back();
-  out_ += ']';
-  return *this;
-}
+JsonWriter& JsonWriter::BeginObject() { return Open(Scope::kObject, '{'); }
+JsonWriter& JsonWriter::EndObject() { return Close(Scope::kObject, '}'); }
+JsonWriter& JsonWriter::BeginArray() { return Open(Scope::kArray, '['); }
+JsonWriter& JsonWriter::EndArray() { return Close(Scope::kArray, ']'); }
 
 JsonWriter& JsonWriter::Key(std::string_view key) {
   CHECK(!scopes_.empty() && scopes_.back() == Scope::kObject && !after_key_)

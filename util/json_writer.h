@@ -36,6 +36,9 @@ class JsonWriter {
  private:
   enum class Scope { kObject, kArray };
   void BeforeValue();
+  // Begin/End of an object or array: writes `bracket` and enters or leaves `scope`.
+  JsonWriter& Open(Scope scope, char bracket);
+  JsonWriter& Close(Scope scope, char bracket);
   void AppendEscaped(std::string_view s);
 
   std::string out_;
