@@ -1,9 +1,9 @@
 #include "clients/local_service.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <map>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"

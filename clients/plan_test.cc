@@ -7,7 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "clients/remote_commands.h"
+#include "clients/cli.h"
 #include "executor/backend_scratch.h"
 #include "executor/backends.h"
 #include "gmock/gmock.h"
@@ -28,7 +28,9 @@ struct PlanRun {
 
 PlanRun Plan(const std::vector<std::string>& args) {
   std::ostringstream out, err;
-  const int code = RunPlanCommand(args, RemoteIo{out, err});
+  std::vector<std::string> words = {"plan"};
+  words.insert(words.end(), args.begin(), args.end());
+  const int code = RunHeadroom(words, CommandIo{out, err});
   return {code, out.str(), err.str()};
 }
 
@@ -138,9 +140,11 @@ TEST(PlanTest, BadWordsExitTwoAndBadModelsOne) {
   EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB", "--device-file", "/no/such"}).code, 2);
   EXPECT_EQ(Plan({"--model", "mlp", "--backend", "tpu"}).code, 2);
   EXPECT_EQ(Plan({"--model", "mlp", "--backend", "cpu", "--server", "127.0.0.1:1"}).code, 2);
-  // The service refuses these: a failed call, exit 1.
-  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB", "--inference"}).code, 1);
-  EXPECT_EQ(Plan({"--model", "nope"}).code, 1);
+  // The service refuses these as invalid arguments: exit 2 too (cli.h).
+  EXPECT_EQ(Plan({"--model", "mlp", "--budget", "1GiB", "--inference"}).code, 2);
+  EXPECT_EQ(Plan({"--model", "nope"}).code, 2);
+  // A file that cannot be read is not bad words: exit 1.
+  EXPECT_EQ(Plan({"--model", "mlp", "--profile", "/no/such/profile.json"}).code, 1);
 }
 
 // resnet18 on 64x64 images at batch 16: about 124 MiB with no sections, 107 MiB at the least.

@@ -1,14 +1,13 @@
 // `headroom profile` end to end, in-process: the summary with its peak table, the trace,
 // the profile that `headroom plan --profile` reads back, the metrics promtool accepts, and
 // errors for bad flags.
-#include "clients/profile_command.h"
+#include "clients/cli.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-#include "clients/remote_commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "profiler/measured_cost_model.h"
@@ -26,7 +25,9 @@ struct CommandRun {
 
 CommandRun Profile(const std::vector<std::string>& args) {
   std::ostringstream out, err;
-  const int code = RunProfileCommand(args, out, err);
+  std::vector<std::string> words = {"profile"};
+  words.insert(words.end(), args.begin(), args.end());
+  const int code = RunHeadroom(words, CommandIo{out, err});
   return {code, out.str(), err.str()};
 }
 
@@ -68,9 +69,9 @@ TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
   EXPECT_EQ(profile->measured_peak_bytes(), profile->plan().predicted_peak_bytes());
   EXPECT_LE(profile->measured_peak_bytes(), 120u << 20);
   std::ostringstream out, err;
-  ASSERT_EQ(RunPlanCommand({"--model", "resnet18", "--batch", "8", "--image_size", "64",
-                            "--budget", "120MiB", "--profile", dir + "/prof.json"},
-                           RemoteIo{out, err}),
+  ASSERT_EQ(RunHeadroom({"plan", "--model", "resnet18", "--batch", "8", "--image_size", "64",
+                         "--budget", "120MiB", "--profile", dir + "/prof.json"},
+                        CommandIo{out, err}),
             0)
       << err.str();
   EXPECT_THAT(out.str(), HasSubstr("measured (cpu profile, 2 steps)"));

@@ -128,7 +128,8 @@ struct Result {
   std::string err;
 };
 
-using Command = int (*)(const std::vector<std::string>&, const RemoteIo&);
+// A command's name: "plan", "watch", ...
+using Command = const char*;
 
 class RemoteCommandsTest : public ::testing::Test {
  protected:
@@ -152,7 +153,9 @@ class RemoteCommandsTest : public ::testing::Test {
   }
   Result CallAsIs(Command command, const std::vector<std::string>& args, bool terminal = false) {
     std::ostringstream out, err;
-    const int code = command(args, RemoteIo{out, err, terminal});
+    std::vector<std::string> words = {command};
+    words.insert(words.end(), args.begin(), args.end());
+    const int code = RunHeadroom(words, CommandIo{out, err, terminal});
     return {code, out.str(), err.str()};
   }
 
@@ -218,7 +221,7 @@ std::vector<proto::JobProgress> FiveStepsThen(proto::JobState final, const std::
 
 TEST_F(RemoteCommandsTest, PlanSendsTheZooModelAndBudgetAndPrintsTheSections) {
   fake_.plan = TwoSectionPlan();
-  Result r = Call(RunPlanCommand, {"--model", "resnet18", "--batch", "8", "--budget", "400MiB",
+  Result r = Call("plan", {"--model", "resnet18", "--batch", "8", "--budget", "400MiB",
                                       "--device", "h100", "--frontier"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(fake_.plan_requests.size(), 1u);
@@ -240,7 +243,7 @@ TEST_F(RemoteCommandsTest, PlanSendsAGraphFileAndPrintsJson) {
   const std::string path = ::testing::TempDir() + "/tiny.pbtxt";
   std::ofstream(path) << "name: \"tiny\" loss: \"loss\"\n";
   fake_.plan = TwoSectionPlan();
-  Result r = Call(RunPlanCommand, {"--graph", path, "--no-offload", "--json"});
+  Result r = Call("plan", {"--graph", path, "--no-offload", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(fake_.plan_requests.size(), 1u);
   EXPECT_EQ(fake_.plan_requests[0].model().graph().name(), "tiny");
@@ -252,7 +255,7 @@ TEST_F(RemoteCommandsTest, PlanSendsAGraphFileAndPrintsJson) {
 TEST_F(RemoteCommandsTest, AFailedCallExitsOneWithItsCodeAndMessage) {
   fake_.status = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                               "budget 2.0 MiB is below the smallest peak, 107.3 MiB");
-  Result r = Call(RunPlanCommand, {"--model", "resnet18", "--budget", "2MiB"});
+  Result r = Call("plan", {"--model", "resnet18", "--budget", "2MiB"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("headroom plan: FAILED_PRECONDITION: budget 2.0 MiB is below "
                                "the smallest peak, 107.3 MiB"));
@@ -263,7 +266,7 @@ TEST_F(RemoteCommandsTest, SubmitSendsTheJobSpecAndPrintsTheJob) {
   fake_.submitted.set_job_id("job-7");
   fake_.submitted.set_state(proto::JOB_STATE_QUEUED);
   *fake_.submitted.mutable_plan() = TwoSectionPlan();
-  Result r = Call(RunSubmitCommand,
+  Result r = Call("submit",
                {"--model", "transformer", "--batch", "4", "--layers", "2", "--budget", "400MiB",
                 "--steps", "50", "--name", "nightly", "--optimizer", "adam", "--lr", "0.002",
                 "--checkpoint-every", "10", "--backend", "cpu"});
@@ -291,7 +294,7 @@ TEST_F(RemoteCommandsTest, SubmitWithWatchFollowsTheNewJob) {
   fake_.submitted.set_job_id("job-3");
   fake_.submitted.set_state(proto::JOB_STATE_RUNNING);
   fake_.progress = FiveStepsThen(proto::JOB_STATE_SUCCEEDED, "done");
-  Result r = Call(RunSubmitCommand, {"--model", "mlp", "--watch"});
+  Result r = Call("submit", {"--model", "mlp", "--watch"});
   EXPECT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(fake_.watch_requests.size(), 1u);
   EXPECT_EQ(fake_.watch_requests[0].job_id(), "job-3");
@@ -310,7 +313,7 @@ class WatchExitTest : public RemoteCommandsTest,
 
 TEST_P(WatchExitTest, PrintsEveryStepAndExitsByTheFinalState) {
   fake_.progress = FiveStepsThen(GetParam().state, "the last word");
-  Result r = Call(RunWatchCommand, {"job-3"});
+  Result r = Call("watch", {"job-3"});
   EXPECT_EQ(r.code, GetParam().exit_code) << r.out << r.err;
   ASSERT_EQ(fake_.watch_requests.size(), 1u);
   EXPECT_EQ(fake_.watch_requests[0].job_id(), "job-3");
@@ -330,7 +333,7 @@ INSTANTIATE_TEST_SUITE_P(FinalStates, WatchExitTest,
 
 TEST_F(RemoteCommandsTest, WatchJsonPrintsOneObjectPerUpdate) {
   fake_.progress = FiveStepsThen(proto::JOB_STATE_SUCCEEDED, "");
-  Result r = Call(RunWatchCommand, {"job-3", "--json"});
+  Result r = Call("watch", {"job-3", "--json"});
   EXPECT_EQ(r.code, 0) << r.err;
   const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 6u) << r.out;
@@ -343,7 +346,7 @@ TEST_F(RemoteCommandsTest, WatchJsonPrintsOneObjectPerUpdate) {
 
 TEST_F(RemoteCommandsTest, WatchOnATerminalRedrawsOneLine) {
   fake_.progress = FiveStepsThen(proto::JOB_STATE_SUCCEEDED, "");
-  Result r = Call(RunWatchCommand, {"job-3"}, /*terminal=*/true);
+  Result r = Call("watch", {"job-3"}, /*terminal=*/true);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\r'), 6);
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
@@ -351,11 +354,11 @@ TEST_F(RemoteCommandsTest, WatchOnATerminalRedrawsOneLine) {
 
 TEST_F(RemoteCommandsTest, WatchOfAStreamThatEndsEarlyExitsOne) {
   fake_.progress = {Progress(proto::JOB_STATE_RUNNING, 1, 5)};
-  Result r = Call(RunWatchCommand, {"job-3"});
+  Result r = Call("watch", {"job-3"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("ended while it was RUNNING"));
   fake_.status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no job 'job-9'");
-  Result missing = Call(RunWatchCommand, {"job-9"});
+  Result missing = Call("watch", {"job-9"});
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.err, HasSubstr("headroom watch: NOT_FOUND: no job 'job-9'"));
 }
@@ -379,7 +382,7 @@ TEST_F(RemoteCommandsTest, JobsFollowsPageTokensThroughEveryPage) {
   *fake_.pages[0].add_jobs() = Job("job-2", proto::JOB_STATE_RUNNING, "");
   fake_.pages[0].set_next_page_token("page-1");
   *fake_.pages[1].add_jobs() = Job("job-1", proto::JOB_STATE_QUEUED, "needs 1.2 GiB, 800 MiB free");
-  Result r = Call(RunJobsCommand, {"--state", "queued,running"});
+  Result r = Call("jobs", {"--state", "queued,running"});
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(fake_.list_requests.size(), 2u);
   EXPECT_EQ(fake_.list_requests[0].page_token(), "");
@@ -390,7 +393,7 @@ TEST_F(RemoteCommandsTest, JobsFollowsPageTokensThroughEveryPage) {
                            "1.2500", "job-1", "QUEUED", "needs 1.2 GiB, 800 MiB free"}) {
     EXPECT_THAT(r.out, HasSubstr(text));
   }
-  Result json = Call(RunJobsCommand, {"--json"});
+  Result json = Call("jobs", {"--json"});
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"job_id\":\"job-2\""));
   EXPECT_THAT(json.out, HasSubstr("\"job_id\":\"job-1\""));
@@ -398,12 +401,12 @@ TEST_F(RemoteCommandsTest, JobsFollowsPageTokensThroughEveryPage) {
 
 TEST_F(RemoteCommandsTest, CancelPrintsTheStateAndMapsNotFound) {
   fake_.cancelled.set_state(proto::JOB_STATE_CANCELLED);
-  Result r = Call(RunCancelCommand, {"job-2"});
+  Result r = Call("cancel", {"job-2"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(fake_.cancel_requests[0].job_id(), "job-2");
   EXPECT_EQ(r.out, "job job-2 CANCELLED\n");
   fake_.status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no job 'job-9'");
-  Result missing = Call(RunCancelCommand, {"job-9"});
+  Result missing = Call("cancel", {"job-9"});
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.err, HasSubstr("headroom cancel: NOT_FOUND: no job 'job-9'"));
 }
@@ -425,7 +428,7 @@ TEST_F(RemoteCommandsTest, TimelinePrintsThePeakItsTensorsAndAChart) {
   live->set_bytes(64 * kMiB);
   live->set_memory_role("activations");
   live->set_producer("layer4.1.conv1");
-  Result r = Call(RunTimelineCommand, {"job-4", "--samples", "50"});
+  Result r = Call("timeline", {"job-4", "--samples", "50"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(fake_.timeline_requests[0].job_id(), "job-4");
   EXPECT_EQ(fake_.timeline_requests[0].max_samples(), 50u);
@@ -444,7 +447,7 @@ TEST_F(RemoteCommandsTest, ProfileSendsTheRequestAndWritesOut) {
   fake_.profile.set_predicted_step_seconds(0.01);
   fake_.profile.mutable_timeline()->set_peak_node("fc2.backward");
   const std::string path = ::testing::TempDir() + "/profile.json";
-  Result r = Call(RunRemoteProfileCommand, {"--model", "mlp", "--steps", "4", "--budget", "1GiB",
+  Result r = Call("profile", {"--model", "mlp", "--steps", "4", "--budget", "1GiB",
                                          "--seed", "7", "--out", path});
   ASSERT_EQ(r.code, 0) << r.err;
   const proto::ProfileRequest& request = fake_.profile_requests[0];
@@ -466,7 +469,7 @@ TEST_F(RemoteCommandsTest, ProfilesAsksForSummariesAndPrintsATable) {
   p->mutable_response()->set_graph_name("resnet18");
   p->mutable_response()->set_backend("cuda");
   p->mutable_response()->set_measured_peak_bytes(900 * kMiB);
-  Result r = Call(RunProfilesCommand, {});
+  Result r = Call("profiles", {});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fake_.profiles_requests[0].summaries_only());
   for (const char* text : {"PROFILE", "prof-5", "resnet18", "cuda", "900.0 MiB"}) {
@@ -486,7 +489,7 @@ TEST_F(RemoteCommandsTest, NoDaemonIsUnavailableWithHowToStartIt) {
   gone->Shutdown();
   gone.reset();
   const std::string address = absl::StrCat("127.0.0.1:", port);
-  Result r = CallAsIs(RunJobsCommand, {"--server", address});
+  Result r = CallAsIs("jobs", {"--server", address});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("headroom jobs: UNAVAILABLE: cannot reach headroomd at " + address));
   EXPECT_THAT(r.err, HasSubstr("headroomd --listen " + address));
@@ -494,35 +497,36 @@ TEST_F(RemoteCommandsTest, NoDaemonIsUnavailableWithHowToStartIt) {
 
 TEST_F(RemoteCommandsTest, UsageErrorsExitTwoWithoutCalling) {
   const std::vector<std::pair<Command, std::vector<std::string>>> cases = {
-      {RunWatchCommand, {}},
-      {RunCancelCommand, {"job-1", "job-2"}},
-      {RunJobsCommand, {"--state", "sleeping"}},
-      {RunJobsCommand, {"stray"}},
-      {RunSubmitCommand, {"--budget", "1GiB"}},
-      {RunSubmitCommand, {"--model", "mlp", "--backend", "tpu"}},
-      {RunSubmitCommand, {"--model", "mlp", "--steps", "0"}},
-      {RunPlanCommand, {"--model", "mlp", "--budget", "lots"}},
-      {RunPlanCommand, {"--model", "mlp", "--device", "tpu"}},
-      {RunPlanCommand, {"--model", "mlp", "--frobnicate", "3"}},
-      {RunTimelineCommand, {"job-1", "--rows", "-1"}},
+      {"watch", {}},
+      {"cancel", {"job-1", "job-2"}},
+      {"jobs", {"--state", "sleeping"}},
+      {"jobs", {"stray"}},
+      {"submit", {"--budget", "1GiB"}},
+      {"submit", {"--model", "mlp", "--backend", "tpu"}},
+      {"submit", {"--model", "mlp", "--steps", "0"}},
+      {"plan", {"--model", "mlp", "--budget", "lots"}},
+      {"plan", {"--model", "mlp", "--device", "tpu"}},
+      {"plan", {"--model", "mlp", "--frobnicate", "3"}},
+      {"timeline", {"job-1", "--rows", "-1"}},
   };
   for (const auto& [command, args] : cases) {
     Result r = Call(command, args);
     EXPECT_EQ(r.code, 2) << absl::StrJoin(args, " ") << "\n" << r.err;
-    EXPECT_THAT(r.err, HasSubstr("usage: headroom")) << absl::StrJoin(args, " ");
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat("see 'headroom ", command, " --help'")))
+        << absl::StrJoin(args, " ");
   }
   EXPECT_EQ(fake_.calls(), 0);
 }
 
 TEST_F(RemoteCommandsTest, AnUnreadableGraphFileExitsOne) {
-  Result r = Call(RunPlanCommand, {"--graph", ::testing::TempDir() + "/no-such.pb"});
+  Result r = Call("plan", {"--graph", ::testing::TempDir() + "/no-such.pb"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, HasSubstr("no-such.pb"));
   EXPECT_EQ(fake_.calls(), 0);
 }
 
 TEST_F(RemoteCommandsTest, HelpListsTheFlagsAndExitsZero) {
-  Result r = CallAsIs(RunSubmitCommand, {"--help"});
+  Result r = CallAsIs("submit", {"--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_THAT(r.out, HasSubstr("--checkpoint-every N"));
   EXPECT_THAT(r.out, HasSubstr("--server ADDR"));
@@ -532,20 +536,14 @@ TEST_F(RemoteCommandsTest, HelpListsTheFlagsAndExitsZero) {
 TEST_F(RemoteCommandsTest, WithoutServerTheDefaultAddressIsUsed) {
   std::vector<std::string> addresses;
   std::ostringstream out, err;
-  RemoteIo io{out, err};
+  CommandIo io{out, err};
   io.connect = [&](const std::string& address) {
     addresses.push_back(address);
     return ConnectToHeadroomd(address_);  // The fake stands in for the default daemon.
   };
-  EXPECT_EQ(RunProfilesCommand({}, io), 0) << err.str();
+  EXPECT_EQ(RunHeadroom({"profiles"}, io), 0) << err.str();
   EXPECT_THAT(addresses, ElementsAre(kDefaultServer));
   EXPECT_EQ(fake_.calls(), 1);
-}
-
-TEST(HasServerFlagTest, FindsEitherSpelling) {
-  EXPECT_TRUE(HasServerFlag({"--model", "mlp", "--server", "h:1"}));
-  EXPECT_TRUE(HasServerFlag({"--server=h:1"}));
-  EXPECT_FALSE(HasServerFlag({"--model", "mlp", "--serverless"}));
 }
 
 }  // namespace

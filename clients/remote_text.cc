@@ -8,7 +8,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "clients/train_flags.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/shape.h"
 #include "graph/summary.h"
@@ -136,6 +135,12 @@ std::string FrontierText(const proto::PlanResponse& plan) {
 }
 
 }  // namespace
+
+std::string ProgressBar(int64_t done, int64_t total) {
+  constexpr int kWidth = 20;
+  const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
+  return "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "]";
+}
 
 std::string JobStateName(proto::JobState state) {
   return std::string(absl::StripPrefix(proto::JobState_Name(state), "JOB_STATE_"));

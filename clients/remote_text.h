@@ -4,6 +4,7 @@
 #ifndef HEADROOM_CLIENTS_REMOTE_TEXT_H_
 #define HEADROOM_CLIENTS_REMOTE_TEXT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,9 @@
 #include "proto/headroom.pb.h"
 
 namespace headroom::clients {
+
+// Returns "[#######.............]" for step `done` of `total`.
+std::string ProgressBar(int64_t done, int64_t total);
 
 // Returns "QUEUED", "RUNNING", ... ("UNSPECIFIED" for the zero value).
 std::string JobStateName(proto::JobState state);

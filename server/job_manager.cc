@@ -18,6 +18,7 @@
 #include "profiler/process_memory.h"
 #include "runner/physical_trace.h"
 #include "runner/profile_run.h"
+#include "runner/trainer_options.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
@@ -97,25 +98,6 @@ std::vector<executor::StateTensorView> StateViews(const proto::Checkpoint& c) {
 }
 
 // The trainer options a spec asks for (events, cancel and budget are the caller's).
-absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::JobSpec& spec) {
-  executor::TrainerOptions o;
-  o.seed = spec.train().seed() == 0 ? 1 : spec.train().seed();
-  o.allow_offload = !spec.plan().disable_offload();
-  o.host_memory = spec.plan().host_memory();
-  const proto::Optimizer& opt = spec.plan().optimizer();
-  if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
-  const bool adam = o.optimizer == proto::Optimizer::KIND_ADAM;
-  o.optimizer_params.learning_rate =
-      opt.learning_rate() > 0 ? opt.learning_rate() : (adam ? 1e-3 : 0.01);
-  if (opt.momentum() > 0) o.optimizer_params.momentum = opt.momentum();
-  if (opt.beta1() > 0) o.optimizer_params.beta1 = opt.beta1();
-  if (opt.beta2() > 0) o.optimizer_params.beta2 = opt.beta2();
-  if (opt.epsilon() > 0) o.optimizer_params.epsilon = opt.epsilon();
-  o.optimizer_params.weight_decay = opt.weight_decay();
-  ASSIGN_OR_RETURN(o.device, planner::DeviceSpecFromProto(spec.plan().device()));
-  return o;
-}
-
 // Returns the step's memory by role at its peak, as JobProgress carries it: planned and
 // unplanned scratch meet in one role.
 std::vector<proto::RoleBytes> MemoryByRole(const profiler::StepObservation& observed) {
@@ -362,6 +344,10 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
                                                          uint64_t* budget_bytes) const {
   ASSIGN_OR_RETURN(graph::Graph g, GraphOf(spec.model()));
   proto::PlanOptions options = spec.plan();
+  // The device the trainer will choose its plan for (runner::TrainerOptionsOf).
+  if (options.device().preset().empty()) {
+    options.mutable_device()->set_preset(runner::DefaultDevicePreset(options_.backend));
+  }
   const uint64_t fixed_cost = fixed_cost_bytes_;
   // Without a budget, the plan gets the device's memory less the fixed cost.
   const uint64_t usable = options_.device_memory_bytes -
@@ -402,7 +388,7 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
     return absl::InvalidArgumentError(absl::StrCat("spec.train.backend: '", backend,
                                                    "', but this daemon runs ", device_));
   }
-  RETURN_IF_ERROR(TrainerOptionsOf(spec).status());
+  RETURN_IF_ERROR(runner::TrainerOptionsOf(spec.plan(), spec.train().seed(), backend).status());
   uint64_t budget = 0;
   ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget));
   // 2. Store it, then hand it to the scheduler.
@@ -606,7 +592,8 @@ absl::Status JobManager::TrainJob(Run& run) {
       run.spec.train().backend().empty() ? options_.backend : run.spec.train().backend();
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
                    options_.make_backend(backend_name));
-  ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(run.spec));
+  ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options,
+                   runner::TrainerOptionsOf(run.spec.plan(), run.spec.train().seed(), backend_name));
   trainer_options.budget_bytes = run.budget_bytes;
   trainer_options.cancel = &run.control->cancel;
   for (const proto::TensorValue& v : model.values) {
@@ -748,7 +735,9 @@ absl::StatusOr<proto::ProfileResponse> JobManager::RunProfile(const ProfileCall&
     runner::PhysicalTrace physical(call.backend);
     ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
                      options_.make_backend(call.backend));
-    ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options, TrainerOptionsOf(call.spec));
+    ASSIGN_OR_RETURN(executor::TrainerOptions trainer_options,
+                     runner::TrainerOptionsOf(call.spec.plan(), call.spec.train().seed(),
+                                              call.backend));
     trainer_options.budget_bytes = call.budget_bytes;
     runner::ProfileRunOptions run_options;
     run_options.steps = call.request.steps() == 0 ? 3 : call.request.steps();

@@ -1,0 +1,100 @@
+#include "clients/cli.h"
+
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "clients/graph_command.h"
+#include "clients/local_service.h"
+#include "clients/profile_command.h"
+#include "clients/remote_commands.h"
+#include "clients/train_command.h"
+
+namespace headroom::clients {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitCancelled = 3;
+
+// Declares every command on `headroom`, in the order its help lists them.
+std::vector<Command> AddCommands(CLI::App& headroom, const CommandIo& io) {
+  return {AddGraphCommand(headroom, io),    AddPlanCommand(headroom, io),
+          AddTrainCommand(headroom, io),    AddProfileCommand(headroom, io),
+          AddOpsCommand(headroom, io),      AddZooCommand(headroom, io),
+          AddSubmitCommand(headroom, io),   AddWatchCommand(headroom, io),
+          AddJobsCommand(headroom, io),     AddCancelCommand(headroom, io),
+          AddTimelineCommand(headroom, io), AddProfilesCommand(headroom, io)};
+}
+
+}  // namespace
+
+std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(const std::string& address) {
+  return proto::Headroom::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+int ExitCodeOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
+    case absl::StatusCode::kCancelled:
+      return kExitCancelled;
+    default:
+      return kExitFailed;
+  }
+}
+
+absl::Status FromRpc(const grpc::Status& status, const std::string& address) {
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  if (code == absl::StatusCode::kUnavailable) {
+    return absl::UnavailableError(absl::StrCat(
+        "UNAVAILABLE: cannot reach headroomd at ", address, " (", status.error_message(),
+        ")\n  start it with `./headroom serve` (or `headroomd --listen ", address,
+        "`), or point --server at where it listens"));
+  }
+  return absl::Status(code,
+                      absl::StrCat(absl::StatusCodeToString(code), ": ", status.error_message()));
+}
+
+int RunHeadroom(const std::vector<std::string>& args, const CommandIo& given_io) {
+  CommandIo io = given_io;
+  if (!io.connect_local) io.connect_local = ConnectInProcess;
+  CLI::App headroom(
+      "Headroom: plans, trains and profiles neural-network training under a "
+      "memory budget; talks to headroomd (./headroom serve) with --server.",
+      "headroom");
+  headroom.require_subcommand(1);
+  headroom.fallthrough(false);
+  const std::vector<Command> commands = AddCommands(headroom, io);
+  // CLI11 takes the words last first.
+  std::vector<std::string> words(args.rbegin(), args.rend());
+  try {
+    headroom.parse(words);
+  } catch (const CLI::ParseError& e) {
+    // --help (of `headroom` or of the command given) prints the help and succeeds.
+    if (e.get_exit_code() == 0) return headroom.exit(e, io.out, io.err);
+    const std::vector<CLI::App*> chosen = headroom.get_subcommands();
+    const std::string name =
+        chosen.empty() ? "headroom" : absl::StrCat("headroom ", chosen[0]->get_name());
+    io.err << name << ": " << e.what() << "\nsee '" << name << " --help'\n";
+    return kExitUsage;
+  }
+  for (const Command& command : commands) {
+    if (!command.app->parsed()) continue;
+    const absl::Status status = command.run();
+    if (!status.ok()) {
+      io.err << "headroom " << command.app->get_name() << ": " << status.message() << "\n";
+      if (status.code() == absl::StatusCode::kInvalidArgument) {
+        io.err << "see 'headroom " << command.app->get_name() << " --help'\n";
+      }
+    }
+    return ExitCodeOf(status);
+  }
+  io.err << headroom.help();
+  return kExitUsage;
+}
+
+}  // namespace headroom::clients

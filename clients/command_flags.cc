@@ -1,0 +1,341 @@
+#include "clients/command_flags.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "graph/graph_io.h"
+#include "graph/onnx_import.h"
+#include "graph/zoo.h"
+#include "planner/cost_model.h"
+#include "planner/sections.h"
+#include "profiler/measured_cost_model.h"
+#include "runner/trainer_options.h"
+#include "util/byte_size.h"
+#include "util/status_macros.h"
+
+namespace headroom::clients {
+namespace {
+
+bool Given(const CLI::App* app, const std::string& flag) {
+  return app != nullptr && app->count(flag) > 0;
+}
+
+// Returns an error unless exactly one of --model, --graph and --onnx is given, --batch not
+// with --graph, and --loss and --classes only with --onnx.
+absl::Status CheckModelFlags(const ModelFlags& f) {
+  const int sources = !f.model.empty() + !f.graph.empty() + !f.onnx.empty();
+  if (sources != 1) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --model NAME (see 'headroom zoo'), --graph FILE or --onnx FILE");
+  }
+  if (!f.graph.empty() && Given(f.app, "--batch")) {
+    return absl::InvalidArgumentError(
+        "--batch applies to --model and --onnx; a --graph description carries its own shapes");
+  }
+  if (Given(f.app, "--loss") && f.onnx.empty()) {
+    return absl::InvalidArgumentError("--loss applies to --onnx");
+  }
+  if (Given(f.app, "--classes") && !f.graph.empty()) {
+    return absl::InvalidArgumentError("--classes applies to --onnx and zoo models with classes");
+  }
+  return absl::OkStatus();
+}
+
+// Returns the --onnx model imported with --batch, --loss and --classes.
+absl::StatusOr<graph::ImportedModel> ImportOnnx(const ModelFlags& f, bool with_values) {
+  graph::OnnxImportOptions options;
+  options.batch = static_cast<uint64_t>(f.batch);
+  options.loss = f.loss;
+  options.classes = static_cast<uint64_t>(f.classes);
+  options.keep_values = with_values;
+  return graph::ImportOnnxFile(f.onnx, options);
+}
+
+// Returns the zoo model --model names with --batch and the options given for it.
+absl::StatusOr<proto::ZooModel> ZooModelOf(const ModelFlags& f) {
+  proto::ZooModel spec;
+  spec.set_name(f.model);
+  spec.set_batch(static_cast<uint64_t>(f.batch));
+  const graph::ZooModelInfo* info = nullptr;
+  for (const graph::ZooModelInfo& m : graph::ZooModels()) {
+    if (m.name == f.model) info = &m;
+  }
+  std::map<std::string, int64_t> given = f.zoo_options;
+  given["classes"] = f.classes;  // --classes is the ONNX check and a zoo option both
+  for (const auto& [name, value] : given) {
+    if (!Given(f.app, "--" + name)) continue;
+    const graph::ZooOption* option = nullptr;
+    if (info != nullptr) {
+      for (const graph::ZooOption& o : info->options) {
+        if (o.name == name) option = &o;
+      }
+    }
+    if (option == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " is not an option of the zoo model '", f.model, "' (see 'headroom zoo')"));
+    }
+    if (value < option->min_value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be at least ", option->min_value, ", not ", value));
+    }
+    (*spec.mutable_options())[name] = value;
+  }
+  return spec;
+}
+
+}  // namespace
+
+CLI::Validator AtLeast(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        int64_t value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "needs an integer, not '" + text + "'";
+        if (value < min) return absl::StrCat("must be at least ", min, ", not ", value);
+        return "";
+      },
+      absl::StrCat(">=", min));
+}
+
+void AddModelFlags(CLI::App& command, ModelFlags& f) {
+  f.app = &command;
+  command.add_option("--model", f.model, "a zoo model (see 'headroom zoo'); its options as flags")
+      ->type_name("NAME")
+      ->group("Model");
+  command.add_option("--graph", f.graph, "a graph description: binary (.pb) or text (.pbtxt)")
+      ->type_name("FILE")
+      ->group("Model");
+  command.add_option("--onnx", f.onnx, "an ONNX model (tools/export_onnx.py writes torchvision's)")
+      ->type_name("FILE")
+      ->group("Model");
+  command.add_option("--batch", f.batch, "samples per step for --model and --onnx")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1))
+      ->group("Model");
+  command.add_option("--loss", f.loss, "the loss attached to an ONNX model's first output")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->group("Model");
+  command
+      .add_option("--classes", f.classes,
+                  "output classes: of a zoo model that has them, or checked against an ONNX "
+                  "model's output (default: the model's)")
+      ->type_name("N")
+      ->check(AtLeast(0))
+      ->group("Model");
+  // Every zoo model's own options; ZooModelOf checks each given one belongs to the model.
+  std::map<std::string, std::set<std::string>> models_of;
+  for (const graph::ZooModelInfo& m : graph::ZooModels()) {
+    for (const graph::ZooOption& o : m.options) models_of[o.name].insert(m.name);
+  }
+  for (const auto& [name, models] : models_of) {
+    if (command.get_option_no_throw("--" + name) != nullptr) continue;  // --classes
+    std::string doc;
+    for (const graph::ZooModelInfo& m : graph::ZooModels()) {
+      for (const graph::ZooOption& o : m.options) {
+        if (o.name == name && doc.empty()) doc = o.doc;
+      }
+    }
+    std::string owners;
+    for (const std::string& model : models)
+      absl::StrAppend(&owners, owners.empty() ? "" : ", ", model);
+    command.add_option("--" + name, f.zoo_options[name], absl::StrCat(doc, " (", owners, ")"))
+        ->group("Zoo model options (defaults: 'headroom zoo')");
+  }
+}
+
+absl::StatusOr<LoadedModel> LoadModel(const ModelFlags& f, bool with_values) {
+  RETURN_IF_ERROR(CheckModelFlags(f));
+  LoadedModel model;
+  if (!f.graph.empty()) {
+    ASSIGN_OR_RETURN(model.graph, graph::ReadGraphFile(f.graph));
+  } else if (!f.onnx.empty()) {
+    ASSIGN_OR_RETURN(graph::ImportedModel imported, ImportOnnx(f, with_values));
+    model.graph = std::move(imported.graph);
+    model.values = std::move(imported.values);
+  } else {
+    ASSIGN_OR_RETURN(proto::ZooModel spec, ZooModelOf(f));
+    ASSIGN_OR_RETURN(model.graph, graph::BuildZooModel(spec));
+  }
+  return model;
+}
+
+absl::StatusOr<proto::ModelSource> ModelSourceOf(const ModelFlags& f) {
+  RETURN_IF_ERROR(CheckModelFlags(f));
+  proto::ModelSource source;
+  if (!f.graph.empty()) {
+    ASSIGN_OR_RETURN(*source.mutable_graph(), graph::ReadGraphFile(f.graph));
+  } else if (!f.onnx.empty()) {
+    ASSIGN_OR_RETURN(graph::ImportedModel imported, ImportOnnx(f, /*with_values=*/false));
+    *source.mutable_graph() = std::move(imported.graph);
+  } else {
+    ASSIGN_OR_RETURN(*source.mutable_zoo(), ZooModelOf(f));
+  }
+  return source;
+}
+
+void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
+  command
+      .add_option("--budget", f.budget,
+                  "device memory to fit (6GiB, 400MiB, 1.5GB, bytes) with sections and host "
+                  "offload, at the least predicted time; default: no limit")
+      ->type_name("SIZE")
+      ->group("Plan");
+  command
+      .add_option("--device", f.device,
+                  "cost-model preset: cpu, h100 or h200 (default cpu; h100 with --backend cuda)")
+      ->type_name("NAME")
+      ->check(CLI::IsMember(planner::DevicePresetNames()))
+      ->group("Plan");
+  command
+      .add_option("--device-file", f.device_file,
+                  "a text-format DeviceModel overriding a preset's rates")
+      ->type_name("FILE")
+      ->group("Plan");
+  command.add_flag("--no-offload", f.no_offload, "keep every cached section input on the device")
+      ->group("Plan");
+  command
+      .add_option("--host-memory", f.host_memory,
+                  "whether offloaded tensors' host memory counts against --budget: shared "
+                  "(it does; the CPU backend's default, whose host memory is its device "
+                  "memory) or separate (it does not; a GPU's default)")
+      ->type_name("KIND")
+      ->check(CLI::IsMember({"shared", "separate"}))
+      ->group("Plan");
+  command.add_option("--optimizer", f.optimizer, "sgd (with momentum) or adam")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->group("Plan");
+  if (!trains) {
+    command.add_option("--alignment", f.alignment, "offset alignment in the arena (default 256)")
+        ->type_name("BYTES")
+        ->check(AtLeast(0))
+        ->group("Plan");
+  } else {
+    command
+        .add_option("--lr", f.learning_rate, "learning rate (default 0.01 for sgd, 0.001 for adam)")
+        ->type_name("RATE")
+        ->check(CLI::Validator(
+            [](std::string& text) -> std::string {
+              double rate = 0;
+              if (CLI::detail::lexical_cast(text, rate) && rate > 0) return "";
+              return "must be a positive number, not '" + text + "'";
+            },
+            "> 0"))
+        ->group("Plan");
+  }
+}
+
+absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
+  proto::PlanOptions options;
+  if (!f.budget.empty()) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(f.budget);
+    if (!bytes.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--budget: ", bytes.status().message()));
+    if (*bytes == 0) return absl::InvalidArgumentError("--budget must be more than 0 bytes");
+    options.set_budget_bytes(*bytes);
+  }
+  if (!f.device_file.empty()) {
+    absl::StatusOr<proto::DeviceModel> model = planner::ReadDeviceModelFile(f.device_file);
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--device-file: ", model.status().message()));
+    }
+    *options.mutable_device() = *std::move(model);
+  }
+  if (!f.device.empty()) options.mutable_device()->set_preset(f.device);
+  options.set_disable_offload(f.no_offload);
+  options.set_host_memory(f.host_memory == "shared"     ? proto::HOST_MEMORY_SHARED
+                          : f.host_memory == "separate" ? proto::HOST_MEMORY_SEPARATE
+                                                        : proto::HOST_MEMORY_BACKEND);
+  options.mutable_optimizer()->set_kind(
+      f.optimizer == "adam" ? proto::Optimizer::KIND_ADAM : proto::Optimizer::KIND_SGD_MOMENTUM);
+  options.mutable_optimizer()->set_learning_rate(f.learning_rate);
+  if ((f.alignment & (f.alignment - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--alignment must be a power of two, not ", f.alignment));
+  }
+  options.set_alignment_bytes(static_cast<uint64_t>(f.alignment));
+  return options;
+}
+
+void AddRunFlags(CLI::App& command, RunFlags& f, int64_t default_steps,
+                 const std::string& backend_default) {
+  f.steps = default_steps;
+  f.backend = backend_default;
+  command.add_option("--steps", f.steps, "training steps")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1))
+      ->group("Run");
+  command.add_option("--seed", f.seed, "seed of the weights, the synthetic batches and dropout")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group("Run");
+  command
+      .add_option(
+          "--backend", f.backend,
+          backend_default.empty() ? "cpu or cuda (default: headroomd's)" : "cpu (oneDNN) or cuda")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->group("Run");
+}
+
+absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const PlanFlags& plan,
+                                                          const RunFlags& run) {
+  ASSIGN_OR_RETURN(proto::PlanOptions options, PlanOptionsOf(plan));
+  absl::StatusOr<executor::TrainerOptions> trainer =
+      runner::TrainerOptionsOf(options, static_cast<uint64_t>(run.seed), run.backend);
+  if (!trainer.ok()) return absl::InvalidArgumentError(trainer.status().message());
+  return trainer;
+}
+
+void AddLocalPlanFlags(CLI::App& command, LocalPlanFlags& f) {
+  command
+      .add_option("--sections", f.sections,
+                  "instead of a budget: N sections of equal length, recompute only (for "
+                  "experiments)")
+      ->type_name("N")
+      ->check(AtLeast(0))
+      ->group("Plan");
+  command
+      .add_option("--profile", f.profile_path,
+                  "choose the plan with the node times and copy rates measured by `headroom "
+                  "profile --out FILE` (same model and batch)")
+      ->type_name("FILE")
+      ->group("Plan");
+}
+
+absl::Status ResolveLocalPlan(const graph::Graph& forward, const LocalPlanFlags& f,
+                              executor::TrainerOptions& trainer) {
+  if (f.sections > 0) {
+    if (trainer.budget_bytes > 0) {
+      return absl::InvalidArgumentError(
+          "--sections and --budget choose the plan two ways; give one");
+    }
+    const int64_t nodes = static_cast<int64_t>(forward.nodes().size());
+    if (f.sections > nodes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sections ", f.sections, ": the model has ", nodes, " forward nodes"));
+    }
+    planner::SectionCuts cuts;
+    cuts.cuts = planner::EvenCuts(static_cast<int32_t>(nodes), static_cast<int32_t>(f.sections));
+    trainer.cuts = cuts;
+  }
+  if (f.profile_path.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(proto::ProfileResponse profile, profiler::ReadProfileFile(f.profile_path));
+  absl::StatusOr<std::unique_ptr<profiler::MeasuredCostModel>> model =
+      profiler::MeasuredCostModel::Create(forward, profile, trainer.device);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("--profile ", f.profile_path, ": ", model.status().message()));
+  }
+  trainer.cost = *std::move(model);
+  return absl::OkStatus();
+}
+
+}  // namespace headroom::clients

@@ -1,0 +1,111 @@
+// The flags of the `headroom` commands, each defined once. An Add*Flags function declares a
+// group of flags on a command (CLI11: name, value, help and default in one call), and the
+// function beside it turns the parsed values into what the command sends or runs: a model,
+// plan options, trainer options. Commands that share a flag share its group, so a flag is
+// parsed, checked and defaulted in one place.
+#ifndef HEADROOM_CLIENTS_COMMAND_FLAGS_H_
+#define HEADROOM_CLIENTS_COMMAND_FLAGS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "executor/trainer.h"
+#include "graph/graph.h"
+#include "proto/headroom.pb.h"
+
+namespace headroom::clients {
+
+// Returns a CLI11 check that an integer flag is at least `min` ("must be at least 1, not 0").
+CLI::Validator AtLeast(int64_t min);
+
+// --model NAME (a zoo model, with --batch and the model's own options such as --layers),
+// --graph FILE (a description, binary or text) or --onnx FILE (with --batch, --loss and
+// --classes).
+struct ModelFlags {
+  std::string model;
+  std::string graph;
+  std::string onnx;
+  int64_t batch = 32;
+  std::string loss = "softmax_cross_entropy";
+  int64_t classes = 0;
+  // Every zoo model's options by name; only those given on the command line are sent.
+  std::map<std::string, int64_t> zoo_options;
+  // The command the flags were declared on (to ask which were given).
+  const CLI::App* app = nullptr;
+};
+
+// A model as a command loads it: its description and, for --onnx, its weights.
+struct LoadedModel {
+  proto::GraphDef graph;
+  // The ONNX initializers' values by tensor name (empty for --model and --graph, or when
+  // not asked for).
+  std::vector<proto::TensorValue> values;
+};
+
+void AddModelFlags(CLI::App& command, ModelFlags& flags);
+// Returns the model's description (with an ONNX model's weights when `with_values`).
+// InvalidArgument unless exactly one of --model, --graph and --onnx is given, or for a
+// zoo option the model does not have; the error of reading or importing a file.
+absl::StatusOr<LoadedModel> LoadModel(const ModelFlags& flags, bool with_values);
+// Returns the model as the service takes it: the zoo model's name, batch and options, or
+// the --graph file's description, or the --onnx file imported here (its description only).
+absl::StatusOr<proto::ModelSource> ModelSourceOf(const ModelFlags& flags);
+
+// How to plan and train: --budget, --device, --device-file, --no-offload, --host-memory,
+// --optimizer, and --lr (commands that train) or --alignment (`plan`).
+struct PlanFlags {
+  std::string budget;
+  std::string device;
+  std::string device_file;
+  bool no_offload = false;
+  std::string host_memory;
+  std::string optimizer = "sgd";
+  double learning_rate = 0;
+  int64_t alignment = 0;
+};
+
+// `trains`: the command trains (then --lr; else --alignment, which only plans honour).
+void AddPlanFlags(CLI::App& command, PlanFlags& flags, bool trains);
+// Returns the plan options of the flags. InvalidArgument naming the flag for a bad value.
+absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& flags);
+
+// What a training run is: --steps, --seed, --backend.
+struct RunFlags {
+  int64_t steps = 0;
+  int64_t seed = 1;
+  // "" where the daemon's backend applies (remote commands); else cpu or cuda.
+  std::string backend;
+};
+
+// `default_steps`: the command's; `backend_default`: "cpu" for commands that run here, ""
+// (headroomd's) for those that ask the daemon.
+void AddRunFlags(CLI::App& command, RunFlags& flags, int64_t default_steps,
+                 const std::string& backend_default);
+
+// Returns the trainer options of a run here: plan options, seed and backend (the learning
+// rate and device defaults of runner::TrainerOptionsOf).
+absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const PlanFlags& plan,
+                                                          const RunFlags& run);
+
+// What a local run plans with beyond the plan options: --sections N (N sections of equal
+// length instead of a search) and --profile FILE (measured node costs).
+struct LocalPlanFlags {
+  int64_t sections = 0;
+  std::string profile_path;
+};
+
+void AddLocalPlanFlags(CLI::App& command, LocalPlanFlags& flags);
+
+// Sets `trainer`'s cuts from --sections and its cost model from --profile, which need the
+// graph. InvalidArgument for --sections with --budget or more sections than nodes; the error
+// of reading the profile, naming the file.
+absl::Status ResolveLocalPlan(const graph::Graph& forward, const LocalPlanFlags& flags,
+                              executor::TrainerOptions& trainer);
+
+}  // namespace headroom::clients
+
+#endif  // HEADROOM_CLIENTS_COMMAND_FLAGS_H_

@@ -1,0 +1,39 @@
+#include "runner/trainer_options.h"
+
+#include "planner/cost_model.h"
+#include "util/status_macros.h"
+
+namespace headroom::runner {
+
+double DefaultLearningRate(proto::Optimizer::Kind kind) {
+  return kind == proto::Optimizer::KIND_ADAM ? 1e-3 : 0.01;
+}
+
+std::string DefaultDevicePreset(const std::string& backend) {
+  return backend == "cuda" ? "h100" : "cpu";
+}
+
+absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptions& plan,
+                                                          uint64_t seed,
+                                                          const std::string& backend) {
+  executor::TrainerOptions o;
+  o.seed = seed == 0 ? 1 : seed;
+  o.budget_bytes = plan.budget_bytes();
+  o.allow_offload = !plan.disable_offload();
+  o.host_memory = plan.host_memory();
+  const proto::Optimizer& opt = plan.optimizer();
+  if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
+  o.optimizer_params.learning_rate =
+      opt.learning_rate() > 0 ? opt.learning_rate() : DefaultLearningRate(o.optimizer);
+  if (opt.momentum() > 0) o.optimizer_params.momentum = opt.momentum();
+  if (opt.beta1() > 0) o.optimizer_params.beta1 = opt.beta1();
+  if (opt.beta2() > 0) o.optimizer_params.beta2 = opt.beta2();
+  if (opt.epsilon() > 0) o.optimizer_params.epsilon = opt.epsilon();
+  o.optimizer_params.weight_decay = opt.weight_decay();
+  proto::DeviceModel device = plan.device();
+  if (device.preset().empty()) device.set_preset(DefaultDevicePreset(backend));
+  ASSIGN_OR_RETURN(o.device, planner::DeviceSpecFromProto(device));
+  return o;
+}
+
+}  // namespace headroom::runner
