@@ -384,6 +384,48 @@ absl::StatusOr<T> ParseStored(absl::string_view blob, absl::string_view what,
 
 }  // namespace
 
+template <typename T>
+absl::StatusOr<T> JobStore::GetStored(const char* sql, const std::string& key,
+                                      const std::string& what) const {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement get, PrepareLocked(sql));
+  get.BindText(1, key);
+  const int rc = get.Step();
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
+  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
+  return ParseStored<T>(get.ColumnBlob(0), what, path_);
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> JobStore::LoadStored(const char* sql, absl::string_view noun,
+                                                    absl::string_view doing) const {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement load, PrepareLocked(sql));
+  std::vector<T> messages;
+  int rc;
+  while ((rc = load.Step()) == SQLITE_ROW) {
+    ASSIGN_OR_RETURN(
+        T message,
+        ParseStored<T>(load.ColumnBlob(1), absl::StrCat(noun, " '", load.ColumnText(0), "'"),
+                       path_));
+    messages.push_back(std::move(message));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(rc, doing);
+  return messages;
+}
+
+absl::Status JobStore::PutForJob(const char* sql, const std::string& job_id,
+                                 const google::protobuf::MessageLite& message,
+                                 absl::string_view noun) {
+  RETURN_IF_ERROR(RequireId(job_id, absl::StrCat(noun, "'s job")));
+  const std::string what = absl::StrCat(noun, " of job '", job_id, "'");
+  ASSIGN_OR_RETURN(const std::string blob, Serialize(message, what));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement put, PrepareLocked(sql));
+  put.BindText(1, job_id).BindBlob(2, blob);
+  return RunLocked(put, absl::StrCat("writing ", what));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ids.
 // ---------------------------------------------------------------------------------------------
@@ -440,32 +482,14 @@ absl::Status JobStore::PutJob(const proto::JobInfo& job) {
 }
 
 absl::StatusOr<std::vector<proto::JobInfo>> JobStore::LoadJobs() const {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement load,
-                   PrepareLocked("SELECT job_id, info FROM jobs "
-                                 "ORDER BY submitted_unix_seconds DESC, job_id DESC"));
-  std::vector<proto::JobInfo> jobs;
-  int rc;
-  while ((rc = load.Step()) == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(proto::JobInfo job,
-                     ParseStored<proto::JobInfo>(
-                         load.ColumnBlob(1), absl::StrCat("job '", load.ColumnText(0), "'"),
-                         path_));
-    jobs.push_back(std::move(job));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(rc, "loading jobs");
-  return jobs;
+  return LoadStored<proto::JobInfo>(
+      "SELECT job_id, info FROM jobs ORDER BY submitted_unix_seconds DESC, job_id DESC", "job",
+      "loading jobs");
 }
 
 absl::StatusOr<proto::JobInfo> JobStore::GetJob(const std::string& job_id) const {
-  const std::string what = absl::StrCat("job '", job_id, "'");
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement get, PrepareLocked("SELECT info FROM jobs WHERE job_id = ?1"));
-  get.BindText(1, job_id);
-  const int rc = get.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  return ParseStored<proto::JobInfo>(get.ColumnBlob(0), what, path_);
+  return GetStored<proto::JobInfo>("SELECT info FROM jobs WHERE job_id = ?1", job_id,
+                                   absl::StrCat("job '", job_id, "'"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,50 +497,25 @@ absl::StatusOr<proto::JobInfo> JobStore::GetJob(const std::string& job_id) const
 // ---------------------------------------------------------------------------------------------
 
 absl::Status JobStore::PutPlan(const std::string& job_id, const proto::PlanResponse& plan) {
-  RETURN_IF_ERROR(RequireId(job_id, "plan's job"));
-  const std::string what = absl::StrCat("plan of job '", job_id, "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(plan, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put,
-                   PrepareLocked("INSERT OR REPLACE INTO plans (job_id, plan) VALUES (?1, ?2)"));
-  put.BindText(1, job_id).BindBlob(2, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutForJob("INSERT OR REPLACE INTO plans (job_id, plan) VALUES (?1, ?2)", job_id, plan,
+                   "plan");
 }
 
 absl::StatusOr<proto::PlanResponse> JobStore::GetPlan(const std::string& job_id) const {
-  const std::string what = absl::StrCat("plan of job '", job_id, "'");
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement get, PrepareLocked("SELECT plan FROM plans WHERE job_id = ?1"));
-  get.BindText(1, job_id);
-  const int rc = get.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  return ParseStored<proto::PlanResponse>(get.ColumnBlob(0), what, path_);
+  return GetStored<proto::PlanResponse>("SELECT plan FROM plans WHERE job_id = ?1", job_id,
+                                        absl::StrCat("plan of job '", job_id, "'"));
 }
 
 absl::Status JobStore::PutTimeline(const std::string& job_id,
                                    const proto::MemoryTimeline& timeline) {
-  RETURN_IF_ERROR(RequireId(job_id, "timeline's job"));
-  const std::string what = absl::StrCat("timeline of job '", job_id, "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(timeline, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(
-      Statement put,
-      PrepareLocked("INSERT OR REPLACE INTO timelines (job_id, timeline) VALUES (?1, ?2)"));
-  put.BindText(1, job_id).BindBlob(2, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutForJob("INSERT OR REPLACE INTO timelines (job_id, timeline) VALUES (?1, ?2)",
+                   job_id, timeline, "timeline");
 }
 
 absl::StatusOr<proto::MemoryTimeline> JobStore::GetTimeline(const std::string& job_id) const {
-  const std::string what = absl::StrCat("timeline of job '", job_id, "'");
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement get,
-                   PrepareLocked("SELECT timeline FROM timelines WHERE job_id = ?1"));
-  get.BindText(1, job_id);
-  const int rc = get.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  return ParseStored<proto::MemoryTimeline>(get.ColumnBlob(0), what, path_);
+  return GetStored<proto::MemoryTimeline>("SELECT timeline FROM timelines WHERE job_id = ?1",
+                                          job_id,
+                                          absl::StrCat("timeline of job '", job_id, "'"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -792,21 +791,10 @@ absl::Status JobStore::PutProfile(const proto::StoredProfile& profile) {
 }
 
 absl::StatusOr<std::vector<proto::StoredProfile>> JobStore::LoadProfiles() const {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement load,
-                   PrepareLocked("SELECT profile_id, profile FROM profiles "
-                                 "ORDER BY created_unix_seconds DESC, profile_id DESC"));
-  std::vector<proto::StoredProfile> profiles;
-  int rc;
-  while ((rc = load.Step()) == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(proto::StoredProfile profile,
-                     ParseStored<proto::StoredProfile>(
-                         load.ColumnBlob(1), absl::StrCat("profile '", load.ColumnText(0), "'"),
-                         path_));
-    profiles.push_back(std::move(profile));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(rc, "loading profiles");
-  return profiles;
+  return LoadStored<proto::StoredProfile>(
+      "SELECT profile_id, profile FROM profiles "
+      "ORDER BY created_unix_seconds DESC, profile_id DESC",
+      "profile", "loading profiles");
 }
 
 }  // namespace headroom::server
