@@ -414,16 +414,25 @@ absl::StatusOr<std::vector<T>> JobStore::LoadStored(const char* sql, absl::strin
   return messages;
 }
 
+absl::Status JobStore::PutStored(const char* sql, const google::protobuf::MessageLite& message,
+                                 const std::string& what,
+                                 absl::FunctionRef<void(Statement&, const std::string&)> bind) {
+  // Serialized before taking the lock.
+  ASSIGN_OR_RETURN(const std::string blob, Serialize(message, what));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement put, PrepareLocked(sql));
+  bind(put, blob);
+  return RunLocked(put, absl::StrCat("writing ", what));
+}
+
 absl::Status JobStore::PutForJob(const char* sql, const std::string& job_id,
                                  const google::protobuf::MessageLite& message,
                                  absl::string_view noun) {
   RETURN_IF_ERROR(RequireId(job_id, absl::StrCat(noun, "'s job")));
-  const std::string what = absl::StrCat(noun, " of job '", job_id, "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(message, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put, PrepareLocked(sql));
-  put.BindText(1, job_id).BindBlob(2, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutStored(sql, message, absl::StrCat(noun, " of job '", job_id, "'"),
+                   [&job_id](Statement& put, const std::string& blob) {
+                     put.BindText(1, job_id).BindBlob(2, blob);
+                   });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -467,18 +476,15 @@ absl::StatusOr<std::string> JobStore::NextId(const char* name) {
 
 absl::Status JobStore::PutJob(const proto::JobInfo& job) {
   RETURN_IF_ERROR(RequireId(job.job_id(), absl::StrCat("job named '", job.name(), "'")));
-  const std::string what = absl::StrCat("job '", job.job_id(), "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(job, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put,
-                   PrepareLocked("INSERT OR REPLACE INTO jobs "
-                                 "(job_id, state, submitted_unix_seconds, info) "
-                                 "VALUES (?1, ?2, ?3, ?4)"));
-  put.BindText(1, job.job_id())
-      .BindInt64(2, job.state())
-      .BindDouble(3, job.submitted_unix_seconds())
-      .BindBlob(4, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutStored("INSERT OR REPLACE INTO jobs (job_id, state, submitted_unix_seconds, info) "
+                   "VALUES (?1, ?2, ?3, ?4)",
+                   job, absl::StrCat("job '", job.job_id(), "'"),
+                   [&job](Statement& put, const std::string& blob) {
+                     put.BindText(1, job.job_id())
+                         .BindInt64(2, job.state())
+                         .BindDouble(3, job.submitted_unix_seconds())
+                         .BindBlob(4, blob);
+                   });
 }
 
 absl::StatusOr<std::vector<proto::JobInfo>> JobStore::LoadJobs() const {
@@ -777,17 +783,14 @@ absl::Status JobStore::DeleteCheckpoint(const std::string& job_id) {
 
 absl::Status JobStore::PutProfile(const proto::StoredProfile& profile) {
   RETURN_IF_ERROR(RequireId(profile.profile_id(), "profile"));
-  const std::string what = absl::StrCat("profile '", profile.profile_id(), "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(profile, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put,
-                   PrepareLocked("INSERT OR REPLACE INTO profiles "
-                                 "(profile_id, created_unix_seconds, profile) "
-                                 "VALUES (?1, ?2, ?3)"));
-  put.BindText(1, profile.profile_id())
-      .BindDouble(2, profile.created_unix_seconds())
-      .BindBlob(3, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutStored("INSERT OR REPLACE INTO profiles (profile_id, created_unix_seconds, profile) "
+                   "VALUES (?1, ?2, ?3)",
+                   profile, absl::StrCat("profile '", profile.profile_id(), "'"),
+                   [&profile](Statement& put, const std::string& blob) {
+                     put.BindText(1, profile.profile_id())
+                         .BindDouble(2, profile.created_unix_seconds())
+                         .BindBlob(3, blob);
+                   });
 }
 
 absl::StatusOr<std::vector<proto::StoredProfile>> JobStore::LoadProfiles() const {

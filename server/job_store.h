@@ -186,6 +186,12 @@ class JobStore {
   absl::StatusOr<std::vector<T>> LoadStored(const char* sql, absl::string_view noun,
                                             absl::string_view doing) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Serializes `message` and runs `sql` with the values `bind` binds (the blob among them);
+  // the errors name `what` ("job 'job-000001'").
+  absl::Status PutStored(const char* sql, const google::protobuf::MessageLite& message,
+                         const std::string& what,
+                         absl::FunctionRef<void(Statement&, const std::string& blob)> bind)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Writes `message` serialized with `sql`, binding job_id to ?1 and the blob to ?2; the
   // errors name "<noun> of job '<job_id>'". REQUIRES: job_id is non-empty (InvalidArgument).
   absl::Status PutForJob(const char* sql, const std::string& job_id,
