@@ -81,6 +81,9 @@ import torch.nn.functional as F
 import torchvision
 from torch.profiler import ProfilerActivity, profile, record_function
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from torch_events import ALLOCATION_HELPERS, WalkEvents  # noqa: E402
+
 # torchvision's parameter counts at 1000 classes, to check the model we built.
 KNOWN_PARAMETERS = {
     "resnet18": 11689512,
@@ -230,18 +233,8 @@ class _Null:
 # Reading the profiler
 
 
-def walk(events):
-    stack = list(events)
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(e.children)
-
-
-_ALLOC_HELPERS = ("aten::empty", "aten::empty_like", "aten::empty_strided", "aten::zeros",
-                  "aten::zeros_like", "aten::ones", "aten::new_empty", "aten::new_zeros",
-                  "aten::new_empty_strided", "aten::resize_", "aten::clone", "aten::contiguous",
-                  "aten::to", "aten::_to_copy")
+# tools/torch_reference.py's helpers, and aten::ones, which this script has always counted.
+_ALLOC_HELPERS = ALLOCATION_HELPERS | {"aten::ones"}
 
 
 def _op_label(e):
@@ -274,7 +267,7 @@ def allocation_stream(prof):
             and hasattr(torch._C._profiler, "_EventType"):
         alloc_tag = torch._C._profiler._EventType.Allocation
         evs = []
-        for e in walk(results.experimental_event_tree()):
+        for e in WalkEvents(results.experimental_event_tree()):
             if e.tag == alloc_tag:
                 f = e.extra_fields
                 if f.device.type != "cpu":
