@@ -81,6 +81,9 @@ import torch.nn.functional as F
 import torchvision
 from torch.profiler import ProfilerActivity, profile, record_function
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from torch_events import ALLOCATION_HELPERS, WalkEvents  # noqa: E402
+
 # torchvision's parameter counts at 1000 classes, to check the model we built.
 KNOWN_PARAMETERS = {
     "resnet18": 11689512,
@@ -230,18 +233,8 @@ class _Null:
 # Reading the profiler
 
 
-def walk(events):
-    stack = list(events)
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(e.children)
-
-
-_ALLOC_HELPERS = ("aten::empty", "aten::empty_like", "aten::empty_strided", "aten::zeros",
-                  "aten::zeros_like", "aten::ones", "aten::new_empty", "aten::new_zeros",
-                  "aten::new_empty_strided", "aten::resize_", "aten::clone", "aten::contiguous",
-                  "aten::to", "aten::_to_copy")
+# tools/torch_reference.py's helpers, and aten::ones, which this script has always counted.
+_ALLOC_HELPERS = ALLOCATION_HELPERS | {"aten::ones"}
 
 
 def _op_label(e):
@@ -274,7 +267,7 @@ def allocation_stream(prof):
             and hasattr(torch._C._profiler, "_EventType"):
         alloc_tag = torch._C._profiler._EventType.Allocation
         evs = []
-        for e in walk(results.experimental_event_tree()):
+        for e in WalkEvents(results.experimental_event_tree()):
             if e.tag == alloc_tag:
                 f = e.extra_fields
                 if f.device.type != "cpu":
@@ -341,6 +334,162 @@ def analyse(evs, markers):
 # ---------------------------------------------------------------------------------------
 
 
+def make_training(args):
+    """Returns (model, x, y, opt): the model in train mode, a batch from the seed and the
+    optimizer."""
+    model = build_model(args.model, args.classes)
+    model.train()
+    gen = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.batch, 3, args.image_size, args.image_size, generator=gen)
+    y = torch.randint(0, args.classes, (args.batch,), generator=gen, dtype=torch.int64)
+    if args.optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                              weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    return model, x, y, opt
+
+
+def persistent_sizes(model, x, y):
+    """Returns the parameter count and the bytes of the parameters, buffers and inputs, with
+    "persistent_ptrs", the storages they hold."""
+    parameter_bytes, param_ptrs = distinct_bytes(list(model.parameters()))
+    buffer_bytes, buffer_ptrs = distinct_bytes(list(model.buffers()))
+    input_bytes, input_ptrs = distinct_bytes([x, y])
+    return {"num_parameters": sum(p.numel() for p in model.parameters()),
+            "parameter_bytes": parameter_bytes, "buffer_bytes": buffer_bytes,
+            "input_bytes": input_bytes,
+            "persistent_ptrs": param_ptrs | buffer_ptrs | input_ptrs}
+
+
+def warmup_step(model, opt, x, y, persistent_ptrs):
+    """Runs the warm-up step (it creates the optimizer state). Returns the bytes of the
+    tensors autograd saved, split by whether they are in `persistent_ptrs`; None, without
+    counting them, when persistent_ptrs is None."""
+    if persistent_ptrs is None:
+        train_step(model, opt, x, y, marks=False)
+        return None
+    packed = {}
+
+    def pack(t):
+        if t.device.type == "cpu":
+            ptr, nbytes = storage_key(t)
+            packed[ptr] = max(packed.get(ptr, 0), nbytes)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        train_step(model, opt, x, y, marks=False)
+    return {
+        "saved_tensor_bytes": sum(packed.values()),
+        "saved_persistent_bytes": sum(v for k, v in packed.items() if k in persistent_ptrs),
+        "saved_activation_bytes": sum(v for k, v in packed.items() if k not in persistent_ptrs),
+        "saved_storages": len(packed),
+    }
+
+
+def baseline_sizes(model, opt, x, y):
+    """Returns the bytes of the optimizer state, of the warm-up's gradients and of all that
+    lives between steps (parameters, buffers, optimizer state, inputs)."""
+    params = list(model.parameters())
+    state_bytes, _ = distinct_bytes(optimizer_state_tensors(opt))
+    grad_bytes_before, _ = distinct_bytes([p.grad for p in params])
+    baseline_bytes, _ = distinct_bytes(params + list(model.buffers())
+                                       + optimizer_state_tensors(opt) + [x, y])
+    return {"optimizer_state_bytes": state_bytes, "grad_bytes_before": grad_bytes_before,
+            "baseline_bytes": baseline_bytes}
+
+
+def measured_step(model, opt, x, y):
+    """Runs the measured step between markers; returns its loss, seconds, gradient bytes and
+    the process's RSS around it."""
+    m = {"maxrss_before": maxrss_bytes(), "hwm_reset": reset_peak_rss(),
+         "rss_before": (proc_status_kib("VmRSS") or 0) * 1024}
+    t_step = time.time()
+    m["loss"] = train_step(model, opt, x, y, marks=True)
+    m["step_seconds"] = time.time() - t_step
+    m["hwm_after"] = (proc_status_kib("VmHWM") or 0) * 1024
+    m["maxrss_after"] = maxrss_bytes()
+    m["grad_bytes"], _ = distinct_bytes([p.grad for p in model.parameters()])
+    return m
+
+
+def method_description(method):
+    """Returns how `method` (allocation_stream's) measures, in words."""
+    if method == "profiler-allocator-counter":
+        return ("torch.profiler.profile(profile_memory=True) open from before model construction "
+                "to the end of the measured step; CPU allocation/free events from "
+                "kineto_results.experimental_event_tree() (ns timestamps, signed size, "
+                "allocator running total_allocated) sorted by time; peak_bytes = max "
+                "total_allocated between the step's record_function markers; baseline_bytes = "
+                "sum numel*element_size over distinct storages of parameters, buffers, "
+                "optimizer state, inputs and labels (checked equal to the counter after "
+                "zero_grad)")
+    return "torch.profiler [memory] events (us timestamps), cumulative sum of signed sizes"
+
+
+def make_result(args, sizes, m, a, run):
+    """Returns the report: `sizes` from persistent_sizes() and baseline_sizes(), `m` from
+    measured_step(), `a` from analyse(), and `run` (allocation_events, method,
+    warmup_seconds, t_start)."""
+    step = a["step"]
+    live_after_zero_grad = a["zero_grad"]["end"]
+    peak_bytes = step["peak"]
+    baseline_bytes = sizes["baseline_bytes"]
+    hwm_reset = m["hwm_reset"]
+    maxrss_growth = m["maxrss_after"] - m["maxrss_before"]
+    return {
+        "framework": "pytorch",
+        "torch_version": torch.__version__,
+        "torchvision_version": torchvision.__version__,
+        "device": "cpu",
+        "threads": torch.get_num_threads(),
+        "mkldnn": bool(torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()),
+        "model": args.model,
+        "batch": args.batch,
+        "image_size": args.image_size,
+        "classes": args.classes,
+        "optimizer": args.optimizer,
+        "momentum": args.momentum if args.optimizer == "sgd" else None,
+        "num_parameters": sizes["num_parameters"],
+        "parameter_bytes": sizes["parameter_bytes"],
+        "gradient_bytes": m["grad_bytes"],
+        "optimizer_state_bytes": sizes["optimizer_state_bytes"],
+        "buffer_bytes": sizes["buffer_bytes"],
+        "input_bytes": sizes["input_bytes"],
+        "baseline_bytes": baseline_bytes,
+        "live_after_zero_grad_bytes": live_after_zero_grad,
+        "baseline_check": "ok" if live_after_zero_grad == baseline_bytes else
+                          "MISMATCH (allocator %d vs tensors %d)" % (live_after_zero_grad,
+                                                                     baseline_bytes),
+        "live_at_step_start_bytes": step["start"],
+        "warmup_gradient_bytes_freed_by_zero_grad": sizes["grad_bytes_before"],
+        "step_peak_above_baseline_bytes": peak_bytes - baseline_bytes,
+        "peak_bytes": peak_bytes,
+        "peak_phase": a["peak_phase"],
+        "peak_op": step["peak_op"],
+        "live_after_forward_bytes": a["forward"]["end"],
+        "live_after_loss_bytes": a["loss"]["end"],
+        "live_after_step_bytes": step["end"],
+        "phase_peaks_bytes": {ph: a[ph]["peak"] for ph in PHASES},
+        "rss_growth_bytes": (m["hwm_after"] - m["rss_before"]) if hwm_reset else maxrss_growth,
+        "rss_growth_method": "VmHWM after (reset via /proc/self/clear_refs) - VmRSS before"
+                             if hwm_reset else "ru_maxrss after - before",
+        "ru_maxrss_growth_bytes": maxrss_growth,
+        "ru_maxrss_bytes": m["maxrss_after"],
+        "cpu_allocator_stats": "none in torch %s (torch.cuda.memory_stats is CUDA-only); the "
+                               "profiler's total_allocated is c10's CPU allocator counter"
+                               % torch.__version__,
+        "allocation_events": run["allocation_events"],
+        "counter_mismatches": a["mismatches"],
+        "method": method_description(run["method"]),
+        "method_id": run["method"],
+        "loss": m["loss"],
+        "step_seconds": round(m["step_seconds"], 3),
+        "warmup_seconds": round(run["warmup_seconds"], 3),
+        "seconds": round(time.time() - run["t_start"], 3),
+    }
+
+
 def main(argv=None):
     args = parse_args(argv)
     t_start = time.time()
@@ -354,140 +503,26 @@ def main(argv=None):
                    record_shapes=False, with_stack=False)
     prof.__enter__()
     try:
-        model = build_model(args.model, args.classes)
-        model.train()
-        gen = torch.Generator().manual_seed(args.seed)
-        x = torch.randn(args.batch, 3, args.image_size, args.image_size, generator=gen)
-        y = torch.randint(0, args.classes, (args.batch,), generator=gen, dtype=torch.int64)
-        if args.optimizer == "sgd":
-            opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                  weight_decay=args.weight_decay)
-        else:
-            opt = torch.optim.Adam(model.parameters(), lr=args.lr,
-                                   weight_decay=args.weight_decay)
-
-        params = list(model.parameters())
-        buffers = list(model.buffers())
-        num_parameters = sum(p.numel() for p in params)
-        parameter_bytes, param_ptrs = distinct_bytes(params)
-        buffer_bytes, buffer_ptrs = distinct_bytes(buffers)
-        input_bytes, input_ptrs = distinct_bytes([x, y])
-
-        # Warm-up step (creates the optimizer state); optionally count saved tensors.
-        saved = None
+        # The run's tensors stay referenced here until the profiler closes.
+        model, x, y, opt = make_training(args)
+        sizes = persistent_sizes(model, x, y)
         t_warm = time.time()
-        if args.no_saved:
-            train_step(model, opt, x, y, marks=False)
-        else:
-            packed = {}
-
-            def pack(t):
-                if t.device.type == "cpu":
-                    ptr, nbytes = storage_key(t)
-                    packed[ptr] = max(packed.get(ptr, 0), nbytes)
-                return t
-
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                train_step(model, opt, x, y, marks=False)
-            persistent = param_ptrs | buffer_ptrs | input_ptrs
-            saved = {
-                "saved_tensor_bytes": sum(packed.values()),
-                "saved_persistent_bytes": sum(v for k, v in packed.items() if k in persistent),
-                "saved_activation_bytes": sum(v for k, v in packed.items()
-                                              if k not in persistent),
-                "saved_storages": len(packed),
-            }
-            del packed
+        saved = warmup_step(model, opt, x, y,
+                            None if args.no_saved else sizes["persistent_ptrs"])
         warmup_seconds = time.time() - t_warm
-
-        state_bytes, _ = distinct_bytes(optimizer_state_tensors(opt))
-        grad_bytes_before, _ = distinct_bytes([p.grad for p in params])
-        baseline_bytes, _ = distinct_bytes(params + buffers + optimizer_state_tensors(opt)
-                                           + [x, y])
+        sizes.update(baseline_sizes(model, opt, x, y))
         gc.collect()
-
-        # The measured step.
-        maxrss_before = maxrss_bytes()
-        hwm_reset = reset_peak_rss()
-        rss_before = (proc_status_kib("VmRSS") or 0) * 1024
-        t_step = time.time()
-        loss = train_step(model, opt, x, y, marks=True)
-        step_seconds = time.time() - t_step
-        hwm_after = (proc_status_kib("VmHWM") or 0) * 1024
-        maxrss_after = maxrss_bytes()
-        grad_bytes, _ = distinct_bytes([p.grad for p in params])
+        m = measured_step(model, opt, x, y)
     finally:
         prof.__exit__(None, None, None)
 
     evs, markers, method = allocation_stream(prof)
-    a = analyse(evs, markers)
-    step = a["step"]
-    live_after_zero_grad = a["zero_grad"]["end"]
-    peak_bytes = step["peak"]
-
-    result = {
-        "framework": "pytorch",
-        "torch_version": torch.__version__,
-        "torchvision_version": torchvision.__version__,
-        "device": "cpu",
-        "threads": torch.get_num_threads(),
-        "mkldnn": bool(torch.backends.mkldnn.enabled and torch.backends.mkldnn.is_available()),
-        "model": args.model,
-        "batch": args.batch,
-        "image_size": args.image_size,
-        "classes": args.classes,
-        "optimizer": args.optimizer,
-        "momentum": args.momentum if args.optimizer == "sgd" else None,
-        "num_parameters": num_parameters,
-        "parameter_bytes": parameter_bytes,
-        "gradient_bytes": grad_bytes,
-        "optimizer_state_bytes": state_bytes,
-        "buffer_bytes": buffer_bytes,
-        "input_bytes": input_bytes,
-        "baseline_bytes": baseline_bytes,
-        "live_after_zero_grad_bytes": live_after_zero_grad,
-        "baseline_check": "ok" if live_after_zero_grad == baseline_bytes else
-                          "MISMATCH (allocator %d vs tensors %d)" % (live_after_zero_grad,
-                                                                     baseline_bytes),
-        "live_at_step_start_bytes": step["start"],
-        "warmup_gradient_bytes_freed_by_zero_grad": grad_bytes_before,
-        "step_peak_above_baseline_bytes": peak_bytes - baseline_bytes,
-        "peak_bytes": peak_bytes,
-        "peak_phase": a["peak_phase"],
-        "peak_op": step["peak_op"],
-        "live_after_forward_bytes": a["forward"]["end"],
-        "live_after_loss_bytes": a["loss"]["end"],
-        "live_after_step_bytes": step["end"],
-        "phase_peaks_bytes": {ph: a[ph]["peak"] for ph in PHASES},
-        "rss_growth_bytes": (hwm_after - rss_before) if hwm_reset else
-                            (maxrss_after - maxrss_before),
-        "rss_growth_method": "VmHWM after (reset via /proc/self/clear_refs) - VmRSS before"
-                             if hwm_reset else "ru_maxrss after - before",
-        "ru_maxrss_growth_bytes": maxrss_after - maxrss_before,
-        "ru_maxrss_bytes": maxrss_after,
-        "cpu_allocator_stats": "none in torch %s (torch.cuda.memory_stats is CUDA-only); the "
-                               "profiler's total_allocated is c10's CPU allocator counter"
-                               % torch.__version__,
-        "allocation_events": len(evs),
-        "counter_mismatches": a["mismatches"],
-        "method": (
-            "torch.profiler.profile(profile_memory=True) open from before model construction "
-            "to the end of the measured step; CPU allocation/free events from "
-            "kineto_results.experimental_event_tree() (ns timestamps, signed size, "
-            "allocator running total_allocated) sorted by time; peak_bytes = max "
-            "total_allocated between the step's record_function markers; baseline_bytes = "
-            "sum numel*element_size over distinct storages of parameters, buffers, "
-            "optimizer state, inputs and labels (checked equal to the counter after "
-            "zero_grad)" if method == "profiler-allocator-counter" else
-            "torch.profiler [memory] events (us timestamps), cumulative sum of signed sizes"),
-        "method_id": method,
-        "loss": loss,
-        "step_seconds": round(step_seconds, 3),
-        "warmup_seconds": round(warmup_seconds, 3),
-        "seconds": round(time.time() - t_start, 3),
-    }
+    result = make_result(args, sizes, m, analyse(evs, markers),
+                         {"allocation_events": len(evs), "method": method,
+                          "warmup_seconds": warmup_seconds, "t_start": t_start})
     if saved is not None:
         result.update(saved)
+    num_parameters = sizes["num_parameters"]
     expected = KNOWN_PARAMETERS.get(args.model) if args.classes == 1000 else None
     if expected is not None:
         result["num_parameters_expected"] = expected

@@ -183,28 +183,26 @@ void Metrics::AddJobSeries(const std::string& job, const std::string& device,
       &families_.step_duration_seconds->Add(labels, step_buckets_seconds_);
 }
 
+namespace {
+
+// Removes `metric` from `family` unless it was never added (null).
+template <typename T>
+void RemoveIfAdded(prometheus::Family<T>* family, T* metric) {
+  if (metric != nullptr) family->Remove(metric);
+}
+
+}  // namespace
+
 void Metrics::RemoveJobSeries(const JobSeries& series) {
   for (prometheus::Gauge* gauge : series.role_bytes) {
-    if (gauge != nullptr) families_.job_memory_bytes->Remove(gauge);
+    RemoveIfAdded(families_.job_memory_bytes, gauge);
   }
-  if (series.planned_peak_bytes != nullptr) {
-    families_.planned_peak_bytes->Remove(series.planned_peak_bytes);
-  }
-  if (series.measured_peak_bytes != nullptr) {
-    families_.measured_peak_bytes->Remove(series.measured_peak_bytes);
-  }
-  if (series.offloaded_bytes != nullptr) {
-    families_.offloaded_bytes->Remove(series.offloaded_bytes);
-  }
-  if (series.prefetched_bytes != nullptr) {
-    families_.prefetched_bytes->Remove(series.prefetched_bytes);
-  }
-  if (series.recompute_seconds != nullptr) {
-    families_.recompute_seconds->Remove(series.recompute_seconds);
-  }
-  if (series.step_duration_seconds != nullptr) {
-    families_.step_duration_seconds->Remove(series.step_duration_seconds);
-  }
+  RemoveIfAdded(families_.planned_peak_bytes, series.planned_peak_bytes);
+  RemoveIfAdded(families_.measured_peak_bytes, series.measured_peak_bytes);
+  RemoveIfAdded(families_.offloaded_bytes, series.offloaded_bytes);
+  RemoveIfAdded(families_.prefetched_bytes, series.prefetched_bytes);
+  RemoveIfAdded(families_.recompute_seconds, series.recompute_seconds);
+  RemoveIfAdded(families_.step_duration_seconds, series.step_duration_seconds);
 }
 
 absl::Status Metrics::ObserveStep(const std::string& job, const std::string& device,

@@ -384,6 +384,57 @@ absl::StatusOr<T> ParseStored(absl::string_view blob, absl::string_view what,
 
 }  // namespace
 
+template <typename T>
+absl::StatusOr<T> JobStore::GetStored(const char* sql, const std::string& key,
+                                      const std::string& what) const {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement get, PrepareLocked(sql));
+  get.BindText(1, key);
+  const int rc = get.Step();
+  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
+  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
+  return ParseStored<T>(get.ColumnBlob(0), what, path_);
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> JobStore::LoadStored(const char* sql, absl::string_view noun,
+                                                    absl::string_view doing) const {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement load, PrepareLocked(sql));
+  std::vector<T> messages;
+  int rc;
+  while ((rc = load.Step()) == SQLITE_ROW) {
+    ASSIGN_OR_RETURN(
+        T message,
+        ParseStored<T>(load.ColumnBlob(1), absl::StrCat(noun, " '", load.ColumnText(0), "'"),
+                       path_));
+    messages.push_back(std::move(message));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(rc, doing);
+  return messages;
+}
+
+absl::Status JobStore::PutStored(const char* sql, const google::protobuf::MessageLite& message,
+                                 const std::string& what,
+                                 absl::FunctionRef<void(Statement&, const std::string&)> bind) {
+  // Serialized before taking the lock.
+  ASSIGN_OR_RETURN(const std::string blob, Serialize(message, what));
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Statement put, PrepareLocked(sql));
+  bind(put, blob);
+  return RunLocked(put, absl::StrCat("writing ", what));
+}
+
+absl::Status JobStore::PutForJob(const char* sql, const std::string& job_id,
+                                 const google::protobuf::MessageLite& message,
+                                 absl::string_view noun) {
+  RETURN_IF_ERROR(RequireId(job_id, absl::StrCat(noun, "'s job")));
+  return PutStored(sql, message, absl::StrCat(noun, " of job '", job_id, "'"),
+                   [&job_id](Statement& put, const std::string& blob) {
+                     put.BindText(1, job_id).BindBlob(2, blob);
+                   });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ids.
 // ---------------------------------------------------------------------------------------------
@@ -425,47 +476,26 @@ absl::StatusOr<std::string> JobStore::NextId(const char* name) {
 
 absl::Status JobStore::PutJob(const proto::JobInfo& job) {
   RETURN_IF_ERROR(RequireId(job.job_id(), absl::StrCat("job named '", job.name(), "'")));
-  const std::string what = absl::StrCat("job '", job.job_id(), "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(job, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put,
-                   PrepareLocked("INSERT OR REPLACE INTO jobs "
-                                 "(job_id, state, submitted_unix_seconds, info) "
-                                 "VALUES (?1, ?2, ?3, ?4)"));
-  put.BindText(1, job.job_id())
-      .BindInt64(2, job.state())
-      .BindDouble(3, job.submitted_unix_seconds())
-      .BindBlob(4, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutStored("INSERT OR REPLACE INTO jobs (job_id, state, submitted_unix_seconds, info) "
+                   "VALUES (?1, ?2, ?3, ?4)",
+                   job, absl::StrCat("job '", job.job_id(), "'"),
+                   [&job](Statement& put, const std::string& blob) {
+                     put.BindText(1, job.job_id())
+                         .BindInt64(2, job.state())
+                         .BindDouble(3, job.submitted_unix_seconds())
+                         .BindBlob(4, blob);
+                   });
 }
 
 absl::StatusOr<std::vector<proto::JobInfo>> JobStore::LoadJobs() const {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement load,
-                   PrepareLocked("SELECT job_id, info FROM jobs "
-                                 "ORDER BY submitted_unix_seconds DESC, job_id DESC"));
-  std::vector<proto::JobInfo> jobs;
-  int rc;
-  while ((rc = load.Step()) == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(proto::JobInfo job,
-                     ParseStored<proto::JobInfo>(
-                         load.ColumnBlob(1), absl::StrCat("job '", load.ColumnText(0), "'"),
-                         path_));
-    jobs.push_back(std::move(job));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(rc, "loading jobs");
-  return jobs;
+  return LoadStored<proto::JobInfo>(
+      "SELECT job_id, info FROM jobs ORDER BY submitted_unix_seconds DESC, job_id DESC", "job",
+      "loading jobs");
 }
 
 absl::StatusOr<proto::JobInfo> JobStore::GetJob(const std::string& job_id) const {
-  const std::string what = absl::StrCat("job '", job_id, "'");
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement get, PrepareLocked("SELECT info FROM jobs WHERE job_id = ?1"));
-  get.BindText(1, job_id);
-  const int rc = get.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  return ParseStored<proto::JobInfo>(get.ColumnBlob(0), what, path_);
+  return GetStored<proto::JobInfo>("SELECT info FROM jobs WHERE job_id = ?1", job_id,
+                                   absl::StrCat("job '", job_id, "'"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -473,50 +503,25 @@ absl::StatusOr<proto::JobInfo> JobStore::GetJob(const std::string& job_id) const
 // ---------------------------------------------------------------------------------------------
 
 absl::Status JobStore::PutPlan(const std::string& job_id, const proto::PlanResponse& plan) {
-  RETURN_IF_ERROR(RequireId(job_id, "plan's job"));
-  const std::string what = absl::StrCat("plan of job '", job_id, "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(plan, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put,
-                   PrepareLocked("INSERT OR REPLACE INTO plans (job_id, plan) VALUES (?1, ?2)"));
-  put.BindText(1, job_id).BindBlob(2, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutForJob("INSERT OR REPLACE INTO plans (job_id, plan) VALUES (?1, ?2)", job_id, plan,
+                   "plan");
 }
 
 absl::StatusOr<proto::PlanResponse> JobStore::GetPlan(const std::string& job_id) const {
-  const std::string what = absl::StrCat("plan of job '", job_id, "'");
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement get, PrepareLocked("SELECT plan FROM plans WHERE job_id = ?1"));
-  get.BindText(1, job_id);
-  const int rc = get.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  return ParseStored<proto::PlanResponse>(get.ColumnBlob(0), what, path_);
+  return GetStored<proto::PlanResponse>("SELECT plan FROM plans WHERE job_id = ?1", job_id,
+                                        absl::StrCat("plan of job '", job_id, "'"));
 }
 
 absl::Status JobStore::PutTimeline(const std::string& job_id,
                                    const proto::MemoryTimeline& timeline) {
-  RETURN_IF_ERROR(RequireId(job_id, "timeline's job"));
-  const std::string what = absl::StrCat("timeline of job '", job_id, "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(timeline, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(
-      Statement put,
-      PrepareLocked("INSERT OR REPLACE INTO timelines (job_id, timeline) VALUES (?1, ?2)"));
-  put.BindText(1, job_id).BindBlob(2, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutForJob("INSERT OR REPLACE INTO timelines (job_id, timeline) VALUES (?1, ?2)",
+                   job_id, timeline, "timeline");
 }
 
 absl::StatusOr<proto::MemoryTimeline> JobStore::GetTimeline(const std::string& job_id) const {
-  const std::string what = absl::StrCat("timeline of job '", job_id, "'");
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement get,
-                   PrepareLocked("SELECT timeline FROM timelines WHERE job_id = ?1"));
-  get.BindText(1, job_id);
-  const int rc = get.Step();
-  if (rc == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("no ", what));
-  if (rc != SQLITE_ROW) return SqliteError(rc, absl::StrCat("reading ", what));
-  return ParseStored<proto::MemoryTimeline>(get.ColumnBlob(0), what, path_);
+  return GetStored<proto::MemoryTimeline>("SELECT timeline FROM timelines WHERE job_id = ?1",
+                                          job_id,
+                                          absl::StrCat("timeline of job '", job_id, "'"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -778,35 +783,21 @@ absl::Status JobStore::DeleteCheckpoint(const std::string& job_id) {
 
 absl::Status JobStore::PutProfile(const proto::StoredProfile& profile) {
   RETURN_IF_ERROR(RequireId(profile.profile_id(), "profile"));
-  const std::string what = absl::StrCat("profile '", profile.profile_id(), "'");
-  ASSIGN_OR_RETURN(const std::string blob, Serialize(profile, what));
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement put,
-                   PrepareLocked("INSERT OR REPLACE INTO profiles "
-                                 "(profile_id, created_unix_seconds, profile) "
-                                 "VALUES (?1, ?2, ?3)"));
-  put.BindText(1, profile.profile_id())
-      .BindDouble(2, profile.created_unix_seconds())
-      .BindBlob(3, blob);
-  return RunLocked(put, absl::StrCat("writing ", what));
+  return PutStored("INSERT OR REPLACE INTO profiles (profile_id, created_unix_seconds, profile) "
+                   "VALUES (?1, ?2, ?3)",
+                   profile, absl::StrCat("profile '", profile.profile_id(), "'"),
+                   [&profile](Statement& put, const std::string& blob) {
+                     put.BindText(1, profile.profile_id())
+                         .BindDouble(2, profile.created_unix_seconds())
+                         .BindBlob(3, blob);
+                   });
 }
 
 absl::StatusOr<std::vector<proto::StoredProfile>> JobStore::LoadProfiles() const {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Statement load,
-                   PrepareLocked("SELECT profile_id, profile FROM profiles "
-                                 "ORDER BY created_unix_seconds DESC, profile_id DESC"));
-  std::vector<proto::StoredProfile> profiles;
-  int rc;
-  while ((rc = load.Step()) == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(proto::StoredProfile profile,
-                     ParseStored<proto::StoredProfile>(
-                         load.ColumnBlob(1), absl::StrCat("profile '", load.ColumnText(0), "'"),
-                         path_));
-    profiles.push_back(std::move(profile));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(rc, "loading profiles");
-  return profiles;
+  return LoadStored<proto::StoredProfile>(
+      "SELECT profile_id, profile FROM profiles "
+      "ORDER BY created_unix_seconds DESC, profile_id DESC",
+      "profile", "loading profiles");
 }
 
 }  // namespace headroom::server

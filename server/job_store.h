@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "google/protobuf/message_lite.h"
 #include "proto/headroom.pb.h"
 
 struct sqlite3;
@@ -172,6 +173,30 @@ class JobStore {
   // Steps `statement`, which returns no rows, to its end.
   absl::Status RunLocked(Statement& statement, absl::string_view doing) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Returns the message of type T in the first column of the row that `sql` selects with
+  // `key` bound to ?1; NotFound("no <what>") when there is none, DataLoss naming `what` when
+  // it does not parse.
+  template <typename T>
+  absl::StatusOr<T> GetStored(const char* sql, const std::string& key,
+                              const std::string& what) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the messages of type T of every row that `sql` selects as (id, message), in its
+  // order; DataLoss naming "<noun> '<id>'" for one that does not parse, other errors `doing`.
+  template <typename T>
+  absl::StatusOr<std::vector<T>> LoadStored(const char* sql, absl::string_view noun,
+                                            absl::string_view doing) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Serializes `message` and runs `sql` with the values `bind` binds (the blob among them);
+  // the errors name `what` ("job 'job-000001'").
+  absl::Status PutStored(const char* sql, const google::protobuf::MessageLite& message,
+                         const std::string& what,
+                         absl::FunctionRef<void(Statement&, const std::string& blob)> bind)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes `message` serialized with `sql`, binding job_id to ?1 and the blob to ?2; the
+  // errors name "<noun> of job '<job_id>'". REQUIRES: job_id is non-empty (InvalidArgument).
+  absl::Status PutForJob(const char* sql, const std::string& job_id,
+                         const google::protobuf::MessageLite& message, absl::string_view noun)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
   // Guards the connection and every statement prepared on it.

@@ -148,29 +148,26 @@ void Scheduler::On(const sched::Recovered& e, absl::Time now, Decision& d) {
   Admit(now, d);
 }
 
-ScheduledJob* Scheduler::Running(const std::string& job_id) {
+ScheduledJob* Scheduler::RecordStep(const std::string& job_id, uint64_t step, double loss) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || it->second.info.state() != proto::JOB_STATE_RUNNING) return nullptr;
+  it->second.info.set_step(step);
+  it->second.info.set_loss(loss);
   return &it->second;
 }
 
 void Scheduler::On(const sched::Restored& e, absl::Time now, Decision& d) {
-  ScheduledJob* running = Running(e.job_id);
+  ScheduledJob* running = RecordStep(e.job_id, e.step, e.loss);
   if (running == nullptr) return;
-  ScheduledJob& job = *running;
-  job.info.set_resumed_from_step(e.step);
-  job.info.set_step(e.step);
-  job.info.set_loss(e.loss);
-  Changed(job, /*persist=*/true, now, d);
+  running->info.set_resumed_from_step(e.step);
+  Changed(*running, /*persist=*/true, now, d);
 }
 
 void Scheduler::On(const sched::StepDone& e, absl::Time now, Decision& d) {
-  ScheduledJob* running = Running(e.job_id);
+  ScheduledJob* running = RecordStep(e.job_id, e.step, e.loss);
   // A step that finished as the job was cancelled changes nothing.
   if (running == nullptr) return;
   ScheduledJob& job = *running;
-  job.info.set_step(e.step);
-  job.info.set_loss(e.loss);
   job.info.set_measured_peak_bytes(
       std::max<uint64_t>(job.info.measured_peak_bytes(), e.arena_high_water_bytes));
   job.step_seconds.push_back(e.step_seconds);

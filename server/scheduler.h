@@ -196,8 +196,9 @@ class Scheduler {
   void On(const sched::ProfileDone& e, absl::Time now, Decision& d);
   void On(const sched::CapacityChanged& e, absl::Time now, Decision& d);
 
-  // Returns job `job_id` if it is RUNNING (its run's reports count), else null.
-  ScheduledJob* Running(const std::string& job_id);
+  // Returns job `job_id`, its `step` and `loss` recorded, if it is RUNNING (its run's reports
+  // count); else null, and nothing changes.
+  ScheduledJob* RecordStep(const std::string& job_id, uint64_t step, double loss);
   // Returns why a recovered job cannot resume here, or "".
   std::string ResumeRefusal(const sched::Recovered& e) const;
   // Starts what fits: waiting profiles, then the head of the queue.

@@ -108,13 +108,19 @@ void Stop(std::unique_ptr<DaemonProcess>& daemon, std::unique_ptr<proto::Headroo
   EXPECT_EQ(exit_code.value_or(-1), 0) << daemon->LogTail();
 }
 
-// Submits `spec`; fails the test on an error.
-proto::SubmitJobResponse Submit(proto::Headroom::Stub& stub, const proto::JobSpec& spec) {
+// Returns SubmitJob's status for `spec`, its answer in `*response`.
+grpc::Status TrySubmit(proto::Headroom::Stub& stub, const proto::JobSpec& spec,
+                       proto::SubmitJobResponse* response) {
   proto::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  proto::SubmitJobResponse response;
   grpc::ClientContext context;
-  const grpc::Status s = stub.SubmitJob(&context, request, &response);
+  return stub.SubmitJob(&context, request, response);
+}
+
+// Submits `spec`; fails the test on an error.
+proto::SubmitJobResponse Submit(proto::Headroom::Stub& stub, const proto::JobSpec& spec) {
+  proto::SubmitJobResponse response;
+  const grpc::Status s = TrySubmit(stub, spec, &response);
   EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
   return response;
 }
@@ -424,56 +430,45 @@ void SendRaw(const std::string& address, const std::string& bytes) {
   close(fd);
 }
 
-TEST(ServerE2ETest, BadInputGetsItsCodeAndTheDaemonKeepsServing) {
-  std::unique_ptr<DaemonProcess> daemon =
-      StartDaemon("bad", {"--device-memory", "64MiB", "--max-message-bytes", "1MiB"});
-  ASSERT_NE(daemon, nullptr);
-  auto stub = daemon->NewStub();
-  const std::string job = Submit(*stub, MlpJob("kept", 3)).job_id();
+// Checks that an invalid graph (for Plan and SubmitJob), an unknown op and a job of zero
+// steps each get INVALID_ARGUMENT naming what is wrong. `mlp` is the valid graph.
+void ExpectInvalidSpecsRejected(proto::Headroom::Stub& stub, const proto::GraphDef& mlp) {
   proto::PlanResponse plan;
-
+  proto::SubmitJobResponse submitted;
   // An invalid graph: INVALID_ARGUMENT naming the node, for Plan and for SubmitJob.
-  absl::StatusOr<proto::GraphDef> mlp = graph::BuildZooModel(Mlp().zoo());
-  ASSERT_TRUE(mlp.ok()) << mlp.status();
-  proto::GraphDef broken = *mlp;
+  proto::GraphDef broken = mlp;
   ASSERT_GT(broken.nodes(2).inputs_size(), 0);
   const std::string node = broken.nodes(2).name();
   broken.mutable_nodes(2)->set_inputs(0, "no_such_tensor");
   proto::ModelSource broken_model;
   *broken_model.mutable_graph() = broken;
-  grpc::Status s = Plan(*stub, PlanOf(broken_model, 0), &plan);
+  grpc::Status s = Plan(stub, PlanOf(broken_model, 0), &plan);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr(node));
   EXPECT_THAT(s.error_message(), HasSubstr("no_such_tensor"));
   proto::JobSpec broken_job = MlpJob("broken", 3);
   *broken_job.mutable_model() = broken_model;
-  proto::SubmitJobRequest submit;
-  *submit.mutable_spec() = broken_job;
-  proto::SubmitJobResponse submitted;
-  {
-    grpc::ClientContext context;
-    s = stub->SubmitJob(&context, submit, &submitted);
-  }
+  s = TrySubmit(stub, broken_job, &submitted);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr(node));
   // An unknown op, and a job of zero steps.
-  broken = *mlp;
+  broken = mlp;
   broken.mutable_nodes(1)->set_op("Frobnicate");
   *broken_model.mutable_graph() = broken;
-  s = Plan(*stub, PlanOf(broken_model, 0), &plan);
+  s = Plan(stub, PlanOf(broken_model, 0), &plan);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr(broken.nodes(1).name()));
   EXPECT_THAT(s.error_message(), HasSubstr("Frobnicate"));
-  submit.mutable_spec()->CopyFrom(MlpJob("no steps", 0));
-  {
-    grpc::ClientContext context;
-    s = stub->SubmitJob(&context, submit, &submitted);
-  }
+  s = TrySubmit(stub, MlpJob("no steps", 0), &submitted);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("steps"));
+}
 
-  // A budget below the minimum: FAILED_PRECONDITION with the minimum, which then plans.
-  s = Plan(*stub, PlanOf(Mlp(), 1 * kMiB), &plan);
+// Checks that a budget below the minimum gets FAILED_PRECONDITION naming the minimum, for
+// Plan and for SubmitJob, and that the minimum named then plans.
+void ExpectBudgetBelowMinimumNamesTheMinimum(proto::Headroom::Stub& stub) {
+  proto::PlanResponse plan;
+  grpc::Status s = Plan(stub, PlanOf(Mlp(), 1 * kMiB), &plan);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   std::smatch match;
   const std::string message = s.error_message();
@@ -482,28 +477,27 @@ TEST(ServerE2ETest, BadInputGetsItsCodeAndTheDaemonKeepsServing) {
       << message;
   const uint64_t minimum = std::stoull(match[1]);
   EXPECT_GT(minimum, 1 * kMiB);
-  s = Plan(*stub, PlanOf(Mlp(), minimum), &plan);
+  s = Plan(stub, PlanOf(Mlp(), minimum), &plan);
   ASSERT_TRUE(s.ok()) << "the minimum named, " << minimum << " bytes, does not plan: "
                       << s.error_message();
   EXPECT_LE(plan.summary().predicted_peak_bytes(), minimum);
-  submit.mutable_spec()->CopyFrom(MlpJob("too small", 3));
-  submit.mutable_spec()->mutable_plan()->set_budget_bytes(1 * kMiB);
-  {
-    grpc::ClientContext context;
-    s = stub->SubmitJob(&context, submit, &submitted);
-  }
+  proto::JobSpec too_small = MlpJob("too small", 3);
+  too_small.mutable_plan()->set_budget_bytes(1 * kMiB);
+  proto::SubmitJobResponse submitted;
+  s = TrySubmit(stub, too_small, &submitted);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat(minimum, " bytes")));
+}
 
-  // Unknown jobs: NOT_FOUND from every call that names one.
+// Checks that CancelJob, WatchJob and GetTimeline answer NOT_FOUND for an unknown job.
+void ExpectUnknownJobsNotFound(proto::Headroom::Stub& stub) {
   proto::JobState state;
-  s = Cancel(*stub, "job-999999", &state);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Cancel(stub, "job-999999", &state).error_code(), grpc::StatusCode::NOT_FOUND);
   {
     proto::WatchJobRequest request;
     request.set_job_id("job-999999");
     grpc::ClientContext context;
-    auto reader = stub->WatchJob(&context, request);
+    auto reader = stub.WatchJob(&context, request);
     proto::JobProgress p;
     EXPECT_FALSE(reader->Read(&p));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
@@ -513,24 +507,42 @@ TEST(ServerE2ETest, BadInputGetsItsCodeAndTheDaemonKeepsServing) {
     request.set_job_id("job-999999");
     proto::GetTimelineResponse response;
     grpc::ClientContext context;
-    EXPECT_EQ(stub->GetTimeline(&context, request, &response).error_code(),
+    EXPECT_EQ(stub.GetTimeline(&context, request, &response).error_code(),
               grpc::StatusCode::NOT_FOUND);
   }
+}
+
+// Sends garbage to the daemon at `address`: random bytes, HTTP/1.1, a valid HTTP/2 preface
+// followed by junk frames, and a connection closed at once.
+void SendGarbage(const std::string& address) {
+  SendRaw(address, Garbage(64 * 1024, 1));
+  SendRaw(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  SendRaw(address, std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Garbage(16 * 1024, 2));
+  SendRaw(address, "");
+}
+
+TEST(ServerE2ETest, BadInputGetsItsCodeAndTheDaemonKeepsServing) {
+  std::unique_ptr<DaemonProcess> daemon =
+      StartDaemon("bad", {"--device-memory", "64MiB", "--max-message-bytes", "1MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  const std::string job = Submit(*stub, MlpJob("kept", 3)).job_id();
+  absl::StatusOr<proto::GraphDef> mlp = graph::BuildZooModel(Mlp().zoo());
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+
+  ASSERT_NO_FATAL_FAILURE(ExpectInvalidSpecsRejected(*stub, *mlp));
+  ASSERT_NO_FATAL_FAILURE(ExpectBudgetBelowMinimumNamesTheMinimum(*stub));
+  ExpectUnknownJobsNotFound(*stub);
 
   // A request over --max-message-bytes (1 MiB): RESOURCE_EXHAUSTED.
+  proto::PlanResponse plan;
   proto::ModelSource big;
   *big.mutable_graph() = *mlp;
   big.mutable_graph()->mutable_tensors(0)->set_doc(std::string(2 * kMiB, 'x'));
-  s = Plan(*stub, PlanOf(big, 0), &plan);
+  grpc::Status s = Plan(*stub, PlanOf(big, 0), &plan);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
 
-  // Garbage on the port: random bytes, HTTP/1.1, a valid HTTP/2 preface followed by junk
-  // frames, and a connection closed at once.
-  SendRaw(daemon->address(), Garbage(64 * 1024, 1));
-  SendRaw(daemon->address(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-  SendRaw(daemon->address(),
-          std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + Garbage(16 * 1024, 2));
-  SendRaw(daemon->address(), "");
+  ASSERT_NO_FATAL_FAILURE(SendGarbage(daemon->address()));
   ASSERT_TRUE(daemon->Running()) << daemon->LogTail();
 
   // It still serves, on the old channel and a new one, and the stored job is there.

@@ -96,6 +96,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+from torch_events import ALLOCATION_HELPERS, WalkEvents
+
 DTYPES = {
     "float32": torch.float32,
     "float16": torch.float16,
@@ -610,26 +612,11 @@ def MeasureMemory(export, interpreter):
     return result
 
 
-def _Walk(events):
-    stack = list(events)
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(e.children)
-
-
-# Ops that only allocate on behalf of the op that called them.
-_ALLOCATION_HELPERS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::zeros",
-                       "aten::zeros_like", "aten::new_empty", "aten::new_zeros",
-                       "aten::new_empty_strided", "aten::resize_", "aten::clone",
-                       "aten::contiguous", "aten::to", "aten::_to_copy"}
-
-
 def _Requester(event):
     """Returns the name of the nearest op above an allocation that is not an allocation
     helper (None when there is none)."""
     p = event.parent
-    while p is not None and p.name in _ALLOCATION_HELPERS:
+    while p is not None and p.name in ALLOCATION_HELPERS:
         p = p.parent
     return p.name if p is not None else None
 
@@ -641,7 +628,7 @@ def _ReplayAllocations(prof, start_mark_ptr, end_mark_ptr):
     the two marker addresses. Blocks allocated before profiling began are ignored."""
     alloc_tag = torch._C._profiler._EventType.Allocation
     events = []  # (time ns, signed bytes, address, op)
-    for e in _Walk(prof.profiler.kineto_results.experimental_event_tree()):
+    for e in WalkEvents(prof.profiler.kineto_results.experimental_event_tree()):
         if e.tag == alloc_tag and e.extra_fields.device.type == "cpu":
             f = e.extra_fields
             events.append((e.start_time_ns, f.alloc_size, f.ptr, _Requester(e)))
