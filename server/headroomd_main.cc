@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -35,10 +36,10 @@
 #include "server/job_store.h"
 #include "server/service.h"
 #include "util/byte_size.h"
-#include "util/cli_flags.h"
 #include "util/openmp_wait.h"
 #include "util/status_macros.h"
 #include "prometheus/registry.h"
+#include "CLI/CLI.hpp"
 #ifdef HEADROOM_HAVE_CUDA
 #include "profiler/cupti_memory.h"
 #endif
@@ -46,63 +47,75 @@
 namespace headroom::server {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: headroomd [--listen ADDR] [--metrics ADDR] [--state DIR] [--backend cpu|cuda]\n"
-    "                 [--device-memory SIZE] [--fixed-cost SIZE] [--checkpoint-every N]\n"
-    "                 [--max-message-bytes SIZE] [--ready-file FILE]\n"
-    "\n"
-    "  --listen ADDR          gRPC address (default 127.0.0.1:50051; port 0 picks one)\n"
-    "  --metrics ADDR         Prometheus /metrics address (default 127.0.0.1:9464; 'off'\n"
-    "                         for none; port 0 picks one)\n"
-    "  --state DIR            where jobs, checkpoints and profiles are kept (default\n"
-    "                         $HOME/.local/state/headroom)\n"
-    "  --backend NAME         cpu (default) or cuda\n"
-    "  --device-memory SIZE   device memory jobs are admitted against and planned for when\n"
-    "                         they give no budget (e.g. 400MiB; default: the GPU's memory on\n"
-    "                         cuda, unlimited on cpu)\n"
-    "  --fixed-cost SIZE      memory a job holds beyond its plan, reserved beside each plan\n"
-    "                         at admission (default: measured once at start, by a small run)\n"
-    "  --checkpoint-every N   steps between checkpoints of a job (default 10)\n"
-    "  --max-message-bytes SIZE  largest request accepted (default 64MiB)\n"
-    "  --ready-file FILE      once serving, write the bound addresses there\n";
-
 struct DaemonFlags {
   std::string listen = "127.0.0.1:50051";
   std::string metrics = "127.0.0.1:9464";
   std::string state;
   std::string backend = "cpu";
+  std::string device_memory;
   uint64_t device_memory_bytes = 0;
+  std::string fixed_cost;
   std::optional<uint64_t> fixed_cost_bytes;
-  uint64_t checkpoint_every = 10;
+  int64_t checkpoint_every = 10;
+  std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
   std::string ready_file;
 };
 
-absl::Status ParseFlags(const std::vector<std::string>& args, DaemonFlags& f) {
-  ASSIGN_OR_RETURN(CliFlags flags, CliFlags::Parse(args, {"help"}));
-  if (flags.TakeBool("help")) return absl::CancelledError("help");
-  f.listen = flags.TakeString("listen", f.listen);
-  f.metrics = flags.TakeString("metrics", f.metrics);
-  const char* home = getenv("HOME");
-  f.state = flags.TakeString("state", absl::StrCat(home ? home : ".", "/.local/state/headroom"));
-  f.backend = flags.TakeString("backend", f.backend);
-  if (f.backend != "cpu" && f.backend != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", f.backend, "': needs cpu or cuda"));
+// Declares headroomd's flags, each with its help and default, on `app`.
+void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
+  app.add_option("--listen", f.listen, "gRPC address (port 0 picks one)")
+      ->type_name("ADDR")
+      ->capture_default_str();
+  app.add_option("--metrics", f.metrics,
+                 "Prometheus /metrics address ('off' for none; port 0 picks one)")
+      ->type_name("ADDR")
+      ->capture_default_str();
+  app.add_option("--state", f.state,
+                 "where jobs, checkpoints and profiles are kept (default "
+                 "$HOME/.local/state/headroom)")
+      ->type_name("DIR");
+  app.add_option("--backend", f.backend, "cpu or cuda")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device-memory", f.device_memory,
+                 "device memory jobs are admitted against and planned for when they give no "
+                 "budget (e.g. 400MiB; default: the GPU's memory on cuda, unlimited on cpu)")
+      ->type_name("SIZE");
+  app.add_option("--fixed-cost", f.fixed_cost,
+                 "memory a job holds beyond its plan, reserved beside each plan at admission "
+                 "(default: measured once at start, by a small run)")
+      ->type_name("SIZE");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints of a job")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--max-message-bytes", f.max_message, "largest request accepted (default 64MiB)")
+      ->type_name("SIZE");
+  app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
+      ->type_name("FILE");
+}
+
+// Resolves what the flags leave to be computed: byte sizes, the state directory's default.
+absl::Status ResolveFlags(DaemonFlags& f) {
+  if (f.state.empty()) {
+    const char* home = getenv("HOME");
+    f.state = absl::StrCat(home ? home : ".", "/.local/state/headroom");
   }
-  if (flags.Has("device-memory")) {
-    ASSIGN_OR_RETURN(f.device_memory_bytes, ParseByteSize(flags.TakeString("device-memory")));
-    if (f.device_memory_bytes == 0) return absl::InvalidArgumentError("--device-memory: must be more than 0");
+  if (!f.device_memory.empty()) {
+    ASSIGN_OR_RETURN(f.device_memory_bytes, ParseByteSize(f.device_memory));
+    if (f.device_memory_bytes == 0) {
+      return absl::InvalidArgumentError("--device-memory: must be more than 0");
+    }
   }
-  if (flags.Has("fixed-cost")) {
-    ASSIGN_OR_RETURN(f.fixed_cost_bytes, ParseByteSize(flags.TakeString("fixed-cost")));
+  if (!f.fixed_cost.empty()) {
+    ASSIGN_OR_RETURN(f.fixed_cost_bytes, ParseByteSize(f.fixed_cost));
   }
-  ASSIGN_OR_RETURN(int64_t every, flags.TakeInt("checkpoint-every", 10, 1));
-  f.checkpoint_every = static_cast<uint64_t>(every);
-  if (flags.Has("max-message-bytes")) {
-    ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(flags.TakeString("max-message-bytes")));
+  if (!f.max_message.empty()) {
+    ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
   }
-  f.ready_file = flags.TakeString("ready-file");
-  return flags.CheckAllTaken("headroomd");
+  return absl::OkStatus();
 }
 
 // Returns `address` with port 0 replaced by a port that is free now (civetweb, behind the
@@ -313,8 +326,20 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   headroom::server::DaemonFlags flags;
-  absl::Status parsed = headroom::server::ParseFlags(std::vector<std::string>(argv + 1, argv + argc), flags);
-  if (absl::IsCancelled(parsed)) return std::cout << headroom::server::kUsage, 0;
-  if (!parsed.ok()) return std::cerr << "headroomd: " << parsed.message() << "\n" << headroom::server::kUsage, 2;
+  CLI::App app("headroomd: Headroom's daemon; plans, queues and trains jobs under a memory "
+                "budget and serves them over gRPC, with Prometheus metrics.",
+                "headroomd");
+  headroom::server::AddDaemonFlags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::cerr << "headroomd: " << e.what() << "\nsee 'headroomd --help'\n";
+    return 2;
+  }
+  if (absl::Status s = headroom::server::ResolveFlags(flags); !s.ok()) {
+    std::cerr << "headroomd: " << s.message() << "\nsee 'headroomd --help'\n";
+    return 2;
+  }
   return headroom::server::Run(flags);
 }

@@ -27,7 +27,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/headroom.grpc.pb.h"
 #include "server/daemon_process.h"
-#include "util/cli_flags.h"
+#include "CLI/CLI.hpp"
 
 namespace {
 
@@ -104,15 +104,18 @@ std::vector<double> PlanLatencies(headroom::server::DaemonProcess& d,
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::StatusOr<headroom::CliFlags> flags =
-      headroom::CliFlags::Parse(std::vector<std::string>(argv + 1, argv + argc), {});
-  if (!flags.ok()) return std::cerr << flags.status() << "\n", 2;
-  const std::string binary = flags->TakeString("headroomd", "server/headroomd");
-  const int64_t per_client = flags->TakeInt("requests-per-client", 4, 1).value_or(4);
-  const int64_t idle_seconds = flags->TakeInt("idle-seconds", 10, 1).value_or(10);
-  if (absl::Status s = flags->CheckAllTaken("plan_latency_bench"); !s.ok()) {
-    return std::cerr << s.message() << "\n", 2;
-  }
+  std::string binary = "server/headroomd";
+  int64_t per_client = 4;
+  int64_t idle_seconds = 10;
+  CLI::App app("Plan latency of headroomd under concurrent clients.", "plan_latency_bench");
+  app.add_option("--headroomd", binary, "the daemon's binary")->capture_default_str();
+  app.add_option("--requests-per-client", per_client, "Plan calls each client makes")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--idle-seconds", idle_seconds, "seconds of idle connections measured")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  CLI11_PARSE(app, argc, argv);
   char dir_template[] = "/tmp/headroom-bench-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   headroom::server::DaemonOptions options;
