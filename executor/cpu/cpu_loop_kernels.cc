@@ -369,9 +369,7 @@ float DropoutScale(double rate) { return 1.0f / static_cast<float>(1.0 - rate); 
 absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  RETURN_IF_ERROR(CheckUnaryForward(args));
   const double rate = args.attrs->Float("rate");
   if (!(rate >= 0.0 && rate < 1.0)) {
     return absl::InvalidArgumentError(
@@ -406,14 +404,10 @@ absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
 }
 
 absl::Status DropoutBackward(CpuContext&, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
   const TensorView& dy = args.output_grads[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
-  if (!dy.present()) {
-    Fill(dx, 0.f);
-    return absl::OkStatus();
-  }
   if (args.saved.size() != 1) {
     return absl::InternalError("op 'Dropout': the backward needs the mask in saved[0]");
   }
@@ -545,24 +539,23 @@ absl::Status CheckBinary(const std::string& op, const std::vector<TensorView>& i
   return absl::OkStatus();
 }
 
-absl::Status AddForward(CpuContext&, const ForwardArgs& args) {
+// y = f(a, b) elementwise with broadcasting: the forward of Add and Mul.
+template <typename F>
+absl::Status BinaryForward(const ForwardArgs& args, F f) {
   const TensorView& a = args.inputs[0];
   const TensorView& b = args.inputs[1];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
-  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(),
-                  [](float u, float v) { return u + v; });
+  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(), f);
   return absl::OkStatus();
 }
 
+absl::Status AddForward(CpuContext&, const ForwardArgs& args) {
+  return BinaryForward(args, [](float u, float v) { return u + v; });
+}
+
 absl::Status MulForward(CpuContext&, const ForwardArgs& args) {
-  const TensorView& a = args.inputs[0];
-  const TensorView& b = args.inputs[1];
-  const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
-  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(),
-                  [](float u, float v) { return u * v; });
-  return absl::OkStatus();
+  return BinaryForward(args, [](float u, float v) { return u * v; });
 }
 
 // Returns the order in which to write the two input gradients: the one that overwrites dy
@@ -1142,9 +1135,7 @@ absl::StatusOr<SoftmaxLayout> GetSoftmaxLayout(const std::string& op, const grap
 absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  RETURN_IF_ERROR(CheckUnaryForward(args));
   auto layout = GetSoftmaxLayout(args.op, *args.attrs, x);
   if (!layout.ok()) return layout.status();
   const SoftmaxLayout l = *layout;
@@ -1177,14 +1168,10 @@ absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
 }
 
 absl::Status SoftmaxBackward(CpuContext&, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
   const TensorView& dy = args.output_grads[0];
-  if (!dy.present()) {
-    Fill(dx, 0.f);
-    return absl::OkStatus();
-  }
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(NeedData(args.op, "output 'y'", y));
   RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
