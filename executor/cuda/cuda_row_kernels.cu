@@ -301,6 +301,16 @@ absl::Status RequireIds(const TensorView& ids, const char* what) {
   return absl::OkStatus();
 }
 
+// Calls `launch` with the data of `ids` (checked by RequireIds) as int32_t* or int64_t*.
+template <typename Launch>
+void WithIds(const TensorView& ids, Launch launch) {
+  if (ids.dtype == proto::DTYPE_INT32) {
+    launch(ids.i32());
+  } else {
+    launch(ids.i64());
+  }
+}
+
 absl::Status EmbeddingForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& ids = args.inputs[0];
   const TensorView& table = args.inputs[1];
@@ -310,13 +320,10 @@ absl::Status EmbeddingForward(CudaContext& ctx, const ForwardArgs& args) {
   const int64_t n = y.num_elements();
   const int64_t vocab = table.dim(0);
   const int64_t d = table.dim(1);
-  if (ids.dtype == proto::DTYPE_INT32) {
-    EmbeddingForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i32(), table.f32(),
-                                                                     y.f32(), n, vocab, d);
-  } else {
-    EmbeddingForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i64(), table.f32(),
-                                                                     y.f32(), n, vocab, d);
-  }
+  WithIds(ids, [&](const auto* id) {
+    EmbeddingForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(id, table.f32(), y.f32(), n,
+                                                                     vocab, d);
+  });
   HR_CUDA_LAUNCHED("EmbeddingForwardKernel");
   return absl::OkStatus();
 }
@@ -332,13 +339,10 @@ absl::Status EmbeddingBackward(CudaContext& ctx, const BackwardArgs& args) {
   const int64_t n = dy.num_elements();
   const int64_t vocab = dtable.dim(0);
   const int64_t d = dtable.dim(1);
-  if (ids.dtype == proto::DTYPE_INT32) {
-    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i32(), dy.f32(),
-                                                                      dtable.f32(), n, vocab, d);
-  } else {
-    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i64(), dy.f32(),
-                                                                      dtable.f32(), n, vocab, d);
-  }
+  WithIds(ids, [&](const auto* id) {
+    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(id, dy.f32(), dtable.f32(),
+                                                                      n, vocab, d);
+  });
   HR_CUDA_LAUNCHED("EmbeddingBackwardKernel");
   return absl::OkStatus();
 }
@@ -417,13 +421,10 @@ absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
   const int64_t rows = x.num_elements() / c;
   ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, CrossEntropyForwardPieces(x)));
   float* row_loss = static_cast<float*>(scratch[0]);
-  if (labels.dtype == proto::DTYPE_INT32) {
-    CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), labels.i32(),
-                                                                        row_loss, rows, c);
-  } else {
-    CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), labels.i64(),
-                                                                        row_loss, rows, c);
-  }
+  WithIds(labels, [&](const auto* label) {
+    CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), label, row_loss,
+                                                                        rows, c);
+  });
   HR_CUDA_LAUNCHED("CrossEntropyRowsKernel");
   MeanKernel<<<1, 1024, 0, ctx.compute>>>(row_loss, rows, args.outputs[0].f32());
   HR_CUDA_LAUNCHED("MeanKernel");
@@ -441,13 +442,10 @@ absl::Status CrossEntropyBackward(CudaContext& ctx, const BackwardArgs& args) {
   const int64_t c = x.dim(-1);
   const int64_t rows = x.num_elements() / c;
   const float* dloss = args.output_grads[0].f32();
-  if (labels.dtype == proto::DTYPE_INT32) {
-    CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(
-        x.f32(), labels.i32(), dloss, dx.f32(), rows, c);
-  } else {
-    CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(
-        x.f32(), labels.i64(), dloss, dx.f32(), rows, c);
-  }
+  WithIds(labels, [&](const auto* label) {
+    CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), label, dloss,
+                                                                        dx.f32(), rows, c);
+  });
   HR_CUDA_LAUNCHED("CrossEntropyGradKernel");
   return absl::OkStatus();
 }
