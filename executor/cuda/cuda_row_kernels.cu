@@ -152,6 +152,22 @@ absl::Status LayerNormBackward(CudaContext& ctx, const BackwardArgs& args) {
 
 // ---- Softmax ----------------------------------------------------------------------------
 
+// The largest of a row's scaled entries and the sum of exp(scale * x - max) over them.
+struct RowExpSum {
+  float max, sum_exp;
+};
+
+// Returns the RowExpSum of the first `n` entries at `xr`, times `scale`, to every thread of
+// the block. `shared` holds 32 floats. REQUIRES: every thread of the block calls it.
+__device__ RowExpSum BlockRowExpSum(const float* xr, int64_t n, float scale, float* shared) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, scale * xr[j]);
+  m = BlockMax(m, shared);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(scale * xr[j] - m);
+  return {m, BlockSum(s, shared)};
+}
+
 // One block per row of n along the last axis: y = softmax(scale * x), with columns j > i
 // masked out when `causal` (i: the row's index within its [T, T] matrix, T = n). y may
 // alias x.
@@ -162,14 +178,10 @@ __global__ void SoftmaxRowKernel(const float* x, float* y, int64_t rows, int64_t
     const float* xr = x + row * n;
     float* yr = y + row * n;
     const int64_t limit = causal ? row % n + 1 : n;  // Columns [0, limit) take part.
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) m = fmaxf(m, scale * xr[j]);
-    m = BlockMax(m, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) s += expf(scale * xr[j] - m);
-    const float inv = 1.0f / BlockSum(s, shared);
+    const RowExpSum r = BlockRowExpSum(xr, limit, scale, shared);
+    const float inv = 1.0f / r.sum_exp;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      yr[j] = j < limit ? expf(scale * xr[j] - m) * inv : 0.0f;
+      yr[j] = j < limit ? expf(scale * xr[j] - r.max) * inv : 0.0f;
     }
   }
 }
@@ -356,16 +368,11 @@ __global__ void CrossEntropyRowsKernel(const float* x, const Label* labels, floa
   __shared__ float shared[32];
   BLOCK_ROW_LOOP(row, rows) {
     const float* xr = x + row * c;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, xr[j]);
-    m = BlockMax(m, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(xr[j] - m);
-    s = BlockSum(s, shared);
+    const RowExpSum r = BlockRowExpSum(xr, c, 1.0f, shared);
     if (threadIdx.x == 0) {
       const int64_t label = static_cast<int64_t>(labels[row]);
       const float picked = label >= 0 && label < c ? xr[label] : 0.0f;
-      row_loss[row] = m + logf(s) - picked;
+      row_loss[row] = r.max + logf(r.sum_exp) - picked;
     }
   }
 }
@@ -387,15 +394,11 @@ __global__ void CrossEntropyGradKernel(const float* x, const Label* labels, cons
   const float g = dloss[0] / static_cast<float>(rows);
   BLOCK_ROW_LOOP(row, rows) {
     const float* xr = x + row * c;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, xr[j]);
-    m = BlockMax(m, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(xr[j] - m);
-    const float inv = 1.0f / BlockSum(s, shared);
+    const RowExpSum r = BlockRowExpSum(xr, c, 1.0f, shared);
+    const float inv = 1.0f / r.sum_exp;
     const int64_t label = static_cast<int64_t>(labels[row]);
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-      const float p = expf(xr[j] - m) * inv;
+      const float p = expf(xr[j] - r.max) * inv;
       dx[row * c + j] = (p - (j == label ? 1.0f : 0.0f)) * g;
     }
   }
@@ -412,13 +415,24 @@ absl::StatusOr<uint64_t> CrossEntropyForwardScratch(CudaContext&, const ForwardA
   return CudaContext::ScratchTotal(CrossEntropyForwardPieces(args.inputs[0]));
 }
 
-absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
-  const TensorView& x = args.inputs[0];
-  const TensorView& labels = args.inputs[1];
+// The logits as [rows, c].
+struct LogitRows {
+  int64_t rows, c;
+};
+
+// Returns the rows of logits `x` after checking x and `labels`.
+absl::StatusOr<LogitRows> CheckCrossEntropy(const TensorView& x, const TensorView& labels) {
   RETURN_IF_ERROR(RequireF32(x, "input 'logits'"));
   RETURN_IF_ERROR(RequireIds(labels, "input 'labels'"));
   const int64_t c = x.dim(-1);
-  const int64_t rows = x.num_elements() / c;
+  return LogitRows{x.num_elements() / c, c};
+}
+
+absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& labels = args.inputs[1];
+  ASSIGN_OR_RETURN(const LogitRows l, CheckCrossEntropy(x, labels));
+  const int64_t c = l.c, rows = l.rows;
   ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, CrossEntropyForwardPieces(x)));
   float* row_loss = static_cast<float*>(scratch[0]);
   WithIds(labels, [&](const auto* label) {
@@ -437,10 +451,8 @@ absl::Status CrossEntropyBackward(CudaContext& ctx, const BackwardArgs& args) {
   if (!dx.present()) return absl::OkStatus();
   const TensorView& x = args.inputs[0];
   const TensorView& labels = args.inputs[1];
-  RETURN_IF_ERROR(RequireF32(x, "input 'logits'"));
-  RETURN_IF_ERROR(RequireIds(labels, "input 'labels'"));
-  const int64_t c = x.dim(-1);
-  const int64_t rows = x.num_elements() / c;
+  ASSIGN_OR_RETURN(const LogitRows l, CheckCrossEntropy(x, labels));
+  const int64_t c = l.c, rows = l.rows;
   const float* dloss = args.output_grads[0].f32();
   WithIds(labels, [&](const auto* label) {
     CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), label, dloss,
