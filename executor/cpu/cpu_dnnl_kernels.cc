@@ -75,6 +75,14 @@ absl::Status CheckCounts(const std::string& op, size_t inputs, size_t min_inputs
   return absl::OkStatus();
 }
 
+// Returns InvalidArgument unless a backward has one input gradient per input.
+absl::Status CheckGradCounts(const BackwardArgs& args) {
+  if (args.input_grads.size() == args.inputs.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
+                                                 " input gradients for ", args.inputs.size(),
+                                                 " inputs"));
+}
+
 // Runs `body` (returning absl::Status), turning any exception into InternalError.
 template <typename Body>
 absl::Status Guarded(const std::string& op, Body body) {
@@ -432,11 +440,7 @@ void ConvBiasGrad(const ConvGeometry& g, const float* dy, float* dbias) {
 absl::StatusOr<ConvGeometry> ConvBackwardGeometry(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const ConvGeometry g,
       ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
-  if (args.input_grads.size() != args.inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
-                                                   " input gradients for ", args.inputs.size(),
-                                                   " inputs"));
-  }
+  RETURN_IF_ERROR(CheckGradCounts(args));
   return g;
 }
 
@@ -999,11 +1003,7 @@ struct MatMulBackwardPlan {
 absl::StatusOr<MatMulGeometry> MatMulBackwardGeometry(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g,
       MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
-  if (args.input_grads.size() != args.inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
-                                                   " input gradients for ", args.inputs.size(),
-                                                   " inputs"));
-  }
+  RETURN_IF_ERROR(CheckGradCounts(args));
   return g;
 }
 
