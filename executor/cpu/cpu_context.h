@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "executor/kernel_args.h"
+#include "executor/kernel_table.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace headroom::executor::cpu {
@@ -74,23 +75,12 @@ inline dnnl::primitive_attr UserScratchpad() {
   return attr;
 }
 
-using ForwardKernel = absl::Status (*)(CpuContext& ctx, const ForwardArgs& args);
-using BackwardKernel = absl::Status (*)(CpuContext& ctx, const BackwardArgs& args);
-// Return the scratch bytes the kernel needs for these arguments (Backend::ScratchBytes):
-// deciding only, from shapes, attributes and which tensors are present.
-using ForwardScratch = absl::StatusOr<uint64_t> (*)(CpuContext& ctx, const ForwardArgs& args);
-using BackwardScratch = absl::StatusOr<uint64_t> (*)(CpuContext& ctx, const BackwardArgs& args);
-
-struct OpKernels {
-  ForwardKernel forward = nullptr;
-  BackwardKernel backward = nullptr;
-  // None: the kernel needs no scratch.
-  ForwardScratch forward_scratch = nullptr;
-  BackwardScratch backward_scratch = nullptr;
-};
-
-// Op set name ("Conv2D") -> its kernels.
-using KernelTable = absl::flat_hash_map<std::string, OpKernels>;
+using OpKernels = OpKernelsOf<CpuContext>;
+using KernelTable = KernelTableOf<CpuContext>;
+using ForwardKernel = OpKernels::Forward;
+using BackwardKernel = OpKernels::Backward;
+using ForwardScratch = OpKernels::ForwardScratch;
+using BackwardScratch = OpKernels::BackwardScratch;
 
 // cpu_dnnl_kernels.cc: Conv2D, BatchNorm, MatMul, MaxPool, AvgPool, GlobalAvgPool.
 void RegisterDnnlKernels(KernelTable* table);

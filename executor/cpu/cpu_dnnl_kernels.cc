@@ -75,6 +75,14 @@ absl::Status CheckCounts(const std::string& op, size_t inputs, size_t min_inputs
   return absl::OkStatus();
 }
 
+// Returns InvalidArgument unless a backward has one input gradient per input.
+absl::Status CheckGradCounts(const BackwardArgs& args) {
+  if (args.input_grads.size() == args.inputs.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
+                                                 " input gradients for ", args.inputs.size(),
+                                                 " inputs"));
+}
+
 // Runs `body` (returning absl::Status), turning any exception into InternalError.
 template <typename Body>
 absl::Status Guarded(const std::string& op, Body body) {
@@ -432,11 +440,7 @@ void ConvBiasGrad(const ConvGeometry& g, const float* dy, float* dbias) {
 absl::StatusOr<ConvGeometry> ConvBackwardGeometry(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const ConvGeometry g,
       ConvGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
-  if (args.input_grads.size() != args.inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
-                                                   " input gradients for ", args.inputs.size(),
-                                                   " inputs"));
-  }
+  RETURN_IF_ERROR(CheckGradCounts(args));
   return g;
 }
 
@@ -524,24 +528,33 @@ absl::Status CheckChannels(const std::string& op, const char* what, const Tensor
 const dnnl::normalization_flags kScaleShift =
     dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
 
-struct BatchNormForwardPrims {
+// What the BatchNorm forward and backward primitives are built on: x's [N, C, H, W]
+// descriptor, a per-channel one, and the layout of the node's scratch.
+struct BatchNormDescs {
+  explicit BatchNormDescs(const memory::dims& dims)
+      : data(PlainDesc(dims, Tag::nchw)), channel(PlainDesc({dims[1]}, Tag::x)) {}
+  // Returns the offset of a new per-channel float buffer staged in the scratch.
+  uint64_t StageChannel() { return layout.Stage(channel.get_size()); }
+
+  memory::desc data, channel;
+  ScratchLayout layout;
+};
+
+struct BatchNormForwardPrims : BatchNormDescs {
   BatchNormForwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon,
                         bool training)
-      : data(PlainDesc(dims, Tag::nchw)),
-        channel(PlainDesc({dims[1]}, Tag::x)),
+      : BatchNormDescs(dims),
         pd(dnnl::batch_normalization_forward::desc(
                training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
                data, epsilon,
                training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats),
            UserScratchpad(), engine),
-        mean_offset(layout.Stage(channel.get_size())),
-        var_offset(layout.Stage(channel.get_size())) {
+        mean_offset(StageChannel()),
+        var_offset(StageChannel()) {
     layout.Scratchpad(pd);
   }
 
-  memory::desc data, channel;
   dnnl::batch_normalization_forward::primitive_desc pd;
-  ScratchLayout layout;
   // Batch statistics when there is nowhere to save them.
   uint64_t mean_offset, var_offset;
   std::optional<dnnl::batch_normalization_forward> prim;
@@ -649,10 +662,9 @@ absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
-struct BatchNormBackwardPrims {
+struct BatchNormBackwardPrims : BatchNormDescs {
   BatchNormBackwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon)
-      : data(PlainDesc(dims, Tag::nchw)),
-        channel(PlainDesc({dims[1]}, Tag::x)),
+      : BatchNormDescs(dims),
         pd(dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data, data,
                                                     epsilon, kScaleShift),
            UserScratchpad(), engine,
@@ -660,15 +672,13 @@ struct BatchNormBackwardPrims {
                dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
                                                        epsilon, kScaleShift),
                engine)),
-        diff_scale_offset(layout.Stage(channel.get_size())),
-        diff_shift_offset(layout.Stage(channel.get_size())),
-        unused_shift_offset(layout.Stage(channel.get_size())) {
+        diff_scale_offset(StageChannel()),
+        diff_shift_offset(StageChannel()),
+        unused_shift_offset(StageChannel()) {
     layout.Scratchpad(pd);
   }
 
-  memory::desc data, channel;
   dnnl::batch_normalization_backward::primitive_desc pd;
-  ScratchLayout layout;
   // For parameters that need no gradient.
   uint64_t diff_scale_offset, diff_shift_offset;
   // oneDNN 2.6's backward lists the shift among its arguments but never reads it (the
@@ -993,11 +1003,7 @@ struct MatMulBackwardPlan {
 absl::StatusOr<MatMulGeometry> MatMulBackwardGeometry(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g,
       MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
-  if (args.input_grads.size() != args.inputs.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": ", args.input_grads.size(),
-                                                   " input gradients for ", args.inputs.size(),
-                                                   " inputs"));
-  }
+  RETURN_IF_ERROR(CheckGradCounts(args));
   return g;
 }
 
@@ -1139,14 +1145,15 @@ struct Window {
   int64_t begin, end, divisor;
 };
 
-Window AvgWindow(int64_t o, int64_t in, int64_t kernel, int64_t stride, int64_t pad_begin,
-                 int64_t pad_end, bool count_include_pad) {
-  int64_t begin = o * stride - pad_begin;
-  int64_t end = std::min(begin + kernel, in + pad_end);
+// Returns the input window of output `o` along spatial dim `dim` (0: height, 1: width).
+Window AvgWindow(const PoolGeometry& g, int dim, int64_t o) {
+  const int64_t in = dim == 0 ? g.h : g.w;
+  int64_t begin = o * g.strides[dim] - g.pad_l[dim];
+  int64_t end = std::min(begin + g.kernel[dim], in + g.pad_r[dim]);
   const int64_t padded_extent = end - begin;
   begin = std::max<int64_t>(begin, 0);
   end = std::min(end, in);
-  return {begin, end, count_include_pad ? padded_extent : end - begin};
+  return {begin, end, g.count_include_pad ? padded_extent : end - begin};
 }
 
 // AvgPool forward as a loop: PyTorch's divisor, which counts padding but not ceil_mode's
@@ -1157,11 +1164,9 @@ void AvgPoolLoopForward(const PoolGeometry& g, const float* x, float* y) {
     const float* xp = x + plane * g.h * g.w;
     float* yp = y + plane * g.oh * g.ow;
     for (int64_t oh = 0; oh < g.oh; ++oh) {
-      const Window wh = AvgWindow(oh, g.h, g.kernel[0], g.strides[0], g.pad_l[0], g.pad_r[0],
-                                  g.count_include_pad);
+      const Window wh = AvgWindow(g, 0, oh);
       for (int64_t ow = 0; ow < g.ow; ++ow) {
-        const Window ww = AvgWindow(ow, g.w, g.kernel[1], g.strides[1], g.pad_l[1], g.pad_r[1],
-                                    g.count_include_pad);
+        const Window ww = AvgWindow(g, 1, ow);
         float sum = 0;
         for (int64_t i = wh.begin; i < wh.end; ++i) {
           for (int64_t j = ww.begin; j < ww.end; ++j) sum += xp[i * g.w + j];
@@ -1257,11 +1262,9 @@ void AvgPoolLoopBackward(const PoolGeometry& g, const float* dy, float* dx) {
     float* dxp = dx + plane * g.h * g.w;
     std::fill(dxp, dxp + g.h * g.w, 0.0f);
     for (int64_t oh = 0; oh < g.oh; ++oh) {
-      const Window wh = AvgWindow(oh, g.h, g.kernel[0], g.strides[0], g.pad_l[0], g.pad_r[0],
-                                  g.count_include_pad);
+      const Window wh = AvgWindow(g, 0, oh);
       for (int64_t ow = 0; ow < g.ow; ++ow) {
-        const Window ww = AvgWindow(ow, g.w, g.kernel[1], g.strides[1], g.pad_l[1], g.pad_r[1],
-                                    g.count_include_pad);
+        const Window ww = AvgWindow(g, 1, ow);
         const float share = dyp[oh * g.ow + ow] / static_cast<float>(wh.divisor * ww.divisor);
         for (int64_t i = wh.begin; i < wh.end; ++i) {
           for (int64_t j = ww.begin; j < ww.end; ++j) dxp[i * g.w + j] += share;

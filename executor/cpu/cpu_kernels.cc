@@ -1,10 +1,13 @@
 #include "executor/cpu/cpu_kernels.h"
 
-#include "absl/strings/str_cat.h"
 #include "executor/cpu/cpu_context.h"
+#include "util/status_macros.h"
 
 namespace headroom::executor::cpu {
 namespace {
+
+// Names the backend in errors.
+constexpr char kBackend[] = "CPU backend";
 
 const KernelTable& Table() {
   static const KernelTable* table = [] {
@@ -21,51 +24,30 @@ const KernelTable& Table() {
 CpuKernels::CpuKernels() : ctx_(std::make_unique<CpuContext>()) {}
 CpuKernels::~CpuKernels() = default;
 
-const OpKernels* CpuKernels::Find(const std::string& op) const {
-  auto it = Table().find(op);
-  return it == Table().end() ? nullptr : &it->second;
-}
-
 bool CpuKernels::Supports(const std::string& op) const {
-  const OpKernels* k = Find(op);
-  return k != nullptr && k->forward != nullptr && k->backward != nullptr;
+  auto it = Table().find(op);
+  return it != Table().end() && it->second.forward != nullptr && it->second.backward != nullptr;
 }
 
 absl::StatusOr<uint64_t> CpuKernels::ScratchBytes(const ForwardArgs& args) {
-  const OpKernels* k = Find(args.op);
-  if (k == nullptr || k->forward == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("CPU backend: no forward kernel for op '",
-                                                 args.op, "'"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/true));
   return k->forward_scratch == nullptr ? 0 : k->forward_scratch(*ctx_, args);
 }
 
 absl::StatusOr<uint64_t> CpuKernels::ScratchBytes(const BackwardArgs& args) {
-  const OpKernels* k = Find(args.op);
-  if (k == nullptr || k->backward == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("CPU backend: no backward kernel for op '",
-                                                 args.op, "'"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/false));
   return k->backward_scratch == nullptr ? 0 : k->backward_scratch(*ctx_, args);
 }
 
 uint64_t CpuKernels::unplanned_scratch_bytes() const { return ctx_->unplanned_bytes; }
 
 absl::Status CpuKernels::Forward(const ForwardArgs& args) {
-  const OpKernels* k = Find(args.op);
-  if (k == nullptr || k->forward == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("CPU backend: no forward kernel for op '",
-                                                 args.op, "'"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/true));
   return k->forward(*ctx_, args);
 }
 
 absl::Status CpuKernels::Backward(const BackwardArgs& args) {
-  const OpKernels* k = Find(args.op);
-  if (k == nullptr || k->backward == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("CPU backend: no backward kernel for op '",
-                                                 args.op, "'"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/false));
   return k->backward(*ctx_, args);
 }
 

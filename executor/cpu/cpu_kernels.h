@@ -23,7 +23,6 @@
 namespace headroom::executor::cpu {
 
 struct CpuContext;
-struct OpKernels;
 
 class CpuKernels {
  public:
@@ -55,8 +54,6 @@ class CpuKernels {
   uint64_t unplanned_scratch_bytes() const;
 
  private:
-  const OpKernels* Find(const std::string& op) const;
-
   std::unique_ptr<CpuContext> ctx_;
 };
 

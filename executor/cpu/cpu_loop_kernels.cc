@@ -369,9 +369,7 @@ float DropoutScale(double rate) { return 1.0f / static_cast<float>(1.0 - rate); 
 absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  RETURN_IF_ERROR(CheckUnaryForward(args));
   const double rate = args.attrs->Float("rate");
   if (!(rate >= 0.0 && rate < 1.0)) {
     return absl::InvalidArgumentError(
@@ -406,14 +404,10 @@ absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
 }
 
 absl::Status DropoutBackward(CpuContext&, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
   const TensorView& dy = args.output_grads[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
-  if (!dy.present()) {
-    Fill(dx, 0.f);
-    return absl::OkStatus();
-  }
   if (args.saved.size() != 1) {
     return absl::InternalError("op 'Dropout': the backward needs the mask in saved[0]");
   }
@@ -545,24 +539,23 @@ absl::Status CheckBinary(const std::string& op, const std::vector<TensorView>& i
   return absl::OkStatus();
 }
 
-absl::Status AddForward(CpuContext&, const ForwardArgs& args) {
+// y = f(a, b) elementwise with broadcasting: the forward of Add and Mul.
+template <typename F>
+absl::Status BinaryForward(const ForwardArgs& args, F f) {
   const TensorView& a = args.inputs[0];
   const TensorView& b = args.inputs[1];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
-  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(),
-                  [](float u, float v) { return u + v; });
+  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(), f);
   return absl::OkStatus();
 }
 
+absl::Status AddForward(CpuContext&, const ForwardArgs& args) {
+  return BinaryForward(args, [](float u, float v) { return u + v; });
+}
+
 absl::Status MulForward(CpuContext&, const ForwardArgs& args) {
-  const TensorView& a = args.inputs[0];
-  const TensorView& b = args.inputs[1];
-  const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
-  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(),
-                  [](float u, float v) { return u * v; });
-  return absl::OkStatus();
+  return BinaryForward(args, [](float u, float v) { return u * v; });
 }
 
 // Returns the order in which to write the two input gradients: the one that overwrites dy
@@ -774,6 +767,16 @@ absl::Status LayerNormBackward(CpuContext&, const BackwardArgs& args) {
 
 // ---- Views: Flatten, Reshape --------------------------------------------------------------
 
+// Returns true when a data-movement backward (any dtype) is done before moving anything: no
+// gradient of x is wanted, or no gradient of y flows (then dx is zeroed).
+bool MoveBackwardIsTrivial(const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  if (!dx.present()) return true;
+  if (args.output_grads[0].present()) return false;
+  std::memset(dx.data, 0, dx.bytes());
+  return true;
+}
+
 absl::Status ViewForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
@@ -787,13 +790,9 @@ absl::Status ViewForward(CpuContext&, const ForwardArgs& args) {
 }
 
 absl::Status ViewBackward(CpuContext&, const BackwardArgs& args) {
+  if (MoveBackwardIsTrivial(args)) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
   const TensorView& dy = args.output_grads[0];
-  if (!dy.present()) {
-    std::memset(dx.data, 0, dx.bytes());
-    return absl::OkStatus();
-  }
   if (dx.bytes() != dy.bytes()) {
     return absl::InvalidArgumentError(StrCat("op '", args.op, "': gradient of output 'y' ",
                                              ShapeString(dy.shape), " does not fit input 'x' ",
@@ -891,13 +890,9 @@ absl::Status TransposeForward(CpuContext&, const ForwardArgs& args) {
 }
 
 absl::Status TransposeBackward(CpuContext&, const BackwardArgs& args) {
+  if (MoveBackwardIsTrivial(args)) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
   const TensorView& dy = args.output_grads[0];
-  if (!dy.present()) {
-    std::memset(dx.data, 0, dx.bytes());
-    return absl::OkStatus();
-  }
   const std::vector<int64_t> perm = args.attrs->Ints("perm");
   RETURN_IF_ERROR(CheckPerm(args.op, perm, args.inputs[0], args.outputs[0]));
   std::vector<int64_t> inverse(perm.size());
@@ -1118,6 +1113,9 @@ struct SoftmaxLayout {
   bool causal;
   float scale;
   int64_t Visible(int64_t o) const { return causal ? (o % len) + 1 : len; }
+  // The lines softmax runs along, and where line `line` starts (its entries `inner` apart).
+  int64_t Lines() const { return outer * inner; }
+  int64_t Base(int64_t line) const { return line / inner * len * inner + line % inner; }
 };
 
 absl::StatusOr<SoftmaxLayout> GetSoftmaxLayout(const std::string& op, const graph::Attrs& attrs,
@@ -1142,20 +1140,17 @@ absl::StatusOr<SoftmaxLayout> GetSoftmaxLayout(const std::string& op, const grap
 absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  RETURN_IF_ERROR(CheckUnaryForward(args));
   auto layout = GetSoftmaxLayout(args.op, *args.attrs, x);
   if (!layout.ok()) return layout.status();
   const SoftmaxLayout l = *layout;
   const float* in = x.f32();
   float* out = y.f32();
-  const int64_t lines = l.outer * l.inner;
+  const int64_t lines = l.Lines();
 #pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
   for (int64_t line = 0; line < lines; ++line) {
-    const int64_t o = line / l.inner;
-    const int64_t base = o * l.len * l.inner + line % l.inner;
-    const int64_t visible = l.Visible(o);
+    const int64_t base = l.Base(line);
+    const int64_t visible = l.Visible(line / l.inner);
     // Pass 1: the max; pass 2: exponentials and their sum (y may be x: each element is
     // read just before it is overwritten); pass 3: normalise.
     float m = -std::numeric_limits<float>::infinity();
@@ -1177,14 +1172,10 @@ absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
 }
 
 absl::Status SoftmaxBackward(CpuContext&, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  if (trivial) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
-  if (!dx.present()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
   const TensorView& dy = args.output_grads[0];
-  if (!dy.present()) {
-    Fill(dx, 0.f);
-    return absl::OkStatus();
-  }
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(NeedData(args.op, "output 'y'", y));
   RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
@@ -1196,11 +1187,10 @@ absl::Status SoftmaxBackward(CpuContext&, const BackwardArgs& args) {
   const float* yv = y.f32();
   const float* g = dy.f32();
   float* out = dx.f32();
-  const int64_t lines = l.outer * l.inner;
+  const int64_t lines = l.Lines();
 #pragma omp parallel for if (y.num_elements() >= kParallelMin) schedule(static)
   for (int64_t line = 0; line < lines; ++line) {
-    const int64_t o = line / l.inner;
-    const int64_t base = o * l.len * l.inner + line % l.inner;
+    const int64_t base = l.Base(line);
     double dot = 0;
     for (int64_t j = 0; j < l.len; ++j) {
       const int64_t at = base + j * l.inner;
@@ -1243,13 +1233,19 @@ absl::Status CheckEmbedding(const std::string& op, const TensorView& ids, const 
   return CheckElements(op, "output 'y'", y, ids.num_elements() * table.dim(1));
 }
 
+// Returns InvalidArgument unless every id names a row of the [V, D] table.
+absl::Status CheckIdsFitTable(const std::string& op, const TensorView& ids,
+                              const TensorView& table) {
+  return CheckIdsInRange(op, "input 'ids'", ids, table.dim(0),
+                         StrCat("input 'table' ", ShapeString(table.shape)));
+}
+
 absl::Status EmbeddingForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& ids = args.inputs[0];
   const TensorView& table = args.inputs[1];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(CheckEmbedding(args.op, ids, table, y));
-  RETURN_IF_ERROR(CheckIdsInRange(args.op, "input 'ids'", ids, table.dim(0),
-                                  StrCat("input 'table' ", ShapeString(table.shape))));
+  RETURN_IF_ERROR(CheckIdsFitTable(args.op, ids, table));
   const int64_t n = ids.num_elements();
   const int64_t d = table.dim(1);
   const float* t = table.f32();
@@ -1273,8 +1269,7 @@ absl::Status EmbeddingBackward(CpuContext&, const BackwardArgs& args) {
   Fill(dtable, 0.f);
   if (!dy.present()) return absl::OkStatus();
   RETURN_IF_ERROR(NeedData(args.op, "input 'ids'", ids));
-  RETURN_IF_ERROR(CheckIdsInRange(args.op, "input 'ids'", ids, table.dim(0),
-                                  StrCat("input 'table' ", ShapeString(table.shape))));
+  RETURN_IF_ERROR(CheckIdsFitTable(args.op, ids, table));
   const int64_t n = ids.num_elements();
   const int64_t d = table.dim(1);
   const float* g = dy.f32();
@@ -1306,6 +1301,28 @@ absl::Status CheckCrossEntropy(const std::string& op, const TensorView& logits,
   return CheckElements(op, "input 'labels'", labels, logits.num_elements() / logits.dim(-1));
 }
 
+// Returns InvalidArgument unless every label names one of the classes of the logits.
+absl::Status CheckLabelsFitClasses(const std::string& op, const TensorView& labels,
+                                   const TensorView& logits) {
+  const int64_t c = logits.dim(-1);
+  return CheckIdsInRange(op, "input 'labels'", labels, c,
+                         StrCat(c, " classes of input 'logits' ", ShapeString(logits.shape)));
+}
+
+// The largest of the `c` logits at `xr`, and the sum of exp(x - max) over them in double:
+// the row's softmax is exp(x - max) / sum_exp.
+struct RowExpSum {
+  float max;
+  double sum_exp;
+};
+
+RowExpSum ScanRow(const float* xr, int64_t c) {
+  const float m = *std::max_element(xr, xr + c);
+  double sum = 0;
+  for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - m);
+  return {m, sum};
+}
+
 // Each row's loss is summed in order after the parallel loop: one double per row.
 absl::StatusOr<uint64_t> CrossEntropyForwardScratch(CpuContext&, const ForwardArgs& args) {
   const TensorView& logits = args.inputs[0];
@@ -1322,9 +1339,7 @@ absl::Status CrossEntropyForward(CpuContext& ctx, const ForwardArgs& args) {
   RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, 1));
   const int64_t c = logits.dim(-1);
   const int64_t rows = logits.num_elements() / c;
-  RETURN_IF_ERROR(
-      CheckIdsInRange(args.op, "input 'labels'", labels, c,
-                      StrCat(c, " classes of input 'logits' ", ShapeString(logits.shape))));
+  RETURN_IF_ERROR(CheckLabelsFitClasses(args.op, labels, logits));
   ASSIGN_OR_RETURN(char* scratch,
                    ctx.Scratch(args.scratch, args.scratch_bytes, rows * sizeof(double)));
   double* loss = reinterpret_cast<double*>(scratch);
@@ -1332,10 +1347,8 @@ absl::Status CrossEntropyForward(CpuContext& ctx, const ForwardArgs& args) {
 #pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = in + r * c;
-    const float m = *std::max_element(xr, xr + c);
-    double sum = 0;
-    for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - m);
-    loss[r] = m + std::log(sum) - xr[IndexAt(labels, r)];
+    const RowExpSum row = ScanRow(xr, c);
+    loss[r] = row.max + std::log(row.sum_exp) - xr[IndexAt(labels, r)];
   }
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) total += loss[r];
@@ -1361,22 +1374,18 @@ absl::Status CrossEntropyBackward(CpuContext&, const BackwardArgs& args) {
   RETURN_IF_ERROR(NeedData(args.op, "input 'labels'", labels));
   const int64_t c = logits.dim(-1);
   const int64_t rows = logits.num_elements() / c;
-  RETURN_IF_ERROR(
-      CheckIdsInRange(args.op, "input 'labels'", labels, c,
-                      StrCat(c, " classes of input 'logits' ", ShapeString(logits.shape))));
+  RETURN_IF_ERROR(CheckLabelsFitClasses(args.op, labels, logits));
   const double factor = static_cast<double>(dloss.f32()[0]) / rows;
   const float* in = logits.f32();
   float* out = dlogits.f32();
 #pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = in + r * c;
-    const float m = *std::max_element(xr, xr + c);
-    double sum = 0;
-    for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - m);
+    const RowExpSum row = ScanRow(xr, c);
     const int64_t label = IndexAt(labels, r);
     float* dr = out + r * c;
     for (int64_t k = 0; k < c; ++k) {
-      const double p = std::exp(static_cast<double>(xr[k]) - m) / sum;
+      const double p = std::exp(static_cast<double>(xr[k]) - row.max) / row.sum_exp;
       dr[k] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * factor);
     }
   }

@@ -220,19 +220,13 @@ namespace {
 // Unimplemented for an op without one, InvalidArgument without attributes.
 absl::StatusOr<const OpKernels*> KernelsOf(const std::string& op, const graph::Attrs* attrs,
                                           bool forward) {
-  const char* what = forward ? "forward" : "backward";
-  auto it = Table().find(op);
-  const bool missing = it == Table().end() ||
-                       (forward ? it->second.forward == nullptr : it->second.backward == nullptr);
-  if (missing) {
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA backend: no ", what, " kernel for op '", op, "'"));
-  }
+  ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), "CUDA backend", op, forward));
   if (attrs == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA backend: ", op, " ", what, ": no attributes given"));
+    return absl::InvalidArgumentError(absl::StrCat("CUDA backend: ", op, " ",
+                                                   forward ? "forward" : "backward",
+                                                   ": no attributes given"));
   }
-  return &it->second;
+  return k;
 }
 
 // Whether any output gradient flows into a backward (without, it only zeroes its inputs').

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "executor/kernel_args.h"
+#include "executor/kernel_table.h"
 #include "util/cublas_status.h"
 #include "util/cuda_status.h"
 #include "util/status_macros.h"
@@ -106,24 +107,11 @@ absl::Status CopyIfDistinct(CudaContext& ctx, void* dst, const void* src, uint64
 // Issues a memset of the view's bytes to zero on the compute stream (nothing if absent).
 absl::Status ZeroIfPresent(CudaContext& ctx, const TensorView& view);
 
-using ForwardKernel = absl::Status (*)(CudaContext& ctx, const ForwardArgs& args);
-using BackwardKernel = absl::Status (*)(CudaContext& ctx, const BackwardArgs& args);
-// Return the scratch bytes the kernel needs for these arguments (Backend::ScratchBytes):
-// CudaContext::ScratchTotal of the pieces it will ask Scratch() for. Deciding only, though a
-// convolution's query chooses (and caches) its cuDNN algorithms, which needs the device.
-using ForwardScratch = absl::StatusOr<uint64_t> (*)(CudaContext& ctx, const ForwardArgs& args);
-using BackwardScratch = absl::StatusOr<uint64_t> (*)(CudaContext& ctx, const BackwardArgs& args);
-
-struct OpKernels {
-  ForwardKernel forward = nullptr;
-  BackwardKernel backward = nullptr;
-  // None: the kernel needs no scratch.
-  ForwardScratch forward_scratch = nullptr;
-  BackwardScratch backward_scratch = nullptr;
-};
-
-// Op set name ("Conv2D") -> its kernels.
-using KernelTable = absl::flat_hash_map<std::string, OpKernels>;
+// The scratch queries return CudaContext::ScratchTotal of the pieces the kernel will ask
+// Scratch() for. Deciding only, though a convolution's query chooses (and caches) its cuDNN
+// algorithms, which needs the device.
+using OpKernels = OpKernelsOf<CudaContext>;
+using KernelTable = KernelTableOf<CudaContext>;
 
 // cuda_dnn_kernels.cu: Conv2D, BatchNorm, ReLU, ReLU6, Sigmoid, Tanh (cuDNN).
 void RegisterDnnKernels(KernelTable* table);

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
+#include "executor/cuda/window_geometry.h"
 
 namespace headroom::executor::cuda {
 namespace {
@@ -44,12 +45,9 @@ absl::Status SetNchw(cudnnTensorDescriptor_t desc, int64_t n, int64_t c, int64_t
 
 // ---- Conv2D -----------------------------------------------------------------------------
 
-struct ConvGeometry {
-  int64_t n, c, h, w;            // x
-  int64_t o, kh, kw;             // weight [o, c / groups, kh, kw]
-  int64_t out_h, out_w;          // y
-  int64_t stride_h, stride_w, dilation_h, dilation_w, groups;
-  int64_t pad_top, pad_left, pad_bottom, pad_right;
+struct ConvGeometry : WindowGeometry {
+  int64_t o, kh, kw;  // weight [o, c / groups, kh, kw]
+  int64_t dilation_h, dilation_w, groups;
 
   bool symmetric() const { return pad_top == pad_bottom && pad_left == pad_right; }
   // x as cuDNN sees it: padded explicitly where the padding is asymmetric.
@@ -60,29 +58,14 @@ struct ConvGeometry {
 
 ConvGeometry ConvGeometryOf(const TensorView& x, const TensorView& weight, const TensorView& y,
                             const graph::Attrs& attrs) {
-  ConvGeometry g;
-  g.n = x.dim(0);
-  g.c = x.dim(1);
-  g.h = x.dim(2);
-  g.w = x.dim(3);
+  ConvGeometry g{WindowGeometryOf(x, y, attrs.Ints("stride"), attrs)};
   g.o = weight.dim(0);
   g.kh = weight.dim(2);
   g.kw = weight.dim(3);
-  g.out_h = y.dim(2);
-  g.out_w = y.dim(3);
-  const std::vector<int64_t> stride = attrs.Ints("stride");
   const std::vector<int64_t> dilation = attrs.Ints("dilation");
-  std::vector<int64_t> pad = attrs.Ints("padding");
-  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
-  g.stride_h = stride[0];
-  g.stride_w = stride[1];
   g.dilation_h = dilation[0];
   g.dilation_w = dilation[1];
   g.groups = attrs.Int("groups");
-  g.pad_top = pad[0];
-  g.pad_left = pad[1];
-  g.pad_bottom = pad[2];
-  g.pad_right = pad[3];
   return g;
 }
 

@@ -210,18 +210,31 @@ absl::StatusOr<BroadcastPlan> MakeBroadcastPlan(const graph::Shape& out, const g
   return p;
 }
 
+// Two element offsets of one position: into operands laid out with different strides.
+struct OffsetPair {
+  int64_t first, second;
+};
+
+// Returns the offsets of flat (row-major) index `i` over `dims` [rank] into tensors with
+// strides `first` and `second`, each added to its `base`.
+__device__ OffsetPair OffsetsOf(int64_t i, int rank, const int64_t* dims, const int64_t* first,
+                                const int64_t* second, OffsetPair base = {0, 0}) {
+  int64_t rest = i;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t c = rest % dims[d];
+    rest /= dims[d];
+    base.first += c * first[d];
+    base.second += c * second[d];
+  }
+  return base;
+}
+
 template <bool kMul>
 __global__ void BroadcastBinaryKernel(const float* a, const float* b, float* out, int64_t n,
                                       BroadcastPlan p) {
   GRID_STRIDE_LOOP(i, n) {
-    int64_t rest = i, ai = 0, bi = 0;
-    for (int d = p.rank - 1; d >= 0; --d) {
-      const int64_t c = rest % p.dims[d];
-      rest /= p.dims[d];
-      ai += c * p.a_strides[d];
-      bi += c * p.b_strides[d];
-    }
-    out[i] = kMul ? a[ai] * b[bi] : a[ai] + b[bi];
+    const OffsetPair at = OffsetsOf(i, p.rank, p.dims, p.a_strides, p.b_strides);
+    out[i] = kMul ? a[at.first] * b[at.second] : a[at.first] + b[at.second];
   }
 }
 
@@ -298,23 +311,13 @@ __global__ void ReduceBroadcastKernel(const float* dy, const float* other, float
                                       int64_t out_n, ReducePlan p) {
   __shared__ float partial[kThreads];
   for (int64_t j = blockIdx.x; j < out_n; j += gridDim.x) {
-    int64_t rest = j, dy_base = 0, other_base = 0;
-    for (int d = p.kept_rank - 1; d >= 0; --d) {
-      const int64_t c = rest % p.kept_dims[d];
-      rest /= p.kept_dims[d];
-      dy_base += c * p.kept_dy[d];
-      other_base += c * p.kept_other[d];
-    }
+    // The element's dy offset first, the other operand's second.
+    const OffsetPair base = OffsetsOf(j, p.kept_rank, p.kept_dims, p.kept_dy, p.kept_other);
     float sum = 0.0f;
     for (int64_t r = threadIdx.x; r < p.reduced_count; r += blockDim.x) {
-      int64_t rr = r, dy_off = dy_base, other_off = other_base;
-      for (int d = p.reduced_rank - 1; d >= 0; --d) {
-        const int64_t c = rr % p.reduced_dims[d];
-        rr /= p.reduced_dims[d];
-        dy_off += c * p.reduced_dy[d];
-        other_off += c * p.reduced_other[d];
-      }
-      sum += other != nullptr ? dy[dy_off] * other[other_off] : dy[dy_off];
+      const OffsetPair at =
+          OffsetsOf(r, p.reduced_rank, p.reduced_dims, p.reduced_dy, p.reduced_other, base);
+      sum += other != nullptr ? dy[at.first] * other[at.second] : dy[at.first];
     }
     partial[threadIdx.x] = sum;
     __syncthreads();

@@ -18,40 +18,25 @@
 #include "absl/strings/str_join.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
+#include "executor/cuda/window_geometry.h"
 
 namespace headroom::executor::cuda {
 namespace {
 
 // A pooling node's geometry (NCHW).
-struct PoolGeometry {
-  int64_t n = 0, c = 0, h = 0, w = 0, out_h = 0, out_w = 0;
-  int64_t kernel_h = 0, kernel_w = 0, stride_h = 0, stride_w = 0;
-  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+struct PoolGeometry : WindowGeometry {
+  int64_t kernel_h = 0, kernel_w = 0;
   bool count_include_pad = true;
 };
 
 PoolGeometry GeometryOf(const TensorView& x, const TensorView& y, const graph::Attrs& attrs,
                         bool average) {
-  PoolGeometry g;
-  g.n = x.dim(0);
-  g.c = x.dim(1);
-  g.h = x.dim(2);
-  g.w = x.dim(3);
-  g.out_h = y.dim(2);
-  g.out_w = y.dim(3);
   const std::vector<int64_t> kernel = attrs.Ints("kernel_size");
   std::vector<int64_t> stride = attrs.Ints("stride");
   if (stride.empty()) stride = kernel;
-  std::vector<int64_t> pad = attrs.Ints("padding");
-  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+  PoolGeometry g{WindowGeometryOf(x, y, stride, attrs)};
   g.kernel_h = kernel[0];
   g.kernel_w = kernel[1];
-  g.stride_h = stride[0];
-  g.stride_w = stride[1];
-  g.pad_top = pad[0];
-  g.pad_left = pad[1];
-  g.pad_bottom = pad[2];
-  g.pad_right = pad[3];
   g.count_include_pad = average ? attrs.Bool("count_include_pad") : true;
   return g;
 }
@@ -82,11 +67,19 @@ __device__ Window WindowAt(int64_t o, int64_t stride, int64_t pad_begin, int64_t
   return {start, end, padded_extent};
 }
 
+// The windows of output row `oh` and output column `ow`.
+__device__ Window WindowH(const PoolGeometry& g, int64_t oh) {
+  return WindowAt(oh, g.stride_h, g.pad_top, g.pad_bottom, g.kernel_h, g.h);
+}
+__device__ Window WindowW(const PoolGeometry& g, int64_t ow) {
+  return WindowAt(ow, g.stride_w, g.pad_left, g.pad_right, g.kernel_w, g.w);
+}
+
 // Returns the offset (within one image plane) of the first maximum of window (oh, ow); NaN
 // counts as the maximum, as in PyTorch.
 __device__ int64_t ArgMax(const float* plane, const PoolGeometry& g, int64_t oh, int64_t ow) {
-  const Window wh = WindowAt(oh, g.stride_h, g.pad_top, g.pad_bottom, g.kernel_h, g.h);
-  const Window ww = WindowAt(ow, g.stride_w, g.pad_left, g.pad_right, g.kernel_w, g.w);
+  const Window wh = WindowH(g, oh);
+  const Window ww = WindowW(g, ow);
   int64_t best = wh.start * g.w + ww.start;
   float best_value = -INFINITY;
   for (int64_t ih = wh.start; ih < wh.end; ++ih) {
@@ -119,8 +112,8 @@ __global__ void PoolForwardKernel(const float* x, float* y, PoolGeometry g) {
     if (kMax) {
       y[i] = plane[ArgMax(plane, g, oh, ow)];
     } else {
-      const Window wh = WindowAt(oh, g.stride_h, g.pad_top, g.pad_bottom, g.kernel_h, g.h);
-      const Window ww = WindowAt(ow, g.stride_w, g.pad_left, g.pad_right, g.kernel_w, g.w);
+      const Window wh = WindowH(g, oh);
+      const Window ww = WindowW(g, ow);
       float sum = 0.0f;
       for (int64_t ih = wh.start; ih < wh.end; ++ih) {
         for (int64_t iw = ww.start; iw < ww.end; ++iw) sum += plane[ih * g.w + iw];
@@ -150,11 +143,11 @@ __global__ void PoolBackwardKernel(const float* x, const float* dy, float* dx, P
     const int64_t ow_end = min((iw + g.pad_left) / g.stride_w + 1, g.out_w);
     float sum = 0.0f;
     for (int64_t oh = FirstWindow(ih, g.pad_top, g.kernel_h, g.stride_h); oh < oh_end; ++oh) {
-      const Window wh = WindowAt(oh, g.stride_h, g.pad_top, g.pad_bottom, g.kernel_h, g.h);
+      const Window wh = WindowH(g, oh);
       if (ih < wh.start || ih >= wh.end) continue;
       for (int64_t ow = FirstWindow(iw, g.pad_left, g.kernel_w, g.stride_w); ow < ow_end;
            ++ow) {
-        const Window ww = WindowAt(ow, g.stride_w, g.pad_left, g.pad_right, g.kernel_w, g.w);
+        const Window ww = WindowW(g, ow);
         if (iw < ww.start || iw >= ww.end) continue;
         const float grad = dy_plane[oh * g.out_w + ow];
         if (kMax) {

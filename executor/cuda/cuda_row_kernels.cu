@@ -152,6 +152,22 @@ absl::Status LayerNormBackward(CudaContext& ctx, const BackwardArgs& args) {
 
 // ---- Softmax ----------------------------------------------------------------------------
 
+// The largest of a row's scaled entries and the sum of exp(scale * x - max) over them.
+struct RowExpSum {
+  float max, sum_exp;
+};
+
+// Returns the RowExpSum of the first `n` entries at `xr`, times `scale`, to every thread of
+// the block. `shared` holds 32 floats. REQUIRES: every thread of the block calls it.
+__device__ RowExpSum BlockRowExpSum(const float* xr, int64_t n, float scale, float* shared) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, scale * xr[j]);
+  m = BlockMax(m, shared);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += expf(scale * xr[j] - m);
+  return {m, BlockSum(s, shared)};
+}
+
 // One block per row of n along the last axis: y = softmax(scale * x), with columns j > i
 // masked out when `causal` (i: the row's index within its [T, T] matrix, T = n). y may
 // alias x.
@@ -162,14 +178,10 @@ __global__ void SoftmaxRowKernel(const float* x, float* y, int64_t rows, int64_t
     const float* xr = x + row * n;
     float* yr = y + row * n;
     const int64_t limit = causal ? row % n + 1 : n;  // Columns [0, limit) take part.
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) m = fmaxf(m, scale * xr[j]);
-    m = BlockMax(m, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < limit; j += blockDim.x) s += expf(scale * xr[j] - m);
-    const float inv = 1.0f / BlockSum(s, shared);
+    const RowExpSum r = BlockRowExpSum(xr, limit, scale, shared);
+    const float inv = 1.0f / r.sum_exp;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      yr[j] = j < limit ? expf(scale * xr[j] - m) * inv : 0.0f;
+      yr[j] = j < limit ? expf(scale * xr[j] - r.max) * inv : 0.0f;
     }
   }
 }
@@ -301,6 +313,16 @@ absl::Status RequireIds(const TensorView& ids, const char* what) {
   return absl::OkStatus();
 }
 
+// Calls `launch` with the data of `ids` (checked by RequireIds) as int32_t* or int64_t*.
+template <typename Launch>
+void WithIds(const TensorView& ids, Launch launch) {
+  if (ids.dtype == proto::DTYPE_INT32) {
+    launch(ids.i32());
+  } else {
+    launch(ids.i64());
+  }
+}
+
 absl::Status EmbeddingForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& ids = args.inputs[0];
   const TensorView& table = args.inputs[1];
@@ -310,13 +332,10 @@ absl::Status EmbeddingForward(CudaContext& ctx, const ForwardArgs& args) {
   const int64_t n = y.num_elements();
   const int64_t vocab = table.dim(0);
   const int64_t d = table.dim(1);
-  if (ids.dtype == proto::DTYPE_INT32) {
-    EmbeddingForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i32(), table.f32(),
-                                                                     y.f32(), n, vocab, d);
-  } else {
-    EmbeddingForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i64(), table.f32(),
-                                                                     y.f32(), n, vocab, d);
-  }
+  WithIds(ids, [&](const auto* id) {
+    EmbeddingForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(id, table.f32(), y.f32(), n,
+                                                                     vocab, d);
+  });
   HR_CUDA_LAUNCHED("EmbeddingForwardKernel");
   return absl::OkStatus();
 }
@@ -332,13 +351,10 @@ absl::Status EmbeddingBackward(CudaContext& ctx, const BackwardArgs& args) {
   const int64_t n = dy.num_elements();
   const int64_t vocab = dtable.dim(0);
   const int64_t d = dtable.dim(1);
-  if (ids.dtype == proto::DTYPE_INT32) {
-    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i32(), dy.f32(),
-                                                                      dtable.f32(), n, vocab, d);
-  } else {
-    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(ids.i64(), dy.f32(),
-                                                                      dtable.f32(), n, vocab, d);
-  }
+  WithIds(ids, [&](const auto* id) {
+    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(id, dy.f32(), dtable.f32(),
+                                                                      n, vocab, d);
+  });
   HR_CUDA_LAUNCHED("EmbeddingBackwardKernel");
   return absl::OkStatus();
 }
@@ -352,16 +368,11 @@ __global__ void CrossEntropyRowsKernel(const float* x, const Label* labels, floa
   __shared__ float shared[32];
   BLOCK_ROW_LOOP(row, rows) {
     const float* xr = x + row * c;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, xr[j]);
-    m = BlockMax(m, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(xr[j] - m);
-    s = BlockSum(s, shared);
+    const RowExpSum r = BlockRowExpSum(xr, c, 1.0f, shared);
     if (threadIdx.x == 0) {
       const int64_t label = static_cast<int64_t>(labels[row]);
       const float picked = label >= 0 && label < c ? xr[label] : 0.0f;
-      row_loss[row] = m + logf(s) - picked;
+      row_loss[row] = r.max + logf(r.sum_exp) - picked;
     }
   }
 }
@@ -383,15 +394,11 @@ __global__ void CrossEntropyGradKernel(const float* x, const Label* labels, cons
   const float g = dloss[0] / static_cast<float>(rows);
   BLOCK_ROW_LOOP(row, rows) {
     const float* xr = x + row * c;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) m = fmaxf(m, xr[j]);
-    m = BlockMax(m, shared);
-    float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s += expf(xr[j] - m);
-    const float inv = 1.0f / BlockSum(s, shared);
+    const RowExpSum r = BlockRowExpSum(xr, c, 1.0f, shared);
+    const float inv = 1.0f / r.sum_exp;
     const int64_t label = static_cast<int64_t>(labels[row]);
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-      const float p = expf(xr[j] - m) * inv;
+      const float p = expf(xr[j] - r.max) * inv;
       dx[row * c + j] = (p - (j == label ? 1.0f : 0.0f)) * g;
     }
   }
@@ -408,22 +415,30 @@ absl::StatusOr<uint64_t> CrossEntropyForwardScratch(CudaContext&, const ForwardA
   return CudaContext::ScratchTotal(CrossEntropyForwardPieces(args.inputs[0]));
 }
 
-absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
-  const TensorView& x = args.inputs[0];
-  const TensorView& labels = args.inputs[1];
+// The logits as [rows, c].
+struct LogitRows {
+  int64_t rows, c;
+};
+
+// Returns the rows of logits `x` after checking x and `labels`.
+absl::StatusOr<LogitRows> CheckCrossEntropy(const TensorView& x, const TensorView& labels) {
   RETURN_IF_ERROR(RequireF32(x, "input 'logits'"));
   RETURN_IF_ERROR(RequireIds(labels, "input 'labels'"));
   const int64_t c = x.dim(-1);
-  const int64_t rows = x.num_elements() / c;
+  return LogitRows{x.num_elements() / c, c};
+}
+
+absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& labels = args.inputs[1];
+  ASSIGN_OR_RETURN(const LogitRows l, CheckCrossEntropy(x, labels));
+  const int64_t c = l.c, rows = l.rows;
   ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, CrossEntropyForwardPieces(x)));
   float* row_loss = static_cast<float*>(scratch[0]);
-  if (labels.dtype == proto::DTYPE_INT32) {
-    CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), labels.i32(),
-                                                                        row_loss, rows, c);
-  } else {
-    CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), labels.i64(),
-                                                                        row_loss, rows, c);
-  }
+  WithIds(labels, [&](const auto* label) {
+    CrossEntropyRowsKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), label, row_loss,
+                                                                        rows, c);
+  });
   HR_CUDA_LAUNCHED("CrossEntropyRowsKernel");
   MeanKernel<<<1, 1024, 0, ctx.compute>>>(row_loss, rows, args.outputs[0].f32());
   HR_CUDA_LAUNCHED("MeanKernel");
@@ -436,18 +451,13 @@ absl::Status CrossEntropyBackward(CudaContext& ctx, const BackwardArgs& args) {
   if (!dx.present()) return absl::OkStatus();
   const TensorView& x = args.inputs[0];
   const TensorView& labels = args.inputs[1];
-  RETURN_IF_ERROR(RequireF32(x, "input 'logits'"));
-  RETURN_IF_ERROR(RequireIds(labels, "input 'labels'"));
-  const int64_t c = x.dim(-1);
-  const int64_t rows = x.num_elements() / c;
+  ASSIGN_OR_RETURN(const LogitRows l, CheckCrossEntropy(x, labels));
+  const int64_t c = l.c, rows = l.rows;
   const float* dloss = args.output_grads[0].f32();
-  if (labels.dtype == proto::DTYPE_INT32) {
-    CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(
-        x.f32(), labels.i32(), dloss, dx.f32(), rows, c);
-  } else {
-    CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(
-        x.f32(), labels.i64(), dloss, dx.f32(), rows, c);
-  }
+  WithIds(labels, [&](const auto* label) {
+    CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), label, dloss,
+                                                                        dx.f32(), rows, c);
+  });
   HR_CUDA_LAUNCHED("CrossEntropyGradKernel");
   return absl::OkStatus();
 }
