@@ -1,6 +1,7 @@
 #include "clients/command_flags.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -87,15 +88,28 @@ absl::StatusOr<proto::ZooModel> ZooModelOf(const ModelFlags& f) {
 
 }  // namespace
 
-CLI::Validator AtLeast(int64_t min) {
+namespace {
+
+// Returns a check that a flag's value reads as a T for which `ok` holds; else the message
+// "must be REQUIREMENT, not 'VALUE'".
+template <typename T>
+CLI::Validator NumberCheck(std::function<bool(T)> ok, const std::string& requirement,
+                           const std::string& description) {
   return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        int64_t value = 0;
-        if (!CLI::detail::lexical_cast(text, value)) return "needs an integer, not '" + text + "'";
-        if (value < min) return absl::StrCat("must be at least ", min, ", not ", value);
-        return "";
+      [ok, requirement](std::string& text) -> std::string {
+        T value{};
+        if (CLI::detail::lexical_cast(text, value) && ok(value)) return "";
+        return absl::StrCat("must be ", requirement, ", not '", text, "'");
       },
-      absl::StrCat(">=", min));
+      description);
+}
+
+}  // namespace
+
+CLI::Validator AtLeast(int64_t min) {
+  return NumberCheck<int64_t>([min](int64_t v) { return v >= min; },
+                              absl::StrCat("an integer of at least ", min),
+                              absl::StrCat(">=", min));
 }
 
 void AddModelFlags(CLI::App& command, ModelFlags& f) {
@@ -218,13 +232,8 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
     command
         .add_option("--lr", f.learning_rate, "learning rate (default 0.01 for sgd, 0.001 for adam)")
         ->type_name("RATE")
-        ->check(CLI::Validator(
-            [](std::string& text) -> std::string {
-              double rate = 0;
-              if (CLI::detail::lexical_cast(text, rate) && rate > 0) return "";
-              return "must be a positive number, not '" + text + "'";
-            },
-            "> 0"))
+        ->check(
+            NumberCheck<double>([](double rate) { return rate > 0; }, "a positive number", "> 0"))
         ->group("Plan");
   }
 }

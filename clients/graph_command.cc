@@ -17,31 +17,19 @@ namespace {
 std::string SummaryJson(const graph::GraphSummary& s) {
   JsonWriter w;
   w.BeginObject()
-      .Key("name")
-      .String(s.name)
-      .Key("num_nodes")
-      .Uint(s.num_nodes)
-      .Key("num_tensors")
-      .Uint(s.num_tensors)
-      .Key("num_parameters")
-      .Uint(s.num_parameters)
-      .Key("parameter_bytes")
-      .Uint(s.parameter_bytes)
-      .Key("buffer_bytes")
-      .Uint(s.buffer_bytes)
-      .Key("input_bytes")
-      .Uint(s.input_bytes)
-      .Key("activation_bytes")
-      .Uint(s.activation_bytes)
-      .Key("largest_activation")
-      .BeginObject()
-      .Key("name")
-      .String(s.largest_activation)
-      .Key("bytes")
-      .Uint(s.largest_activation_bytes)
+      .Key("name").String(s.name)
+      .Key("num_nodes").Uint(s.num_nodes)
+      .Key("num_tensors").Uint(s.num_tensors)
+      .Key("num_parameters").Uint(s.num_parameters)
+      .Key("parameter_bytes").Uint(s.parameter_bytes)
+      .Key("buffer_bytes").Uint(s.buffer_bytes)
+      .Key("input_bytes").Uint(s.input_bytes)
+      .Key("activation_bytes").Uint(s.activation_bytes)
+      .Key("largest_activation").BeginObject()
+      .Key("name").String(s.largest_activation)
+      .Key("bytes").Uint(s.largest_activation_bytes)
       .EndObject()
-      .Key("nodes_by_op")
-      .BeginObject();
+      .Key("nodes_by_op").BeginObject();
   for (const auto& [op, count] : s.nodes_by_op) w.Key(op).Uint(count);
   w.EndObject().EndObject();
   return w.str();

@@ -20,14 +20,9 @@ using graph::HumanBytes;
 
 // Returns "12.30 GFLOP" style text for a count of floating-point operations.
 std::string HumanFlops(uint64_t flops) {
-  static const char* kUnits[] = {"FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
-  double value = static_cast<double>(flops);
-  int unit = 0;
-  while (value >= 1000.0 && unit < 5) {
-    value /= 1000.0;
-    ++unit;
-  }
-  return unit == 0 ? absl::StrCat(flops, " FLOP") : absl::StrFormat("%.2f %s", value, kUnits[unit]);
+  static const std::vector<std::string> kUnits = {"FLOP",  "KFLOP", "MFLOP",
+                                                  "GFLOP", "TFLOP", "PFLOP"};
+  return graph::HumanUnits(flops, 1000.0, kUnits, 2);
 }
 
 // Returns "42s", "5m", "3h" or "2d".

@@ -39,15 +39,21 @@ GraphSummary Summarize(const Graph& graph) {
   return s;
 }
 
-std::string HumanBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 5) {
-    value /= 1024.0;
+std::string HumanUnits(uint64_t value, double base, const std::vector<std::string>& units,
+                       int decimals) {
+  double scaled = static_cast<double>(value);
+  size_t unit = 0;
+  while (scaled >= base && unit + 1 < units.size()) {
+    scaled /= base;
     ++unit;
   }
-  return unit == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", value, kUnits[unit]);
+  if (unit == 0) return absl::StrCat(value, " ", units[0]);
+  return absl::StrFormat("%.*f %s", decimals, scaled, units[unit]);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static const std::vector<std::string> kUnits = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  return HumanUnits(bytes, 1024.0, kUnits, 1);
 }
 
 std::string GraphSummary::DebugString() const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -38,6 +39,13 @@ GraphSummary Summarize(const Graph& graph);
 
 // Returns "97.5 MiB" style text for a byte count.
 std::string HumanBytes(uint64_t bytes);
+
+// Returns `value` divided by `base` as often as keeps it below `base` (at most
+// units.size() - 1 times), with `decimals` digits and that unit: units {"FLOP", "KFLOP",
+// ...} and base 1000 give "12.30 GFLOP". The value itself, without decimals, when it is
+// below `base`.
+std::string HumanUnits(uint64_t value, double base, const std::vector<std::string>& units,
+                       int decimals);
 
 }  // namespace headroom::graph
 

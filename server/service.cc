@@ -49,17 +49,17 @@ absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-absl::StatusOr<JobManager*> HeadroomService::Jobs() const {
+template <typename Call>
+grpc::Status HeadroomService::WithJobs(Call call) const {
   if (jobs_ == nullptr) {
-    return absl::FailedPreconditionError(
+    return ToGrpcStatus(absl::FailedPreconditionError(
         "jobs and their profiles run on headroomd: start it (./headroom serve) and pass "
-        "--server ADDR");
+        "--server ADDR"));
   }
-  return jobs_;
+  return call(*jobs_);
 }
 
 grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanRequest* request,
@@ -69,66 +69,60 @@ grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanReques
 
 grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,
                                       proto::ProfileResponse* response) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  return Answer((*jobs)->Profile(*request), response);
+  return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
 }
 
 grpc::Status HeadroomService::SubmitJob(grpc::ServerContext*,
                                         const proto::SubmitJobRequest* request,
                                         proto::SubmitJobResponse* response) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  return Answer((*jobs)->Submit(request->spec()), response);
+  return WithJobs([&](JobManager& jobs) { return Answer(jobs.Submit(request->spec()), response); });
 }
 
 grpc::Status HeadroomService::WatchJob(grpc::ServerContext* context,
                                        const proto::WatchJobRequest* request,
                                        grpc::ServerWriter<proto::JobProgress>* writer) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  return ToGrpcStatus((*jobs)->Watch(
-      request->job_id(), [writer](const proto::JobProgress& p) { return writer->Write(p); },
-      [context] { return context->IsCancelled(); }));
+  return WithJobs([&](JobManager& jobs) {
+    return ToGrpcStatus(jobs.Watch(
+        request->job_id(), [writer](const proto::JobProgress& p) { return writer->Write(p); },
+        [context] { return context->IsCancelled(); }));
+  });
 }
 
 grpc::Status HeadroomService::CancelJob(grpc::ServerContext*,
                                         const proto::CancelJobRequest* request,
                                         proto::CancelJobResponse* response) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  absl::StatusOr<proto::JobState> state = (*jobs)->Cancel(request->job_id());
-  if (!state.ok()) return ToGrpcStatus(state.status());
-  response->set_state(*state);
-  return grpc::Status::OK;
+  return WithJobs([&](JobManager& jobs) {
+    absl::StatusOr<proto::JobState> state = jobs.Cancel(request->job_id());
+    if (!state.ok()) return ToGrpcStatus(state.status());
+    response->set_state(*state);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status HeadroomService::ListJobs(grpc::ServerContext*, const proto::ListJobsRequest* request,
                                        proto::ListJobsResponse* response) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  return Answer((*jobs)->List(*request), response);
+  return WithJobs([&](JobManager& jobs) { return Answer(jobs.List(*request), response); });
 }
 
 grpc::Status HeadroomService::GetTimeline(grpc::ServerContext*,
                                           const proto::GetTimelineRequest* request,
                                           proto::GetTimelineResponse* response) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  absl::StatusOr<proto::MemoryTimeline> timeline =
-      (*jobs)->Timeline(request->job_id(), request->max_samples());
-  if (!timeline.ok()) return ToGrpcStatus(timeline.status());
-  response->set_job_id(request->job_id());
-  *response->mutable_timeline() = *std::move(timeline);
-  return grpc::Status::OK;
+  return WithJobs([&](JobManager& jobs) {
+    absl::StatusOr<proto::MemoryTimeline> timeline =
+        jobs.Timeline(request->job_id(), request->max_samples());
+    if (!timeline.ok()) return ToGrpcStatus(timeline.status());
+    response->set_job_id(request->job_id());
+    *response->mutable_timeline() = *std::move(timeline);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status HeadroomService::ListProfiles(grpc::ServerContext*,
                                            const proto::ListProfilesRequest* request,
                                            proto::ListProfilesResponse* response) {
-  absl::StatusOr<JobManager*> jobs = Jobs();
-  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  return Answer((*jobs)->ListProfiles(request->summaries_only()), response);
+  return WithJobs([&](JobManager& jobs) {
+    return Answer(jobs.ListProfiles(request->summaries_only()), response);
+  });
 }
 
 }  // namespace headroom::server

@@ -43,8 +43,9 @@ class HeadroomService final : public proto::Headroom::Service {
                             proto::ListProfilesResponse* response) override;
 
  private:
-  // Returns the job manager, or FailedPrecondition for a service without one.
-  absl::StatusOr<JobManager*> Jobs() const;
+  // Returns `call(jobs)`, or FAILED_PRECONDITION for a service without a job manager.
+  template <typename Call>
+  grpc::Status WithJobs(Call call) const;
 
   JobManager* const jobs_;
   const planner::PlanBackend plan_backend_;
