@@ -173,9 +173,9 @@ std::string PlanText(const proto::PlanResponse& plan) {
   absl::StrAppendFormat(&out, "%-24s %s (lower bound %s, no sharing %s)\n", "arena",
                         HumanBytes(s.arena_bytes()), HumanBytes(s.lower_bound_bytes()),
                         HumanBytes(s.no_sharing_bytes()));
-  absl::StrAppendFormat(&out, "%-24s %d tensors, %d positions, planned in %.1f ms\n",
+  absl::StrAppendFormat(&out, "%-24s %d tensors, %d positions\n",
                         s.strategy() == "inference" ? "forward graph" : "training graph",
-                        s.num_tensors(), s.num_steps(), s.planning_seconds() * 1e3);
+                        s.num_tensors(), s.num_steps());
   out += SectionsText(plan) + RolesText(s);
   if (plan.frontier_size() > 0) out += FrontierText(plan);
   if (plan.tensors_size() > 0) out += TensorsText(plan);

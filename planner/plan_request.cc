@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -72,7 +71,6 @@ absl::StatusOr<proto::PlanResponse> AnswerInference(const graph::Graph& forward,
   summary.set_predicted_peak_bytes(memory.arena_bytes);
   summary.set_unconstrained_peak_bytes(memory.arena_bytes);
   summary.set_strategy("inference");
-  summary.set_planning_seconds(memory.planning_seconds);
   AddTensors(memory, options, response);
   return response;
 }
@@ -145,7 +143,6 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
                                                const CostModel* cost,
                                                const PlanBackend& backend) {
-  const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
   planner_options.training.scratch = backend.scratch;
   if (planner_options.training.inference) {
@@ -184,7 +181,6 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
     AddPoints(baselines, response);
   }
   response.mutable_summary()->set_num_candidates(search->num_candidates());
-  response.mutable_summary()->set_planning_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   return response;
 }
 

@@ -364,7 +364,6 @@ TEST(ServerE2ETest, ThirtyTwoConcurrentPlansAreAllAnsweredCorrectly) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const grpc::Status s = Plan(*stub, requests[i], &expected[i]);
     ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
-    expected[i].mutable_summary()->clear_planning_seconds();
   }
   ASSERT_NE(expected[0].summary().predicted_peak_bytes(),
             expected[1].summary().predicted_peak_bytes());
@@ -386,7 +385,6 @@ TEST(ServerE2ETest, ThirtyTwoConcurrentPlansAreAllAnsweredCorrectly) {
   for (std::thread& t : clients) t.join();
   for (int c = 0; c < kClients; ++c) {
     ASSERT_TRUE(statuses[c].ok()) << "client " << c << ": " << statuses[c].error_message();
-    answers[c].mutable_summary()->clear_planning_seconds();
     std::string diff;
     google::protobuf::util::MessageDifferencer differ;
     differ.ReportDifferencesToString(&diff);
