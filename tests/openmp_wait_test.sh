@@ -43,9 +43,15 @@ wait $pid 2>/dev/null || true
 [[ "$got" == ACTIVE ]] || fail "OMP_WAIT_POLICY=ACTIVE became '$got'"
 echo "ok headroom train keeps OMP_WAIT_POLICY=ACTIVE"
 env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 "$HEADROOM" train --model mlp --batch 256 \
-  --steps 400 >/dev/null 2>&1 &
+  --steps 400 >"$TMP/spincount.out" 2>&1 &
 pid=$!
-sleep 1
+# Its first step line proves main() runs past any re-run of itself; then read its environment.
+for _ in $(seq 300); do
+  grep -q ' 1/400 ' "$TMP/spincount.out" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.1
+done
+grep -q ' 1/400 ' "$TMP/spincount.out" || fail "headroom train printed no step: $(cat "$TMP/spincount.out")"
 got=$(tr '\0' '\n' </proc/$pid/environ | sed -n 's/^OMP_WAIT_POLICY=//p')
 kill $pid 2>/dev/null || true
 wait $pid 2>/dev/null || true
