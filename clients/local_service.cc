@@ -9,56 +9,64 @@
 #include "absl/synchronization/mutex.h"
 #include "executor/backend_scratch.h"
 #include "executor/backends.h"
-#include "server/service.h"
 #include "util/status_macros.h"
 
 namespace headroom::clients {
-namespace {
 
-// One local service: the backend it plans for, the service and the server that carries it.
-struct LocalService {
+// The backend a service plans for, the service and the server that carries it.
+struct InProcessService::Parts {
   std::unique_ptr<executor::Backend> backend;
   std::unique_ptr<executor::BackendScratchModel> scratch;
   std::unique_ptr<server::HeadroomService> service;
   std::unique_ptr<grpc::Server> server;
 };
 
-absl::StatusOr<std::unique_ptr<LocalService>> StartLocalService(const std::string& backend_name) {
-  auto local = std::make_unique<LocalService>();
-  ASSIGN_OR_RETURN(local->backend, executor::MakeBackend(backend_name));
-  local->scratch = std::make_unique<executor::BackendScratchModel>(local->backend.get());
-  planner::PlanBackend plan_backend;
-  plan_backend.scratch = local->scratch.get();
-  plan_backend.host_is_device_memory = local->backend->host_is_device_memory();
-  local->service = std::make_unique<server::HeadroomService>(/*jobs=*/nullptr, plan_backend);
-  grpc::ServerBuilder builder;
-  // No listening port: only this process's in-process channels reach it.
-  builder.RegisterService(local->service.get());
-  builder.SetMaxReceiveMessageSize(-1);
-  builder.SetMaxSendMessageSize(-1);
-  local->server = builder.BuildAndStart();
-  if (local->server == nullptr) return absl::InternalError("cannot start the local service");
-  return local;
+InProcessService::InProcessService(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+InProcessService::~InProcessService() {
+  if (parts_ != nullptr && parts_->server != nullptr) parts_->server->Shutdown();
 }
 
-}  // namespace
+absl::StatusOr<std::unique_ptr<InProcessService>> InProcessService::Start(
+    const std::string& backend_name, server::ProfileRunner* profiles) {
+  auto parts = std::make_unique<Parts>();
+  ASSIGN_OR_RETURN(parts->backend, executor::MakeBackend(backend_name));
+  parts->scratch = std::make_unique<executor::BackendScratchModel>(parts->backend.get());
+  planner::PlanBackend plan_backend;
+  plan_backend.scratch = parts->scratch.get();
+  plan_backend.host_is_device_memory = parts->backend->host_is_device_memory();
+  parts->service =
+      std::make_unique<server::HeadroomService>(/*jobs=*/nullptr, plan_backend, profiles);
+  grpc::ServerBuilder builder;
+  // No listening port: only this process's in-process channels reach it.
+  builder.RegisterService(parts->service.get());
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  parts->server = builder.BuildAndStart();
+  if (parts->server == nullptr) return absl::InternalError("cannot start the local service");
+  return std::unique_ptr<InProcessService>(new InProcessService(std::move(parts)));
+}
+
+std::unique_ptr<proto::Headroom::StubInterface> InProcessService::NewStub() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return proto::Headroom::NewStub(parts_->server->InProcessChannel(args));
+}
 
 absl::StatusOr<std::unique_ptr<proto::Headroom::StubInterface>> ConnectInProcess(
     const std::string& backend) {
   static absl::Mutex mu(absl::kConstInit);
   // Never destroyed: stubs handed out may be used until the process exits.
   static auto* services ABSL_GUARDED_BY(mu) =
-      new std::map<std::string, std::unique_ptr<LocalService>>();
+      new std::map<std::string, std::unique_ptr<InProcessService>>();
   absl::MutexLock lock(&mu);
   auto it = services->find(backend);
   if (it == services->end()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<LocalService> local, StartLocalService(backend));
+    ASSIGN_OR_RETURN(std::unique_ptr<InProcessService> local, InProcessService::Start(backend));
     it = services->emplace(backend, std::move(local)).first;
   }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  return proto::Headroom::NewStub(it->second->server->InProcessChannel(args));
+  return it->second->NewStub();
 }
 
 }  // namespace headroom::clients

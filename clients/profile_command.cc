@@ -5,15 +5,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/command_flags.h"
+#include "clients/local_service.h"
 #include "clients/remote_commands.h"
 #include "clients/remote_text.h"
 #include "executor/backends.h"
 #include "graph/graph.h"
+#include "graph/model_source.h"
 #include "profiler/metrics.h"
 #include "profiler/metrics_sink.h"
 #include "profiler/profile_report.h"
 #include "runner/physical_trace.h"
 #include "runner/profile_run.h"
+#include "runner/trainer_options.h"
+#include "server/service.h"
 #include "util/file_io.h"
 #include "util/status_macros.h"
 #ifdef HEADROOM_HAVE_CUDA
@@ -32,31 +36,35 @@ struct RunMetrics {
   std::string device;
 };
 
-struct ProfileCommand {
-  ModelFlags model;
-  PlanFlags plan;
-  RunFlags run;
-  LocalPlanFlags local;
-  ServiceFlags service;
-  ProfileFiles files;
-  std::string metrics_path;
-  const CLI::App* app = nullptr;
+// Runs the local service's profiles in this process, which it owns for the run: the steps'
+// progress on stderr, --metrics, --sections and --profile, the kernel's high-water mark of
+// the process reset at the start, CUPTI's trace (started before any backend exists).
+class LocalProfiler : public server::ProfileRunner {
+ public:
+  LocalProfiler(const LocalPlanFlags& local, const std::string& metrics_path, bool quiet,
+                runner::PhysicalTrace* physical, const CommandIo& io)
+      : local_(local), metrics_path_(metrics_path), quiet_(quiet), physical_(physical), io_(io) {}
 
-  absl::Status Run(const CommandIo& io);
+  absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request) override;
 
  private:
-  absl::Status RunHere(const CommandIo& io);
-  absl::StatusOr<RunMetrics> StartMetrics(runner::ProfileRunOptions& options) const;
-  void ObserveSteps(const CommandIo& io, RunMetrics& metrics,
+  absl::StatusOr<RunMetrics> StartMetrics(const std::string& backend,
+                                          runner::ProfileRunOptions& options) const;
+  void ObserveSteps(const std::string& backend, int64_t steps, RunMetrics& metrics,
                     runner::ProfileRunOptions& options) const;
-  absl::Status WriteFiles(const runner::ProfileRun& run, const RunMetrics& metrics) const;
-  void Print(const proto::ProfileResponse& report, const CommandIo& io) const;
+
+  const LocalPlanFlags& local_;
+  const std::string metrics_path_;
+  const bool quiet_;
+  runner::PhysicalTrace* const physical_;
+  const CommandIo& io_;
 };
 
-absl::StatusOr<RunMetrics> ProfileCommand::StartMetrics(runner::ProfileRunOptions& options) const {
+absl::StatusOr<RunMetrics> LocalProfiler::StartMetrics(const std::string& backend,
+                                                       runner::ProfileRunOptions& options) const {
   RunMetrics m;
-  m.device = absl::StrCat(run.backend, ":0");
-  if (metrics_path.empty()) return m;
+  m.device = absl::StrCat(backend, ":0");
+  if (metrics_path_.empty()) return m;
   ASSIGN_OR_RETURN(m.metrics, profiler::Metrics::Create());
   m.sink = std::make_unique<profiler::MetricsSink>(m.metrics.get(), "profile", m.device, nullptr);
   options.also = m.sink.get();
@@ -68,11 +76,11 @@ absl::StatusOr<RunMetrics> ProfileCommand::StartMetrics(runner::ProfileRunOption
   return m;
 }
 
-void ProfileCommand::ObserveSteps(const CommandIo& io, RunMetrics& m,
-                                  runner::ProfileRunOptions& options) const {
-  const bool quiet = service.json;
-  const int64_t steps = run.steps;
-  const bool cuda = run.backend == "cuda";
+void LocalProfiler::ObserveSteps(const std::string& backend, int64_t steps, RunMetrics& m,
+                                 runner::ProfileRunOptions& options) const {
+  const bool quiet = quiet_;
+  const bool cuda = backend == "cuda";
+  const CommandIo& io = io_;
   options.on_step = [&io, &m, quiet, steps, cuda](int64_t s, const executor::StepResult& r) {
     uint64_t used_bytes = 0;
 #ifdef HEADROOM_HAVE_CUDA
@@ -97,56 +105,62 @@ void ProfileCommand::ObserveSteps(const CommandIo& io, RunMetrics& m,
   };
 }
 
-absl::Status ProfileCommand::WriteFiles(const runner::ProfileRun& profile,
-                                        const RunMetrics& m) const {
-  proto::ProfileResponse with_trace = profile.report;
-  with_trace.set_trace_json(profile.trace_json);
-  RETURN_IF_ERROR(WriteProfileFiles(with_trace, files));
-  if (m.metrics == nullptr) return absl::OkStatus();
-  absl::Status s = m.sink->status();
-  if (s.ok()) s = WriteFileContents(metrics_path, m.metrics->TextExposition(), "metrics");
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--metrics: ", s.message()));
-  return absl::OkStatus();
-}
-
-void ProfileCommand::Print(const proto::ProfileResponse& report, const CommandIo& io) const {
-  if (service.json) {
-    io.out << ProtoJson(report) << "\n";
-    return;
-  }
-  io.out << ProfileText(report, static_cast<int>(files.rows));
-  if (!files.trace_path.empty()) {
-    io.out << "\ntrace: " << files.trace_path << " (open in ui.perfetto.dev)\n";
-  }
-  if (!files.out_path.empty()) {
-    io.out << (files.trace_path.empty() ? "\n" : "") << "profile: " << files.out_path
-           << " (plan with it: headroom plan ... --profile " << files.out_path << ")\n";
-  }
-}
-
-absl::Status ProfileCommand::RunHere(const CommandIo& io) {
-  ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
-  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(model, /*with_values=*/false));
-  ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(loaded.graph));
-  RETURN_IF_ERROR(ResolveLocalPlan(g, local, options));
-  // On a GPU, CUPTI sees every physical allocation from before the backend exists.
-  runner::PhysicalTrace physical(run.backend);
-  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend(run.backend));
+absl::StatusOr<proto::ProfileResponse> LocalProfiler::Profile(
+    const proto::ProfileRequest& request) {
+  const std::string backend_name = request.backend();
+  ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(request.model()));
+  ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
+  ASSIGN_OR_RETURN(executor::TrainerOptions options,
+                   runner::TrainerOptionsOf(request.plan(), request.seed(), backend_name));
+  RETURN_IF_ERROR(ResolveLocalPlan(g, local_, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend(backend_name));
   runner::ProfileRunOptions run_options;
-  run_options.steps = run.steps;
-  run_options.backend = run.backend;
-  run_options.trace = !files.trace_path.empty();
+  run_options.steps = request.steps();
+  run_options.backend = backend_name;
+  run_options.trace = request.trace();
   run_options.reset_peak_resident = true;  // This run is the process's only one.
-  ASSIGN_OR_RETURN(RunMetrics metrics, StartMetrics(run_options));
-  ObserveSteps(io, metrics, run_options);
+  ASSIGN_OR_RETURN(RunMetrics metrics, StartMetrics(backend_name, run_options));
+  ObserveSteps(backend_name, run_options.steps, metrics, run_options);
   ASSIGN_OR_RETURN(runner::ProfileRun profile,
                    runner::RunProfile(g, backend.get(), options, run_options));
-  physical.Finish(profile.report);
-  RETURN_IF_ERROR(WriteFiles(profile, metrics));
-  Print(profile.report, io);
+  physical_->Finish(profile.report);
+  if (metrics.metrics != nullptr) {
+    absl::Status s = metrics.sink->status();
+    if (s.ok()) s = WriteFileContents(metrics_path_, metrics.metrics->TextExposition(), "metrics");
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--metrics: ", s.message()));
+  }
+  profile.report.set_trace_json(std::move(profile.trace_json));
+  return std::move(profile.report);
+}
+
+struct ProfileCommand {
+  ModelFlags model;
+  PlanFlags plan;
+  RunFlags run;
+  LocalPlanFlags local;
+  ServiceFlags service;
+  ProfileFiles files;
+  std::string metrics_path;
+  const CLI::App* app = nullptr;
+
+  absl::Status Run(const CommandIo& io);
+
+ private:
+  absl::Status RunHere(const proto::ProfileRequest& request, const CommandIo& io);
+};
+
+absl::Status ProfileCommand::RunHere(const proto::ProfileRequest& request, const CommandIo& io) {
+  // On a GPU, CUPTI sees every physical allocation from before any backend exists.
+  runner::PhysicalTrace physical(run.backend);
+  LocalProfiler profiler(local, metrics_path, service.json, &physical, io);
+  ASSIGN_OR_RETURN(std::unique_ptr<InProcessService> local_service,
+                   InProcessService::Start(run.backend, &profiler));
+  std::unique_ptr<proto::Headroom::StubInterface> stub = local_service->NewStub();
+  ASSIGN_OR_RETURN(proto::ProfileResponse report,
+                   AskProfile(*stub, request, /*address=*/"", files, service.json, io));
   // On the CPU backend the process's memory is the device's: bytes no plan holds beyond
   // the bound fail the profile, as the arena keeping to its plan would.
-  const proto::ProcessMemory& p = profile.report.process();
+  const proto::ProcessMemory& p = report.process();
   if (run.backend == "cpu" && !profiler::UnplannedWithinBound(p)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the process used ", p.unplanned_bytes(), " bytes that no plan holds, beyond the bound of ",
@@ -156,16 +170,23 @@ absl::Status ProfileCommand::RunHere(const CommandIo& io) {
 }
 
 absl::Status ProfileCommand::Run(const CommandIo& io) {
-  if (IsLocal(service)) return RunHere(io);
-  for (const char* flag : {"--metrics", "--sections", "--profile"}) {
-    if (app->count(flag) > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " applies to a profile run here, not with --server"));
+  const bool here = IsLocal(service);
+  if (!here) {
+    for (const char* flag : {"--metrics", "--sections", "--profile"}) {
+      if (app->count(flag) > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " applies to a profile run here, not with --server"));
+      }
     }
   }
-  RunFlags remote_run = run;
-  if (app->count("--backend") == 0) remote_run.backend = "";  // the daemon's
-  return RunRemoteProfile(model, plan, remote_run, service, files, io);
+  RunFlags asked = run;
+  if (!here && app->count("--backend") == 0) asked.backend = "";  // the daemon's
+  ASSIGN_OR_RETURN(proto::ProfileRequest request,
+                   ProfileRequestOf(model, plan, asked, !files.trace_path.empty()));
+  if (here) return RunHere(request, io);
+  ASSIGN_OR_RETURN(std::unique_ptr<proto::Headroom::StubInterface> stub,
+                   Connect(service, io, run.backend));
+  return AskProfile(*stub, request, AddressOf(service), files, service.json, io).status();
 }
 
 }  // namespace
@@ -194,7 +215,7 @@ Command AddProfileCommand(CLI::App& headroom, const CommandIo& io) {
       ->type_name("N")
       ->capture_default_str()
       ->check(AtLeast(0));
-  // With --server the daemon runs it; without, this process does.
+  // With --server the daemon runs it; without, this process's own service does.
   AddServiceFlags(*app, state->service, /*local_without_server=*/true);
   return {app, [state, &io] { return state->Run(io); }};
 }

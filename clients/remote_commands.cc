@@ -25,13 +25,15 @@ using proto::Headroom;
 // WatchJob has no deadline: a job may train for days.
 constexpr std::chrono::seconds kLongCallTimeout = std::chrono::minutes(10);
 constexpr std::chrono::seconds kShortCallTimeout{30};
+constexpr std::chrono::seconds kNoTimeout{0};
 
 // Rows of the tables at a peak (largest live tensors, slowest nodes) by default.
 constexpr int64_t kDefaultRows = 12;
 
 double NowUnixSeconds() { return absl::ToUnixMicros(absl::Now()) * 1e-6; }
 
-// Returns the answer of a unary call of `method` on `stub`, or the failed call's status.
+// Returns the answer of a unary call of `method` on `stub` within `timeout` (0: none), or the
+// failed call's status.
 template <typename Request, typename Response>
 absl::StatusOr<Response> Call(Headroom::StubInterface& stub,
                               grpc::Status (Headroom::StubInterface::*method)(grpc::ClientContext*,
@@ -40,7 +42,8 @@ absl::StatusOr<Response> Call(Headroom::StubInterface& stub,
                               const Request& request, std::chrono::seconds timeout,
                               const std::string& address) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  // The service in this process answers without a deadline: the work is the command's own.
+  if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);
   Response response;
   grpc::Status status = (stub.*method)(&context, request, &response);
   if (!status.ok()) return FromRpc(status, address);
@@ -187,9 +190,10 @@ struct PlanCommand {
     }
     ASSIGN_OR_RETURN(proto::PlanRequest request, Request());
     RETURN_IF_ERROR(remote.Connect(io, backend.empty() ? "cpu" : backend));
-    ASSIGN_OR_RETURN(proto::PlanResponse response,
-                     Call(*remote.stub, &Headroom::StubInterface::Plan, request, kLongCallTimeout,
-                          remote.address()));
+    ASSIGN_OR_RETURN(
+        proto::PlanResponse response,
+        Call(*remote.stub, &Headroom::StubInterface::Plan, request,
+             IsLocal(remote.service) ? kNoTimeout : kLongCallTimeout, remote.address()));
     io.out << (remote.service.json ? ProtoJson(response) + "\n" : PlanText(response));
     return absl::OkStatus();
   }
@@ -453,7 +457,10 @@ Command AddProfilesCommand(CLI::App& headroom, const CommandIo& io) {
 
 absl::Status WriteProfileFiles(const proto::ProfileResponse& profile, const ProfileFiles& files) {
   if (!files.out_path.empty()) {
-    absl::Status s = WriteFileContents(files.out_path, ProtoJson(profile, true) + "\n", "profile");
+    // The profile without its trace (--trace writes that): what `plan --profile` reads.
+    proto::ProfileResponse kept = profile;
+    kept.clear_trace_json();
+    absl::Status s = WriteFileContents(files.out_path, ProtoJson(kept, true) + "\n", "profile");
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--out: ", s.message()));
   }
   if (!files.trace_path.empty()) {
@@ -463,26 +470,42 @@ absl::Status WriteProfileFiles(const proto::ProfileResponse& profile, const Prof
   return absl::OkStatus();
 }
 
-absl::Status RunRemoteProfile(const ModelFlags& model, const PlanFlags& plan, const RunFlags& run,
-                              const ServiceFlags& service, const ProfileFiles& files,
-                              const CommandIo& io) {
+absl::StatusOr<proto::ProfileRequest> ProfileRequestOf(const ModelFlags& model,
+                                                       const PlanFlags& plan, const RunFlags& run,
+                                                       bool trace) {
   proto::ProfileRequest request;
   ASSIGN_OR_RETURN(*request.mutable_plan(), PlanOptionsOf(plan));
   request.set_steps(static_cast<uint32_t>(std::min<int64_t>(run.steps, UINT32_MAX)));
   request.set_seed(static_cast<uint64_t>(run.seed));
   request.set_backend(run.backend);
-  request.set_trace(!files.trace_path.empty());
+  request.set_trace(trace);
   ASSIGN_OR_RETURN(*request.mutable_model(), ModelSourceOf(model));
-  Remote remote{service, nullptr};
-  RETURN_IF_ERROR(remote.Connect(io));
+  return request;
+}
+
+absl::StatusOr<proto::ProfileResponse> AskProfile(Headroom::StubInterface& stub,
+                                                  const proto::ProfileRequest& request,
+                                                  const std::string& address,
+                                                  const ProfileFiles& files, bool json,
+                                                  const CommandIo& io) {
+  const bool local = address.empty();
   ASSIGN_OR_RETURN(proto::ProfileResponse response,
-                   Call(*remote.stub, &Headroom::StubInterface::Profile, request, kLongCallTimeout,
-                        remote.address()));
+                   Call(stub, &Headroom::StubInterface::Profile, request,
+                        local ? kNoTimeout : kLongCallTimeout, local ? "this process" : address));
   RETURN_IF_ERROR(WriteProfileFiles(response, files));
-  io.out << (service.json ? ProtoJson(response) + "\n"
-                          : ProfileText(response, static_cast<int>(files.rows)));
-  if (!service.json && !files.out_path.empty()) io.out << "\nprofile: " << files.out_path << "\n";
-  return absl::OkStatus();
+  if (json) {
+    io.out << ProtoJson(response) << "\n";
+    return response;
+  }
+  io.out << ProfileText(response, static_cast<int>(files.rows));
+  if (!files.trace_path.empty()) {
+    io.out << "\ntrace: " << files.trace_path << " (open in ui.perfetto.dev)\n";
+  }
+  if (!files.out_path.empty()) {
+    io.out << (files.trace_path.empty() ? "\n" : "") << "profile: " << files.out_path
+           << " (plan with it: headroom plan ... --profile " << files.out_path << ")\n";
+  }
+  return response;
 }
 
 }  // namespace headroom::clients

@@ -61,11 +61,19 @@ struct ProfileFiles {
 // Writes the profile (and its trace) where --out and --trace ask.
 absl::Status WriteProfileFiles(const proto::ProfileResponse& profile, const ProfileFiles& files);
 
-// `headroom profile --server ADDR`: the Profile rpc with the model, plan and run flags the
-// profile command parsed; writes --out and --trace and prints the profile.
-absl::Status RunRemoteProfile(const ModelFlags& model, const PlanFlags& plan, const RunFlags& run,
-                              const ServiceFlags& service, const ProfileFiles& files,
-                              const CommandIo& io);
+// Returns the Profile request of the model, plan and run flags (`trace`: with the trace).
+absl::StatusOr<proto::ProfileRequest> ProfileRequestOf(const ModelFlags& model,
+                                                       const PlanFlags& plan, const RunFlags& run,
+                                                       bool trace);
+
+// Calls Profile on `stub` (headroomd's at `address`, or the local service when `address` is
+// empty: then without a deadline), writes --out and --trace and prints the profile;
+// returns it.
+absl::StatusOr<proto::ProfileResponse> AskProfile(proto::Headroom::StubInterface& stub,
+                                                  const proto::ProfileRequest& request,
+                                                  const std::string& address,
+                                                  const ProfileFiles& files, bool json,
+                                                  const CommandIo& io);
 
 }  // namespace headroom::clients
 

@@ -69,6 +69,7 @@ grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanReques
 
 grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,
                                       proto::ProfileResponse* response) {
+  if (profiles_ != nullptr) return Answer(profiles_->Profile(*request), response);
   return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
 }
 

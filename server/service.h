@@ -1,9 +1,11 @@
 // headroomd's gRPC service: each handler checks nothing itself and calls the library (the
 // planner for Plan, the JobManager for the rest), converting absl::Status to grpc::Status in
-// one place. The same service answers the `headroom` commands given no --server, in their
-// own process (clients/local_service.h): there it has no JobManager, and the calls that
-// need one answer FAILED_PRECONDITION. Borrows the JobManager (may be null) and the plan
-// backend's scratch model, which must outlive it. Thread-safe (the manager is).
+// one place. The same service answers `headroom plan` and `headroom profile` given no
+// --server, in their own process (clients/local_service.h): there it has no JobManager (its
+// profiles run on a ProfileRunner), and the calls that need one answer FAILED_PRECONDITION.
+// Borrows the JobManager and the ProfileRunner (either may be null) and the plan backend's
+// scratch model, which must outlive it. Thread-safe (the manager is; a ProfileRunner is
+// called from the RPC thread).
 #ifndef HEADROOM_SERVER_SERVICE_H_
 #define HEADROOM_SERVER_SERVICE_H_
 
@@ -18,11 +20,22 @@ namespace headroom::server {
 // Returns the gRPC status of `status`: the same code (absl's codes are gRPC's) and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// Runs the profiles of a service that has no job manager: `headroom profile` in its own
+// process, which owns the whole process for the run.
+class ProfileRunner {
+ public:
+  virtual ~ProfileRunner() = default;
+  // Returns the profile `request` asks for, or the error of planning or running it.
+  virtual absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request) = 0;
+};
+
 class HeadroomService final : public proto::Headroom::Service {
  public:
-  // Plans for `plan_backend`; runs jobs and profiles on `jobs` (none: those calls fail).
-  HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend)
-      : jobs_(jobs), plan_backend_(plan_backend) {}
+  // Plans for `plan_backend`; runs jobs and profiles on `jobs`, or profiles on `profiles`
+  // where it is given (none of either: those calls fail).
+  HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend,
+                  ProfileRunner* profiles = nullptr)
+      : jobs_(jobs), plan_backend_(plan_backend), profiles_(profiles) {}
 
   grpc::Status Plan(grpc::ServerContext* context, const proto::PlanRequest* request,
                     proto::PlanResponse* response) override;
@@ -49,6 +62,7 @@ class HeadroomService final : public proto::Headroom::Service {
 
   JobManager* const jobs_;
   const planner::PlanBackend plan_backend_;
+  ProfileRunner* const profiles_;
 };
 
 }  // namespace headroom::server
