@@ -200,7 +200,15 @@ class _Converter:
         self._env = {}                # fx node -> Headroom tensor name.
         self._poisoned = set()        # fx nodes downstream of an unsupported op.
         self._unsupported = collections.Counter()
-        self._module_handlers = [
+        self._module_handlers = self._make_module_handlers()
+        self._function_handlers = self._make_function_handlers()
+        self._method_handlers = self._make_method_handlers()
+
+    # -- The handlers, by what the fx node calls --
+
+    def _make_module_handlers(self):
+        """(module types, handler(node, module)) pairs for call_module nodes."""
+        return [
             (nn.Conv2d, self._conv2d),
             ((nn.BatchNorm1d, nn.BatchNorm2d), self._batch_norm),
             (nn.Linear, self._linear),
@@ -221,7 +229,10 @@ class _Converter:
             (nn.Embedding, self._embedding),
             (nn.Identity, lambda n, m: self._alias(n)),
         ]
-        self._function_handlers = {
+
+    def _make_function_handlers(self):
+        """handler(node) by the function a call_function node calls."""
+        return {
             F.relu: lambda n: self._unary(n, "ReLU"),
             torch.relu: lambda n: self._unary(n, "ReLU"),
             F.relu6: lambda n: self._unary(n, "ReLU6"),
@@ -250,7 +261,10 @@ class _Converter:
             torch.permute: lambda n: self._permute(n, self._arg(n, 1, "dims")),
             torch.transpose: lambda n: self._transpose(n),
         }
-        self._method_handlers = {
+
+    def _make_method_handlers(self):
+        """handler(node) by the tensor method a call_method node calls."""
+        return {
             "relu": lambda n: self._unary(n, "ReLU"),
             "relu_": lambda n: self._unary(n, "ReLU"),
             "sigmoid": lambda n: self._unary(n, "Sigmoid"),
