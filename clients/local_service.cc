@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "executor/backend_scratch.h"
 #include "executor/backends.h"
+#include "runner/trainer_options.h"
 #include "util/status_macros.h"
 
 namespace headroom::clients {
@@ -35,6 +36,7 @@ absl::StatusOr<std::unique_ptr<InProcessService>> InProcessService::Start(
   planner::PlanBackend plan_backend;
   plan_backend.scratch = parts->scratch.get();
   plan_backend.host_is_device_memory = parts->backend->host_is_device_memory();
+  plan_backend.device_preset = runner::DefaultDevicePreset(backend_name);
   parts->service =
       std::make_unique<server::HeadroomService>(/*jobs=*/nullptr, plan_backend, profiles);
   grpc::ServerBuilder builder;

@@ -153,7 +153,9 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                    TrainingGraph::Build(forward, planner_options.training));
   std::unique_ptr<CostModel> roofline;
   if (cost == nullptr) {
-    ASSIGN_OR_RETURN(DeviceSpec device, DeviceSpecFromProto(options.device()));
+    proto::DeviceModel model = options.device();
+    if (model.preset().empty()) model.set_preset(backend.device_preset);
+    ASSIGN_OR_RETURN(DeviceSpec device, DeviceSpecFromProto(model));
     roofline = std::make_unique<RooflineCostModel>(forward, device);
     cost = roofline.get();
   }

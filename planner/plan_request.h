@@ -5,6 +5,7 @@
 #define HEADROOM_PLANNER_PLAN_REQUEST_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "graph/graph.h"
@@ -39,6 +40,9 @@ struct PlanBackend {
   // Whether its host memory is its device memory (the CPU backend): then a budget holds the
   // host pool too, unless PlanOptions.host_memory says otherwise. Default false.
   bool host_is_device_memory = false;
+  // The cost-model preset a request that names no device is planned for, as the trainer on
+  // this backend chooses its plan (runner::DefaultDevicePreset). Default "cpu".
+  std::string device_preset = "cpu";
 };
 
 // Times come from `cost` when given (it must describe `forward`), else from the roofline of

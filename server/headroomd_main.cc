@@ -32,6 +32,7 @@
 #include "prometheus/exposer.h"
 #include "profiler/metrics.h"
 #include "runner/profile_run.h"
+#include "runner/trainer_options.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/service.h"
@@ -262,6 +263,7 @@ int Run(const DaemonFlags& f) {
   const executor::BackendScratchModel scratch(scratch_backend->get());
   options.plan_backend.scratch = &scratch;
   options.plan_backend.host_is_device_memory = (*scratch_backend)->host_is_device_memory();
+  options.plan_backend.device_preset = runner::DefaultDevicePreset(f.backend);
   if (absl::Status s = SetDeviceCosts(f, options); !s.ok()) {
     return std::cerr << "headroomd: " << s.message() << "\n", 1;
   }

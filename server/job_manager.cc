@@ -344,10 +344,6 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
                                                          uint64_t* budget_bytes) const {
   ASSIGN_OR_RETURN(graph::Graph g, GraphOf(spec.model()));
   proto::PlanOptions options = spec.plan();
-  // The device the trainer will choose its plan for (runner::TrainerOptionsOf).
-  if (options.device().preset().empty()) {
-    options.mutable_device()->set_preset(runner::DefaultDevicePreset(options_.backend));
-  }
   const uint64_t fixed_cost = fixed_cost_bytes_;
   // Without a budget, the plan gets the device's memory less the fixed cost.
   const uint64_t usable = options_.device_memory_bytes -
