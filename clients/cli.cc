@@ -67,8 +67,11 @@ int RunHeadroom(const std::vector<std::string>& args, const CommandIo& given_io)
       "memory budget; talks to headroomd (./headroom serve) with --server.",
       "headroom");
   headroom.require_subcommand(1);
-  headroom.fallthrough(false);
   const std::vector<Command> commands = AddCommands(headroom, io);
+  if (args.empty()) {
+    io.err << headroom.help();
+    return kExitUsage;
+  }
   // CLI11 takes the words last first.
   std::vector<std::string> words(args.rbegin(), args.rend());
   try {
@@ -93,8 +96,7 @@ int RunHeadroom(const std::vector<std::string>& args, const CommandIo& given_io)
     }
     return ExitCodeOf(status);
   }
-  io.err << headroom.help();
-  return kExitUsage;
+  return kExitUsage;  // require_subcommand(1): CLI11 refuses words that name no command
 }
 
 }  // namespace headroom::clients
