@@ -15,9 +15,10 @@ LAYERS = [
     "clients",
 ]
 
-# Folders outside the stack that may use any layer: end-to-end tests, scripts and their
-# tests, dashboards.
+# Folders outside the stack that may use any layer: fuzzers, end-to-end tests, scripts and
+# their tests, dashboards.
 _USERS = [
+    "//fuzz:__subpackages__",
     "//tests:__subpackages__",
     "//tools:__subpackages__",
     "//dashboards:__subpackages__",

@@ -37,8 +37,9 @@ std::string AcceptedAttrs(const OpSchema& op) {
 absl::StatusOr<Attrs> ResolveAttrs(const proto::NodeDef& node, const OpSchema& op) {
   std::map<std::string, proto::AttrValue> values;
   for (const auto& [name, value] : node.attrs()) {
+    const std::string& attr = name;  // a structured binding cannot be captured before C++20
     auto spec = std::find_if(op.attrs.begin(), op.attrs.end(),
-                             [&](const AttrSpec& s) { return s.name == name; });
+                             [&](const AttrSpec& s) { return s.name == attr; });
     if (spec == op.attrs.end()) {
       return InvalidArgumentError(StrCat(NodeLabel(node), ": unknown attribute '", name, "' (",
                                          AcceptedAttrs(op), ")"));

@@ -80,6 +80,7 @@ class Importer {
                                                  : "onnx");
     RETURN_IF_ERROR(ReadOpset());
     RETURN_IF_ERROR(CheckOps());
+    RETURN_IF_ERROR(CheckArity());
     RETURN_IF_ERROR(ReadInitializers());
     RETURN_IF_ERROR(DeclareInputs());
     RETURN_IF_ERROR(ImportNodes());
@@ -133,12 +134,49 @@ class Importer {
                                        " nodes): ", absl::StrJoin(parts, ", ")));
   }
 
+  // Every node has the inputs its op cannot do without (ONNX's operator schemas, opsets 13
+  // to 17) and an output, so no converter or pattern reads past a node's lists.
+  absl::Status CheckArity() const {
+    static const auto* required = new absl::flat_hash_map<std::string, int>{
+        {"Add", 2},  {"BatchNormalization", 5}, {"Constant", 0}, {"Conv", 2},
+        {"Div", 2},  {"Equal", 2},  {"Expand", 2},  {"Gather", 2},  {"Gemm", 2},
+        {"Greater", 2}, {"LayerNormalization", 2}, {"Less", 2}, {"MatMul", 2}, {"Mul", 2},
+        {"Pad", 2},  {"Pow", 2},  {"Range", 3},  {"Reshape", 2}, {"Slice", 3}, {"Sub", 2},
+        {"Where", 3},
+    };
+    for (const onnx::NodeProto& node : graph_.node()) {
+      auto it = required->find(node.op_type());
+      const int inputs = it == required->end() ? 1 : it->second;
+      if (node.input_size() < inputs || node.output_size() < 1 || node.output(0).empty()) {
+        return InvalidArgumentError(StrCat(
+            "ONNX node '", node.name(), "' (", node.op_type(), ") has ", node.input_size(),
+            " input(s) and ", node.output_size(), " output(s); the op needs at least ", inputs,
+            " input(s) and a named output"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Returns the elements of an initializer's shape; InvalidArgument for a negative dimension
+  // or more than 2^48 elements (checked before each product, so none wraps).
+  static absl::StatusOr<int64_t> ElementCount(const onnx::TensorProto& init) {
+    constexpr int64_t kMaxElements = int64_t{1} << 48;
+    int64_t n = 1;
+    for (int64_t d : init.dims()) {
+      if (d < 0 || (d > 0 && n > kMaxElements / d)) {
+        return InvalidArgumentError(StrCat("ONNX initializer '", init.name(), "': dimension ", d,
+                                           " is negative or makes more than 2^48 elements"));
+      }
+      n *= d;
+    }
+    return n;
+  }
+
   absl::Status ReadInitializers() {
     for (const onnx::TensorProto& init : graph_.initializer()) {
       // Float initializers of more than one element are weights; read their bytes only when
       // the caller keeps values.
-      int64_t n = 1;
-      for (int64_t d : init.dims()) n *= d;
+      ASSIGN_OR_RETURN(const int64_t n, ElementCount(init));
       const bool floating = init.data_type() == onnx::TensorProto::FLOAT ||
                             init.data_type() == onnx::TensorProto::FLOAT16 ||
                             init.data_type() == onnx::TensorProto::BFLOAT16 ||
@@ -539,12 +577,25 @@ class Importer {
     return absl::OkStatus();
   }
 
+  // Returns the ints attribute `name` of `n` (`fallback` when absent); an error naming the
+  // node when it does not hold `length` values.
+  absl::StatusOr<std::vector<int64_t>> IntsOfLength(const onnx::NodeProto& n,
+                                                    const std::string& name, size_t length,
+                                                    std::vector<int64_t> fallback) const {
+    std::vector<int64_t> values = OnnxIntsAttr(n, name, std::move(fallback));
+    if (values.size() != length) {
+      return Fail(n, StrCat("attribute '", name, "' holds ", values.size(), " value(s), not ",
+                            length, " (2-D windows only)"));
+    }
+    return values;
+  }
+
   absl::Status Conv(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
     if (x->shape.size() != 4) {
       return Fail(n, StrCat("input ", ShapeString(x->shape), ": Headroom has 2-D convolutions only"));
     }
-    std::vector<int64_t> pads = OnnxIntsAttr(n, "pads", {0, 0, 0, 0});
+    ASSIGN_OR_RETURN(std::vector<int64_t> pads, IntsOfLength(n, "pads", 4, {0, 0, 0, 0}));
     std::string input;
     if (!x->padded.empty()) {  // a zero Pad before it joins its padding
       input = x->padded;
@@ -554,8 +605,10 @@ class Importer {
     }
     ASSIGN_OR_RETURN(std::string w, Tensor(n.input(1)));
     const Shape& ws = shapes_.at(w).first;
-    const std::vector<int64_t> strides = OnnxIntsAttr(n, "strides", {1, 1});
-    const std::vector<int64_t> dilations = OnnxIntsAttr(n, "dilations", {1, 1});
+    if (ws.size() != 4) return Fail(n, StrCat("weight ", ShapeString(ws), ": needs 4 dims"));
+    ASSIGN_OR_RETURN(const std::vector<int64_t> strides, IntsOfLength(n, "strides", 2, {1, 1}));
+    ASSIGN_OR_RETURN(const std::vector<int64_t> dilations,
+                     IntsOfLength(n, "dilations", 2, {1, 1}));
     RETURN_IF_ERROR(AutoPad(n, shapes_.at(input).first, {ws[2], ws[3]}, strides, dilations, pads));
     std::vector<std::string> inputs = {input, w};
     if (n.input_size() > 2 && !n.input(2).empty()) {
@@ -799,7 +852,7 @@ class Importer {
     if (dilations != std::vector<int64_t>{1, 1}) return Fail(n, "dilated pooling");
     if (OnnxIntAttr(n, "storage_order", 0) != 0) return Fail(n, "column-major storage_order");
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
-    std::vector<int64_t> pads = OnnxIntsAttr(n, "pads", {0, 0, 0, 0});
+    ASSIGN_OR_RETURN(std::vector<int64_t> pads, IntsOfLength(n, "pads", 4, {0, 0, 0, 0}));
     bool count_include_pad = OnnxIntAttr(n, "count_include_pad", 0) != 0;
     std::string input;
     if (!x->padded.empty() && op == "AvgPool") {
@@ -813,7 +866,7 @@ class Importer {
     } else {
       ASSIGN_OR_RETURN(input, Tensor(n.input(0)));
     }
-    std::vector<int64_t> strides = OnnxIntsAttr(n, "strides", {1, 1});
+    ASSIGN_OR_RETURN(std::vector<int64_t> strides, IntsOfLength(n, "strides", 2, {1, 1}));
     RETURN_IF_ERROR(AutoPad(n, shapes_.at(input).first, kernel, strides, dilations, pads));
     AttrList attrs = {{"kernel_size", IntsAttr(kernel)}, {"stride", IntsAttr(strides)},
                       {"padding", IntsAttr(pads)},
