@@ -36,6 +36,7 @@
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/service.h"
+#include "server/state_lock.h"
 #include "util/byte_size.h"
 #include "util/openmp_wait.h"
 #include "util/status_macros.h"
@@ -241,10 +242,27 @@ void ServeUntilSignal(const DaemonFlags& f, grpc::Server& server, JobManager& jo
   sampler.join();
 }
 
+// The state directory, held by this daemon alone, and its store.
+struct OpenedState {
+  std::unique_ptr<StateLock> lock;
+  std::unique_ptr<JobStore> store;
+};
+
+// Returns the state of --state: its lock taken first (a second daemon on the same directory
+// would train the same jobs), then the store opened. The error names the lock file and its
+// holder's pid, or the store's error.
+absl::StatusOr<OpenedState> OpenState(const DaemonFlags& f) {
+  OpenedState state;
+  ASSIGN_OR_RETURN(state.lock, StateLock::Acquire(f.state));
+  ASSIGN_OR_RETURN(state.store, JobStore::Open(f.state));
+  return state;
+}
+
 int Run(const DaemonFlags& f) {
-  // 1. The store, the metrics and the jobs (stored ones resume now).
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(f.state);
-  if (!store.ok()) return std::cerr << "headroomd: " << store.status().message() << "\n", 1;
+  // 1. The state (locked), the metrics and the jobs (stored ones resume now).
+  absl::StatusOr<OpenedState> state = OpenState(f);
+  if (!state.ok()) return std::cerr << "headroomd: " << state.status().message() << "\n", 1;
+  JobStore& store = *state->store;
   absl::StatusOr<std::unique_ptr<profiler::Metrics>> metrics = profiler::Metrics::Create();
   if (!metrics.ok()) return std::cerr << "headroomd: " << metrics.status().message() << "\n", 1;
   JobManagerOptions options;
@@ -268,7 +286,7 @@ int Run(const DaemonFlags& f) {
     return std::cerr << "headroomd: " << s.message() << "\n", 1;
   }
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
-      JobManager::Create(store->get(), metrics->get(), options);
+      JobManager::Create(&store, metrics->get(), options);
   if (!jobs.ok()) return std::cerr << "headroomd: " << jobs.status().message() << "\n", 1;
 
   // 2. The metrics endpoint.
@@ -303,7 +321,7 @@ int Run(const DaemonFlags& f) {
                    graph::HumanBytes((*jobs)->fixed_cost_bytes()),
                    f.fixed_cost_bytes.has_value() ? "given" : "measured",
                    metrics_address == "off" ? std::string("off") : "at http://" + metrics_address + "/metrics",
-                   (*store)->path())
+                   store.path())
             << std::flush;
   if (!f.ready_file.empty()) {
     std::ofstream(f.ready_file) << "grpc=" << address << "\nmetrics=" << metrics_address << "\n";

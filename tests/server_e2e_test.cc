@@ -83,10 +83,9 @@ std::string TmpDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
-// Returns a daemon on `state` (a directory of TEST_TMPDIR) with `flags`; fails the test if
-// it does not start.
-std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
-                                           std::vector<std::string> flags = {}) {
+// Returns the options of a daemon on `state` (a directory of TEST_TMPDIR) with `flags`, its
+// log a fresh file of TEST_TMPDIR.
+server::DaemonOptions OptionsFor(const std::string& state, std::vector<std::string> flags) {
   static int started = 0;
   server::DaemonOptions options;
   options.binary = absl::StrCat(std::getenv("TEST_SRCDIR"), "/headroom/server/headroomd");
@@ -94,9 +93,26 @@ std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
   options.log_path = absl::StrCat(TmpDir(), "/headroomd-", ++started, ".log");
   options.flags = std::move(flags);
   options.env = {"OMP_NUM_THREADS=1"};
-  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  return options;
+}
+
+// Returns a daemon on `state` (a directory of TEST_TMPDIR) with `flags`; fails the test if
+// it does not start.
+std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
+                                           std::vector<std::string> flags = {}) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
+      DaemonProcess::Start(OptionsFor(state, std::move(flags)));
   EXPECT_TRUE(daemon.ok()) << daemon.status();
   return daemon.ok() ? *std::move(daemon) : nullptr;
+}
+
+// Returns how a daemon with `options` that must refuse to start ended; fails the test if it
+// served or did not exit.
+server::DaemonExit RunToRefusal(server::DaemonOptions options) {
+  options.start_timeout = absl::Seconds(30);
+  absl::StatusOr<server::DaemonExit> exit = DaemonProcess::RunToExit(std::move(options));
+  EXPECT_TRUE(exit.ok()) << exit.status();
+  return exit.value_or(server::DaemonExit{});
 }
 
 // Closes the test's channel, then stops the daemon with SIGTERM; fails the test unless it
@@ -666,6 +682,35 @@ TEST(ServerE2ETest, SigtermCheckpointsTheRunningJobAndItResumesAtTheNextStart) {
   EXPECT_LT(info.resumed_from_step(), kSteps);
   EXPECT_EQ(info.step(), kSteps);
   Stop(daemon, stub);
+}
+
+}  // namespace
+}  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// Returns true when the daemon answers ListJobs.
+bool Serves(const DaemonProcess& daemon) {
+  std::unique_ptr<proto::Headroom::Stub> stub = daemon.NewStub();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  proto::ListJobsRequest request;
+  proto::ListJobsResponse response;
+  return stub->ListJobs(&context, request, &response).ok();
+}
+
+TEST(ServerStartupTest, ASecondDaemonOnTheSameStateExitsNamingTheLockAndItsHolder) {
+  std::unique_ptr<DaemonProcess> first = StartDaemon("one-state", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(first, nullptr);
+  const server::DaemonExit second =
+      RunToRefusal(OptionsFor("one-state", {"--fixed-cost", "1MiB"}));
+  EXPECT_EQ(second.exit_code, 1) << second.log;
+  EXPECT_THAT(second.log, HasSubstr(absl::StrCat(TmpDir(), "/one-state/headroomd.lock")));
+  EXPECT_THAT(second.log, HasSubstr(absl::StrCat("pid ", first->pid())));
+  EXPECT_TRUE(Serves(*first)) << first->LogTail();
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(first, no_stub);
 }
 
 }  // namespace
