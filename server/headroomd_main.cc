@@ -35,6 +35,7 @@
 #include "runner/trainer_options.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
+#include "server/listen_address.h"
 #include "server/service.h"
 #include "server/state_lock.h"
 #include "util/byte_size.h"
@@ -62,6 +63,9 @@ struct DaemonFlags {
   std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
   std::string ready_file;
+  // Startup and state: --listen parsed by CheckListenFlag(); --insecure.
+  ListenAddress listen_address;
+  bool insecure = false;
 };
 
 // Declares headroomd's flags, each with its help and default, on `app`.
@@ -97,6 +101,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("SIZE");
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
       ->type_name("FILE");
+  app.add_flag("--insecure", f.insecure,
+               "allow a --listen address beyond loopback without TLS (anyone who reaches "
+               "the port can submit jobs)");
 }
 
 // Resolves what the flags leave to be computed: byte sizes, the state directory's default.
@@ -116,6 +123,19 @@ absl::Status ResolveFlags(DaemonFlags& f) {
   }
   if (!f.max_message.empty()) {
     ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
+  }
+  return absl::OkStatus();
+}
+
+// Parses --listen into f.listen_address. InvalidArgument for a malformed address, or for
+// one beyond loopback without --insecure (the daemon has no TLS or authentication yet).
+absl::Status CheckListenFlag(DaemonFlags& f) {
+  ASSIGN_OR_RETURN(f.listen_address, ParseListenAddress(f.listen));
+  if (!f.listen_address.loopback && !f.insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", f.listen, ": not a loopback address; headroomd has no TLS or "
+        "authentication, so anyone who reaches it could run jobs: give --insecure to "
+        "listen there anyway"));
   }
   return absl::OkStatus();
 }
@@ -242,6 +262,33 @@ void ServeUntilSignal(const DaemonFlags& f, grpc::Server& server, JobManager& jo
   sampler.join();
 }
 
+// Returns the gRPC server serving `service` on f.listen_address and sets `address` to the
+// address it serves on. The port is bound exclusively (gRPC's default SO_REUSEPORT would let
+// a second daemon share it). Unavailable naming the address when it cannot bind.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const DaemonFlags& f,
+                                                             HeadroomService& service,
+                                                             std::string& address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<uint64_t>(f.max_message_bytes, INT32_MAX)));
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  grpc::ResourceQuota quota("headroomd");
+  quota.SetMaxThreads(256);
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "--listen ", f.listen, ": cannot listen there (in use by another process, or not "
+        "an address of this host)"));
+  }
+  address = f.listen_address.Bound(port);
+  return server;
+}
+
 // The state directory, held by this daemon alone, and its store.
 struct OpenedState {
   std::unique_ptr<StateLock> lock;
@@ -297,21 +344,9 @@ int Run(const DaemonFlags& f) {
 
   // 3. The gRPC server.
   HeadroomService service(jobs->get(), (*jobs)->plan_backend());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<uint64_t>(f.max_message_bytes, INT32_MAX)));
-  builder.SetMaxSendMessageSize(INT32_MAX);
-  grpc::ResourceQuota quota("headroomd");
-  quota.SetMaxThreads(256);
-  builder.SetResourceQuota(quota);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::cerr << "headroomd: --listen " << f.listen << ": cannot listen there\n";
-    return 1;
-  }
-  const std::string address = absl::StrCat(f.listen.substr(0, f.listen.rfind(':')), ":", port);
+  std::string address;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, service, address);
+  if (!server.ok()) return std::cerr << "headroomd: " << server.status().message() << "\n", 1;
   std::cout << absl::StrFormat(
                    "headroomd: serving on %s (%s, device memory %s, fixed cost %s %s), "
                    "metrics %s, state in %s\n",
@@ -328,7 +363,7 @@ int Run(const DaemonFlags& f) {
   }
 
   // 4. Until a signal stops everything.
-  ServeUntilSignal(f, *server, **jobs, **metrics);
+  ServeUntilSignal(f, **server, **jobs, **metrics);
   std::cout << "headroomd: stopped\n";
   return 0;
 }
@@ -358,6 +393,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::Status s = headroom::server::ResolveFlags(flags); !s.ok()) {
+    std::cerr << "headroomd: " << s.message() << "\nsee 'headroomd --help'\n";
+    return 2;
+  }
+  if (absl::Status s = headroom::server::CheckListenFlag(flags); !s.ok()) {
     std::cerr << "headroomd: " << s.message() << "\nsee 'headroomd --help'\n";
     return 2;
   }

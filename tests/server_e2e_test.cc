@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -711,6 +712,61 @@ TEST(ServerStartupTest, ASecondDaemonOnTheSameStateExitsNamingTheLockAndItsHolde
   EXPECT_TRUE(Serves(*first)) << first->LogTail();
   std::unique_ptr<proto::Headroom::Stub> no_stub;
   Stop(first, no_stub);
+}
+
+
+TEST(ServerStartupTest, ASecondDaemonOnTheSamePortExitsNamingTheAddress) {
+  std::unique_ptr<DaemonProcess> first = StartDaemon("port-a", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(first, nullptr);
+  server::DaemonOptions options = OptionsFor("port-b", {"--fixed-cost", "1MiB"});
+  options.listen = first->address();
+  const server::DaemonExit second = RunToRefusal(options);
+  EXPECT_EQ(second.exit_code, 1) << second.log;
+  EXPECT_THAT(second.log, HasSubstr(absl::StrCat("--listen ", first->address(),
+                                                 ": cannot listen there")));
+  EXPECT_TRUE(Serves(*first)) << first->LogTail();
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(first, no_stub);
+}
+
+TEST(ServerStartupTest, APortOver65535IsRefusedAndAUnixSocketIsReportedByItsPath) {
+  server::DaemonOptions options = OptionsFor("listen-bad", {"--fixed-cost", "1MiB"});
+  options.listen = "127.0.0.1:99999";
+  const server::DaemonExit bad = RunToRefusal(options);
+  EXPECT_EQ(bad.exit_code, 2) << bad.log;
+  EXPECT_THAT(bad.log, HasSubstr("--listen '127.0.0.1:99999': port '99999' is not a number"));
+
+  // A short directory: a unix socket's path holds at most 107 bytes.
+  char dir[] = "/tmp/headroomd-e2e-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/grpc.sock");
+  options = OptionsFor("listen-unix", {"--fixed-cost", "1MiB"});
+  options.listen = "unix:" + socket;
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_EQ((*daemon)->address(), "unix:" + socket);
+  EXPECT_THAT((*daemon)->LogTail(), HasSubstr("serving on unix:" + socket));
+  EXPECT_TRUE(Serves(**daemon)) << (*daemon)->LogTail();
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(*daemon, no_stub);
+  std::remove(socket.c_str());
+  rmdir(dir);
+}
+
+TEST(ServerStartupTest, ListeningBeyondLoopbackNeedsInsecure) {
+  server::DaemonOptions options = OptionsFor("listen-any", {"--fixed-cost", "1MiB"});
+  options.listen = "0.0.0.0:0";
+  const server::DaemonExit refused = RunToRefusal(options);
+  EXPECT_EQ(refused.exit_code, 2) << refused.log;
+  EXPECT_THAT(refused.log, HasSubstr("--listen 0.0.0.0:0: not a loopback address"));
+  EXPECT_THAT(refused.log, HasSubstr("--insecure"));
+
+  options.flags.push_back("--insecure");
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_THAT((*daemon)->address(), HasSubstr("0.0.0.0:"));
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(*daemon, no_stub);
 }
 
 }  // namespace
