@@ -769,5 +769,15 @@ TEST(ServerStartupTest, ListeningBeyondLoopbackNeedsInsecure) {
   Stop(*daemon, no_stub);
 }
 
+TEST(ServerStartupTest, CudaWithoutADeviceExitsAtStartSayingWhy) {
+  // No device visible, whether or not this machine has one.
+  server::DaemonOptions options = OptionsFor("no-gpu", {"--backend", "cuda"});
+  options.env.push_back("CUDA_VISIBLE_DEVICES=");
+  const server::DaemonExit exit = RunToRefusal(options);
+  EXPECT_EQ(exit.exit_code, 1) << exit.log;
+  EXPECT_THAT(exit.log, HasSubstr("--backend cuda: "));
+  EXPECT_THAT(exit.log, ::testing::Not(HasSubstr("serving on"))) << exit.log;
+}
+
 }  // namespace
 }  // namespace headroom
