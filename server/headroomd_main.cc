@@ -289,6 +289,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const DaemonFlags&
   return server;
 }
 
+// Prints the stored rows that could not be read at start (left out; the rest are served).
+void ReportSkippedRows(const JobStore& store) {
+  for (const SkippedRow& row : store.SkippedRows()) {
+    std::cerr << "headroomd: " << row.noun << " '" << row.id << "' in " << store.path()
+              << " left out: " << row.reason << "\n";
+  }
+}
+
 // The state directory, held by this daemon alone, and its store.
 struct OpenedState {
   std::unique_ptr<StateLock> lock;
@@ -335,6 +343,7 @@ int Run(const DaemonFlags& f) {
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
       JobManager::Create(&store, metrics->get(), options);
   if (!jobs.ok()) return std::cerr << "headroomd: " << jobs.status().message() << "\n", 1;
+  ReportSkippedRows(store);
 
   // 2. The metrics endpoint.
   std::string metrics_address = "off";

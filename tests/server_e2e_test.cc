@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -777,6 +778,40 @@ TEST(ServerStartupTest, CudaWithoutADeviceExitsAtStartSayingWhy) {
   EXPECT_EQ(exit.exit_code, 1) << exit.log;
   EXPECT_THAT(exit.log, HasSubstr("--backend cuda: "));
   EXPECT_THAT(exit.log, ::testing::Not(HasSubstr("serving on"))) << exit.log;
+}
+
+TEST(ServerStartupTest, AnUnreadableStoredJobIsLeftOutNamedAndTheRestServed) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("corrupt-row", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(daemon, nullptr);
+  std::unique_ptr<proto::Headroom::Stub> stub = daemon->NewStub();
+  Stop(daemon, stub);
+  {
+    // A finished job's row whose message is cut short: field 1, length 5, then nothing.
+    const std::string db = absl::StrCat(TmpDir(), "/corrupt-row/headroom.db");
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    char* error = nullptr;
+    EXPECT_EQ(sqlite3_exec(raw,
+                           "INSERT INTO jobs (job_id, state, submitted_unix_seconds, info) "
+                           "VALUES ('job-000042', 3, 1.0, x'0a05')",
+                           nullptr, nullptr, &error),
+              SQLITE_OK)
+        << (error ? error : "");
+    sqlite3_free(error);
+    sqlite3_close(raw);
+  }
+  daemon = StartDaemon("corrupt-row", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(daemon, nullptr);
+  EXPECT_THAT(daemon->LogTail(),
+              HasSubstr("job 'job-000042' in " + TmpDir() + "/corrupt-row/headroom.db left out: "
+                        "stored JobInfo (2 bytes) does not parse"));
+  stub = daemon->NewStub();
+  grpc::ClientContext context;
+  proto::ListJobsRequest request;
+  proto::ListJobsResponse response;
+  ASSERT_TRUE(stub->ListJobs(&context, request, &response).ok());
+  EXPECT_EQ(response.jobs_size(), 0) << response.DebugString();
+  Stop(daemon, stub);
 }
 
 }  // namespace
