@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
+#include "util/status_macros.h"
 
 extern char** environ;
 
@@ -44,14 +45,13 @@ std::vector<char*> CStrings(std::vector<std::string>& strings) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonOptions options) {
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Spawn(DaemonOptions options) {
   if (options.binary.empty() || options.state_dir.empty() || options.log_path.empty()) {
     return absl::InvalidArgumentError("DaemonOptions: binary, state_dir and log_path are required");
   }
-  // 1. Spawn it, its output appended to the log.
   const std::string ready = options.log_path + ".ready";
   std::remove(ready.c_str());
-  std::vector<std::string> args = {options.binary,  "--listen",      "127.0.0.1:0",
+  std::vector<std::string> args = {options.binary,  "--listen",      options.listen,
                                    "--state",       options.state_dir, "--ready-file",
                                    ready,           "--metrics",
                                    options.metrics ? "127.0.0.1:0" : "off"};
@@ -72,19 +72,28 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonOption
     return absl::InternalError(absl::StrCat("cannot start ", options.binary, ": ",
                                             strerror(err)));
   }
-  std::unique_ptr<DaemonProcess> daemon(new DaemonProcess(pid, std::move(options)));
+  return std::unique_ptr<DaemonProcess>(new DaemonProcess(pid, std::move(options)));
+}
+
+bool DaemonProcess::ReadReadyFile() {
+  std::ifstream in(options_.log_path + ".ready");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("grpc=", 0) == 0) address_ = line.substr(5);
+    if (line.rfind("metrics=", 0) == 0) metrics_address_ = line.substr(8);
+  }
+  // The metrics line comes last: with it the file is whole.
+  return !address_.empty() && !metrics_address_.empty();
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonOptions options) {
+  // 1. Spawn it, its output appended to the log.
+  ASSIGN_OR_RETURN(std::unique_ptr<DaemonProcess> daemon, Spawn(std::move(options)));
 
   // 2. Wait for the addresses it serves on.
   const absl::Time deadline = absl::Now() + daemon->options_.start_timeout;
   while (absl::Now() < deadline) {
-    std::ifstream in(ready);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("grpc=", 0) == 0) daemon->address_ = line.substr(5);
-      if (line.rfind("metrics=", 0) == 0) daemon->metrics_address_ = line.substr(8);
-    }
-    // The metrics line comes last: with it the file is whole.
-    if (!daemon->address_.empty() && !daemon->metrics_address_.empty()) return daemon;
+    if (daemon->ReadReadyFile()) return daemon;
     if (!daemon->Running()) {
       return absl::InternalError(absl::StrCat(daemon->options_.binary,
                                               " exited before serving; its log ends:\n",
@@ -97,6 +106,24 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonOption
       daemon->options_.binary, " did not serve within ",
       absl::FormatDuration(daemon->options_.start_timeout), "; its log ends:\n",
       daemon->LogTail()));
+}
+
+absl::StatusOr<DaemonExit> DaemonProcess::RunToExit(DaemonOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DaemonProcess> daemon, Spawn(std::move(options)));
+  const absl::Time deadline = absl::Now() + daemon->options_.start_timeout;
+  while (absl::Now() < deadline && !daemon->ReadReadyFile()) {
+    if (!daemon->Running()) {
+      const int status = daemon->wait_status_;
+      return DaemonExit{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                        daemon->LogTail(std::string::npos)};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  daemon->Kill();
+  return absl::DeadlineExceededError(absl::StrCat(
+      daemon->options_.binary, " did not exit within ",
+      absl::FormatDuration(daemon->options_.start_timeout),
+      " (or served); killed. Its log ends:\n", daemon->LogTail()));
 }
 
 DaemonProcess::~DaemonProcess() {

@@ -29,6 +29,8 @@ struct DaemonOptions {
   std::string state_dir;
   // Where its stdout and stderr are appended; the ready file is written beside it. Required.
   std::string log_path;
+  // Its --listen address. Default "127.0.0.1:0" (a free loopback port).
+  std::string listen = "127.0.0.1:0";
   // More flags ("--device-memory", "64MiB"). Default none.
   std::vector<std::string> flags;
   // Serve Prometheus metrics on a free loopback port; otherwise `--metrics off`. Default
@@ -40,11 +42,22 @@ struct DaemonOptions {
   absl::Duration start_timeout = absl::Seconds(60);
 };
 
+// How a daemon that was expected not to serve ended.
+struct DaemonExit {
+  // Its exit status (128 + signal when a signal ended it).
+  int exit_code = -1;
+  // Its whole log.
+  std::string log;
+};
+
 class DaemonProcess {
  public:
   // Returns the daemon once it serves. The error names the binary and quotes the end of its
   // log when it exits or does not serve within start_timeout (it is killed then).
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(DaemonOptions options);
+  // Returns how a daemon that should refuse to start ended. DeadlineExceeded quoting its log,
+  // after killing it, when it still runs after start_timeout or once it serves.
+  static absl::StatusOr<DaemonExit> RunToExit(DaemonOptions options);
   ~DaemonProcess();
 
   DaemonProcess(const DaemonProcess&) = delete;
@@ -72,6 +85,10 @@ class DaemonProcess {
 
  private:
   DaemonProcess(pid_t pid, DaemonOptions options) : pid_(pid), options_(std::move(options)) {}
+  // Returns the child started with `options`, its output appended to the log, or the error.
+  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Spawn(DaemonOptions options);
+  // Returns true once the ready file holds both addresses, which it sets.
+  bool ReadReadyFile();
   // Waits up to `timeout` for the child to exit; returns its wait status, or -1.
   int Reap(absl::Duration timeout);
 

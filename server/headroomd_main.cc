@@ -35,7 +35,9 @@
 #include "runner/trainer_options.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
+#include "server/listen_address.h"
 #include "server/service.h"
+#include "server/state_lock.h"
 #include "util/byte_size.h"
 #include "util/openmp_wait.h"
 #include "util/status_macros.h"
@@ -61,6 +63,9 @@ struct DaemonFlags {
   std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
   std::string ready_file;
+  // Startup and state: --listen parsed by CheckListenFlag(); --insecure.
+  ListenAddress listen_address;
+  bool insecure = false;
 };
 
 // Declares headroomd's flags, each with its help and default, on `app`.
@@ -96,6 +101,9 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("SIZE");
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
       ->type_name("FILE");
+  app.add_flag("--insecure", f.insecure,
+               "allow a --listen address beyond loopback without TLS (anyone who reaches "
+               "the port can submit jobs)");
 }
 
 // Resolves what the flags leave to be computed: byte sizes, the state directory's default.
@@ -115,6 +123,19 @@ absl::Status ResolveFlags(DaemonFlags& f) {
   }
   if (!f.max_message.empty()) {
     ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
+  }
+  return absl::OkStatus();
+}
+
+// Parses --listen into f.listen_address. InvalidArgument for a malformed address, or for
+// one beyond loopback without --insecure (the daemon has no TLS or authentication yet).
+absl::Status CheckListenFlag(DaemonFlags& f) {
+  ASSIGN_OR_RETURN(f.listen_address, ParseListenAddress(f.listen));
+  if (!f.listen_address.loopback && !f.insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", f.listen, ": not a loopback address; headroomd has no TLS or "
+        "authentication, so anyone who reaches it could run jobs: give --insecure to "
+        "listen there anyway"));
   }
   return absl::OkStatus();
 }
@@ -241,10 +262,62 @@ void ServeUntilSignal(const DaemonFlags& f, grpc::Server& server, JobManager& jo
   sampler.join();
 }
 
+// Returns the gRPC server serving `service` on f.listen_address and sets `address` to the
+// address it serves on. The port is bound exclusively (gRPC's default SO_REUSEPORT would let
+// a second daemon share it). Unavailable naming the address when it cannot bind.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const DaemonFlags& f,
+                                                             HeadroomService& service,
+                                                             std::string& address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<uint64_t>(f.max_message_bytes, INT32_MAX)));
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  grpc::ResourceQuota quota("headroomd");
+  quota.SetMaxThreads(256);
+  builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "--listen ", f.listen, ": cannot listen there (in use by another process, or not "
+        "an address of this host)"));
+  }
+  address = f.listen_address.Bound(port);
+  return server;
+}
+
+// Prints the stored rows that could not be read at start (left out; the rest are served).
+void ReportSkippedRows(const JobStore& store) {
+  for (const SkippedRow& row : store.SkippedRows()) {
+    std::cerr << "headroomd: " << row.noun << " '" << row.id << "' in " << store.path()
+              << " left out: " << row.reason << "\n";
+  }
+}
+
+// The state directory, held by this daemon alone, and its store.
+struct OpenedState {
+  std::unique_ptr<StateLock> lock;
+  std::unique_ptr<JobStore> store;
+};
+
+// Returns the state of --state: its lock taken first (a second daemon on the same directory
+// would train the same jobs), then the store opened. The error names the lock file and its
+// holder's pid, or the store's error.
+absl::StatusOr<OpenedState> OpenState(const DaemonFlags& f) {
+  OpenedState state;
+  ASSIGN_OR_RETURN(state.lock, StateLock::Acquire(f.state));
+  ASSIGN_OR_RETURN(state.store, JobStore::Open(f.state));
+  return state;
+}
+
 int Run(const DaemonFlags& f) {
-  // 1. The store, the metrics and the jobs (stored ones resume now).
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(f.state);
-  if (!store.ok()) return std::cerr << "headroomd: " << store.status().message() << "\n", 1;
+  // 1. The state (locked), the metrics and the jobs (stored ones resume now).
+  absl::StatusOr<OpenedState> state = OpenState(f);
+  if (!state.ok()) return std::cerr << "headroomd: " << state.status().message() << "\n", 1;
+  JobStore& store = *state->store;
   absl::StatusOr<std::unique_ptr<profiler::Metrics>> metrics = profiler::Metrics::Create();
   if (!metrics.ok()) return std::cerr << "headroomd: " << metrics.status().message() << "\n", 1;
   JobManagerOptions options;
@@ -268,8 +341,9 @@ int Run(const DaemonFlags& f) {
     return std::cerr << "headroomd: " << s.message() << "\n", 1;
   }
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
-      JobManager::Create(store->get(), metrics->get(), options);
+      JobManager::Create(&store, metrics->get(), options);
   if (!jobs.ok()) return std::cerr << "headroomd: " << jobs.status().message() << "\n", 1;
+  ReportSkippedRows(store);
 
   // 2. The metrics endpoint.
   std::string metrics_address = "off";
@@ -279,21 +353,9 @@ int Run(const DaemonFlags& f) {
 
   // 3. The gRPC server.
   HeadroomService service(jobs->get(), (*jobs)->plan_backend());
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<uint64_t>(f.max_message_bytes, INT32_MAX)));
-  builder.SetMaxSendMessageSize(INT32_MAX);
-  grpc::ResourceQuota quota("headroomd");
-  quota.SetMaxThreads(256);
-  builder.SetResourceQuota(quota);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::cerr << "headroomd: --listen " << f.listen << ": cannot listen there\n";
-    return 1;
-  }
-  const std::string address = absl::StrCat(f.listen.substr(0, f.listen.rfind(':')), ":", port);
+  std::string address;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, service, address);
+  if (!server.ok()) return std::cerr << "headroomd: " << server.status().message() << "\n", 1;
   std::cout << absl::StrFormat(
                    "headroomd: serving on %s (%s, device memory %s, fixed cost %s %s), "
                    "metrics %s, state in %s\n",
@@ -303,14 +365,14 @@ int Run(const DaemonFlags& f) {
                    graph::HumanBytes((*jobs)->fixed_cost_bytes()),
                    f.fixed_cost_bytes.has_value() ? "given" : "measured",
                    metrics_address == "off" ? std::string("off") : "at http://" + metrics_address + "/metrics",
-                   (*store)->path())
+                   store.path())
             << std::flush;
   if (!f.ready_file.empty()) {
     std::ofstream(f.ready_file) << "grpc=" << address << "\nmetrics=" << metrics_address << "\n";
   }
 
   // 4. Until a signal stops everything.
-  ServeUntilSignal(f, *server, **jobs, **metrics);
+  ServeUntilSignal(f, **server, **jobs, **metrics);
   std::cout << "headroomd: stopped\n";
   return 0;
 }
@@ -340,6 +402,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (absl::Status s = headroom::server::ResolveFlags(flags); !s.ok()) {
+    std::cerr << "headroomd: " << s.message() << "\nsee 'headroomd --help'\n";
+    return 2;
+  }
+  if (absl::Status s = headroom::server::CheckListenFlag(flags); !s.ok()) {
     std::cerr << "headroomd: " << s.message() << "\nsee 'headroomd --help'\n";
     return 2;
   }

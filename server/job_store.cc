@@ -402,15 +402,26 @@ absl::StatusOr<std::vector<T>> JobStore::LoadStored(const char* sql, absl::strin
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Statement load, PrepareLocked(sql));
   std::vector<T> messages;
+  std::vector<SkippedRow> skipped;
   int rc;
   while ((rc = load.Step()) == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(
-        T message,
-        ParseStored<T>(load.ColumnBlob(1), absl::StrCat(noun, " '", load.ColumnText(0), "'"),
-                       path_));
+    const std::string id(load.ColumnText(0));
+    const absl::string_view blob = load.ColumnBlob(1);
+    T message;
+    if (!message.ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
+      skipped.push_back(SkippedRow{std::string(noun), id,
+                                   absl::StrCat("stored ", T::descriptor()->name(), " (",
+                                                blob.size(), " bytes) does not parse")});
+      continue;
+    }
     messages.push_back(std::move(message));
   }
   if (rc != SQLITE_DONE) return SqliteError(rc, doing);
+  skipped_.erase(std::remove_if(skipped_.begin(), skipped_.end(),
+                                [noun](const SkippedRow& row) { return row.noun == noun; }),
+                 skipped_.end());
+  skipped_.insert(noun == "job" ? skipped_.begin() : skipped_.end(), skipped.begin(),
+                  skipped.end());
   return messages;
 }
 
@@ -798,6 +809,11 @@ absl::StatusOr<std::vector<proto::StoredProfile>> JobStore::LoadProfiles() const
       "SELECT profile_id, profile FROM profiles "
       "ORDER BY created_unix_seconds DESC, profile_id DESC",
       "profile", "loading profiles");
+}
+
+std::vector<SkippedRow> JobStore::SkippedRows() const {
+  absl::MutexLock lock(&mu_);
+  return skipped_;
 }
 
 }  // namespace headroom::server

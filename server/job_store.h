@@ -45,6 +45,16 @@ struct CheckpointTensorInfo {
 using CheckpointTensorReader =
     absl::FunctionRef<absl::Status(size_t index, absl::Span<uint8_t> dst)>;
 
+// A stored row that LoadJobs() or LoadProfiles() left out because it does not parse.
+struct SkippedRow {
+  // "job" or "profile".
+  std::string noun;
+  // Its job or profile id.
+  std::string id;
+  // Why ("stored JobInfo (2 bytes) does not parse").
+  std::string reason;
+};
+
 // The daemon's write-through store. The daemon keeps every job in memory and writes each change
 // here; on start it calls `Open()` and `LoadJobs()`/`LoadProfiles()` to get them all back.
 //
@@ -99,7 +109,8 @@ class JobStore {
   // (InvalidArgument otherwise).
   absl::Status PutJob(const proto::JobInfo& job);
   // Returns every job, newest first (submitted_unix_seconds descending, then job_id
-  // descending). DataLoss naming the job if a stored job does not parse.
+  // descending). A job that does not parse is left out and listed in SkippedRows(), so one
+  // corrupt row does not keep the daemon from the others; errors only from SQLite.
   absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() const;
   // Returns the job `job_id`; NotFound("no job 'job_id'") when absent.
   absl::StatusOr<proto::JobInfo> GetJob(const std::string& job_id) const;
@@ -135,8 +146,11 @@ class JobStore {
   // Inserts the profile, or replaces the one with its profile_id (non-empty).
   absl::Status PutProfile(const proto::StoredProfile& profile);
   // Returns every profile, newest first (created_unix_seconds descending, then profile_id
-  // descending). DataLoss naming the profile if a stored profile does not parse.
+  // descending). A profile that does not parse is left out and listed in SkippedRows().
   absl::StatusOr<std::vector<proto::StoredProfile>> LoadProfiles() const;
+  // Returns the rows the latest LoadJobs() and LoadProfiles() left out, jobs first, each
+  // with its id and why, for the daemon to report.
+  std::vector<SkippedRow> SkippedRows() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Returns the database file's path.
   const std::string& path() const { return path_; }
@@ -181,7 +195,8 @@ class JobStore {
   absl::StatusOr<T> GetStored(const char* sql, const std::string& key,
                               const std::string& what) const ABSL_LOCKS_EXCLUDED(mu_);
   // Returns the messages of type T of every row that `sql` selects as (id, message), in its
-  // order; DataLoss naming "<noun> '<id>'" for one that does not parse, other errors `doing`.
+  // order, leaving out (and recording in skipped_, replacing those of `noun`) the ones that
+  // do not parse; errors name `doing`.
   template <typename T>
   absl::StatusOr<std::vector<T>> LoadStored(const char* sql, absl::string_view noun,
                                             absl::string_view doing) const
@@ -202,6 +217,8 @@ class JobStore {
   // Guards the connection and every statement prepared on it.
   mutable absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);
+  // The rows the latest loads left out.
+  mutable std::vector<SkippedRow> skipped_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace headroom::server

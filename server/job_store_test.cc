@@ -500,12 +500,13 @@ TEST(JobStoreTest, ANonDatabaseFileIsAnErrorNamingThePath) {
   EXPECT_NE(under_file.status().message().find(path), std::string::npos) << under_file.status();
 }
 
-TEST(JobStoreTest, AnUnparsableBlobIsDataLossNamingTheJobOrProfile) {
+TEST(JobStoreTest, AnUnparsableRowIsSkippedByLoadsAndNamedWithWhy) {
   const std::string dir = FreshStateDir();
   std::unique_ptr<JobStore> store = OpenOrDie(dir);
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->PutJob(MakeJob("job-000001", proto::JOB_STATE_RUNNING, 1.0)).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("job-000002", proto::JOB_STATE_RUNNING, 2.0)).ok());
+  ASSERT_TRUE(store->PutJob(MakeJob("job-000002", proto::JOB_STATE_SUCCEEDED, 2.0)).ok());
+  ASSERT_TRUE(store->PutJob(MakeJob("job-000003", proto::JOB_STATE_QUEUED, 3.0)).ok());
   StoredProfile profile;
   profile.set_profile_id("profile-000001");
   ASSERT_TRUE(store->PutProfile(profile).ok());
@@ -515,17 +516,32 @@ TEST(JobStoreTest, AnUnparsableBlobIsDataLossNamingTheJobOrProfile) {
     raw.Query("UPDATE jobs SET info = x'0a05' WHERE job_id = 'job-000002'");
     raw.Query("UPDATE profiles SET profile = x'0a05' WHERE profile_id = 'profile-000001'");
   }
+  // The loads serve the rest, newest first, and say what they left out and why.
   absl::StatusOr<std::vector<JobInfo>> jobs = store->LoadJobs();
-  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kDataLoss) << jobs.status();
-  EXPECT_NE(jobs.status().message().find("job 'job-000002'"), std::string::npos)
-      << jobs.status();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].job_id(), "job-000003");
+  EXPECT_EQ((*jobs)[1].job_id(), "job-000001");
+  absl::StatusOr<std::vector<StoredProfile>> profiles = store->LoadProfiles();
+  ASSERT_TRUE(profiles.ok()) << profiles.status();
+  EXPECT_TRUE(profiles->empty());
+  const std::vector<SkippedRow> skipped = store->SkippedRows();
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_EQ(skipped[0].noun, "job");
+  EXPECT_EQ(skipped[0].id, "job-000002");
+  EXPECT_EQ(skipped[0].reason, "stored JobInfo (2 bytes) does not parse");
+  EXPECT_EQ(skipped[1].noun, "profile");
+  EXPECT_EQ(skipped[1].id, "profile-000001");
+  // Loading again replaces the list rather than growing it.
+  ASSERT_TRUE(store->LoadJobs().ok());
+  EXPECT_EQ(store->SkippedRows().size(), 2u);
+
+  // Reading the row itself is still DataLoss naming it.
   absl::StatusOr<JobInfo> job = store->GetJob("job-000002");
   EXPECT_EQ(job.status().code(), absl::StatusCode::kDataLoss) << job.status();
+  EXPECT_NE(job.status().message().find("job 'job-000002'"), std::string::npos)
+      << job.status();
   EXPECT_TRUE(store->GetJob("job-000001").ok());
-  absl::StatusOr<std::vector<StoredProfile>> profiles = store->LoadProfiles();
-  EXPECT_EQ(profiles.status().code(), absl::StatusCode::kDataLoss) << profiles.status();
-  EXPECT_NE(profiles.status().message().find("profile 'profile-000001'"), std::string::npos)
-      << profiles.status();
 }
 
 // The checkpoints the streaming PutCheckpoint must store as protobuf serializes them: no

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -83,10 +85,9 @@ std::string TmpDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
-// Returns a daemon on `state` (a directory of TEST_TMPDIR) with `flags`; fails the test if
-// it does not start.
-std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
-                                           std::vector<std::string> flags = {}) {
+// Returns the options of a daemon on `state` (a directory of TEST_TMPDIR) with `flags`, its
+// log a fresh file of TEST_TMPDIR.
+server::DaemonOptions OptionsFor(const std::string& state, std::vector<std::string> flags) {
   static int started = 0;
   server::DaemonOptions options;
   options.binary = absl::StrCat(std::getenv("TEST_SRCDIR"), "/headroom/server/headroomd");
@@ -94,9 +95,26 @@ std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
   options.log_path = absl::StrCat(TmpDir(), "/headroomd-", ++started, ".log");
   options.flags = std::move(flags);
   options.env = {"OMP_NUM_THREADS=1"};
-  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  return options;
+}
+
+// Returns a daemon on `state` (a directory of TEST_TMPDIR) with `flags`; fails the test if
+// it does not start.
+std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
+                                           std::vector<std::string> flags = {}) {
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon =
+      DaemonProcess::Start(OptionsFor(state, std::move(flags)));
   EXPECT_TRUE(daemon.ok()) << daemon.status();
   return daemon.ok() ? *std::move(daemon) : nullptr;
+}
+
+// Returns how a daemon with `options` that must refuse to start ended; fails the test if it
+// served or did not exit.
+server::DaemonExit RunToRefusal(server::DaemonOptions options) {
+  options.start_timeout = absl::Seconds(30);
+  absl::StatusOr<server::DaemonExit> exit = DaemonProcess::RunToExit(std::move(options));
+  EXPECT_TRUE(exit.ok()) << exit.status();
+  return exit.value_or(server::DaemonExit{});
 }
 
 // Closes the test's channel, then stops the daemon with SIGTERM; fails the test unless it
@@ -665,6 +683,134 @@ TEST(ServerE2ETest, SigtermCheckpointsTheRunningJobAndItResumesAtTheNextStart) {
   EXPECT_GE(info.resumed_from_step(), before.back().step());
   EXPECT_LT(info.resumed_from_step(), kSteps);
   EXPECT_EQ(info.step(), kSteps);
+  Stop(daemon, stub);
+}
+
+}  // namespace
+}  // namespace headroom
+
+namespace headroom {
+namespace {
+
+// Returns true when the daemon answers ListJobs.
+bool Serves(const DaemonProcess& daemon) {
+  std::unique_ptr<proto::Headroom::Stub> stub = daemon.NewStub();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  proto::ListJobsRequest request;
+  proto::ListJobsResponse response;
+  return stub->ListJobs(&context, request, &response).ok();
+}
+
+TEST(ServerStartupTest, ASecondDaemonOnTheSameStateExitsNamingTheLockAndItsHolder) {
+  std::unique_ptr<DaemonProcess> first = StartDaemon("one-state", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(first, nullptr);
+  const server::DaemonExit second =
+      RunToRefusal(OptionsFor("one-state", {"--fixed-cost", "1MiB"}));
+  EXPECT_EQ(second.exit_code, 1) << second.log;
+  EXPECT_THAT(second.log, HasSubstr(absl::StrCat(TmpDir(), "/one-state/headroomd.lock")));
+  EXPECT_THAT(second.log, HasSubstr(absl::StrCat("pid ", first->pid())));
+  EXPECT_TRUE(Serves(*first)) << first->LogTail();
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(first, no_stub);
+}
+
+
+TEST(ServerStartupTest, ASecondDaemonOnTheSamePortExitsNamingTheAddress) {
+  std::unique_ptr<DaemonProcess> first = StartDaemon("port-a", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(first, nullptr);
+  server::DaemonOptions options = OptionsFor("port-b", {"--fixed-cost", "1MiB"});
+  options.listen = first->address();
+  const server::DaemonExit second = RunToRefusal(options);
+  EXPECT_EQ(second.exit_code, 1) << second.log;
+  EXPECT_THAT(second.log, HasSubstr(absl::StrCat("--listen ", first->address(),
+                                                 ": cannot listen there")));
+  EXPECT_TRUE(Serves(*first)) << first->LogTail();
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(first, no_stub);
+}
+
+TEST(ServerStartupTest, APortOver65535IsRefusedAndAUnixSocketIsReportedByItsPath) {
+  server::DaemonOptions options = OptionsFor("listen-bad", {"--fixed-cost", "1MiB"});
+  options.listen = "127.0.0.1:99999";
+  const server::DaemonExit bad = RunToRefusal(options);
+  EXPECT_EQ(bad.exit_code, 2) << bad.log;
+  EXPECT_THAT(bad.log, HasSubstr("--listen '127.0.0.1:99999': port '99999' is not a number"));
+
+  // A short directory: a unix socket's path holds at most 107 bytes.
+  char dir[] = "/tmp/headroomd-e2e-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/grpc.sock");
+  options = OptionsFor("listen-unix", {"--fixed-cost", "1MiB"});
+  options.listen = "unix:" + socket;
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_EQ((*daemon)->address(), "unix:" + socket);
+  EXPECT_THAT((*daemon)->LogTail(), HasSubstr("serving on unix:" + socket));
+  EXPECT_TRUE(Serves(**daemon)) << (*daemon)->LogTail();
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(*daemon, no_stub);
+  std::remove(socket.c_str());
+  rmdir(dir);
+}
+
+TEST(ServerStartupTest, ListeningBeyondLoopbackNeedsInsecure) {
+  server::DaemonOptions options = OptionsFor("listen-any", {"--fixed-cost", "1MiB"});
+  options.listen = "0.0.0.0:0";
+  const server::DaemonExit refused = RunToRefusal(options);
+  EXPECT_EQ(refused.exit_code, 2) << refused.log;
+  EXPECT_THAT(refused.log, HasSubstr("--listen 0.0.0.0:0: not a loopback address"));
+  EXPECT_THAT(refused.log, HasSubstr("--insecure"));
+
+  options.flags.push_back("--insecure");
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_THAT((*daemon)->address(), HasSubstr("0.0.0.0:"));
+  std::unique_ptr<proto::Headroom::Stub> no_stub;
+  Stop(*daemon, no_stub);
+}
+
+TEST(ServerStartupTest, CudaWithoutADeviceExitsAtStartSayingWhy) {
+  // No device visible, whether or not this machine has one.
+  server::DaemonOptions options = OptionsFor("no-gpu", {"--backend", "cuda"});
+  options.env.push_back("CUDA_VISIBLE_DEVICES=");
+  const server::DaemonExit exit = RunToRefusal(options);
+  EXPECT_EQ(exit.exit_code, 1) << exit.log;
+  EXPECT_THAT(exit.log, HasSubstr("--backend cuda: "));
+  EXPECT_THAT(exit.log, ::testing::Not(HasSubstr("serving on"))) << exit.log;
+}
+
+TEST(ServerStartupTest, AnUnreadableStoredJobIsLeftOutNamedAndTheRestServed) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("corrupt-row", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(daemon, nullptr);
+  std::unique_ptr<proto::Headroom::Stub> stub = daemon->NewStub();
+  Stop(daemon, stub);
+  {
+    // A finished job's row whose message is cut short: field 1, length 5, then nothing.
+    const std::string db = absl::StrCat(TmpDir(), "/corrupt-row/headroom.db");
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    char* error = nullptr;
+    EXPECT_EQ(sqlite3_exec(raw,
+                           "INSERT INTO jobs (job_id, state, submitted_unix_seconds, info) "
+                           "VALUES ('job-000042', 3, 1.0, x'0a05')",
+                           nullptr, nullptr, &error),
+              SQLITE_OK)
+        << (error ? error : "");
+    sqlite3_free(error);
+    sqlite3_close(raw);
+  }
+  daemon = StartDaemon("corrupt-row", {"--fixed-cost", "1MiB"});
+  ASSERT_NE(daemon, nullptr);
+  EXPECT_THAT(daemon->LogTail(),
+              HasSubstr("job 'job-000042' in " + TmpDir() + "/corrupt-row/headroom.db left out: "
+                        "stored JobInfo (2 bytes) does not parse"));
+  stub = daemon->NewStub();
+  grpc::ClientContext context;
+  proto::ListJobsRequest request;
+  proto::ListJobsResponse response;
+  ASSERT_TRUE(stub->ListJobs(&context, request, &response).ok());
+  EXPECT_EQ(response.jobs_size(), 0) << response.DebugString();
   Stop(daemon, stub);
 }
 
