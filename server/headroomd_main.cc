@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "profiler/metrics.h"
 #include "runner/profile_run.h"
 #include "runner/trainer_options.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/service.h"
@@ -61,6 +63,7 @@ struct DaemonFlags {
   std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
   std::string ready_file;
+  AuthOptions auth;
 };
 
 // Declares headroomd's flags, each with its help and default, on `app`.
@@ -95,6 +98,15 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--max-message-bytes", f.max_message, "largest request accepted (default 64MiB)")
       ->type_name("SIZE");
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
+      ->type_name("FILE");
+  app.add_option("--tls-cert", f.auth.tls_cert_path,
+                 "serve TLS with this PEM certificate chain (with --tls-key; default plaintext)")
+      ->type_name("FILE");
+  app.add_option("--tls-key", f.auth.tls_key_path, "the PEM private key of --tls-cert")
+      ->type_name("FILE");
+  app.add_option("--token-file", f.auth.token_file,
+                 "every call must send `authorization: Bearer TOKEN` with a token of FILE "
+                 "(`TOKEN USER` lines, or one token); needs --tls-cert")
       ->type_name("FILE");
 }
 
@@ -241,7 +253,20 @@ void ServeUntilSignal(const DaemonFlags& f, grpc::Server& server, JobManager& jo
   sampler.join();
 }
 
+// Returns the credentials the gRPC port listens with (--tls-cert, --tls-key, --token-file),
+// or exits 2 naming the flag at fault.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsOrExit(const DaemonFlags& f) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsOf(f.auth);
+  if (!credentials.ok()) {
+    std::cerr << "headroomd: " << credentials.status().message() << "\n";
+    std::exit(2);
+  }
+  return *credentials;
+}
+
 int Run(const DaemonFlags& f) {
+  const std::shared_ptr<grpc::ServerCredentials> credentials = ServerCredentialsOrExit(f);
   // 1. The store, the metrics and the jobs (stored ones resume now).
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(f.state);
   if (!store.ok()) return std::cerr << "headroomd: " << store.status().message() << "\n", 1;
@@ -281,7 +306,7 @@ int Run(const DaemonFlags& f) {
   HeadroomService service(jobs->get(), (*jobs)->plan_backend());
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(f.listen, credentials, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<uint64_t>(f.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
