@@ -3,7 +3,8 @@
 # for 127.0.0.1 and localhost made here by openssl: `headroom jobs` and the Python client
 # (tests/tls_auth_test.py) get UNAUTHENTICATED without a token and with a wrong one (the
 # token not repeated), UNAVAILABLE in plaintext and trusting another CA, and the jobs with
-# the right CA and token (--token-file, and HEADROOM_TOKEN). headroomd refuses --token-file
+# the right CA and token (--token-file, and HEADROOM_TOKEN); a job submitted with alice's
+# token is not listed, watched, cancelled or read by bob's. headroomd refuses --token-file
 # without TLS (exit 2) and exits 0 on SIGTERM. The ready file is a FIFO: reading it waits for
 # the daemon with a deadline, with no polling.
 set -euo pipefail
@@ -94,6 +95,23 @@ expect_cli 0 "" "the daemon's own token file" jobs "${CA[@]}" --token-file "$TMP
 HEADROOM_TOKEN="$TOKEN" expect_cli 0 "" "HEADROOM_TOKEN" jobs "${CA[@]}"
 HEADROOM_TOKEN="$TOKEN" expect_cli 0 "" "localhost" \
   jobs --server "localhost:${ADDR##*:}" --tls-ca "$TMP/ca.pem"
+
+# Jobs are their owners': alice's job is NOT_FOUND for bob, as if absent, and alice's to see.
+echo "tok-bob-2" >"$TMP/bob-token"
+BOB=("${CA[@]}" --token-file "$TMP/bob-token")
+ALICE=("${CA[@]}" --token-file "$TMP/right-token")
+"$HEADROOM" submit "${ALICE[@]}" --model mlp --batch 8 --steps 2 --json >"$TMP/submit.json" ||
+  fail "alice's submit failed"
+JOB=$(sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' "$TMP/submit.json" | head -n 1)
+[[ -n "$JOB" ]] || fail "no job id in $(cat "$TMP/submit.json")"
+expect_cli 0 "$JOB" "alice lists her job" jobs "${ALICE[@]}"
+"$HEADROOM" jobs "${BOB[@]}" >"$TMP/bob-jobs.txt" 2>&1 || fail "bob's jobs failed"
+if grep -q -- "$JOB" "$TMP/bob-jobs.txt"; then fail "bob sees alice's job: $(cat "$TMP/bob-jobs.txt")"; fi
+echo "ok: bob does not list alice's job"
+expect_cli 1 "NOT_FOUND: no job '$JOB'" "bob cancels alice's job" cancel "${BOB[@]}" "$JOB"
+expect_cli 1 "NOT_FOUND: no job '$JOB'" "bob watches alice's job" watch "${BOB[@]}" "$JOB"
+expect_cli 1 "NOT_FOUND: no job '$JOB'" "bob reads alice's timeline" timeline "${BOB[@]}" "$JOB"
+expect_cli 0 "SUCCEEDED" "alice watches her job to its end" watch "${ALICE[@]}" "$JOB"
 
 /usr/bin/python3 "$SCRIPT" --server "$ADDR" --ca "$TMP/ca.pem" --other-ca "$TMP/other-ca.pem" \
   --token "$TOKEN" || fail "tls_auth_test.py failed"
