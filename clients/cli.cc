@@ -30,8 +30,20 @@ std::vector<Command> AddCommands(CLI::App& headroom, const CommandIo& io) {
 
 }  // namespace
 
-std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(const std::string& address) {
-  return proto::Headroom::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(
+    const std::string& address, const ChannelSecurity& security) {
+  if (!security.tls) {
+    return proto::Headroom::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = security.root_certs_pem;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+  if (!security.token.empty()) {
+    credentials = grpc::CompositeChannelCredentials(
+        credentials, grpc::AccessTokenCredentials(security.token));
+  }
+  return proto::Headroom::NewStub(grpc::CreateChannel(address, credentials));
 }
 
 int ExitCodeOf(const absl::Status& status) {
@@ -53,7 +65,7 @@ absl::Status FromRpc(const grpc::Status& status, const std::string& address) {
     return absl::UnavailableError(absl::StrCat(
         "UNAVAILABLE: cannot reach headroomd at ", address, " (", status.error_message(),
         ")\n  start it with `./headroom serve` (or `headroomd --listen ", address,
-        "`), or point --server at where it listens"));
+        "`), or point --server at where it listens; one that serves TLS needs --tls-ca"));
   }
   return absl::Status(code,
                       absl::StrCat(absl::StatusCodeToString(code), ": ", status.error_message()));

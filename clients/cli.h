@@ -28,18 +28,33 @@ namespace headroom::clients {
 // The daemon's address when a command is given no --server.
 inline constexpr char kDefaultServer[] = "127.0.0.1:50051";
 
-// Makes the stub for headroomd at an address.
-using StubFactory =
-    std::function<std::unique_ptr<proto::Headroom::StubInterface>(const std::string& address)>;
+// How a channel to headroomd is secured (remote_commands.h fills it from --tls-ca and
+// --token-file). Default: plaintext, no token.
+struct ChannelSecurity {
+  // Whether the channel is TLS. Default false.
+  bool tls = false;
+  // The PEM root certificates the daemon's certificate must chain to (--tls-ca); empty with
+  // `tls`: the system's roots.
+  std::string root_certs_pem;
+  // Sent on every call as `authorization: Bearer TOKEN` when not empty; only with `tls`.
+  std::string token;
+};
+
+// Makes the stub for headroomd at an address, secured as asked.
+using StubFactory = std::function<std::unique_ptr<proto::Headroom::StubInterface>(
+    const std::string& address, const ChannelSecurity& security)>;
 
 // Makes the stub for the service in this process, planning for a backend ("cpu", "cuda").
 using LocalStubFactory =
     std::function<absl::StatusOr<std::unique_ptr<proto::Headroom::StubInterface>>(
         const std::string& backend)>;
 
-// Returns a stub for headroomd at `address` ("host:port") over an insecure channel. The
-// channel connects on the first call: a daemon that is not there shows as UNAVAILABLE then.
-std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(const std::string& address);
+// Returns a stub for headroomd at `address` ("host:port"): plaintext, or TLS trusting
+// `security`'s roots, with its token as call credentials (grpc::AccessTokenCredentials). The
+// channel connects on the first call: a daemon that is not there, or one that speaks the
+// other of TLS and plaintext, shows as UNAVAILABLE then. REQUIRES: no token without tls.
+std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(
+    const std::string& address, const ChannelSecurity& security = {});
 
 // Where a command writes, and how it reaches Headroom's service.
 struct CommandIo {

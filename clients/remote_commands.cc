@@ -252,7 +252,42 @@ void AddServiceFlags(CLI::App& command, ServiceFlags& flags, bool local_without_
                       ? "ask headroomd at ADDR (host:port); default: this process"
                       : absl::StrCat("headroomd's address (default ", kDefaultServer, ")"))
       ->type_name("ADDR");
+  command
+      .add_option("--tls-ca", flags.tls_ca_path,
+                  "connect with TLS, trusting the PEM CA certificate in FILE")
+      ->type_name("FILE");
+  command
+      .add_option("--token-file", flags.token_file,
+                  "send the token in FILE on every call (needs --tls-ca; default: "
+                  "$HEADROOM_TOKEN, sent only with --tls-ca)")
+      ->type_name("FILE");
+  // The environment's token, through CLI11 so that main's parse reads it; no flag of its own.
+  command.add_option("--headroom-token-env", flags.env_token)->envname("HEADROOM_TOKEN")->group("");
   command.add_flag("--json", flags.json, "print the answer as protobuf's JSON of the message");
+}
+
+absl::StatusOr<ChannelSecurity> SecurityOf(const ServiceFlags& flags) {
+  ChannelSecurity security;
+  if (!flags.token_file.empty() && flags.tls_ca_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--token-file needs --tls-ca: a token is never sent in plaintext");
+  }
+  if (flags.tls_ca_path.empty()) return security;
+  security.tls = true;
+  ASSIGN_OR_RETURN(security.root_certs_pem, ReadFileContents(flags.tls_ca_path, "--tls-ca"));
+  if (flags.token_file.empty()) {
+    security.token = std::string(absl::StripAsciiWhitespace(flags.env_token));
+    return security;
+  }
+  ASSIGN_OR_RETURN(std::string contents, ReadFileContents(flags.token_file, "--token-file"));
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    security.token = std::string(line.substr(0, line.find_first_of(" \t")));
+    return security;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--token-file ", flags.token_file, ": holds no token"));
 }
 
 bool IsLocal(const ServiceFlags& flags) {
@@ -276,7 +311,8 @@ absl::StatusOr<std::unique_ptr<proto::Headroom::StubInterface>> Connect(
   if (flags.app != nullptr && flags.app->count("--server") > 0 && flags.server.empty()) {
     return absl::InvalidArgumentError("--server needs an address, host:port");
   }
-  std::unique_ptr<Headroom::StubInterface> stub = io.connect(AddressOf(flags));
+  ASSIGN_OR_RETURN(const ChannelSecurity security, SecurityOf(flags));
+  std::unique_ptr<Headroom::StubInterface> stub = io.connect(AddressOf(flags), security);
   if (stub == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot make a channel to ", AddressOf(flags)));
   }

@@ -19,9 +19,16 @@
 
 namespace headroom::clients {
 
-// --server ADDR and --json.
+// --server ADDR, --tls-ca FILE, --token-file FILE (or HEADROOM_TOKEN) and --json.
 struct ServiceFlags {
   std::string server;
+  // --tls-ca: the PEM CA that signed the daemon's certificate; given, the channel is TLS.
+  std::string tls_ca_path;
+  // --token-file: the token sent on every call (its first word; a daemon's `TOKEN USER`
+  // file works). Needs --tls-ca: a token is never sent in plaintext.
+  std::string token_file;
+  // HEADROOM_TOKEN's value: the token when no --token-file is given, sent only with --tls-ca.
+  std::string env_token;
   bool json = false;
   // Whether, given no --server, the command asks the service in this process.
   bool local_without_server = false;
@@ -35,6 +42,10 @@ bool IsLocal(const ServiceFlags& flags);
 
 // Returns the address the command asks: --server's, or kDefaultServer.
 std::string AddressOf(const ServiceFlags& flags);
+
+// Returns how the flags ask a connection to be secured: the CA's and token file's contents
+// read; INVALID_ARGUMENT for --token-file without --tls-ca, NOT_FOUND naming a missing file.
+absl::StatusOr<ChannelSecurity> SecurityOf(const ServiceFlags& flags);
 
 // Returns the stub the flags ask for: headroomd's at --server (default kDefaultServer), or
 // the local service planning for `local_backend`.

@@ -537,13 +537,52 @@ TEST_F(RemoteCommandsTest, WithoutServerTheDefaultAddressIsUsed) {
   std::vector<std::string> addresses;
   std::ostringstream out, err;
   CommandIo io{out, err};
-  io.connect = [&](const std::string& address) {
+  io.connect = [&](const std::string& address, const ChannelSecurity&) {
     addresses.push_back(address);
     return ConnectToHeadroomd(address_);  // The fake stands in for the default daemon.
   };
   EXPECT_EQ(RunHeadroom({"profiles"}, io), 0) << err.str();
   EXPECT_THAT(addresses, ElementsAre(kDefaultServer));
   EXPECT_EQ(fake_.calls(), 1);
+}
+
+// --tls-ca and --token-file (or HEADROOM_TOKEN) reach the stub factory read; a token is
+// never sent without TLS, and the files' errors name them.
+TEST(ChannelSecurityTest, FlagsAndEnvironmentBecomeTheChannelsSecurity) {
+  const std::string dir = getenv("TEST_TMPDIR");
+  std::ofstream(dir + "/ca.pem") << "PEM OF THE CA\n";
+  std::ofstream(dir + "/tokens") << "# mine\n\n  tok-1 alice\n";
+  std::vector<ChannelSecurity> seen;
+  std::ostringstream out, err;
+  CommandIo io{out, err};
+  io.connect = [&](const std::string&, const ChannelSecurity& security) {
+    seen.push_back(security);
+    return std::unique_ptr<proto::Headroom::StubInterface>();  // Connect's error follows.
+  };
+  RunHeadroom({"jobs", "--server", "h:1"}, io);
+  RunHeadroom({"jobs", "--server", "h:1", "--tls-ca", dir + "/ca.pem", "--token-file",
+               dir + "/tokens"}, io);
+  setenv("HEADROOM_TOKEN", "env-token", 1);
+  RunHeadroom({"jobs", "--server", "h:1"}, io);  // No TLS: the environment's token stays.
+  RunHeadroom({"jobs", "--server", "h:1", "--tls-ca", dir + "/ca.pem"}, io);
+  unsetenv("HEADROOM_TOKEN");
+  ASSERT_EQ(seen.size(), 4u) << err.str();
+  EXPECT_FALSE(seen[0].tls);
+  EXPECT_TRUE(seen[1].tls);
+  EXPECT_EQ(seen[1].root_certs_pem, "PEM OF THE CA\n");
+  EXPECT_EQ(seen[1].token, "tok-1");
+  EXPECT_FALSE(seen[2].tls);
+  EXPECT_EQ(seen[2].token, "");
+  EXPECT_EQ(seen[3].token, "env-token");
+
+  std::ostringstream err2;
+  CommandIo io2{out, err2};
+  io2.connect = io.connect;
+  EXPECT_EQ(RunHeadroom({"jobs", "--token-file", dir + "/tokens"}, io2), 2);
+  EXPECT_THAT(err2.str(), HasSubstr("--token-file needs --tls-ca"));
+  EXPECT_EQ(RunHeadroom({"jobs", "--tls-ca", dir + "/nope.pem"}, io2), 1);
+  EXPECT_THAT(err2.str(), HasSubstr("nope.pem"));
+  EXPECT_EQ(seen.size(), 4u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "profiler/metrics.h"
 #include "runner/profile_run.h"
 #include "runner/trainer_options.h"
+#include "server/auth.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/listen_address.h"
@@ -66,6 +68,8 @@ struct DaemonFlags {
   // Startup and state: --listen parsed by CheckListenFlag(); --insecure.
   ListenAddress listen_address;
   bool insecure = false;
+  // --tls-cert, --tls-key, --token-file.
+  AuthOptions auth;
 };
 
 // Declares headroomd's flags, each with its help and default, on `app`.
@@ -102,8 +106,17 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
       ->type_name("FILE");
   app.add_flag("--insecure", f.insecure,
-               "allow a --listen address beyond loopback without TLS (anyone who reaches "
-               "the port can submit jobs)");
+               "allow a --listen address beyond loopback without TLS and a token (anyone who "
+               "reaches the port can submit jobs)");
+  app.add_option("--tls-cert", f.auth.tls_cert_path,
+                 "serve TLS with this PEM certificate chain (with --tls-key; default plaintext)")
+      ->type_name("FILE");
+  app.add_option("--tls-key", f.auth.tls_key_path, "the PEM private key of --tls-cert")
+      ->type_name("FILE");
+  app.add_option("--token-file", f.auth.token_file,
+                 "every call must send `authorization: Bearer TOKEN` with a token of FILE "
+                 "(`TOKEN USER` lines, or one token); needs --tls-cert")
+      ->type_name("FILE");
 }
 
 // Resolves what the flags leave to be computed: byte sizes, the state directory's default.
@@ -128,14 +141,16 @@ absl::Status ResolveFlags(DaemonFlags& f) {
 }
 
 // Parses --listen into f.listen_address. InvalidArgument for a malformed address, or for
-// one beyond loopback without --insecure (the daemon has no TLS or authentication yet).
+// one beyond loopback without TLS and a token (--tls-cert, --tls-key, --token-file) unless
+// --insecure is given.
 absl::Status CheckListenFlag(DaemonFlags& f) {
   ASSIGN_OR_RETURN(f.listen_address, ParseListenAddress(f.listen));
-  if (!f.listen_address.loopback && !f.insecure) {
+  const bool authenticated = !f.auth.tls_cert_path.empty() && !f.auth.token_file.empty();
+  if (!f.listen_address.loopback && !authenticated && !f.insecure) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", f.listen, ": not a loopback address; headroomd has no TLS or "
-        "authentication, so anyone who reaches it could run jobs: give --insecure to "
-        "listen there anyway"));
+        "--listen ", f.listen, ": not a loopback address; without TLS and a token "
+        "(--tls-cert, --tls-key, --token-file) anyone who reaches it could run jobs: give "
+        "them, or --insecure to listen there anyway"));
   }
   return absl::OkStatus();
 }
@@ -262,15 +277,15 @@ void ServeUntilSignal(const DaemonFlags& f, grpc::Server& server, JobManager& jo
   sampler.join();
 }
 
-// Returns the gRPC server serving `service` on f.listen_address and sets `address` to the
+// Returns the gRPC server serving `service` on f.listen_address with `credentials` and sets `address` to the
 // address it serves on. The port is bound exclusively (gRPC's default SO_REUSEPORT would let
 // a second daemon share it). Unavailable naming the address when it cannot bind.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(const DaemonFlags& f,
-                                                             HeadroomService& service,
-                                                             std::string& address) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const DaemonFlags& f, const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    HeadroomService& service, std::string& address) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(f.listen, credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(
@@ -313,7 +328,20 @@ absl::StatusOr<OpenedState> OpenState(const DaemonFlags& f) {
   return state;
 }
 
+// Returns the credentials the gRPC port listens with (--tls-cert, --tls-key, --token-file),
+// or exits 2 naming the flag at fault.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsOrExit(const DaemonFlags& f) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsOf(f.auth);
+  if (!credentials.ok()) {
+    std::cerr << "headroomd: " << credentials.status().message() << "\n";
+    std::exit(2);
+  }
+  return *credentials;
+}
+
 int Run(const DaemonFlags& f) {
+  const std::shared_ptr<grpc::ServerCredentials> credentials = ServerCredentialsOrExit(f);
   // 1. The state (locked), the metrics and the jobs (stored ones resume now).
   absl::StatusOr<OpenedState> state = OpenState(f);
   if (!state.ok()) return std::cerr << "headroomd: " << state.status().message() << "\n", 1;
@@ -354,7 +382,7 @@ int Run(const DaemonFlags& f) {
   // 3. The gRPC server.
   HeadroomService service(jobs->get(), (*jobs)->plan_backend());
   std::string address;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, service, address);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, credentials, service, address);
   if (!server.ok()) return std::cerr << "headroomd: " << server.status().message() << "\n", 1;
   std::cout << absl::StrFormat(
                    "headroomd: serving on %s (%s, device memory %s, fixed cost %s %s), "

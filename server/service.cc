@@ -1,19 +1,30 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "graph/graph.h"
 #include "graph/model_source.h"
 #include "planner/cost_model.h"
 #include "profiler/measured_cost_model.h"
+#include "server/auth.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
 namespace {
 
 // Returns the status of `result`, moving its value into `*out` when it is OK.
+// Returns the gRPC status of a failed absl::Status from the enclosing handler.
+#define RETURN_GRPC_IF_ERROR(expr)                                  \
+  do {                                                              \
+    if (absl::Status _status = (expr); !_status.ok()) {             \
+      return ToGrpcStatus(_status);                                 \
+    }                                                               \
+  } while (0)
+
 template <typename T>
 grpc::Status Answer(absl::StatusOr<T> result, T* out) {
   if (!result.ok()) return ToGrpcStatus(result.status());
@@ -45,6 +56,32 @@ absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
   return planner::AnswerPlan(g, request.options(), cost.get(), backend);
 }
 
+// Returns the user the call's token names (server/auth.h), or "" when it names none: no
+// token file, a single-token file, or a call in this process.
+std::string CallerOf(const grpc::ServerContext* context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
+  if (auth == nullptr) return "";
+  std::vector<grpc::string_ref> users = auth->FindPropertyValues(kUserProperty);
+  return users.empty() ? "" : std::string(users[0].data(), users[0].size());
+}
+
+// Returns whether `caller` may see `job`: a caller without a user sees every job.
+bool MaySee(const std::string& caller, const proto::JobInfo& job) {
+  return caller.empty() || job.spec().owner() == caller;
+}
+
+// Returns OK when `caller` may see job `job_id`; NOT_FOUND, as for a job that does not
+// exist, when it may not (or when it does not exist).
+absl::Status CheckOwner(const JobManager& jobs, const std::string& caller,
+                        const std::string& job_id) {
+  if (caller.empty()) return absl::OkStatus();
+  absl::StatusOr<proto::JobInfo> job = jobs.Get(job_id);
+  if (!job.ok() || !MaySee(caller, *job)) {
+    return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -73,26 +110,32 @@ grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::Profile
   return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
 }
 
-grpc::Status HeadroomService::SubmitJob(grpc::ServerContext*,
+grpc::Status HeadroomService::SubmitJob(grpc::ServerContext* context,
                                         const proto::SubmitJobRequest* request,
                                         proto::SubmitJobResponse* response) {
-  return WithJobs([&](JobManager& jobs) { return Answer(jobs.Submit(request->spec()), response); });
+  return WithJobs([&](JobManager& jobs) {
+    proto::JobSpec spec = request->spec();
+    spec.set_owner(CallerOf(context));
+    return Answer(jobs.Submit(spec), response);
+  });
 }
 
 grpc::Status HeadroomService::WatchJob(grpc::ServerContext* context,
                                        const proto::WatchJobRequest* request,
                                        grpc::ServerWriter<proto::JobProgress>* writer) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
     return ToGrpcStatus(jobs.Watch(
         request->job_id(), [writer](const proto::JobProgress& p) { return writer->Write(p); },
         [context] { return context->IsCancelled(); }));
   });
 }
 
-grpc::Status HeadroomService::CancelJob(grpc::ServerContext*,
+grpc::Status HeadroomService::CancelJob(grpc::ServerContext* context,
                                         const proto::CancelJobRequest* request,
                                         proto::CancelJobResponse* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
     absl::StatusOr<proto::JobState> state = jobs.Cancel(request->job_id());
     if (!state.ok()) return ToGrpcStatus(state.status());
     response->set_state(*state);
@@ -100,15 +143,28 @@ grpc::Status HeadroomService::CancelJob(grpc::ServerContext*,
   });
 }
 
-grpc::Status HeadroomService::ListJobs(grpc::ServerContext*, const proto::ListJobsRequest* request,
+grpc::Status HeadroomService::ListJobs(grpc::ServerContext* context,
+                                       const proto::ListJobsRequest* request,
                                        proto::ListJobsResponse* response) {
-  return WithJobs([&](JobManager& jobs) { return Answer(jobs.List(*request), response); });
+  return WithJobs([&](JobManager& jobs) {
+    absl::StatusOr<proto::ListJobsResponse> page = jobs.List(*request);
+    if (!page.ok()) return ToGrpcStatus(page.status());
+    // The page's others' jobs are left out: a page may hold fewer than page_size.
+    const std::string caller = CallerOf(context);
+    *response = *std::move(page);
+    auto* list = response->mutable_jobs();
+    list->erase(std::remove_if(list->begin(), list->end(),
+                               [&](const proto::JobInfo& job) { return !MaySee(caller, job); }),
+                list->end());
+    return grpc::Status::OK;
+  });
 }
 
-grpc::Status HeadroomService::GetTimeline(grpc::ServerContext*,
+grpc::Status HeadroomService::GetTimeline(grpc::ServerContext* context,
                                           const proto::GetTimelineRequest* request,
                                           proto::GetTimelineResponse* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
     absl::StatusOr<proto::MemoryTimeline> timeline =
         jobs.Timeline(request->job_id(), request->max_samples());
     if (!timeline.ok()) return ToGrpcStatus(timeline.status());

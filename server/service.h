@@ -3,6 +3,10 @@
 // one place. The same service answers `headroom plan` and `headroom profile` given no
 // --server, in their own process (clients/local_service.h): there it has no JobManager (its
 // profiles run on a ProfileRunner), and the calls that need one answer FAILED_PRECONDITION.
+// Jobs have owners: SubmitJob records the user of the call's token (server/auth.h) as the
+// spec's owner, and a caller whose token names a user lists, watches, cancels and reads the
+// timelines of its own jobs only (others' are NOT_FOUND, as if absent); a caller without a
+// user sees every job.
 // Borrows the JobManager and the ProfileRunner (either may be null) and the plan backend's
 // scratch model, which must outlive it. Thread-safe (the manager is; a ProfileRunner is
 // called from the RPC thread).

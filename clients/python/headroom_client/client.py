@@ -65,6 +65,32 @@ def plan_options(budget_bytes=0, frontier=False, device="cpu", inference=False,
     )
 
 
+def _read_pem(tls_ca):
+    """Returns the PEM bytes of `tls_ca`: bytes as given, else the file at that path."""
+    if isinstance(tls_ca, bytes):
+        return tls_ca
+    with open(tls_ca, "rb") as f:
+        return f.read()
+
+
+def _open_channel(address, tls_ca, token):
+    """Returns a channel to `address`: plaintext, or TLS trusting the CA `tls_ca` (a PEM
+    file's path or its bytes) with `token` sent on every call as `authorization: Bearer`."""
+    options = [
+        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    ]
+    if tls_ca is None:
+        if token is not None:
+            raise ValueError("a token needs tls_ca: it is never sent in plaintext")
+        return grpc.insecure_channel(address, options=options)
+    credentials = grpc.ssl_channel_credentials(root_certificates=_read_pem(tls_ca))
+    if token is not None:
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return grpc.secure_channel(address, credentials, options=options)
+
+
 class Client:
     """Calls headroomd's Headroom service; every failed call raises HeadroomError.
 
@@ -75,21 +101,23 @@ class Client:
     cancel() the JobState. A model is a ModelSource (see zoo()), ZooModel or GraphDef (see
     torch_graph.graph_from_module). Byte sizes may be ints or strings ("400MiB").
 
+    tls_ca (a PEM file's path, or its bytes) makes the channel TLS, trusting that CA; token
+    is then sent on every call as `authorization: Bearer TOKEN` (headroomd --token-file). A
+    token without tls_ca raises ValueError: it is never sent in plaintext.
+
     Owns its channel unless one is passed in; close() (or `with`) closes an owned one. `stub`
     replaces the generated HeadroomStub, for tests. Safe to share between threads, as gRPC
     channels are.
     """
 
-    def __init__(self, address="127.0.0.1:50051", timeout=60.0, channel=None, stub=None):
+    def __init__(self, address="127.0.0.1:50051", timeout=60.0, channel=None, stub=None,
+                 tls_ca=None, token=None):
         self.address = address
         self.timeout = timeout
         self._owned_channel = None
         if stub is None:
             if channel is None:
-                channel = grpc.insecure_channel(address, options=[
-                    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-                ])
+                channel = _open_channel(address, tls_ca, token)
                 self._owned_channel = channel
             stub = pb_grpc.HeadroomStub(channel)
         self._stub = stub
