@@ -85,9 +85,10 @@ absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions&
   }
   const uint64_t alignment = options.alignment_bytes();
   if (alignment != 0) {
-    if ((alignment & (alignment - 1)) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.alignment_bytes: ", alignment, " is not a power of two"));
+    if ((alignment & (alignment - 1)) != 0 || alignment > kMaxAlignmentBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.alignment_bytes: ", alignment,
+                       " is not a power of two at most ", kMaxAlignmentBytes));
     }
     planner_options.alignment_bytes = alignment;
   }

@@ -17,8 +17,14 @@
 
 namespace headroom::planner {
 
+// The largest PlanOptions.alignment_bytes a request may ask for: a page. No device allocator
+// aligns more coarsely, and each buffer wastes up to this much (2^40 gave a 15 TiB arena;
+// 2^62 overflowed the offsets).
+inline constexpr uint64_t kMaxAlignmentBytes = 4096;
+
 // Returns the planner options `options` asks for (optimizer, inference, alignment: default
-// 256). InvalidArgument naming the field for an alignment that is not a power of two.
+// 256). InvalidArgument naming the field for an alignment that is not a power of two at most
+// kMaxAlignmentBytes.
 absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions& options);
 
 // Returns the summary and sections of `plan` (chosen for `budget_bytes`, 0: none, with its
