@@ -1,5 +1,7 @@
 #include "planner/plan_request.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "graph/zoo.h"
@@ -110,6 +112,15 @@ TEST(PlanRequestTest, InferenceAndBadOptions) {
   }
   misaligned.set_alignment_bytes(4096);
   EXPECT_TRUE(AnswerPlan(g, misaligned).ok());
+  // Unknown enum values survive proto3 parsing; they are refused, named, not planned.
+  proto::PlanOptions unknown_kind;
+  unknown_kind.mutable_optimizer()->set_kind(static_cast<proto::Optimizer::Kind>(99));
+  EXPECT_THAT(AnswerPlan(g, unknown_kind).status().message(),
+              HasSubstr("options.optimizer.kind: 99 is not an Optimizer.Kind"));
+  proto::PlanOptions nan_rate;
+  nan_rate.mutable_optimizer()->set_learning_rate(std::nan(""));
+  EXPECT_THAT(AnswerPlan(g, nan_rate).status().message(),
+              HasSubstr("options.optimizer.learning_rate: nan is not a positive finite number"));
   proto::PlanOptions unknown_device;
   unknown_device.mutable_device()->set_preset("tpu");
   EXPECT_EQ(AnswerPlan(g, unknown_device).status().code(), absl::StatusCode::kInvalidArgument);
