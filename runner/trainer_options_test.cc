@@ -68,6 +68,28 @@ TEST(TrainerOptionsTest, HyperparametersOutOfRangeAreNamed) {
   EXPECT_THAT(ErrorOf(plan), HasSubstr("plan.alignment_bytes: 4611686018427387904 is not"));
 }
 
+TEST(TrainerOptionsTest, DeviceRatesMustBeFiniteAndUsable) {
+  proto::PlanOptions plan;
+  plan.mutable_device()->set_peak_flops_per_second(std::nan(""));
+  EXPECT_THAT(ErrorOf(plan), HasSubstr("device.peak_flops_per_second: nan is not 0"));
+  // A rate of 1e-300 bytes per second made every predicted time infinite.
+  plan = proto::PlanOptions();
+  plan.mutable_device()->set_memory_bytes_per_second(1e-300);
+  EXPECT_THAT(ErrorOf(plan), HasSubstr("device.memory_bytes_per_second: 1e-300 is not"));
+  plan = proto::PlanOptions();
+  plan.mutable_device()->set_op_overhead_seconds(1e300);
+  EXPECT_THAT(ErrorOf(plan), HasSubstr("device.op_overhead_seconds: 1e+300 is not"));
+  plan = proto::PlanOptions();
+  plan.mutable_device()->set_host_link_bytes_per_second(-kInf);
+  EXPECT_THAT(ErrorOf(plan), HasSubstr("device.host_link_bytes_per_second: -inf is not"));
+  plan = proto::PlanOptions();
+  plan.mutable_device()->set_host_link_bytes_per_second(25e9);
+  plan.mutable_device()->set_op_overhead_seconds(5e-6);
+  absl::StatusOr<executor::TrainerOptions> o = TrainerOptionsOf(plan, 1, "cpu");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->device.host_link_bytes_per_second, 25e9);
+}
+
 TEST(TrainerOptionsTest, ExplicitZeroMomentumIsHonouredAndUnsetMeansTheDefault) {
   proto::PlanOptions plan;
   absl::StatusOr<executor::TrainerOptions> defaults = TrainerOptionsOf(plan, 0, "cpu");
