@@ -369,7 +369,28 @@ class GraphLoader {
   std::vector<Attrs> attrs_;
 };
 
+namespace {
+
+// Returns InvalidArgument if `def` has more nodes or tensors than the documented maxima.
+absl::Status CheckGraphSize(const proto::GraphDef& def) {
+  if (def.nodes_size() > kMaxGraphNodes) {
+    return InvalidArgumentError(StrCat("graph '", def.name(), "' has ", def.nodes_size(),
+                                       " nodes; at most ", kMaxGraphNodes, " are allowed"));
+  }
+  int64_t tensors = def.tensors_size();
+  for (const proto::NodeDef& node : def.nodes()) tensors += node.outputs_size();
+  if (tensors > kMaxGraphTensors) {
+    return InvalidArgumentError(StrCat("graph '", def.name(), "' has ", tensors,
+                                       " tensors (listed and node outputs); at most ",
+                                       kMaxGraphTensors, " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Graph> Graph::FromProto(const proto::GraphDef& def) {
+  RETURN_IF_ERROR(CheckGraphSize(def));
   return GraphLoader(def).Load();
 }
 

@@ -45,6 +45,12 @@ struct Node {
   Attrs attrs;
 };
 
+// The most nodes, and the most tensors (listed ones plus node outputs), a graph description
+// may have: a bound on what one request can make the planner hold (the largest zoo model,
+// a 1000-layer transformer, has about 30k nodes).
+inline constexpr int kMaxGraphNodes = 100000;
+inline constexpr int kMaxGraphTensors = 400000;
+
 // A validated forward graph. Build one with FromProto(); it is immutable afterwards and safe
 // to read from several threads. Tensor and node ids index tensors() and nodes(); nodes() is
 // in topological order (ties broken by the description's order), so a node's inputs are
@@ -54,7 +60,8 @@ class Graph {
   // Returns the graph of `def`, or InvalidArgument naming the node and tensor at fault when
   // `def` has a cycle, a tensor used but never produced, a name defined twice, a shape or
   // dtype that does not fit its op, a zero, negative or overflowing dimension, an unknown op
-  // or attribute, or no scalar floating-point loss.
+  // or attribute, no scalar floating-point loss, or more than kMaxGraphNodes nodes or
+  // kMaxGraphTensors tensors (checked first, before anything is built).
   static absl::StatusOr<Graph> FromProto(const proto::GraphDef& def);
 
   // Returns the description of this graph with every tensor listed, its inferred shape and

@@ -334,6 +334,17 @@ absl::Status InferGlobalAvgPool(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// Returns InvalidArgument unless float attribute `name` is positive and finite (NaN and
+// infinity compare false with 0, so `<= 0` let them through).
+absl::Status ExpectPositiveFinite(const InferenceContext& ctx, const char* name) {
+  const double value = ctx.attrs.Float(name);
+  if (!(std::isfinite(value) && value > 0)) {
+    return InvalidArgumentError(
+        StrCat("attribute '", name, "' is ", value, "; it must be positive and finite"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InferBatchNorm(InferenceContext& ctx) {
   RETURN_IF_ERROR(ExpectSameFloating(ctx));
   const Shape& x = ctx.input_shapes[0];
@@ -342,8 +353,10 @@ absl::Status InferBatchNorm(InferenceContext& ctx) {
                                        ", needs 2 (N,C) or 4 (N,C,H,W)"));
   }
   for (int i = 1; i < 5; ++i) RETURN_IF_ERROR(ExpectShape(ctx, i, {x[1]}));
-  if (ctx.attrs.Float("epsilon") <= 0) {
-    return InvalidArgumentError("attribute 'epsilon' must be positive");
+  RETURN_IF_ERROR(ExpectPositiveFinite(ctx, "epsilon"));
+  const double momentum = ctx.attrs.Float("momentum");
+  if (!(momentum >= 0.0 && momentum <= 1.0)) {
+    return InvalidArgumentError(StrCat("attribute 'momentum' is ", momentum, ", needs [0, 1]"));
   }
   SetOutput(ctx, x, ctx.input_dtypes[0]);
   return absl::OkStatus();
@@ -354,9 +367,7 @@ absl::Status InferLayerNorm(InferenceContext& ctx) {
   RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 1));
   const Shape& x = ctx.input_shapes[0];
   for (int i = 1; i < 3; ++i) RETURN_IF_ERROR(ExpectShape(ctx, i, {x.back()}));
-  if (ctx.attrs.Float("epsilon") <= 0) {
-    return InvalidArgumentError("attribute 'epsilon' must be positive");
-  }
+  RETURN_IF_ERROR(ExpectPositiveFinite(ctx, "epsilon"));
   SetOutput(ctx, x, ctx.input_dtypes[0]);
   return absl::OkStatus();
 }

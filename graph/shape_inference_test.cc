@@ -1,6 +1,7 @@
 // Shape inference of every op against shapes computed by hand (the arithmetic is in the
 // comments), through the same loader users go through.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,25 @@ TEST(NormShapeTest, BatchNormOverChannels) {
   auto g = OneOp("BatchNorm", {{{2, 16, 4, 4}}, {{16}}, {{16}}, {{8}}, {{16}}});
   ASSERT_FALSE(g.ok());
   EXPECT_THAT(g.status().message(), HasSubstr("input 'in3' has shape [8], needs [16]"));
+}
+
+TEST(NormShapeTest, NormEpsilonMustBePositiveAndFinite) {
+  // NaN and infinity passed an `epsilon <= 0` check.
+  const double kBad[] = {std::nan(""), std::numeric_limits<double>::infinity(), 0.0, -1e-5};
+  for (const double epsilon : kBad) {
+    auto bn = OneOp("BatchNorm", {{{2, 16}}, {{16}}, {{16}}, {{16}}, {{16}}},
+                    {{"epsilon", FloatAttr(epsilon)}});
+    ASSERT_FALSE(bn.ok()) << epsilon;
+    EXPECT_THAT(bn.status().message(), HasSubstr("attribute 'epsilon' is "));
+    EXPECT_THAT(bn.status().message(), HasSubstr("must be positive and finite"));
+    auto ln = OneOp("LayerNorm", {{{2, 64}}, {{64}}, {{64}}}, {{"epsilon", FloatAttr(epsilon)}});
+    ASSERT_FALSE(ln.ok()) << epsilon;
+    EXPECT_THAT(ln.status().message(), HasSubstr("must be positive and finite"));
+  }
+  auto momentum = OneOp("BatchNorm", {{{2, 16}}, {{16}}, {{16}}, {{16}}, {{16}}},
+                        {{"momentum", FloatAttr(std::nan(""))}});
+  ASSERT_FALSE(momentum.ok());
+  EXPECT_THAT(momentum.status().message(), HasSubstr("attribute 'momentum' is nan, needs [0, 1]"));
 }
 
 TEST(NormShapeTest, LayerNormOverLastDim) {

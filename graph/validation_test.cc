@@ -2,6 +2,7 @@
 // and what a valid graph gives back.
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "graph/graph.h"
@@ -104,6 +105,23 @@ TEST(ValidationTest, ToProtoRoundTripsWithInferredShapes) {
   ASSERT_TRUE(g2.ok()) << g2.status();
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(g2->ToProto(), again))
       << g2->ToProto().DebugString() << "\nvs\n" << again.DebugString();
+}
+
+TEST(RejectionTest, TooManyNodesOrTensors) {
+  // A chain of kMaxGraphNodes ReLUs plus the valid graph's three nodes: one request could
+  // otherwise make the daemon build (and plan) a graph of any size.
+  proto::GraphDef nodes = ValidBuilder().Build();
+  for (int i = 0; i < kMaxGraphNodes; ++i) {
+    proto::NodeDef* n = nodes.add_nodes();
+    n->set_name(absl::StrCat("r", i));
+    n->set_op("ReLU");
+    n->add_inputs(i == 0 ? "relu" : absl::StrCat("r", i - 1));
+    n->add_outputs(absl::StrCat("r", i));
+  }
+  EXPECT_THAT(ErrorOf(nodes), HasSubstr("graph 'tiny' has 100003 nodes; at most 100000"));
+  proto::GraphDef tensors = ValidBuilder().Build();
+  for (int i = 0; i <= kMaxGraphTensors; ++i) tensors.add_tensors()->set_name(absl::StrCat("t", i));
+  EXPECT_THAT(ErrorOf(tensors), HasSubstr("tensors (listed and node outputs); at most 400000"));
 }
 
 TEST(RejectionTest, Cycle) {

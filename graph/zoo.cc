@@ -20,11 +20,16 @@ using zoo_internal::ZooOptions;
 
 using ZooBuilder = std::function<absl::StatusOr<proto::GraphDef>(int64_t, const ZooOptions&)>;
 
-// One option as the registry declares it: ZooOption plus the smallest value it accepts.
+// One option as the registry declares it.
 struct OptionSpec {
   ZooOption option;
-  int64_t min_value = 1;
 };
+
+// Returns the option `name` (`doc`) with `default_value`, accepting [min_value, max_value].
+OptionSpec Option(const std::string& name, int64_t default_value, int64_t max_value,
+                  const std::string& doc, int64_t min_value = 1) {
+  return {ZooOption{name, default_value, doc, min_value, max_value}};
+}
 
 // One model of the registry.
 struct ModelSpec {
@@ -35,8 +40,8 @@ struct ModelSpec {
 };
 
 std::vector<OptionSpec> ImageOptions() {
-  return {{{"image_size", 224, "height and width of the square input images"}},
-          {{"classes", 1000, "output classes"}}};
+  return {Option("image_size", 224, 4096, "height and width of the square input images"),
+          Option("classes", 1000, 1 << 20, "output classes")};
 }
 
 ModelSpec ResNetSpec(int depth) {
@@ -53,25 +58,26 @@ ModelSpec ResNetSpec(int depth) {
 ModelSpec MlpSpec() {
   return {"mlp",
           "multilayer perceptron: Linear+ReLU hidden layers, then a Linear classifier",
-          {{{"depth", 4, "Linear layers, the output layer included"}},
-           {{"width", 1024, "features of each hidden layer"}},
-           {{"input", 784, "input features"}},
-           {{"classes", 10, "output classes"}}},
+          {Option("depth", 4, 1000, "Linear layers, the output layer included"),
+           Option("width", 1024, 1 << 16, "features of each hidden layer"),
+           Option("input", 784, 1 << 20, "input features"),
+           Option("classes", 10, 1 << 20, "output classes")},
           zoo_internal::BuildMlp};
 }
 
 ModelSpec TransformerSpec() {
   return {"transformer",
           "GPT-2-style decoder-only transformer with tied embeddings (defaults: GPT-2 small)",
-          {{{"layers", 12, "transformer blocks"}},
-           {{"d_model", 768, "embedding width; must be divisible by heads"}},
-           {{"heads", 12, "attention heads"}},
-           {{"sequence", 1024, "tokens per sample; at most positions"}},
-           {{"vocab", 50257, "vocabulary size (rows of wte)"}},
-           {{"positions", 1024, "learned positions (rows of wpe)"}},
-           {{"d_ff", 0, "hidden width of the MLP; 0 means 4 * d_model"}, /*min_value=*/0},
-           {{"dropout_percent", 10, "dropout rate in percent; 0 leaves out the dropout nodes"},
-            /*min_value=*/0}},
+          {Option("layers", 12, 1000, "transformer blocks"),
+           Option("d_model", 768, 1 << 16, "embedding width; must be divisible by heads"),
+           Option("heads", 12, 1024, "attention heads"),
+           Option("sequence", 1024, 1 << 17, "tokens per sample; at most positions"),
+           Option("vocab", 50257, 1 << 20, "vocabulary size (rows of wte)"),
+           Option("positions", 1024, 1 << 17, "learned positions (rows of wpe)"),
+           Option("d_ff", 0, 1 << 18, "hidden width of the MLP; 0 means 4 * d_model",
+                  /*min_value=*/0),
+           Option("dropout_percent", 10, 99,
+                  "dropout rate in percent; 0 leaves out the dropout nodes", /*min_value=*/0)},
           zoo_internal::BuildTransformer};
 }
 
@@ -111,7 +117,7 @@ absl::StatusOr<const ModelSpec*> FindModel(const std::string& name) {
 }
 
 // Returns every option of `model`: the spec's values where set, defaults elsewhere; or
-// InvalidArgument for an option the model does not declare or a value below its minimum.
+// InvalidArgument for an option the model does not declare or a value outside its range.
 absl::StatusOr<ZooOptions> ResolveOptions(const ModelSpec& model,
                                           const proto::ZooModel& spec) {
   ZooOptions resolved;
@@ -128,10 +134,15 @@ absl::StatusOr<ZooOptions> ResolveOptions(const ModelSpec& model,
   }
   for (const OptionSpec& option : model.options) {
     const int64_t value = resolved[option.option.name];
-    if (value < option.min_value) {
+    if (value < option.option.min_value) {
       return absl::InvalidArgumentError(
           absl::StrCat("zoo model '", model.name, "': option '", option.option.name,
-                       "' must be at least ", option.min_value, ", got ", value));
+                       "' must be at least ", option.option.min_value, ", got ", value));
+    }
+    if (value > option.option.max_value) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zoo model '", model.name, "': option '", option.option.name,
+                       "' must be at most ", option.option.max_value, ", got ", value));
     }
   }
   return resolved;
@@ -142,9 +153,9 @@ absl::StatusOr<int64_t> CheckBatch(const proto::ZooModel& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("zoo model '", spec.name(), "': batch must be positive, got 0"));
   }
-  if (spec.batch() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("zoo model '", spec.name(), "': batch ", spec.batch(), " is too large"));
+  if (spec.batch() > kMaxZooBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("zoo model '", spec.name(), "': batch must be at most ",
+                                                   kMaxZooBatch, ", got ", spec.batch()));
   }
   return static_cast<int64_t>(spec.batch());
 }
@@ -172,10 +183,7 @@ const std::vector<ZooModelInfo>& ZooModels() {
     auto* infos = new std::vector<ZooModelInfo>;
     for (const ModelSpec& model : Registry()) {
       ZooModelInfo info{model.name, model.doc, {}};
-      for (const OptionSpec& option : model.options) {
-        info.options.push_back(option.option);
-        info.options.back().min_value = option.min_value;
-      }
+      for (const OptionSpec& option : model.options) info.options.push_back(option.option);
       infos->push_back(std::move(info));
     }
     return infos;

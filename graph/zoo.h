@@ -16,13 +16,17 @@
 namespace headroom::graph {
 
 // Returns the forward graph (with its loss) of a zoo model, or InvalidArgument naming the bad
-// model or option (and listing the valid ones). Unset options take their defaults (see
+// model or option (and listing the valid ones), or a batch (at most kMaxZooBatch) or option
+// value (within [ZooOption::min_value, max_value]) out of range, naming it and the limit. Unset options take their defaults (see
 // ZooModels()). The graph is not validated here: Graph::FromProto does that. Thread-safe.
 absl::StatusOr<proto::GraphDef> BuildZooModel(const proto::ZooModel& spec);
 
 // Returns the spec of zoo model `name` at `batch` with `options` set (the rest default).
 proto::ZooModel ZooSpec(const std::string& name, uint64_t batch,
                         const std::map<std::string, int64_t>& options = {});
+
+// The largest batch a zoo spec may ask for (BuildZooModel answers InvalidArgument above it).
+inline constexpr uint64_t kMaxZooBatch = 65536;
 
 // One integer option of a zoo model.
 struct ZooOption {
@@ -33,6 +37,9 @@ struct ZooOption {
   std::string doc;
   // The smallest value it accepts.
   int64_t min_value = 1;
+  // The largest value it accepts: a bound on the graph (and the daemon's memory) one request
+  // can ask for, well above every published model of the family (depth 10^6 took 13 GB).
+  int64_t max_value = 1 << 20;
 };
 
 // A zoo model and the options it accepts.

@@ -373,6 +373,26 @@ TEST(ZooErrorTest, NonPositiveOptionsNamed) {
   EXPECT_THAT(MustFail("transformer", 1, {{"d_ff", -1}}), HasSubstr("'d_ff'"));
 }
 
+TEST(ZooErrorTest, OptionsAndBatchAboveTheirMaximumNamedWithTheLimit) {
+  // mlp depth 10^6 (or 2^40) drove headroomd past 13 GB before the limits.
+  EXPECT_THAT(MustFail("mlp", 1, {{"depth", 1000000}}),
+              HasSubstr("zoo model 'mlp': option 'depth' must be at most 1000, got 1000000"));
+  EXPECT_THAT(MustFail("mlp", 1, {{"depth", int64_t{1} << 40}}), HasSubstr("at most 1000"));
+  EXPECT_THAT(MustFail("transformer", 1, {{"layers", 1001}}), HasSubstr("'layers'"));
+  EXPECT_THAT(MustFail("resnet50", 1, {{"image_size", 4097}}), HasSubstr("'image_size'"));
+  EXPECT_THAT(MustFail("mlp", kMaxZooBatch + 1),
+              HasSubstr("zoo model 'mlp': batch must be at most 65536, got 65537"));
+  EXPECT_THAT(MustFail("mlp", uint64_t{1} << 63), HasSubstr("batch must be at most"));
+  // Every option's range holds its default, and the limits are inclusive.
+  for (const ZooModelInfo& info : ZooModels()) {
+    for (const ZooOption& option : info.options) {
+      EXPECT_LE(option.min_value, option.default_value) << info.name << "." << option.name;
+      EXPECT_LE(option.default_value, option.max_value) << info.name << "." << option.name;
+    }
+  }
+  MustBuild("mlp", 2, {{"depth", 1000}, {"width", 8}, {"input", 8}});
+}
+
 TEST(ZooErrorTest, TransformerHeadsMustDivideDModel) {
   const std::string message = MustFail("transformer", 1, {{"d_model", 100}, {"heads", 12}});
   EXPECT_THAT(message, HasSubstr("d_model 100"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -81,24 +82,32 @@ absl::StatusOr<DeviceSpec> DevicePreset(absl::string_view name) {
 
 absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model) {
   ASSIGN_OR_RETURN(DeviceSpec spec, DevicePreset(model.preset().empty() ? "cpu" : model.preset()));
+  // A rate below 1 per second (1e-300, say) makes every time infinite, and an op overhead
+  // over a second is no device's: both, like NaN and infinity, are refused.
   struct Field {
     const char* name;
     double value;
     double* target;
+    double min_value;
+    double max_value;
   };
-  for (const Field& f : {Field{"peak_flops_per_second", model.peak_flops_per_second(),
-                               &spec.peak_flops_per_second},
-                         Field{"memory_bytes_per_second", model.memory_bytes_per_second(),
-                               &spec.memory_bytes_per_second},
-                         Field{"host_link_bytes_per_second", model.host_link_bytes_per_second(),
-                               &spec.host_link_bytes_per_second},
-                         Field{"op_overhead_seconds", model.op_overhead_seconds(),
-                               &spec.op_overhead_seconds}}) {
-    if (!std::isfinite(f.value) || f.value < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("device field '", f.name, "' is ", f.value, "; it must be finite and >= 0"));
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (const Field& f :
+       {Field{"peak_flops_per_second", model.peak_flops_per_second(),
+              &spec.peak_flops_per_second, 1, kInf},
+        Field{"memory_bytes_per_second", model.memory_bytes_per_second(),
+              &spec.memory_bytes_per_second, 1, kInf},
+        Field{"host_link_bytes_per_second", model.host_link_bytes_per_second(),
+              &spec.host_link_bytes_per_second, 1, kInf},
+        Field{"op_overhead_seconds", model.op_overhead_seconds(), &spec.op_overhead_seconds,
+              0, 1}}) {
+    if (f.value == 0) continue;  // The preset's.
+    if (!(std::isfinite(f.value) && f.value >= f.min_value && f.value <= f.max_value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device.", f.name, ": ", f.value, " is not 0 (the preset's) or a finite number in [",
+          f.min_value, ", ", f.max_value, "]"));
     }
-    if (f.value > 0) *f.target = f.value;
+    *f.target = f.value;
   }
   return spec;
 }

@@ -36,8 +36,9 @@ std::vector<std::string> DevicePresetNames();
 absl::StatusOr<DeviceSpec> DevicePreset(absl::string_view name);
 
 // Returns the preset `model.preset` names ("cpu" when empty) with every non-zero field of
-// `model` overriding it; InvalidArgument for an unknown preset or a negative or non-finite
-// rate.
+// `model` overriding it; InvalidArgument naming the field ("device.peak_flops_per_second")
+// for an unknown preset, a NaN, infinite or negative value, a rate below 1 per second or an
+// op overhead above 1 second.
 absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model);
 
 // Returns a text-format DeviceModel file (`preset: "h100" host_link_bytes_per_second: 25e9`),

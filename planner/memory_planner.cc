@@ -37,7 +37,9 @@ absl::StatusOr<MemoryPlan> PlanScheduledGraph(
     buffer_lifetimes.push_back(b.lifetime);
     names.push_back(graph.tensor(b.tensors.front()).name);
   }
-  const OffsetAssignment assignment = AssignOffsets(requests, alignment_bytes, strategies);
+  RETURN_IF_ERROR(CheckAssignable(requests, alignment_bytes, names));
+  ASSIGN_OR_RETURN(const OffsetAssignment assignment,
+                   AssignOffsets(requests, alignment_bytes, strategies));
   RETURN_IF_ERROR(VerifyNoOverlap(requests, assignment, alignment_bytes, names));
 
   MemoryPlan plan;

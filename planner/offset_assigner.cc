@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <queue>
@@ -598,10 +599,45 @@ uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t 
   return peak_bytes;
 }
 
-OffsetAssignment AssignOffsets(const std::vector<BufferRequest>& requests,
-                               uint64_t alignment_bytes,
-                               const std::vector<std::unique_ptr<OffsetStrategy>>& strategies) {
+absl::Status CheckAssignable(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes,
+                             const std::vector<std::string>& names) {
+  if (!IsPowerOfTwo(alignment_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("alignment ", alignment_bytes, " is not a power of two"));
+  }
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  uint64_t total_bytes = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BufferRequest& r = requests[i];
+    if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer ", BufferLabel(i, names),
+                       ": needs bytes > 0 and 0 <= first_position <= last_position, has bytes ",
+                       r.bytes, " and positions [", r.first_position, ", ", r.last_position, "]"));
+    }
+    // AlignUp(bytes) = bytes + alignment - 1 rounded down: it must not pass 2^64.
+    if (r.bytes > kMax - (alignment_bytes - 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer ", BufferLabel(i, names), ": ", r.bytes,
+                       " bytes aligned to ", alignment_bytes, " overflow uint64"));
+    }
+    const uint64_t size = AlignUp(r.bytes, alignment_bytes);
+    if (size > kMax - total_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffers 0..", BufferLabel(i, names), ": their aligned sizes (alignment ",
+          alignment_bytes, ") add up to more than 2^64 bytes"));
+    }
+    total_bytes += size;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<OffsetAssignment> AssignOffsets(
+    const std::vector<BufferRequest>& requests, uint64_t alignment_bytes,
+    const std::vector<std::unique_ptr<OffsetStrategy>>& strategies) {
   CHECK(!strategies.empty()) << "AssignOffsets needs at least one strategy";
+  absl::Status assignable = CheckAssignable(requests, alignment_bytes);
+  if (!assignable.ok()) return assignable;
   const uint64_t lower_bound_bytes = AlignedLowerBound(requests, alignment_bytes);
   OffsetAssignment best;
   bool have_best = false;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace headroom::planner {
 
@@ -62,9 +63,17 @@ std::vector<std::unique_ptr<OffsetStrategy>> DefaultStrategies();
 // Returns the largest sum of aligned sizes alive at any position: no assignment can be smaller.
 uint64_t AlignedLowerBound(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes);
 
+// Returns OK if `requests` can be placed with `alignment_bytes`: the alignment is a power of
+// two, every request satisfies the REQUIRES of BufferRequest, and the sum of all aligned sizes
+// (which bounds every strategy's arena, so every offset + size) fits in uint64. Otherwise
+// InvalidArgument naming the first offending buffer (by `names[i]` when given) or the sum.
+absl::Status CheckAssignable(const std::vector<BufferRequest>& requests, uint64_t alignment_bytes,
+                             const std::vector<std::string>& names = {});
+
 // Returns the smallest assignment among `strategies` (the first on ties). Stops early once
-// one reaches AlignedLowerBound, which none can beat.
-OffsetAssignment AssignOffsets(const std::vector<BufferRequest>& requests,
+// one reaches AlignedLowerBound, which none can beat. InvalidArgument when CheckAssignable
+// fails: the strategies' CHECKs and uint64 arithmetic are never reached with such requests.
+absl::StatusOr<OffsetAssignment> AssignOffsets(const std::vector<BufferRequest>& requests,
                                uint64_t alignment_bytes,
                                const std::vector<std::unique_ptr<OffsetStrategy>>& strategies);
 

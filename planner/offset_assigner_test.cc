@@ -305,7 +305,7 @@ TEST(OffsetAssignerTest, TimeOrderBeatsSizeOrderOnAChainAcrossTwoLargeBuffers) {
 
   // Time order runs first and reaches the lower bound, so size order is never tried.
   std::vector<std::string> calls;
-  const OffsetAssignment best = AssignOffsets(requests, 1, Recorded(&calls));
+  const OffsetAssignment best = AssignOffsets(requests, 1, Recorded(&calls)).value();
   EXPECT_EQ(buffers.Layout(best), "a@2 b@0 c@0 d@1 arena=3");
   EXPECT_EQ(best.strategy, "greedy_by_time");
   EXPECT_THAT(calls, ::testing::ElementsAre("greedy_by_time"));
@@ -324,7 +324,7 @@ TEST(OffsetAssignerTest, SizeOrderBeatsTimeOrderWhenAHoleIsTooSmall) {
 
   // Time order runs first and misses the lower bound; size order then wins.
   std::vector<std::string> calls;
-  const OffsetAssignment best = AssignOffsets(requests, 1, Recorded(&calls));
+  const OffsetAssignment best = AssignOffsets(requests, 1, Recorded(&calls)).value();
   EXPECT_EQ(buffers.Layout(best), "x@0 y@2 big@0 arena=3");
   EXPECT_EQ(best.strategy, "greedy_by_size");
   EXPECT_THAT(calls, ::testing::ElementsAre("greedy_by_time", "greedy_by_size"));
@@ -336,7 +336,7 @@ TEST(OffsetAssignerTest, AssignOffsetsKeepsTheFirstOnTies) {
   std::vector<std::unique_ptr<OffsetStrategy>> strategies;
   strategies.push_back(std::make_unique<FixedStrategy>("p", OffsetAssignment{{256}, 512, ""}));
   strategies.push_back(std::make_unique<FixedStrategy>("q", OffsetAssignment{{0}, 512, ""}));
-  const OffsetAssignment best = AssignOffsets(requests, 256, strategies);
+  const OffsetAssignment best = AssignOffsets(requests, 256, strategies).value();
   EXPECT_EQ(best.strategy, "p");
   EXPECT_EQ(best.offsets, std::vector<uint64_t>{256});
 }
@@ -344,6 +344,24 @@ TEST(OffsetAssignerTest, AssignOffsetsKeepsTheFirstOnTies) {
 TEST(OffsetAssignerDeathTest, AssignOffsetsNeedsAStrategy) {
   const std::vector<BufferRequest> requests = {{256, 0, 0}};
   EXPECT_DEATH(AssignOffsets(requests, 256, {}), "at least one strategy");
+}
+
+TEST(OffsetAssignerTest, SizesThatOverflowUint64AreInvalidArgumentNotACrash) {
+  // Alignment 2^62 rounds 3 buffers up past 2^64: greedy by time used to wrap offsets to 0 and
+  // CHECK-fail "double free at 0".
+  const uint64_t kHuge = uint64_t{1} << 62;
+  const std::vector<BufferRequest> wraps = {{1, 0, 0}, {1, 0, 1}, {1, 0, 2}, {1, 1, 2}};
+  absl::StatusOr<OffsetAssignment> sum = AssignOffsets(wraps, kHuge, DefaultStrategies());
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument) << sum.status();
+  EXPECT_THAT(std::string(sum.status().message()), HasSubstr("more than 2^64 bytes"));
+  // One buffer that cannot even be rounded up.
+  const std::vector<BufferRequest> one = {{UINT64_MAX - 10, 0, 0}};
+  absl::Status status = CheckAssignable(one, 256, {"x"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("buffer 0 ('x')"));
+  EXPECT_EQ(CheckAssignable(one, 1).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(CheckAssignable({{1, 2, 1}}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckAssignable({{1, 0, 0}}, 3).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -380,7 +398,7 @@ TEST(OffsetAssignerTest, RandomRequestsGetValidAssignmentsAndTheBestIsKept) {
       EXPECT_EQ(a.arena_bytes, top) << "arena is not the highest byte used\n" << layout;
       smallest = std::min(smallest, a.arena_bytes);
     }
-    const OffsetAssignment best = AssignOffsets(requests, alignment, DefaultStrategies());
+    const OffsetAssignment best = AssignOffsets(requests, alignment, DefaultStrategies()).value();
     EXPECT_EQ(best.arena_bytes, smallest) << DebugLayout(requests, best);
     EXPECT_TRUE(VerifyNoOverlap(requests, best, alignment).ok());
   }
@@ -576,7 +594,7 @@ TEST(OffsetAssignerTest, NoRequestsGiveAnEmptyArena) {
     EXPECT_EQ(a.arena_bytes, 0) << strategy->name();
     EXPECT_TRUE(a.offsets.empty());
   }
-  const OffsetAssignment best = AssignOffsets(none, 256, DefaultStrategies());
+  const OffsetAssignment best = AssignOffsets(none, 256, DefaultStrategies()).value();
   EXPECT_EQ(best.arena_bytes, 0);
   EXPECT_EQ(best.strategy, "greedy_by_time");
   EXPECT_TRUE(VerifyNoOverlap(none, best, 256).ok());

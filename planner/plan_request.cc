@@ -1,6 +1,8 @@
 #include "planner/plan_request.h"
 
+#include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -77,20 +79,65 @@ absl::StatusOr<proto::PlanResponse> AnswerInference(const graph::Graph& forward,
 
 }  // namespace
 
+absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::string& prefix) {
+  const uint64_t alignment = options.alignment_bytes();
+  if (alignment != 0 && ((alignment & (alignment - 1)) != 0 || alignment > kMaxAlignmentBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".alignment_bytes: ", alignment, " is not a power of two at most ",
+                     kMaxAlignmentBytes));
+  }
+  if (!proto::HostMemory_IsValid(options.host_memory())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".host_memory: ", options.host_memory(),
+        " is not a HostMemory (0 HOST_MEMORY_BACKEND, 1 HOST_MEMORY_SHARED, 2 HOST_MEMORY_SEPARATE)"));
+  }
+  return CheckOptimizer(options.optimizer(), absl::StrCat(prefix, ".optimizer"));
+}
+
+absl::Status CheckOptimizer(const proto::Optimizer& optimizer, const std::string& prefix) {
+  if (!proto::Optimizer::Kind_IsValid(optimizer.kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".kind: ", optimizer.kind(),
+                     " is not an Optimizer.Kind (0 unspecified, 1 SGD with momentum, 2 Adam)"));
+  }
+  // NaN fails every comparison, so each rule is written as what a good value satisfies.
+  auto positive = [](double x) { return std::isfinite(x) && x > 0; };
+  auto unit = [](double x) { return x >= 0 && x < 1; };
+  struct Rule {
+    const char* field;
+    bool set;  // Checked only when set: unset means the default.
+    double value;
+    bool ok;
+    const char* needs;
+  };
+  const proto::Optimizer& o = optimizer;
+  const double lr = o.learning_rate();
+  const Rule rules[] = {
+      {"learning_rate", lr != 0, lr, positive(lr), "a positive finite number (0: default)"},
+      {"momentum", o.has_momentum(), o.momentum(), unit(o.momentum()), "in [0, 1)"},
+      {"beta1", o.has_beta1(), o.beta1(), unit(o.beta1()), "in [0, 1)"},
+      {"beta2", o.has_beta2(), o.beta2(), unit(o.beta2()), "in [0, 1)"},
+      {"epsilon", o.has_epsilon(), o.epsilon(), positive(o.epsilon()), "a positive finite number"},
+      {"weight_decay", true, o.weight_decay(),
+       std::isfinite(o.weight_decay()) && o.weight_decay() >= 0, "a finite number >= 0"},
+  };
+  for (const Rule& rule : rules) {
+    if (rule.set && !rule.ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, ".", rule.field, ": ", rule.value, " is not ", rule.needs));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions& options) {
+  RETURN_IF_ERROR(CheckPlanOptions(options, "options"));
   PlannerOptions planner_options;
   planner_options.training.inference = options.inference();
   if (options.optimizer().kind() != proto::Optimizer::KIND_UNSPECIFIED) {
     planner_options.training.optimizer = options.optimizer().kind();
   }
-  const uint64_t alignment = options.alignment_bytes();
-  if (alignment != 0) {
-    if ((alignment & (alignment - 1)) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.alignment_bytes: ", alignment, " is not a power of two"));
-    }
-    planner_options.alignment_bytes = alignment;
-  }
+  if (options.alignment_bytes() != 0) planner_options.alignment_bytes = options.alignment_bytes();
   return planner_options;
 }
 

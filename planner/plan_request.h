@@ -17,8 +17,28 @@
 
 namespace headroom::planner {
 
+// The largest PlanOptions.alignment_bytes a request may ask for: a page. No device allocator
+// aligns more coarsely, and each buffer wastes up to this much (2^40 gave a 15 TiB arena;
+// 2^62 overflowed the offsets).
+inline constexpr uint64_t kMaxAlignmentBytes = 4096;
+
+// Returns OK if `options` holds only values a plan and a training run can honour: an
+// alignment that is 0 or a power of two at most kMaxAlignmentBytes, a known host_memory, and
+// an optimizer that CheckOptimizer accepts. Otherwise InvalidArgument naming the field under
+// `prefix` ("options" in a PlanRequest, "plan" in a JobSpec or ProfileRequest) and its value,
+// e.g. "plan.optimizer.learning_rate: nan is not a positive finite number (0: default)".
+// The one place request options are checked: PlannerOptionsFromProto and
+// runner::TrainerOptionsOf both call it.
+absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::string& prefix);
+
+// Returns OK if `optimizer` has a known kind and every hyperparameter that is set (see
+// proto::Optimizer: learning_rate 0 and the optional fields unset mean the default) is in
+// range: learning rate and epsilon positive and finite, momentum and betas in [0, 1), weight
+// decay finite and >= 0. Else InvalidArgument naming `prefix`.field and the value.
+absl::Status CheckOptimizer(const proto::Optimizer& optimizer, const std::string& prefix);
+
 // Returns the planner options `options` asks for (optimizer, inference, alignment: default
-// 256). InvalidArgument naming the field for an alignment that is not a power of two.
+// 256), or CheckPlanOptions(options, "options")'s error.
 absl::StatusOr<PlannerOptions> PlannerOptionsFromProto(const proto::PlanOptions& options);
 
 // Returns the summary and sections of `plan` (chosen for `budget_bytes`, 0: none, with its

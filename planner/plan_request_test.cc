@@ -1,5 +1,8 @@
 #include "planner/plan_request.h"
 
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
@@ -98,6 +101,26 @@ TEST(PlanRequestTest, InferenceAndBadOptions) {
   proto::PlanOptions misaligned;
   misaligned.set_alignment_bytes(100);
   EXPECT_THAT(AnswerPlan(g, misaligned).status().message(), HasSubstr("alignment_bytes"));
+  // Powers of two past a page: 2^40 planned a 15 TiB arena, 2^62 aborted in the assigner.
+  for (const uint64_t huge : {uint64_t{8192}, uint64_t{1} << 40, uint64_t{1} << 62}) {
+    misaligned.set_alignment_bytes(huge);
+    absl::Status status = AnswerPlan(g, misaligned).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("alignment_bytes: ", huge, " is not a power of two at "
+                                       "most 4096")));
+  }
+  misaligned.set_alignment_bytes(4096);
+  EXPECT_TRUE(AnswerPlan(g, misaligned).ok());
+  // Unknown enum values survive proto3 parsing; they are refused, named, not planned.
+  proto::PlanOptions unknown_kind;
+  unknown_kind.mutable_optimizer()->set_kind(static_cast<proto::Optimizer::Kind>(99));
+  EXPECT_THAT(AnswerPlan(g, unknown_kind).status().message(),
+              HasSubstr("options.optimizer.kind: 99 is not an Optimizer.Kind"));
+  proto::PlanOptions nan_rate;
+  nan_rate.mutable_optimizer()->set_learning_rate(std::nan(""));
+  EXPECT_THAT(AnswerPlan(g, nan_rate).status().message(),
+              HasSubstr("options.optimizer.learning_rate: nan is not a positive finite number"));
   proto::PlanOptions unknown_device;
   unknown_device.mutable_device()->set_preset("tpu");
   EXPECT_EQ(AnswerPlan(g, unknown_device).status().code(), absl::StatusCode::kInvalidArgument);

@@ -50,9 +50,9 @@ absl::Status CheckAgainstExecutor(const profiler::Timeline& timeline, uint64_t h
 absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Backend* backend,
                                       executor::TrainerOptions trainer_options,
                                       const ProfileRunOptions& options) {
-  if (options.steps < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps: a profile runs at least 1 step, not ", options.steps));
+  if (options.steps < 1 || options.steps > kMaxProfileSteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "steps: a profile runs between 1 and ", kMaxProfileSteps, " steps, not ", options.steps));
   }
   // 1. Plan, then run the steps with every event recorded.
   profiler::EventLog log;

@@ -23,8 +23,12 @@
 
 namespace headroom::runner {
 
+// The most steps one profile may run (ProfileRequest.steps, `headroom profile --steps`): a
+// profile needs a few; each is a full training step, so 2^32 of them held a worker for days.
+inline constexpr int64_t kMaxProfileSteps = 10000;
+
 struct ProfileRunOptions {
-  // Training steps to run (at least 1). Default 3.
+  // Training steps to run (at least 1, at most kMaxProfileSteps). Default 3.
   int64_t steps = 3;
   // "cpu" or "cuda": the backend's name, as the report gives it. Default "cpu".
   std::string backend = "cpu";
@@ -52,7 +56,8 @@ struct ProfileRun {
 };
 
 // Returns the profile of `steps` steps of `forward` trained with `trainer_options` (its
-// `events` is replaced) on `backend`. The error of planning, of a step, or InternalError
+// `events` is replaced) on `backend`. InvalidArgument naming `steps` outside
+// [1, kMaxProfileSteps], before anything runs. The error of planning, of a step, or InternalError
 // when the timeline disagrees with the executor's high-water mark or live peak (a bug).
 absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Backend* backend,
                                       executor::TrainerOptions trainer_options,

@@ -1,6 +1,7 @@
 #include "runner/trainer_options.h"
 
 #include "planner/cost_model.h"
+#include "planner/plan_request.h"
 #include "util/status_macros.h"
 
 namespace headroom::runner {
@@ -16,6 +17,7 @@ std::string DefaultDevicePreset(const std::string& backend) {
 absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptions& plan,
                                                           uint64_t seed,
                                                           const std::string& backend) {
+  RETURN_IF_ERROR(planner::CheckPlanOptions(plan, "plan"));
   executor::TrainerOptions o;
   o.seed = seed == 0 ? 1 : seed;
   o.budget_bytes = plan.budget_bytes();
@@ -23,12 +25,14 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptio
   o.host_memory = plan.host_memory();
   const proto::Optimizer& opt = plan.optimizer();
   if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
+  // Checked above: learning_rate is 0 (the default) or positive; the optional fields are used
+  // as given when set, 0 included.
   o.optimizer_params.learning_rate =
       opt.learning_rate() > 0 ? opt.learning_rate() : DefaultLearningRate(o.optimizer);
-  if (opt.momentum() > 0) o.optimizer_params.momentum = opt.momentum();
-  if (opt.beta1() > 0) o.optimizer_params.beta1 = opt.beta1();
-  if (opt.beta2() > 0) o.optimizer_params.beta2 = opt.beta2();
-  if (opt.epsilon() > 0) o.optimizer_params.epsilon = opt.epsilon();
+  if (opt.has_momentum()) o.optimizer_params.momentum = opt.momentum();
+  if (opt.has_beta1()) o.optimizer_params.beta1 = opt.beta1();
+  if (opt.has_beta2()) o.optimizer_params.beta2 = opt.beta2();
+  if (opt.has_epsilon()) o.optimizer_params.epsilon = opt.epsilon();
   o.optimizer_params.weight_decay = opt.weight_decay();
   proto::DeviceModel device = plan.device();
   if (device.preset().empty()) device.set_preset(DefaultDevicePreset(backend));

@@ -23,7 +23,10 @@ std::string DefaultDevicePreset(const std::string& backend);
 
 // Returns the trainer options of `plan` (optimizer and its hyperparameters, offload, host
 // memory, the device the plan is chosen for, the budget) for a run on `backend` with `seed`
-// (0: 1). InvalidArgument for an unknown device preset or a bad rate.
+// (0: 1). InvalidArgument for an unknown device preset or a bad rate, or
+// planner::CheckPlanOptions(plan, "plan")'s error (NaN, infinite or out-of-range optimizer
+// hyperparameters, unknown enum values, a bad alignment). Optional optimizer fields that are
+// set are used as given: momentum 0 trains plain SGD.
 absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptions& plan,
                                                           uint64_t seed,
                                                           const std::string& backend);

@@ -27,6 +27,9 @@ namespace {
 // Ended jobs whose metric series stay exported (older ones are forgotten).
 constexpr size_t kKeptEndedSeries = 32;
 constexpr uint32_t kDefaultPageSize = 100;
+// The most steps a job may ask for (JobSpec.train.steps): far beyond any real run, and well
+// inside int64, which the trainer counts its steps in.
+constexpr uint64_t kMaxJobSteps = 1000000000;
 
 double UnixSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
@@ -376,8 +379,9 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
 
 absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec& spec) {
   // 1. Check the spec and plan it: every error here is the caller's.
-  if (spec.train().steps() == 0) {
-    return absl::InvalidArgumentError("spec.train.steps: must be at least 1");
+  if (spec.train().steps() == 0 || spec.train().steps() > kMaxJobSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.train.steps: must be between 1 and ",
+                                                   kMaxJobSteps, ", got ", spec.train().steps()));
   }
   const std::string backend = spec.train().backend().empty() ? options_.backend : spec.train().backend();
   if (backend != options_.backend) {
@@ -619,8 +623,10 @@ absl::Status JobManager::TrainJob(Run& run) {
 
   // 3. The steps: progress after each, a checkpoint every interval; a shutdown stops it
   //    between steps with a checkpoint.
-  const int64_t total = static_cast<int64_t>(run.spec.train().steps());
-  while (trainer->steps_run() < total) {
+  //    Counted in uint64, as the spec is: a cast to int64 made 2^63 steps negative, so such a
+  //    job ended SUCCEEDED after none.
+  const uint64_t total = run.spec.train().steps();
+  while (static_cast<uint64_t>(trainer->steps_run()) < total) {
     if (run.control->interrupt) {
       RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
       run.interrupted = true;
@@ -633,7 +639,7 @@ absl::Status JobManager::TrainJob(Run& run) {
       absl::StatusOr<profiler::Timeline> built = profiler::Timeline::Build(window.log(), *layout);
       if (built.ok()) timeline = std::make_shared<const profiler::Timeline>(*std::move(built));
     }
-    const int64_t done = trainer->steps_run();
+    const uint64_t done = static_cast<uint64_t>(trainer->steps_run());
     {
       absl::MutexLock lock(&mu_);
       Extras& extras = extras_[run.job_id];
@@ -644,9 +650,9 @@ absl::Status JobManager::TrainJob(Run& run) {
         extras.layout = layout;
       }
     }
-    Dispatch(sched::StepDone{run.job_id, static_cast<uint64_t>(done), r.loss, r.seconds,
+    Dispatch(sched::StepDone{run.job_id, done, r.loss, r.seconds,
                              r.arena_high_water_bytes, MemoryByRole(sink.last_step())});
-    if (done < total && done % static_cast<int64_t>(run.checkpoint_interval) == 0) {
+    if (done < total && run.checkpoint_interval > 0 && done % run.checkpoint_interval == 0) {
       RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
     }
   }

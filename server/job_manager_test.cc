@@ -178,5 +178,25 @@ TEST_F(JobManagerTest, ProfileRunsOnItsWorkerAndIsStored) {
   EXPECT_EQ(jobs_->reserved_bytes(), 0u);
 }
 
+TEST_F(JobManagerTest, StepCountsOutOfRangeAreInvalidArgumentNamingTheField) {
+  // 2^63 steps used to become a negative int64: the job ended SUCCEEDED after 0 steps.
+  for (const uint64_t steps : {uint64_t{0}, uint64_t{1000000001}, uint64_t{1} << 63,
+                               ~uint64_t{0}}) {
+    absl::StatusOr<proto::SubmitJobResponse> r = jobs_->Submit(TinyJob(steps));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << steps;
+    EXPECT_THAT(std::string(r.status().message()),
+                ::testing::HasSubstr(absl::StrCat("spec.train.steps: must be between 1 and "
+                                                  "1000000000, got ", steps)));
+  }
+  proto::ProfileRequest request;
+  *request.mutable_model() = TinyMlp();
+  request.set_steps(10001);
+  absl::StatusOr<proto::ProfileResponse> profile = jobs_->Profile(request);
+  EXPECT_EQ(profile.status().code(), absl::StatusCode::kInvalidArgument) << profile.status();
+  EXPECT_THAT(std::string(profile.status().message()),
+              ::testing::HasSubstr("steps: a profile runs between 1 and 10000 steps, not 10001"));
+  EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace headroom::server

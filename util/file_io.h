@@ -9,7 +9,9 @@
 
 namespace headroom {
 
-// Returns the contents of the file at `path`, or NotFound naming `what` ("graph file").
+// Returns the contents of the regular file at `path`, or NotFound naming `what` ("graph
+// file") if it cannot be opened, or InvalidArgument if `path` is a directory or another
+// non-regular file (a FIFO or device could block or never end).
 absl::StatusOr<std::string> ReadFileContents(const std::string& path, const std::string& what);
 
 // Replaces the file at `path` with `contents`; Unavailable naming `what` if it cannot.

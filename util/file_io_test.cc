@@ -34,5 +34,13 @@ TEST(FileIoTest, ErrorsNameTheFileAndWhatItIs) {
             std::string::npos) << unwritable;
 }
 
+TEST(FileIoTest, RefusesADirectoryNamingThePath) {
+  // Without the check, a directory's size (-1) became a 2^64-byte std::string: length_error.
+  absl::StatusOr<std::string> dir = ReadFileContents(TempDir(), "graph file");
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kInvalidArgument) << dir.status();
+  EXPECT_NE(dir.status().message().find("graph file '" + TempDir() + "' is a directory"),
+            std::string::npos) << dir.status();
+}
+
 }  // namespace
 }  // namespace headroom
