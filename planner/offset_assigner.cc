@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "util/check.h"
+#include "util/status_macros.h"
 
 namespace headroom::planner {
 namespace {
@@ -477,6 +478,18 @@ class GreedyByTime : public OffsetStrategy {
 // ---------------------------------------------------------------------------------------------
 // Verification.
 
+// Returns OK if request `i` satisfies the REQUIRES of BufferRequest: some bytes, and a
+// lifetime of positions in order.
+absl::Status CheckRequest(const BufferRequest& r, size_t i, const std::vector<std::string>& names) {
+  if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buffer ", BufferLabel(i, names),
+                     ": needs bytes > 0 and 0 <= first_position <= last_position, has bytes ",
+                     r.bytes, " and positions [", r.first_position, ", ", r.last_position, "]"));
+  }
+  return absl::OkStatus();
+}
+
 // Returns OK if every request satisfies the REQUIRES of BufferRequest and each offset is aligned
 // and inside the arena.
 absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
@@ -484,12 +497,7 @@ absl::Status VerifyEachBuffer(const std::vector<BufferRequest>& requests,
                               const std::vector<std::string>& names) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const BufferRequest& r = requests[i];
-    if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("buffer ", BufferLabel(i, names),
-                       ": needs bytes > 0 and 0 <= first_position <= last_position, has bytes ",
-                       r.bytes, " and positions [", r.first_position, ", ", r.last_position, "]"));
-    }
+    RETURN_IF_ERROR(CheckRequest(r, i, names));
     const uint64_t offset = assignment.offsets[i];
     const uint64_t size = AlignUp(r.bytes, alignment_bytes);
     if (offset % alignment_bytes != 0) {
@@ -609,12 +617,7 @@ absl::Status CheckAssignable(const std::vector<BufferRequest>& requests, uint64_
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const BufferRequest& r = requests[i];
-    if (r.bytes == 0 || r.first_position < 0 || r.first_position > r.last_position) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("buffer ", BufferLabel(i, names),
-                       ": needs bytes > 0 and 0 <= first_position <= last_position, has bytes ",
-                       r.bytes, " and positions [", r.first_position, ", ", r.last_position, "]"));
-    }
+    RETURN_IF_ERROR(CheckRequest(r, i, names));
     // AlignUp(bytes) = bytes + alignment - 1 rounded down: it must not pass 2^64.
     if (r.bytes > kMax - (alignment_bytes - 1)) {
       return absl::InvalidArgumentError(
