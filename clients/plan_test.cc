@@ -140,11 +140,12 @@ std::vector<std::string> Small(std::vector<std::string> more) {
 TEST(PlanTest, BudgetJsonHasThePlanAndItsSections) {
   PlanRun r = Plan(Small({"--budget", "115MiB", "--device", "h100", "--json"}));
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* key : {"\"budget_bytes\":\"120586240\"", "\"predicted_peak_bytes\":",
-                          "\"predicted_step_seconds\":", "\"overhead_ratio\":",
-                          "\"recompute_flops\":", "\"offloaded_bytes\":", "\"sections\":[",
-                          "\"first_node\":\"conv1\"", "\"last_node\":", "\"boundary\":[",
-                          "\"placement\":\"PLACEMENT_DEVICE\"", "\"cost_model\":\"roofline h100\""}) {
+  for (const char* key :
+       {"\"budget_bytes\":\"120586240\"",
+        "\"predicted_peak_bytes\":", "\"predicted_step_seconds\":", "\"overhead_ratio\":",
+        "\"recompute_flops\":", "\"offloaded_bytes\":", "\"sections\":[",
+        "\"first_node\":\"conv1\"", "\"last_node\":", "\"boundary\":[",
+        "\"placement\":\"PLACEMENT_DEVICE\"", "\"cost_model\":\"roofline h100\""}) {
     EXPECT_THAT(r.out, HasSubstr(key));
   }
   EXPECT_THAT(r.out, HasSubstr("\"frontier\":[]"));

@@ -45,9 +45,9 @@ std::string ReadFile(const std::string& path) {
 
 TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
   const std::string dir = TempDir();
-  CommandRun r = Profile({"--model", "resnet18", "--batch", "8", "--image_size", "64", "--steps", "2",
-                   "--budget", "120MiB", "--trace", dir + "/trace.json", "--out",
-                   dir + "/prof.json", "--metrics", dir + "/metrics.txt", "--rows", "5"});
+  CommandRun r = Profile({"--model", "resnet18", "--batch", "8", "--image_size", "64", "--steps",
+                          "2", "--budget", "120MiB", "--trace", dir + "/trace.json", "--out",
+                          dir + "/prof.json", "--metrics", dir + "/metrics.txt", "--rows", "5"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("measured peak"));
   EXPECT_THAT(r.out, HasSubstr("peak "));
@@ -78,7 +78,9 @@ TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
 
   // The metrics pass Prometheus's own linter.
   const std::string metrics = ReadFile(dir + "/metrics.txt");
-  EXPECT_THAT(metrics, HasSubstr("headroom_step_duration_seconds_count{device=\"cpu:0\",job=\"profile\"} 2"));
+  EXPECT_THAT(
+      metrics,
+      HasSubstr("headroom_step_duration_seconds_count{device=\"cpu:0\",job=\"profile\"} 2"));
   ASSERT_EQ(std::system("test -x /usr/bin/promtool"), 0)
       << "promtool is missing: install Debian's prometheus package";
   const std::string command = "/usr/bin/promtool check metrics < " + dir + "/metrics.txt > " +
@@ -87,8 +89,8 @@ TEST(ProfileCommandTest, WritesSummaryTraceProfileAndMetrics) {
 }
 
 TEST(ProfileCommandTest, JsonIsTheProfile) {
-  CommandRun r = Profile({"--model", "mlp", "--batch", "4", "--depth", "2", "--width", "16", "--steps",
-                   "1", "--json"});
+  CommandRun r = Profile({"--model", "mlp", "--batch", "4", "--depth", "2", "--width", "16",
+                          "--steps", "1", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"graph_fingerprint\""));
   EXPECT_THAT(r.out, HasSubstr("\"op_costs\""));

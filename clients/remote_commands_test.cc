@@ -283,8 +283,9 @@ TEST_F(RemoteCommandsTest, SubmitSendsTheJobSpecAndPrintsTheJob) {
   EXPECT_EQ(spec.train().steps(), 50u);
   EXPECT_EQ(spec.train().checkpoint_interval_steps(), 10u);
   EXPECT_EQ(spec.train().backend(), "cpu");
-  for (const char* text : {"job job-7 QUEUED", "1 of 2 section(s) recomputed, 1 tensor(s) offloaded",
-                           "layer2.1.out", "HOST", "headroom watch job-7"}) {
+  for (const char* text :
+       {"job job-7 QUEUED", "1 of 2 section(s) recomputed, 1 tensor(s) offloaded", "layer2.1.out",
+        "HOST", "headroom watch job-7"}) {
     EXPECT_THAT(r.out, HasSubstr(text));
   }
   EXPECT_TRUE(fake_.watch_requests.empty());
@@ -317,7 +318,8 @@ TEST_P(WatchExitTest, PrintsEveryStepAndExitsByTheFinalState) {
   EXPECT_EQ(r.code, GetParam().exit_code) << r.out << r.err;
   ASSERT_EQ(fake_.watch_requests.size(), 1u);
   EXPECT_EQ(fake_.watch_requests[0].job_id(), "job-3");
-  for (int step = 1; step <= 5; ++step) EXPECT_THAT(r.out, HasSubstr(absl::StrCat(" ", step, "/5 ")));
+  for (int step = 1; step <= 5; ++step)
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat(" ", step, "/5 ")));
   EXPECT_THAT(r.out, HasSubstr("loss 2.00000"));
   EXPECT_THAT(r.out, HasSubstr("activation 200.0 MiB"));
   EXPECT_THAT(r.out, HasSubstr("peak 300.0 MiB"));

@@ -186,7 +186,8 @@ std::string PlanBrief(const proto::PlanResponse& plan) {
   int recomputed = 0, offloaded = 0;
   for (const proto::Section& s : plan.sections()) {
     recomputed += s.recompute_flops() > 0;
-    for (const proto::BoundaryTensor& b : s.boundary()) offloaded += b.placement() == proto::PLACEMENT_HOST;
+    for (const proto::BoundaryTensor& b : s.boundary())
+      offloaded += b.placement() == proto::PLACEMENT_HOST;
   }
   const proto::PlanSummary& s = plan.summary();
   std::string out = SummaryLines(s);
@@ -269,8 +270,8 @@ std::string DeviceBytesChart(const proto::MemoryTimeline& t, int width, int heig
   std::vector<uint64_t> column(width, 0);
   std::vector<bool> seen(width, false);
   for (const proto::TimelineSample& s : t.samples()) {
-    const int c = span > 0 ? static_cast<int>(std::lround((s.time_seconds() - t0) / span * (width - 1)))
-                           : 0;
+    const int c =
+        span > 0 ? static_cast<int>(std::lround((s.time_seconds() - t0) / span * (width - 1))) : 0;
     const int at = std::clamp(c, 0, width - 1);
     column[at] = std::max(column[at], s.device_bytes());
     seen[at] = true;
@@ -298,7 +299,8 @@ std::string DeviceBytesChart(const proto::MemoryTimeline& t, int width, int heig
 }
 
 std::string ProcessMemoryLine(const proto::ProcessMemory& p) {
-  if (!p.unavailable_reason().empty()) return absl::StrCat("not measured: ", p.unavailable_reason());
+  if (!p.unavailable_reason().empty())
+    return absl::StrCat("not measured: ", p.unavailable_reason());
   return absl::StrFormat("peak %s = baseline %s + arena %s + host pool %s + unplanned %s "
                          "(bound %s)%s",
                          HumanBytes(p.physical_peak_bytes()), HumanBytes(p.baseline_bytes()),

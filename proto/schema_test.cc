@@ -24,8 +24,8 @@ TEST(SchemaTest, ServiceHasEveryMethodWithWatchJobStreaming) {
   std::vector<std::string> names;
   for (int i = 0; i < service->method_count(); ++i) names.push_back(service->method(i)->name());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("Plan", "Profile", "SubmitJob", "WatchJob",
-                                                     "CancelJob", "ListJobs", "GetTimeline",
-                                                     "ListProfiles"));
+                                                     "CancelJob", "ListJobs", "GetJob",
+                                                     "GetTimeline", "ListProfiles"));
   for (int i = 0; i < service->method_count(); ++i) {
     const auto* m = service->method(i);
     EXPECT_FALSE(m->client_streaming()) << m->name();

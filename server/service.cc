@@ -84,6 +84,18 @@ absl::Status CheckOwner(const JobManager& jobs, const std::string& caller,
 
 }  // namespace
 
+proto::JobInfo JobSummary(proto::JobInfo job) {
+  proto::ModelSource& model = *job.mutable_spec()->mutable_model();
+  if (model.has_graph()) {
+    proto::GraphDef named;
+    named.set_name(model.graph().name());
+    *model.mutable_graph() = std::move(named);
+  } else if (model.source_case() == proto::ModelSource::kOnnxModel) {
+    model.set_onnx_model("");
+  }
+  return job;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
@@ -156,7 +168,17 @@ grpc::Status HeadroomService::ListJobs(grpc::ServerContext* context,
     list->erase(std::remove_if(list->begin(), list->end(),
                                [&](const proto::JobInfo& job) { return !MaySee(caller, job); }),
                 list->end());
+    for (proto::JobInfo& job : *list) job = JobSummary(std::move(job));
     return grpc::Status::OK;
+  });
+}
+
+grpc::Status HeadroomService::GetJob(grpc::ServerContext* context,
+                                     const proto::GetJobRequest* request,
+                                     proto::JobInfo* response) {
+  return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
+    return Answer(jobs.Get(request->job_id()), response);
   });
 }
 

@@ -21,6 +21,10 @@
 
 namespace headroom::server {
 
+// Returns `job` as ListJobs lists it: its spec's model without a description's nodes and
+// tensors (its name kept) or an ONNX model's bytes.
+proto::JobInfo JobSummary(proto::JobInfo job);
+
 // Returns the gRPC status of `status`: the same code (absl's codes are gRPC's) and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
@@ -53,6 +57,8 @@ class HeadroomService final : public proto::Headroom::Service {
                          proto::CancelJobResponse* response) override;
   grpc::Status ListJobs(grpc::ServerContext* context, const proto::ListJobsRequest* request,
                         proto::ListJobsResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const proto::GetJobRequest* request,
+                      proto::JobInfo* response) override;
   grpc::Status GetTimeline(grpc::ServerContext* context, const proto::GetTimelineRequest* request,
                            proto::GetTimelineResponse* response) override;
   grpc::Status ListProfiles(grpc::ServerContext* context,

@@ -571,6 +571,41 @@ TEST(ServerE2ETest, BadInputGetsItsCodeAndTheDaemonKeepsServing) {
   Stop(daemon, stub);
 }
 
+// ListJobs lists summaries: a description's nodes and tensors stay out of every page, so a
+// page stays small whatever was submitted; GetJob returns the job whole.
+TEST(ServerE2ETest, ListJobsListsSummariesAndGetJobReturnsTheJobWhole) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("summaries", {"--device-memory", "64MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  absl::StatusOr<proto::GraphDef> mlp = graph::BuildZooModel(Mlp().zoo());
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  proto::JobSpec spec = MlpJob("described", 2);
+  *spec.mutable_model()->mutable_graph() = *mlp;
+  const std::string job = Submit(*stub, spec).job_id();
+
+  const std::vector<proto::JobInfo> listed = ListJobs(*stub);
+  ASSERT_EQ(listed.size(), 1u);
+  const proto::GraphDef& summary = listed[0].spec().model().graph();
+  EXPECT_EQ(summary.name(), mlp->name());
+  EXPECT_EQ(summary.nodes_size(), 0) << "a page carries no description";
+  EXPECT_EQ(summary.tensors_size(), 0);
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  proto::GetJobRequest request;
+  request.set_job_id(job);
+  proto::JobInfo whole;
+  ASSERT_TRUE(stub->GetJob(&context, request, &whole).ok());
+  EXPECT_EQ(whole.spec().model().graph().SerializeAsString(), mlp->SerializeAsString());
+
+  grpc::ClientContext missing_context;
+  request.set_job_id("no-such-job");
+  EXPECT_EQ(stub->GetJob(&missing_context, request, &whole).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(WatchToEnd(*stub, job).state(), proto::JOB_STATE_SUCCEEDED);
+  Stop(daemon, stub);
+}
+
 TEST(ServerE2ETest, SigkillDuringAJobThenRestartResumesItAndKeepsEverything) {
   const std::string state = "sigkill";
   std::unique_ptr<DaemonProcess> daemon = StartDaemon(state, {"--device-memory", "64MiB"});
