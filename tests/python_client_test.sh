@@ -28,40 +28,11 @@ if ! "$PYTHON" -c "import grpc, google.protobuf, torch" 2>/dev/null; then
   exit 1
 fi
 
-DAEMON_PID=""
-cleanup() {
-  if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
-    kill -TERM "$DAEMON_PID" 2>/dev/null || true
-    sleep 1
-    kill -KILL "$DAEMON_PID" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  if [[ -s "$TMP/headroomd.log" ]]; then
-    echo "--- last lines of headroomd's log" >&2
-    tail -n 20 "$TMP/headroomd.log" >&2
-  fi
-  exit 1
-}
+# shellcheck source=tests/headroomd_test_lib.sh
+source "$RUNFILES/tests/headroomd_test_lib.sh"
 
 start=$SECONDS
-mkdir -p "$TMP/state"
-# One OpenMP thread: oneDNN's threads spin-wait, which on a busy two-core machine makes steps
-# far slower than one thread's.
-OMP_NUM_THREADS=1 "$HEADROOMD" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --state "$TMP/state" \
-  --device-memory 64MiB --ready-file "$TMP/ready" >"$TMP/headroomd.log" 2>&1 &
-DAEMON_PID=$!
-for _ in $(seq 600); do
-  [[ -s "$TMP/ready" ]] && grep -q '^metrics=' "$TMP/ready" && break
-  kill -0 "$DAEMON_PID" 2>/dev/null || fail "headroomd exited before it was ready"
-  sleep 0.1
-done
-[[ -s "$TMP/ready" ]] || fail "headroomd wrote no ready file in 60 s"
-ADDR=$(sed -n 's/^grpc=//p' "$TMP/ready")
-[[ "$ADDR" =~ ^127\.0\.0\.1:[1-9][0-9]*$ ]] || fail "bad grpc address '$ADDR'"
+start_headroomd
 echo "headroomd: $ADDR"
 
 cd "$RUNFILES"
@@ -75,16 +46,6 @@ example_rc=$?
 set -e
 cat "$TMP/example.txt"
 ((example_rc == 0)) || fail "submit_and_watch.py exited $example_rc"
-grep -q "^plan: mlp batch 8" "$TMP/example.txt" || fail "the example printed no plan"
-grep -q "JOB_STATE_SUCCEEDED *step 5/5" "$TMP/example.txt" ||
-  fail "the example did not follow its job to step 5/5, succeeded"
-grep -q "^timeline peak: " "$TMP/example.txt" || fail "the example printed no timeline peak"
-
-kill -TERM "$DAEMON_PID"
-set +e
-wait "$DAEMON_PID"
-daemon_rc=$?
-set -e
-DAEMON_PID=""
-((daemon_rc == 0)) || fail "headroomd exited $daemon_rc on SIGTERM"
+check_example "$TMP/example.txt"
+stop_headroomd
 echo "PASS ($((SECONDS - start)) s)"

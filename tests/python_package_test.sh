@@ -18,22 +18,8 @@ export HOME="$TMP/home" PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 unset PYTHONPATH
 mkdir -p "$HOME"
 
-DAEMON_PID=""
-cleanup() {
-  if [[ -n "$DAEMON_PID" ]] && kill -0 "$DAEMON_PID" 2>/dev/null; then
-    kill -KILL "$DAEMON_PID" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  if [[ -s "$TMP/headroomd.log" ]]; then
-    echo "--- last lines of headroomd's log" >&2
-    tail -n 20 "$TMP/headroomd.log" >&2
-  fi
-  exit 1
-}
+# shellcheck source=tests/headroomd_test_lib.sh
+source "$RUNFILES/tests/headroomd_test_lib.sh"
 
 echo "== copy clients/python and proto/headroom.proto to $SRC"
 mkdir -p "$SRC/clients" "$SRC/proto"
@@ -64,17 +50,7 @@ while read -r file; do
 done <<<"$where"
 
 echo "== headroomd"
-mkdir -p "$TMP/state"
-OMP_NUM_THREADS=1 "$HEADROOMD" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --state "$TMP/state" \
-  --device-memory 64MiB --ready-file "$TMP/ready" >"$TMP/headroomd.log" 2>&1 &
-DAEMON_PID=$!
-for _ in $(seq 600); do
-  grep -qs '^metrics=' "$TMP/ready" && break
-  kill -0 "$DAEMON_PID" 2>/dev/null || fail "headroomd exited before it was ready"
-  sleep 0.1
-done
-ADDR=$(sed -n 's/^grpc=//p' "$TMP/ready")
-[[ "$ADDR" =~ ^127\.0\.0\.1:[1-9][0-9]*$ ]] || fail "bad grpc address '$ADDR'"
+start_headroomd
 
 echo "== submit_and_watch.py with the venv's python"
 rc=0
@@ -82,12 +58,6 @@ rc=0
   --steps 5 >"$TMP/example.txt" 2>&1 || rc=$?
 cat "$TMP/example.txt"
 ((rc == 0)) || fail "submit_and_watch.py exited $rc"
-grep -q "^plan: mlp batch 8" "$TMP/example.txt" || fail "the example printed no plan"
-grep -q "JOB_STATE_SUCCEEDED *step 5/5" "$TMP/example.txt" ||
-  fail "the example did not follow its job to step 5/5, succeeded"
-grep -q "^timeline peak: " "$TMP/example.txt" || fail "the example printed no timeline peak"
-
-kill -TERM "$DAEMON_PID"
-wait "$DAEMON_PID" || fail "headroomd exited $? on SIGTERM"
-DAEMON_PID=""
+check_example "$TMP/example.txt"
+stop_headroomd
 echo PASS
