@@ -9,6 +9,7 @@
 #include "clients/profile_command.h"
 #include "clients/remote_commands.h"
 #include "clients/train_command.h"
+#include "util/printable.h"
 
 namespace headroom::clients {
 namespace {
@@ -32,9 +33,12 @@ std::vector<Command> AddCommands(CLI::App& headroom, const CommandIo& io) {
 
 std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(
     const std::string& address, const ChannelSecurity& security) {
+  // An answer of any size: a job's spec (GetJob) carries its whole model, over gRPC's 4 MiB.
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
   if (!security.tls) {
     return proto::Headroom::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = security.root_certs_pem;
@@ -43,7 +47,7 @@ std::unique_ptr<proto::Headroom::StubInterface> ConnectToHeadroomd(
     credentials = grpc::CompositeChannelCredentials(
         credentials, grpc::AccessTokenCredentials(security.token));
   }
-  return proto::Headroom::NewStub(grpc::CreateChannel(address, credentials));
+  return proto::Headroom::NewStub(grpc::CreateCustomChannel(address, credentials, args));
 }
 
 int ExitCodeOf(const absl::Status& status) {
@@ -101,7 +105,9 @@ int RunHeadroom(const std::vector<std::string>& args, const CommandIo& given_io)
     if (!command.app->parsed()) continue;
     const absl::Status status = command.run();
     if (!status.ok()) {
-      io.err << "headroom " << command.app->get_name() << ": " << status.message() << "\n";
+      // A server's message may quote what a client sent: its control characters are escaped.
+      io.err << "headroom " << command.app->get_name() << ": " << PrintableLines(std::string(status.message()))
+             << "\n";
       if (status.code() == absl::StatusCode::kInvalidArgument) {
         io.err << "see 'headroom " << command.app->get_name() << " --help'\n";
       }

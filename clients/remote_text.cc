@@ -12,6 +12,7 @@
 #include "graph/shape.h"
 #include "graph/summary.h"
 #include "profiler/profile_report.h"
+#include "util/printable.h"
 
 namespace headroom::clients {
 namespace {
@@ -158,7 +159,7 @@ std::string TensorsText(const proto::PlanResponse& plan) {
   std::vector<std::vector<std::string>> rows = {
       {"TENSOR", "ROLE", "OFFSET", "BYTES", "FIRST", "LAST", "BUFFER"}};
   for (const proto::PlannedTensor& t : plan.tensors()) {
-    rows.push_back({t.name(), graph::RoleName(t.role()), absl::StrCat(t.offset()),
+    rows.push_back({Printable(t.name()), graph::RoleName(t.role()), absl::StrCat(t.offset()),
                     absl::StrCat(t.bytes()), absl::StrCat(t.first_position()),
                     absl::StrCat(t.last_position()), absl::StrCat(t.buffer())});
   }
@@ -213,7 +214,7 @@ std::string ProgressLine(const proto::JobProgress& p) {
       p.step(), p.total_steps(), p.loss(), p.step_seconds(),
       memory.empty() ? "no memory in use" : absl::StrJoin(memory, ", "),
       HumanBytes(p.measured_peak_bytes()), JobStateName(p.state()));
-  if (!p.message().empty()) absl::StrAppend(&line, " (", p.message(), ")");
+  if (!p.message().empty()) absl::StrAppend(&line, " (", Printable(p.message()), ")");
   return line;
 }
 
@@ -222,7 +223,8 @@ std::string JobsTable(const std::vector<proto::JobInfo>& jobs, double now_unix_s
   std::vector<std::vector<std::string>> rows = {{"JOB", "NAME", "STATE", "STEP", "PLANNED PEAK",
                                                  "MEASURED PEAK", "LOSS", "AGE", "NOTE"}};
   for (const proto::JobInfo& j : jobs) {
-    rows.push_back({j.job_id(), j.name().empty() ? "-" : j.name(), JobStateName(j.state()),
+    rows.push_back({Printable(j.job_id()), j.name().empty() ? "-" : Printable(j.name()),
+                    JobStateName(j.state()),
                     absl::StrCat(j.step(), "/", j.total_steps()),
                     HumanBytes(j.planned_peak_bytes()),
                     j.measured_peak_bytes() > 0 ? HumanBytes(j.measured_peak_bytes()) : "-",
@@ -230,7 +232,7 @@ std::string JobsTable(const std::vector<proto::JobInfo>& jobs, double now_unix_s
                     j.submitted_unix_seconds() > 0
                         ? AgeText(now_unix_seconds - j.submitted_unix_seconds())
                         : "-",
-                    j.error().empty() ? j.message() : j.error()});
+                    Printable(j.error().empty() ? j.message() : j.error())});
   }
   return Table(rows);
 }
@@ -358,7 +360,7 @@ std::string SlowestNodesText(const proto::ProfileResponse& p, int rows) {
 }  // namespace
 
 std::string ProfileText(const proto::ProfileResponse& p, int rows) {
-  std::string out = absl::StrFormat("%-24s %s on %s, %d step(s)%s\n", "profiled", p.graph_name(),
+  std::string out = absl::StrFormat("%-24s %s on %s, %d step(s)%s\n", "profiled", Printable(p.graph_name()),
                                     p.backend(), p.step_seconds_size(),
                                     p.profile_id().empty() ? "" : " as " + p.profile_id());
   absl::StrAppendFormat(&out, "%-24s %s (predicted %s)\n", "measured peak",
@@ -399,7 +401,7 @@ std::string ProfilesTable(const proto::ListProfilesResponse& profiles, double no
                     s.created_unix_seconds() > 0
                         ? AgeText(now_unix_seconds - s.created_unix_seconds())
                         : "-",
-                    r.graph_name().empty() ? s.request().model().zoo().name() : r.graph_name(),
+                    Printable(r.graph_name().empty() ? s.request().model().zoo().name() : r.graph_name()),
                     r.backend(), absl::StrCat(steps),
                     budget > 0 ? HumanBytes(budget) : "-", HumanBytes(r.measured_peak_bytes()),
                     HumanBytes(r.plan().predicted_peak_bytes()),

@@ -85,6 +85,26 @@ TEST(JobsTableTest, ShowsAgesAndTheErrorBeforeTheMessage) {
   EXPECT_EQ(JobsTable({}, 0), "no jobs\n");
 }
 
+// A job stored before names were checked, or a daemon that does not check them: its
+// escape codes are printed escaped, never sent to the terminal.
+TEST(JobsTableTest, EscapesControlCharactersOfNamesAndMessages) {
+  proto::JobInfo job;
+  job.set_job_id("job-1");
+  job.set_name("evil\x1b[2J\x1b]0;pwned\x07");
+  job.set_message("waiting \xc2\x9b" "31m");
+  const std::string table = JobsTable({job}, 0);
+  EXPECT_EQ(table.find('\x1b'), std::string::npos) << table;
+  EXPECT_EQ(table.find('\x07'), std::string::npos) << table;
+  EXPECT_EQ(table.find("\xc2\x9b"), std::string::npos) << table;
+  EXPECT_THAT(table, HasSubstr("evil\\x1b[2J\\x1b]0;pwned\\x07"));
+  EXPECT_THAT(ProgressLine([] {
+                proto::JobProgress p;
+                p.set_message("\x1b[31mred");
+                return p;
+              }()),
+              HasSubstr("(\\x1b[31mred)"));
+}
+
 TEST(PlanTextTest, ListsTheFrontierOnlyWhenThereIsOne) {
   proto::PlanResponse plan;
   plan.add_sections()->set_first_node("conv1");

@@ -38,6 +38,8 @@
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/listen_address.h"
+#include "server/request_errors.h"
+#include "server/request_limits.h"
 #include "server/service.h"
 #include "server/state_lock.h"
 #include "util/byte_size.h"
@@ -70,7 +72,14 @@ struct DaemonFlags {
   bool insecure = false;
   // --tls-cert, --tls-key, --token-file.
   AuthOptions auth;
+  // --max-graph-nodes and the other limits on requests (server/request_limits.h).
+  RequestLimits limits = RequestLimits::Defaults();
+  // --max-threads: gRPC's threads, one per call in progress.
+  int max_threads = 256;
 };
+
+// gRPC threads kept for calls other than watches and plans (--max-threads).
+constexpr int kThreadsForOtherCalls = 32;
 
 // Declares headroomd's flags, each with its help and default, on `app`.
 void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
@@ -103,6 +112,12 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--max-message-bytes", f.max_message, "largest request accepted (default 64MiB)")
       ->type_name("SIZE");
+  app.add_option("--max-threads", f.max_threads,
+                 "gRPC threads, one per call in progress (beyond: RESOURCE_EXHAUSTED)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 4096));
+  AddRequestLimitFlags(app, f.limits);
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
       ->type_name("FILE");
   app.add_flag("--insecure", f.insecure,
@@ -136,6 +151,15 @@ absl::Status ResolveFlags(DaemonFlags& f) {
   }
   if (!f.max_message.empty()) {
     ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
+  }
+  // Watchers and plans waiting or running must leave threads for every other call.
+  const int held = f.limits.max_watch_streams + f.limits.max_concurrent_plans +
+                   f.limits.max_queued_plans + kThreadsForOtherCalls;
+  if (held > f.max_threads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-threads ", f.max_threads, ": fewer than --max-watch-streams + "
+        "--max-concurrent-plans + --max-queued-plans + ", kThreadsForOtherCalls, " = ", held,
+        ", so watchers and plans could take every thread"));
   }
   return absl::OkStatus();
 }
@@ -288,11 +312,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   builder.AddListeningPort(f.listen, credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(UnparsedRequestErrors());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<uint64_t>(f.max_message_bytes, INT32_MAX)));
   builder.SetMaxSendMessageSize(INT32_MAX);
   grpc::ResourceQuota quota("headroomd");
-  quota.SetMaxThreads(256);
+  quota.SetMaxThreads(f.max_threads);
   builder.SetResourceQuota(quota);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
@@ -380,7 +407,7 @@ int Run(const DaemonFlags& f) {
   if (!exposer.ok()) return std::cerr << "headroomd: " << exposer.status().message() << "\n", 1;
 
   // 3. The gRPC server.
-  HeadroomService service(jobs->get(), (*jobs)->plan_backend());
+  HeadroomService service(jobs->get(), (*jobs)->plan_backend(), /*profiles=*/nullptr, f.limits);
   std::string address;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, credentials, service, address);
   if (!server.ok()) return std::cerr << "headroomd: " << server.status().message() << "\n", 1;

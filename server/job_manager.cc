@@ -508,8 +508,10 @@ absl::StatusOr<proto::MemoryTimeline> JobManager::Timeline(const std::string& jo
   // A job of an earlier run of the daemon: its stored timeline.
   absl::StatusOr<proto::MemoryTimeline> stored = store_->GetTimeline(job_id);
   if (absl::IsNotFound(stored.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", job_id, "' has no timeline yet: no step has finished"));
+    // The job exists: NOT_FOUND would say it does not.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", job_id, "' has no timeline yet: none of its steps has finished (its "
+        "timeline is recorded over its first steps)"));
   }
   if (stored.ok()) profiler::ThinSamples(*stored, max_samples);
   return stored;

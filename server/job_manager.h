@@ -128,8 +128,8 @@ class JobManager {
                      const std::function<bool()>& stop) const;
 
   // Returns the job's memory timeline: its first `timeline_steps` recorded steps, thinned
-  // to `max_samples` (0: all). NotFound for an unknown job, or one with no complete step
-  // recorded yet.
+  // to `max_samples` (0: all). NotFound for an unknown job; FailedPrecondition for one with
+  // no complete step recorded yet.
   absl::StatusOr<proto::MemoryTimeline> Timeline(const std::string& job_id,
                                                  uint32_t max_samples) const;
 

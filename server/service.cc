@@ -1,11 +1,14 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "graph/graph.h"
 #include "graph/model_source.h"
 #include "planner/cost_model.h"
@@ -56,6 +59,26 @@ absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
   return planner::AnswerPlan(g, request.options(), cost.get(), backend);
 }
 
+// Returns `handler()`, or RESOURCE_EXHAUSTED when it runs out of memory and INTERNAL naming
+// what it threw when it throws (gRPC would answer UNKNOWN with a message of its own).
+template <typename Handler>
+grpc::Status Guarded(const char* rpc, Handler handler) {
+  try {
+    return handler();
+  } catch (const std::bad_alloc&) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(rpc, ": the daemon ran out of memory answering it"));
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(rpc, ": ", e.what()));
+  }
+}
+
+// Returns a turn of `slots` for the call of `context`, waiting until its deadline.
+absl::StatusOr<CallSlots::Turn> TurnOf(CallSlots& slots, grpc::ServerContext* context) {
+  return slots.Acquire(absl::FromChrono(context->deadline()),
+                       [context] { return context->IsCancelled(); });
+}
+
 // Returns the user the call's token names (server/auth.h), or "" when it names none: no
 // token file, a single-token file, or a call in this process.
 std::string CallerOf(const grpc::ServerContext* context) {
@@ -101,6 +124,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+HeadroomService::HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend,
+                                 ProfileRunner* profiles, RequestLimits limits)
+    : jobs_(jobs),
+      plan_backend_(plan_backend),
+      profiles_(profiles),
+      limits_(limits),
+      plan_slots_("--max-concurrent-plans", limits.max_concurrent_plans, limits.max_queued_plans),
+      watch_slots_("--max-watch-streams", limits.max_watch_streams, /*max_waiting=*/0) {}
+
 template <typename Call>
 grpc::Status HeadroomService::WithJobs(Call call) const {
   if (jobs_ == nullptr) {
@@ -108,17 +140,25 @@ grpc::Status HeadroomService::WithJobs(Call call) const {
         "jobs and their profiles run on headroomd: start it (./headroom serve) and pass "
         "--server ADDR"));
   }
-  return call(*jobs_);
+  return Guarded("headroomd", [&] { return call(*jobs_); });
 }
 
-grpc::Status HeadroomService::Plan(grpc::ServerContext*, const proto::PlanRequest* request,
+grpc::Status HeadroomService::Plan(grpc::ServerContext* context, const proto::PlanRequest* request,
                                    proto::PlanResponse* response) {
-  return Answer(PlanModel(*request, plan_backend_), response);
+  return Guarded("Plan", [&] {
+    RETURN_GRPC_IF_ERROR(CheckRequest(*request, limits_));
+    absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
+    if (!turn.ok()) return ToGrpcStatus(turn.status());
+    return Answer(PlanModel(*request, plan_backend_), response);
+  });
 }
 
 grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,
                                       proto::ProfileResponse* response) {
-  if (profiles_ != nullptr) return Answer(profiles_->Profile(*request), response);
+  RETURN_GRPC_IF_ERROR(CheckRequest(*request, limits_));
+  if (profiles_ != nullptr) {
+    return Guarded("Profile", [&] { return Answer(profiles_->Profile(*request), response); });
+  }
   return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
 }
 
@@ -126,6 +166,9 @@ grpc::Status HeadroomService::SubmitJob(grpc::ServerContext* context,
                                         const proto::SubmitJobRequest* request,
                                         proto::SubmitJobResponse* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckRequest(request->spec(), limits_));
+    absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
+    if (!turn.ok()) return ToGrpcStatus(turn.status());
     proto::JobSpec spec = request->spec();
     spec.set_owner(CallerOf(context));
     return Answer(jobs.Submit(spec), response);
@@ -136,7 +179,10 @@ grpc::Status HeadroomService::WatchJob(grpc::ServerContext* context,
                                        const proto::WatchJobRequest* request,
                                        grpc::ServerWriter<proto::JobProgress>* writer) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckJobId(request->job_id()));
     RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
+    absl::StatusOr<CallSlots::Turn> turn = TurnOf(watch_slots_, context);
+    if (!turn.ok()) return ToGrpcStatus(turn.status());
     return ToGrpcStatus(jobs.Watch(
         request->job_id(), [writer](const proto::JobProgress& p) { return writer->Write(p); },
         [context] { return context->IsCancelled(); }));
@@ -147,6 +193,7 @@ grpc::Status HeadroomService::CancelJob(grpc::ServerContext* context,
                                         const proto::CancelJobRequest* request,
                                         proto::CancelJobResponse* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckJobId(request->job_id()));
     RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
     absl::StatusOr<proto::JobState> state = jobs.Cancel(request->job_id());
     if (!state.ok()) return ToGrpcStatus(state.status());
@@ -159,6 +206,7 @@ grpc::Status HeadroomService::ListJobs(grpc::ServerContext* context,
                                        const proto::ListJobsRequest* request,
                                        proto::ListJobsResponse* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckRequest(*request));
     absl::StatusOr<proto::ListJobsResponse> page = jobs.List(*request);
     if (!page.ok()) return ToGrpcStatus(page.status());
     // The page's others' jobs are left out: a page may hold fewer than page_size.
@@ -177,6 +225,7 @@ grpc::Status HeadroomService::GetJob(grpc::ServerContext* context,
                                      const proto::GetJobRequest* request,
                                      proto::JobInfo* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckJobId(request->job_id()));
     RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
     return Answer(jobs.Get(request->job_id()), response);
   });
@@ -186,6 +235,7 @@ grpc::Status HeadroomService::GetTimeline(grpc::ServerContext* context,
                                           const proto::GetTimelineRequest* request,
                                           proto::GetTimelineResponse* response) {
   return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckJobId(request->job_id()));
     RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
     absl::StatusOr<proto::MemoryTimeline> timeline =
         jobs.Timeline(request->job_id(), request->max_samples());

@@ -7,6 +7,9 @@
 // spec's owner, and a caller whose token names a user lists, watches, cancels and reads the
 // timelines of its own jobs only (others' are NOT_FOUND, as if absent); a caller without a
 // user sees every job.
+// Every request is first held to the daemon's limits (server/request_limits.h); a handler
+// that runs out of memory answers RESOURCE_EXHAUSTED, and one that throws answers INTERNAL
+// with what it threw, so no request ends the process.
 // Borrows the JobManager and the ProfileRunner (either may be null) and the plan backend's
 // scratch model, which must outlive it. Thread-safe (the manager is; a ProfileRunner is
 // called from the RPC thread).
@@ -18,6 +21,7 @@
 #include "planner/plan_request.h"
 #include "proto/headroom.grpc.pb.h"
 #include "server/job_manager.h"
+#include "server/request_limits.h"
 
 namespace headroom::server {
 
@@ -40,10 +44,10 @@ class ProfileRunner {
 class HeadroomService final : public proto::Headroom::Service {
  public:
   // Plans for `plan_backend`; runs jobs and profiles on `jobs`, or profiles on `profiles`
-  // where it is given (none of either: those calls fail).
+  // where it is given (none of either: those calls fail); holds requests to `limits`.
   HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend,
-                  ProfileRunner* profiles = nullptr)
-      : jobs_(jobs), plan_backend_(plan_backend), profiles_(profiles) {}
+                  ProfileRunner* profiles = nullptr,
+                  RequestLimits limits = RequestLimits::Defaults());
 
   grpc::Status Plan(grpc::ServerContext* context, const proto::PlanRequest* request,
                     proto::PlanResponse* response) override;
@@ -73,6 +77,10 @@ class HeadroomService final : public proto::Headroom::Service {
   JobManager* const jobs_;
   const planner::PlanBackend plan_backend_;
   ProfileRunner* const profiles_;
+  const RequestLimits limits_;
+  // Turns to plan (Plan, SubmitJob) and to watch (WatchJob).
+  CallSlots plan_slots_;
+  CallSlots watch_slots_;
 };
 
 }  // namespace headroom::server
