@@ -64,6 +64,9 @@ struct DaemonFlags {
   int64_t checkpoint_every = 10;
   std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
+  std::string max_upload;
+  // --max-upload-bytes, the service's limit on UploadJob.
+  ServiceOptions service;
   std::string ready_file;
   // Startup and state: --listen parsed by CheckListenFlag(); --insecure.
   ListenAddress listen_address;
@@ -103,6 +106,11 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--max-message-bytes", f.max_message, "largest request accepted (default 64MiB)")
       ->type_name("SIZE");
+  app.add_option("--max-upload-bytes", f.max_upload,
+                 absl::StrCat("largest ONNX model UploadJob takes, in chunks, and what all "
+                              "uploads in flight may hold together (default 512MiB, at most ",
+                              kMaxUploadBytesLimit >> 20, "MiB)"))
+      ->type_name("SIZE");
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
       ->type_name("FILE");
   app.add_flag("--insecure", f.insecure,
@@ -136,6 +144,14 @@ absl::Status ResolveFlags(DaemonFlags& f) {
   }
   if (!f.max_message.empty()) {
     ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
+  }
+  if (!f.max_upload.empty()) {
+    ASSIGN_OR_RETURN(f.service.max_upload_bytes, ParseByteSize(f.max_upload));
+    if (f.service.max_upload_bytes == 0 || f.service.max_upload_bytes > kMaxUploadBytesLimit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-upload-bytes ", f.max_upload, ": must be more than 0 and at most ",
+          kMaxUploadBytesLimit, " bytes (768MiB: an uploaded model is stored in one row)"));
+    }
   }
   return absl::OkStatus();
 }
@@ -380,7 +396,7 @@ int Run(const DaemonFlags& f) {
   if (!exposer.ok()) return std::cerr << "headroomd: " << exposer.status().message() << "\n", 1;
 
   // 3. The gRPC server.
-  HeadroomService service(jobs->get(), (*jobs)->plan_backend());
+  HeadroomService service(jobs->get(), (*jobs)->plan_backend(), /*profiles=*/nullptr, f.service);
   std::string address;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, credentials, service, address);
   if (!server.ok()) return std::cerr << "headroomd: " << server.status().message() << "\n", 1;

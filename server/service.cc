@@ -122,13 +122,39 @@ grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::Profile
   return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
 }
 
+grpc::Status HeadroomService::Submit(grpc::ServerContext* context, proto::JobSpec spec,
+                                     proto::SubmitJobResponse* response) {
+  return WithJobs([&](JobManager& jobs) {
+    spec.set_owner(CallerOf(context));
+    return Answer(jobs.Submit(spec), response);
+  });
+}
+
 grpc::Status HeadroomService::SubmitJob(grpc::ServerContext* context,
                                         const proto::SubmitJobRequest* request,
                                         proto::SubmitJobResponse* response) {
-  return WithJobs([&](JobManager& jobs) {
-    proto::JobSpec spec = request->spec();
-    spec.set_owner(CallerOf(context));
-    return Answer(jobs.Submit(spec), response);
+  return Submit(context, request->spec(), response);
+}
+
+grpc::Status HeadroomService::UploadJob(grpc::ServerContext* context,
+                                        grpc::ServerReader<proto::SubmitJobChunk>* reader,
+                                        proto::SubmitJobResponse* response) {
+  return WithJobs([&](JobManager&) {
+    // The upload's bytes are freed when it goes out of scope, however the call ends.
+    JobUpload upload(&uploads_);
+    proto::SubmitJobChunk message;
+    while (!context->IsCancelled() && reader->Read(&message)) {
+      RETURN_GRPC_IF_ERROR(upload.Add(message));
+    }
+    // A client that left mid-upload submits nothing (its stream may look ended).
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          absl::StrCat("UploadJob: cancelled by the client after ",
+                                       upload.received_bytes(), " bytes"));
+    }
+    absl::StatusOr<proto::JobSpec> spec = upload.Finish();
+    if (!spec.ok()) return ToGrpcStatus(spec.status());
+    return Submit(context, *std::move(spec), response);
   });
 }
 
