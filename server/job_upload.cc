@@ -87,6 +87,9 @@ absl::Status JobUpload::Start(const proto::SubmitJobChunk& message) {
   }
   RETURN_IF_ERROR(budget_->Reserve(message.onnx_model_bytes()));
   reserved_bytes_ = declared_bytes_ = message.onnx_model_bytes();
+  // Room for the whole model at once: growing by doubling would copy it and, for a moment,
+  // hold up to twice its size. The pages are touched only as chunks fill them.
+  model_.reserve(declared_bytes_);
   spec_ = message.spec();
   return absl::OkStatus();
 }
