@@ -190,6 +190,16 @@ absl::StatusOr<proto::ModelSource> ModelSourceOf(const ModelFlags& f) {
   return source;
 }
 
+absl::StatusOr<proto::ModelSource> OnnxUploadSourceOf(const ModelFlags& f) {
+  RETURN_IF_ERROR(CheckModelFlags(f));
+  proto::ModelSource source;
+  proto::OnnxImport& onnx = *source.mutable_onnx();
+  onnx.set_batch(static_cast<uint64_t>(f.batch));
+  onnx.set_loss(f.loss);
+  onnx.set_classes(static_cast<uint64_t>(f.classes));
+  return source;
+}
+
 void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
   command
       .add_option("--budget", f.budget,

@@ -54,6 +54,10 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelFlags& flags, bool with_values)
 // Returns the model as the service takes it: the zoo model's name, batch and options, or
 // the --graph file's description, or the --onnx file imported here (its description only).
 absl::StatusOr<proto::ModelSource> ModelSourceOf(const ModelFlags& flags);
+// Returns the model of --onnx as UploadJob sends it: the import options (--batch, --loss,
+// --classes) alone, the file's bytes travelling in chunks beside it. The errors of
+// ModelSourceOf's checks. REQUIRES: --onnx is given.
+absl::StatusOr<proto::ModelSource> OnnxUploadSourceOf(const ModelFlags& flags);
 
 // How to plan and train: --budget, --device, --device-file, --no-offload, --host-memory,
 // --optimizer, and --lr (commands that train) or --alignment (`plan`).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "clients/remote_text.h"
 #include "profiler/measured_cost_model.h"
+#include "server/job_upload.h"
 #include "server/scheduler.h"
 #include "util/file_io.h"
 #include "util/status_macros.h"
@@ -47,6 +50,49 @@ absl::StatusOr<Response> Call(Headroom::StubInterface& stub,
   Response response;
   grpc::Status status = (stub.*method)(&context, request, &response);
   if (!status.ok()) return FromRpc(status, address);
+  return response;
+}
+
+// Returns UploadJob's answer for `spec` with the ONNX model in the file at `path` streamed
+// after it in server::kUploadChunkBytes chunks (the file is read a chunk at a time), within
+// kLongCallTimeout. The error of reading the file, naming --onnx, or the failed call's.
+absl::StatusOr<proto::SubmitJobResponse> UploadJob(Headroom::StubInterface& stub,
+                                                   const proto::JobSpec& spec,
+                                                   const std::string& path,
+                                                   const std::string& address) {
+  std::error_code error;
+  const uint64_t size = std::filesystem::file_size(path, error);
+  if (error || !std::filesystem::is_regular_file(path)) {
+    return absl::NotFoundError(absl::StrCat("--onnx ", path, ": not a readable file"));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("--onnx ", path, ": cannot open it"));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kLongCallTimeout);
+  proto::SubmitJobResponse response;
+  std::unique_ptr<grpc::ClientWriterInterface<proto::SubmitJobChunk>> writer =
+      stub.UploadJob(&context, &response);
+  proto::SubmitJobChunk message;
+  *message.mutable_spec() = spec;
+  message.set_onnx_model_bytes(size);
+  // A failed write means the daemon has answered (an error): Finish() returns it.
+  bool open = writer->Write(message);
+  std::string chunk(server::kUploadChunkBytes, '\0');
+  for (uint64_t sent = 0; open && sent < size;) {
+    const uint64_t n = std::min<uint64_t>(chunk.size(), size - sent);
+    if (!file.read(chunk.data(), static_cast<std::streamsize>(n))) {
+      context.TryCancel();
+      writer->Finish().IgnoreError();
+      return absl::DataLossError(
+          absl::StrCat("--onnx ", path, ": reading it failed after ", sent, " bytes"));
+    }
+    message.Clear();
+    message.set_onnx_model_chunk(chunk.data(), n);
+    open = writer->Write(message);
+    sent += n;
+  }
+  if (open) writer->WritesDone();
+  if (grpc::Status status = writer->Finish(); !status.ok()) return FromRpc(status, address);
   return response;
 }
 
@@ -220,16 +266,23 @@ struct SubmitCommand {
     train.set_steps(static_cast<uint64_t>(run.steps));
     train.set_seed(static_cast<uint64_t>(run.seed));
     train.set_checkpoint_interval_steps(static_cast<uint64_t>(checkpoint_every));
-    ASSIGN_OR_RETURN(*spec.mutable_model(), ModelSourceOf(model));
+    if (model.onnx.empty()) {
+      ASSIGN_OR_RETURN(*spec.mutable_model(), ModelSourceOf(model));
+    } else {
+      ASSIGN_OR_RETURN(*spec.mutable_model(), OnnxUploadSourceOf(model));
+    }
     return request;
   }
 
   absl::Status Run(const CommandIo& io) {
     ASSIGN_OR_RETURN(proto::SubmitJobRequest request, Request());
     RETURN_IF_ERROR(remote.Connect(io));
+    // An ONNX model travels whole, in chunks, so the job trains from its own weights.
     ASSIGN_OR_RETURN(proto::SubmitJobResponse response,
-                     Call(*remote.stub, &Headroom::StubInterface::SubmitJob, request,
-                          kShortCallTimeout, remote.address()));
+                     model.onnx.empty()
+                         ? Call(*remote.stub, &Headroom::StubInterface::SubmitJob, request,
+                                kShortCallTimeout, remote.address())
+                         : UploadJob(*remote.stub, request.spec(), model.onnx, remote.address()));
     if (remote.service.json) {
       io.out << ProtoJson(response) << "\n";
     } else {

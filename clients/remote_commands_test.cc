@@ -54,12 +54,14 @@ class FakeHeadroom : public proto::Headroom::Service {
   std::vector<proto::CancelJobRequest> cancel_requests;
   std::vector<proto::GetTimelineRequest> timeline_requests;
   std::vector<proto::ListProfilesRequest> profiles_requests;
+  // Every UploadJob stream's messages, one vector per call.
+  std::vector<std::vector<proto::SubmitJobChunk>> uploads;
 
   int calls() {
     std::lock_guard<std::mutex> lock(mu);
     return plan_requests.size() + profile_requests.size() + submit_requests.size() +
            watch_requests.size() + list_requests.size() + cancel_requests.size() +
-           timeline_requests.size() + profiles_requests.size();
+           timeline_requests.size() + profiles_requests.size() + uploads.size();
   }
 
   grpc::Status Plan(grpc::ServerContext*, const proto::PlanRequest* request,
@@ -98,6 +100,16 @@ class FakeHeadroom : public proto::Headroom::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad page token");
     }
     if (page < pages.size()) *response = pages[page];
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UploadJob(grpc::ServerContext*, grpc::ServerReader<proto::SubmitJobChunk>* reader,
+                         proto::SubmitJobResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    uploads.emplace_back();
+    for (proto::SubmitJobChunk m; reader->Read(&m);) uploads.back().push_back(m);
+    if (!status.ok()) return status;
+    *response = submitted;
     return grpc::Status::OK;
   }
 
@@ -302,6 +314,57 @@ TEST_F(RemoteCommandsTest, SubmitWithWatchFollowsTheNewJob) {
   EXPECT_EQ(fake_.submit_requests[0].spec().train().steps(), 100u);
   EXPECT_THAT(r.out, HasSubstr("5/5"));
   EXPECT_THAT(r.out, HasSubstr("job job-3 SUCCEEDED: done"));
+}
+
+// --onnx: the file itself travels through UploadJob (the spec and its size, then chunks of
+// at most server::kUploadChunkBytes), so the job trains from the model's own weights.
+TEST_F(RemoteCommandsTest, SubmitOnnxStreamsTheFileInChunksAfterTheSpec) {
+  const std::string path = ::testing::TempDir() + "/model.onnx";
+  std::string model(1300 * 1024, '\0');
+  for (size_t i = 0; i < model.size(); ++i) model[i] = static_cast<char>(i * 7919 % 251);
+  std::ofstream(path, std::ios::binary) << model;
+  fake_.submitted.set_job_id("job-9");
+  fake_.submitted.set_state(proto::JOB_STATE_QUEUED);
+  Result r = Call("submit", {"--onnx", path, "--batch", "2", "--classes", "10", "--steps", "5",
+                             "--name", "uploaded"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("job job-9 QUEUED"));
+  EXPECT_TRUE(fake_.submit_requests.empty()) << "an ONNX model goes through UploadJob";
+  ASSERT_EQ(fake_.uploads.size(), 1u);
+  const std::vector<proto::SubmitJobChunk>& messages = fake_.uploads[0];
+  ASSERT_EQ(messages.size(), 4u) << "the spec, then 512 + 512 + 276 KiB";
+  const proto::JobSpec& spec = messages[0].spec();
+  EXPECT_EQ(messages[0].onnx_model_bytes(), model.size());
+  EXPECT_EQ(spec.name(), "uploaded");
+  EXPECT_EQ(spec.train().steps(), 5u);
+  EXPECT_FALSE(spec.model().has_graph()) << "the daemon imports the model itself";
+  EXPECT_TRUE(spec.model().onnx_model().empty());
+  EXPECT_EQ(spec.model().onnx().batch(), 2u);
+  EXPECT_EQ(spec.model().onnx().classes(), 10u);
+  EXPECT_EQ(spec.model().onnx().loss(), "softmax_cross_entropy");
+  std::string joined;
+  for (size_t i = 1; i < messages.size(); ++i) {
+    EXPECT_EQ(messages[i].part_case(), proto::SubmitJobChunk::kOnnxModelChunk);
+    EXPECT_LE(messages[i].onnx_model_chunk().size(), 512u * 1024);
+    joined += messages[i].onnx_model_chunk();
+  }
+  EXPECT_TRUE(joined == model) << "the chunks are not the file's bytes in order";
+}
+
+TEST_F(RemoteCommandsTest, SubmitOnnxOfAMissingFileOrARefusedUploadExitsOne) {
+  Result missing = Call("submit", {"--onnx", ::testing::TempDir() + "/absent.onnx"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("absent.onnx: not a readable file"));
+  EXPECT_EQ(fake_.calls(), 0);
+
+  const std::string path = ::testing::TempDir() + "/small.onnx";
+  std::ofstream(path, std::ios::binary) << "not really onnx";
+  fake_.status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "UploadJob: the model is 15 bytes (15 B), over headroomd's "
+                              "--max-upload-bytes of 8 bytes (8 B)");
+  Result refused = Call("submit", {"--onnx", path});
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("RESOURCE_EXHAUSTED: UploadJob: the model is 15 bytes"));
 }
 
 struct FinalState {

@@ -66,14 +66,15 @@ struct DaemonFlags {
   int64_t checkpoint_every = 10;
   std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
+  std::string max_upload;
+  // --max-upload-bytes, the service's limit on UploadJob.
+  ServiceOptions service;
   std::string ready_file;
   // Startup and state: --listen parsed by CheckListenFlag(); --insecure.
   ListenAddress listen_address;
   bool insecure = false;
   // --tls-cert, --tls-key, --token-file.
   AuthOptions auth;
-  // --max-graph-nodes and the other limits on requests (server/request_limits.h).
-  RequestLimits limits = RequestLimits::Defaults();
   // --max-threads: gRPC's threads, one per call in progress.
   int max_threads = 256;
 };
@@ -117,7 +118,12 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::Range(8, 4096));
-  AddRequestLimitFlags(app, f.limits);
+  AddRequestLimitFlags(app, f.service.limits);
+  app.add_option("--max-upload-bytes", f.max_upload,
+                 absl::StrCat("largest ONNX model UploadJob takes, in chunks, and what all "
+                              "uploads in flight may hold together (default 512MiB, at most ",
+                              kMaxUploadBytesLimit >> 20, "MiB)"))
+      ->type_name("SIZE");
   app.add_option("--ready-file", f.ready_file, "once serving, write the bound addresses there")
       ->type_name("FILE");
   app.add_flag("--insecure", f.insecure,
@@ -152,9 +158,17 @@ absl::Status ResolveFlags(DaemonFlags& f) {
   if (!f.max_message.empty()) {
     ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
   }
+  if (!f.max_upload.empty()) {
+    ASSIGN_OR_RETURN(f.service.max_upload_bytes, ParseByteSize(f.max_upload));
+    if (f.service.max_upload_bytes == 0 || f.service.max_upload_bytes > kMaxUploadBytesLimit) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-upload-bytes ", f.max_upload, ": must be more than 0 and at most ",
+          kMaxUploadBytesLimit, " bytes (768MiB: an uploaded model is stored in one row)"));
+    }
+  }
   // Watchers and plans waiting or running must leave threads for every other call.
-  const int held = f.limits.max_watch_streams + f.limits.max_concurrent_plans +
-                   f.limits.max_queued_plans + kThreadsForOtherCalls;
+  const int held = f.service.limits.max_watch_streams + f.service.limits.max_concurrent_plans +
+                   f.service.limits.max_queued_plans + kThreadsForOtherCalls;
   if (held > f.max_threads) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-threads ", f.max_threads, ": fewer than --max-watch-streams + "
@@ -407,7 +421,7 @@ int Run(const DaemonFlags& f) {
   if (!exposer.ok()) return std::cerr << "headroomd: " << exposer.status().message() << "\n", 1;
 
   // 3. The gRPC server.
-  HeadroomService service(jobs->get(), (*jobs)->plan_backend(), /*profiles=*/nullptr, f.limits);
+  HeadroomService service(jobs->get(), (*jobs)->plan_backend(), /*profiles=*/nullptr, f.service);
   std::string address;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartGrpcServer(f, credentials, service, address);
   if (!server.ok()) return std::cerr << "headroomd: " << server.status().message() << "\n", 1;

@@ -125,13 +125,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 HeadroomService::HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend,
-                                 ProfileRunner* profiles, RequestLimits limits)
+                                 ProfileRunner* profiles, ServiceOptions options)
     : jobs_(jobs),
       plan_backend_(plan_backend),
       profiles_(profiles),
-      limits_(limits),
-      plan_slots_("--max-concurrent-plans", limits.max_concurrent_plans, limits.max_queued_plans),
-      watch_slots_("--max-watch-streams", limits.max_watch_streams, /*max_waiting=*/0) {}
+      limits_(options.limits),
+      plan_slots_("--max-concurrent-plans", limits_.max_concurrent_plans,
+                  limits_.max_queued_plans),
+      watch_slots_("--max-watch-streams", limits_.max_watch_streams, /*max_waiting=*/0),
+      uploads_(options.max_upload_bytes) {}
 
 template <typename Call>
 grpc::Status HeadroomService::WithJobs(Call call) const {
@@ -162,16 +164,42 @@ grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::Profile
   return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
 }
 
+grpc::Status HeadroomService::Submit(grpc::ServerContext* context, proto::JobSpec spec,
+                                     proto::SubmitJobResponse* response) {
+  return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckRequest(spec, limits_));
+    absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
+    if (!turn.ok()) return ToGrpcStatus(turn.status());
+    spec.set_owner(CallerOf(context));
+    return Answer(jobs.Submit(spec), response);
+  });
+}
+
 grpc::Status HeadroomService::SubmitJob(grpc::ServerContext* context,
                                         const proto::SubmitJobRequest* request,
                                         proto::SubmitJobResponse* response) {
-  return WithJobs([&](JobManager& jobs) {
-    RETURN_GRPC_IF_ERROR(CheckRequest(request->spec(), limits_));
-    absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
-    if (!turn.ok()) return ToGrpcStatus(turn.status());
-    proto::JobSpec spec = request->spec();
-    spec.set_owner(CallerOf(context));
-    return Answer(jobs.Submit(spec), response);
+  return Submit(context, request->spec(), response);
+}
+
+grpc::Status HeadroomService::UploadJob(grpc::ServerContext* context,
+                                        grpc::ServerReader<proto::SubmitJobChunk>* reader,
+                                        proto::SubmitJobResponse* response) {
+  return WithJobs([&](JobManager&) {
+    // The upload's bytes are freed when it goes out of scope, however the call ends.
+    JobUpload upload(&uploads_);
+    proto::SubmitJobChunk message;
+    while (!context->IsCancelled() && reader->Read(&message)) {
+      RETURN_GRPC_IF_ERROR(upload.Add(message));
+    }
+    // A client that left mid-upload submits nothing (its stream may look ended).
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          absl::StrCat("UploadJob: cancelled by the client after ",
+                                       upload.received_bytes(), " bytes"));
+    }
+    absl::StatusOr<proto::JobSpec> spec = upload.Finish();
+    if (!spec.ok()) return ToGrpcStatus(spec.status());
+    return Submit(context, *std::move(spec), response);
   });
 }
 

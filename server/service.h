@@ -6,7 +6,8 @@
 // Jobs have owners: SubmitJob records the user of the call's token (server/auth.h) as the
 // spec's owner, and a caller whose token names a user lists, watches, cancels and reads the
 // timelines of its own jobs only (others' are NOT_FOUND, as if absent); a caller without a
-// user sees every job.
+// user sees every job. UploadJob joins a streamed ONNX model (server/job_upload.h) under
+// ServiceOptions::max_upload_bytes, then submits it as SubmitJob does.
 // Every request is first held to the daemon's limits (server/request_limits.h); a handler
 // that runs out of memory answers RESOURCE_EXHAUSTED, and one that throws answers INTERNAL
 // with what it threw, so no request ends the process.
@@ -21,6 +22,7 @@
 #include "planner/plan_request.h"
 #include "proto/headroom.grpc.pb.h"
 #include "server/job_manager.h"
+#include "server/job_upload.h"
 #include "server/request_limits.h"
 
 namespace headroom::server {
@@ -41,19 +43,31 @@ class ProfileRunner {
   virtual absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request) = 0;
 };
 
+// The service's limits, filled from headroomd's flags.
+struct ServiceOptions {
+  // The largest ONNX model UploadJob takes, and what all uploads in flight may hold
+  // together (--max-upload-bytes). At most kMaxUploadBytesLimit. Default
+  // kDefaultMaxUploadBytes (512 MiB).
+  uint64_t max_upload_bytes = kDefaultMaxUploadBytes;
+  // The other limits on requests and on calls at once, each a flag.
+  RequestLimits limits = RequestLimits::Defaults();
+};
+
 class HeadroomService final : public proto::Headroom::Service {
  public:
   // Plans for `plan_backend`; runs jobs and profiles on `jobs`, or profiles on `profiles`
-  // where it is given (none of either: those calls fail); holds requests to `limits`.
+  // where it is given (none of either: those calls fail); holds requests to `options`.
   HeadroomService(JobManager* jobs, planner::PlanBackend plan_backend,
-                  ProfileRunner* profiles = nullptr,
-                  RequestLimits limits = RequestLimits::Defaults());
+                  ProfileRunner* profiles = nullptr, ServiceOptions options = {});
 
   grpc::Status Plan(grpc::ServerContext* context, const proto::PlanRequest* request,
                     proto::PlanResponse* response) override;
   grpc::Status Profile(grpc::ServerContext* context, const proto::ProfileRequest* request,
                        proto::ProfileResponse* response) override;
   grpc::Status SubmitJob(grpc::ServerContext* context, const proto::SubmitJobRequest* request,
+                         proto::SubmitJobResponse* response) override;
+  grpc::Status UploadJob(grpc::ServerContext* context,
+                         grpc::ServerReader<proto::SubmitJobChunk>* reader,
                          proto::SubmitJobResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const proto::WatchJobRequest* request,
                         grpc::ServerWriter<proto::JobProgress>* writer) override;
@@ -73,6 +87,9 @@ class HeadroomService final : public proto::Headroom::Service {
   // Returns `call(jobs)`, or FAILED_PRECONDITION for a service without a job manager.
   template <typename Call>
   grpc::Status WithJobs(Call call) const;
+  // Returns SubmitJob's answer for `spec`, its owner the caller (SubmitJob and UploadJob).
+  grpc::Status Submit(grpc::ServerContext* context, proto::JobSpec spec,
+                      proto::SubmitJobResponse* response);
 
   JobManager* const jobs_;
   const planner::PlanBackend plan_backend_;
@@ -81,6 +98,8 @@ class HeadroomService final : public proto::Headroom::Service {
   // Turns to plan (Plan, SubmitJob) and to watch (WatchJob).
   CallSlots plan_slots_;
   CallSlots watch_slots_;
+  // The model bytes UploadJob calls in flight hold.
+  UploadBudget uploads_;
 };
 
 }  // namespace headroom::server

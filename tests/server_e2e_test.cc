@@ -10,19 +10,26 @@
 //    the interrupted job resumes from its checkpoint and ends with the loss of an
 //    uninterrupted run, bitwise; a queued job runs; one that no longer fits is FAILED with
 //    the reason;
-//  - SIGTERM during a job: exit 0, the job checkpointed and resumed at the next start.
+//  - SIGTERM during a job: exit 0, the job checkpointed and resumed at the next start;
+//  - an ONNX model over --max-message-bytes uploaded in chunks (UploadJob) and trained,
+//    and the stream's refusals: over --max-upload-bytes, malformed, cancelled mid-way.
 //
 // The daemon trains with one OpenMP thread: oneDNN's threads spin-wait, which on a busy
 // two-core machine makes steps far slower than one thread's.
 #include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <sqlite3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <regex>
@@ -30,13 +37,11 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-#include <sqlite3.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/util/message_differencer.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
 #include "proto/headroom.grpc.pb.h"
@@ -603,6 +608,147 @@ TEST(ServerE2ETest, ListJobsListsSummariesAndGetJobReturnsTheJobWhole) {
   EXPECT_EQ(stub->GetJob(&missing_context, request, &whole).error_code(),
             grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(WatchToEnd(*stub, job).state(), proto::JOB_STATE_SUCCEEDED);
+  Stop(daemon, stub);
+}
+
+// Returns the bytes of the runfile `path` (relative to the workspace); fails the test when it
+// cannot be read.
+std::string ReadRunfile(const std::string& path) {
+  std::ifstream in(absl::StrCat(std::getenv("TEST_SRCDIR"), "/headroom/", path), std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A job of squeezenet1_1 exported by tools/export_onnx.py (4.9 MB of weights), its ONNX
+// bytes left out: UploadJob sends them.
+proto::JobSpec OnnxJob(const std::string& name) {
+  proto::JobSpec spec;
+  spec.set_name(name);
+  spec.mutable_model()->mutable_onnx()->set_batch(2);
+  spec.mutable_train()->set_steps(2);
+  spec.mutable_train()->set_seed(3);
+  return spec;
+}
+
+// Streams `messages` through UploadJob (stopping at the first write the daemon refuses);
+// returns its status, its answer in `*response`. `cancel_after`: cancel the call after that
+// many messages instead of finishing the stream.
+grpc::Status UploadMessages(proto::Headroom::Stub& stub,
+                            const std::vector<proto::SubmitJobChunk>& messages,
+                            proto::SubmitJobResponse* response, size_t cancel_after = SIZE_MAX) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
+  std::unique_ptr<grpc::ClientWriter<proto::SubmitJobChunk>> writer =
+      stub.UploadJob(&context, response);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (i == cancel_after) {
+      context.TryCancel();
+      return writer->Finish();
+    }
+    if (!writer->Write(messages[i])) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+// Returns the messages of an upload of `model` for `spec`: the spec and the declared size
+// (`declared_bytes`, default the model's), then chunks of `chunk_bytes`.
+std::vector<proto::SubmitJobChunk> UploadOf(const proto::JobSpec& spec, const std::string& model,
+                                            size_t chunk_bytes,
+                                            uint64_t declared_bytes = UINT64_MAX) {
+  std::vector<proto::SubmitJobChunk> messages(1);
+  *messages[0].mutable_spec() = spec;
+  messages[0].set_onnx_model_bytes(declared_bytes == UINT64_MAX ? model.size() : declared_bytes);
+  for (size_t at = 0; at < model.size(); at += chunk_bytes) {
+    messages.emplace_back().set_onnx_model_chunk(model.substr(at, chunk_bytes));
+  }
+  return messages;
+}
+
+// An ONNX model larger than --max-message-bytes cannot be submitted whole, but is uploaded
+// in chunks, and the job holds and trains from the model's own bytes; over-limit and
+// malformed streams get their codes, a cancelled upload submits nothing and frees its bytes.
+TEST(ServerE2ETest, AnOnnxModelOverTheMessageLimitIsUploadedInChunksAndTrains) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon(
+      "upload",
+      {"--device-memory", "2GiB", "--max-message-bytes", "1MiB", "--max-upload-bytes", "8MiB"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  const std::string model = ReadRunfile("tests/onnx/squeezenet1_1.onnx");
+  ASSERT_GT(model.size(), 4 * kMiB) << "the model should exceed the 1 MiB message limit";
+
+  // Whole, in one SubmitJob, it is over the message limit.
+  proto::JobSpec whole = OnnxJob("whole");
+  whole.mutable_model()->set_onnx_model(model);
+  proto::SubmitJobResponse response;
+  grpc::Status s = TrySubmit(*stub, whole, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+
+  // In 512 KiB chunks it is taken, stored whole, and trains.
+  s = UploadMessages(*stub, UploadOf(OnnxJob("uploaded"), model, 512 * 1024), &response);
+  ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  const std::string job = response.job_id();
+  EXPECT_GT(response.plan().summary().predicted_peak_bytes(), 0u);
+  const proto::JobProgress end = WatchToEnd(*stub, job);
+  EXPECT_EQ(end.state(), proto::JOB_STATE_SUCCEEDED) << end.message();
+  EXPECT_EQ(end.step(), 2u);
+  EXPECT_TRUE(std::isfinite(end.loss()));
+  {
+    grpc::ClientContext context;
+    proto::GetJobRequest request;
+    request.set_job_id(job);
+    proto::JobInfo info;
+    ASSERT_TRUE(stub->GetJob(&context, request, &info).ok());
+    EXPECT_TRUE(info.spec().model().onnx_model() == model) << "the stored model is not the file";
+    EXPECT_EQ(info.spec().model().onnx().batch(), 2u);
+  }
+
+  // Refusals, each with its code and what is at fault.
+  struct Refusal {
+    std::vector<proto::SubmitJobChunk> messages;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::vector<Refusal> refusals;
+  refusals.push_back({UploadOf(OnnxJob("big"), "", 1, 9 * kMiB),
+                      grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      "the model is 9437184 bytes (9.0 MiB), over headroomd's --max-upload-bytes "
+                      "of 8388608 bytes (8.0 MiB)"});
+  std::vector<proto::SubmitJobChunk> no_spec = UploadOf(OnnxJob("no-spec"), model, 512 * 1024);
+  no_spec.erase(no_spec.begin());
+  refusals.push_back({no_spec, grpc::StatusCode::INVALID_ARGUMENT,
+                      "message 1: the first message must carry the job's spec"});
+  std::vector<proto::SubmitJobChunk> two_specs = UploadOf(OnnxJob("two"), model, 512 * 1024);
+  two_specs.insert(two_specs.begin() + 2, two_specs[0]);
+  refusals.push_back({two_specs, grpc::StatusCode::INVALID_ARGUMENT, "message 3: a second spec"});
+  std::vector<proto::SubmitJobChunk> inline_bytes = UploadOf(OnnxJob("inline"), model, 512 * 1024);
+  inline_bytes[0].mutable_spec()->mutable_model()->set_onnx_model("xyz");
+  refusals.push_back({inline_bytes, grpc::StatusCode::INVALID_ARGUMENT,
+                      "spec.model.onnx_model carries 3 bytes inline"});
+  std::vector<proto::SubmitJobChunk> short_stream = UploadOf(OnnxJob("short"), model, 512 * 1024);
+  short_stream.pop_back();
+  refusals.push_back({short_stream, grpc::StatusCode::INVALID_ARGUMENT, "the stream ended after"});
+  for (const Refusal& r : refusals) {
+    s = UploadMessages(*stub, r.messages, &response);
+    EXPECT_EQ(s.error_code(), r.code) << r.message << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(r.message));
+  }
+
+  // A client that leaves mid-upload submits nothing, and its bytes are given back: the next
+  // whole upload fits the 8 MiB that uploads in flight may hold (the daemon may take a moment
+  // to see the cancellation).
+  s = UploadMessages(*stub, UploadOf(OnnxJob("left"), model, 512 * 1024), &response,
+                     /*cancel_after=*/4);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (;; absl::SleepFor(absl::Milliseconds(100))) {
+    s = UploadMessages(*stub, UploadOf(OnnxJob("after"), model, 512 * 1024), &response);
+    if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || absl::Now() > deadline) break;
+  }
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+  std::vector<std::string> names;
+  for (const proto::JobInfo& info : ListJobs(*stub)) names.push_back(info.name());
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("uploaded", "after"));
   Stop(daemon, stub);
 }
 

@@ -45,6 +45,8 @@ class FakeHeadroom(pb_grpc.HeadroomServicer):
     def __init__(self):
         self.requests = collections.defaultdict(list)
         self.endless_cancelled = threading.Event()
+        # UploadJob answers UNIMPLEMENTED, as a daemon that predates it.
+        self.upload_unimplemented = False
 
     def Plan(self, request, context):
         self.requests["Plan"].append(request)
@@ -77,6 +79,13 @@ class FakeHeadroom(pb_grpc.HeadroomServicer):
         if request.job_id != "job-1":
             context.abort(grpc.StatusCode.NOT_FOUND, f"no job '{request.job_id}'")
         yield from self.PROGRESS
+
+    def UploadJob(self, request_iterator, context):
+        messages = list(request_iterator)
+        self.requests["UploadJob"].append(messages)
+        if self.upload_unimplemented:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        return pb.SubmitJobResponse(job_id="job-2", state=pb.JOB_STATE_QUEUED)
 
     def CancelJob(self, request, context):
         self.requests["CancelJob"].append(request)
@@ -131,6 +140,30 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(request.spec, expected, f"sent:\n{request.spec}\nwanted:\n{expected}")
         self.assertEqual(response.job_id, "job-1")
         self.assertEqual(response.state, pb.JOB_STATE_QUEUED)
+
+    def test_submit_streams_an_onnx_model_in_chunks(self):
+        model = bytes(i * 7919 % 251 for i in range(1300 * 1024))
+        response = self.client.submit(onnx(model, batch=2, classes=10), steps=3, name="up")
+        self.assertEqual(response.job_id, "job-2")
+        self.assertNotIn("SubmitJob", self.fake.requests)
+        [messages] = self.fake.requests["UploadJob"]
+        head, chunks = messages[0], messages[1:]
+        self.assertEqual(head.WhichOneof("part"), "spec")
+        self.assertEqual(head.onnx_model_bytes, len(model))
+        self.assertEqual(head.spec.model, pb.ModelSource(onnx=pb.OnnxImport(
+            batch=2, loss="softmax_cross_entropy", classes=10)), "the bytes travel as chunks")
+        self.assertEqual(head.spec.name, "up")
+        self.assertEqual(head.spec.train.steps, 3)
+        self.assertEqual([len(c.onnx_model_chunk) for c in chunks],
+                         [512 * 1024, 512 * 1024, 276 * 1024])
+        self.assertTrue(b"".join(c.onnx_model_chunk for c in chunks) == model)
+
+    def test_submit_of_an_onnx_model_to_a_daemon_without_upload_sends_it_whole(self):
+        self.fake.upload_unimplemented = True
+        response = self.client.submit(onnx(b"tiny model", batch=2), steps=1)
+        self.assertEqual(response.job_id, "job-1")
+        [request] = self.fake.requests["SubmitJob"]
+        self.assertEqual(request.spec.model.onnx_model, b"tiny model")
 
     def test_submit_a_graph(self):
         graph = pb.GraphDef(name="tiny", loss="loss")

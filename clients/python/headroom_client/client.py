@@ -10,6 +10,10 @@ from headroom_client.sizes import parse_bytes
 # Timelines and profiles with every sample can be large; the gRPC default is 4 MiB.
 _MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
+# submit() streams an ONNX model through UploadJob in chunks of this size: below any
+# --max-message-bytes a daemon is likely to have (headroomd takes chunks of up to 4 MiB).
+UPLOAD_CHUNK_BYTES = 512 * 1024
+
 _OPTIMIZERS = {
     "sgd": pb.Optimizer.KIND_SGD_MOMENTUM,
     "sgd_momentum": pb.Optimizer.KIND_SGD_MOMENTUM,
@@ -89,6 +93,18 @@ def _open_channel(address, tls_ca, token):
         credentials = grpc.composite_channel_credentials(
             credentials, grpc.access_token_call_credentials(token))
     return grpc.secure_channel(address, credentials, options=options)
+
+
+def _upload_messages(spec):
+    """Yields UploadJob's stream for `spec`, whose model is ONNX bytes: the spec without them
+    and their size, then the bytes in UPLOAD_CHUNK_BYTES chunks."""
+    model = spec.model.onnx_model
+    head = pb.JobSpec(name=spec.name, plan=spec.plan, train=spec.train, owner=spec.owner,
+                      model=pb.ModelSource(onnx=spec.model.onnx))
+    yield pb.SubmitJobChunk(spec=head, onnx_model_bytes=len(model))
+    view = memoryview(model)
+    for at in range(0, len(model), UPLOAD_CHUNK_BYTES):
+        yield pb.SubmitJobChunk(onnx_model_chunk=bytes(view[at:at + UPLOAD_CHUNK_BYTES]))
 
 
 class Client:
@@ -182,7 +198,12 @@ class Client:
                backend="", device="cpu", optimizer=None, disable_offload=False):
         """Returns the SubmitJobResponse (job_id, state, plan) of queueing `steps` training
         steps of `model` under `budget_bytes`. checkpoint_every: save parameters every this
-        many steps (0: the daemon's default). backend: "cpu", "cuda" or "" (the daemon's)."""
+        many steps (0: the daemon's default). backend: "cpu", "cuda" or "" (the daemon's).
+
+        An ONNX model (see onnx()) is streamed to the daemon in chunks (UploadJob), so it
+        may exceed the daemon's --max-message-bytes, up to its --max-upload-bytes (512 MiB
+        by default); the job trains from the model's own weights. A daemon that predates
+        UploadJob gets it whole through SubmitJob instead."""
         spec = pb.JobSpec(
             name=name,
             model=model_source(model),
@@ -190,6 +211,12 @@ class Client:
                               disable_offload=disable_offload),
             train=pb.TrainOptions(steps=steps, seed=seed, backend=backend,
                                   checkpoint_interval_steps=checkpoint_every))
+        if spec.model.WhichOneof("source") == "onnx_model":
+            try:
+                return self._stub.UploadJob(_upload_messages(spec), timeout=self.timeout)
+            except grpc.RpcError as err:
+                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise HeadroomError.from_rpc_error(err) from err
         return self._call(self._stub.SubmitJob, pb.SubmitJobRequest(spec=spec))
 
     def watch(self, job_id, timeout=None):

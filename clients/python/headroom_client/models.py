@@ -27,10 +27,11 @@ def onnx(model, batch=16, loss="softmax_cross_entropy", classes=0):
     """Returns a ModelSource carrying an ONNX model: `model` is the serialized
     onnx.ModelProto (bytes) or a path to a .onnx file. The daemon imports it with `batch`
     samples per step (replacing its symbolic batch dimension), attaches `loss` to its first
-    output (with `classes` checked when not 0), and trains a job from its weights. The whole
-    file travels in the request, so it must fit the daemon's --max-message-bytes (64 MiB by
-    default); for larger models send `headroom graph --onnx FILE --emit out.pb`'s description
-    instead."""
+    output (with `classes` checked when not 0), and trains a job from its weights.
+    Client.submit() streams the model in chunks (UploadJob), up to the daemon's
+    --max-upload-bytes (512 MiB by default); plan() and profile() send it whole in one
+    request, which must fit the daemon's --max-message-bytes (64 MiB by default): for larger
+    models plan `headroom graph --onnx FILE --emit out.pb`'s description instead."""
     if isinstance(model, (str, os.PathLike)):
         with open(model, "rb") as f:
             model = f.read()
