@@ -188,8 +188,7 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
 
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
-                                               const CostModel* cost,
-                                               const PlanBackend& backend,
+                                               const CostModel* cost, const PlanBackend& backend,
                                                const util::CancellationToken* cancel) {
   ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
   planner_options.training.scratch = backend.scratch;

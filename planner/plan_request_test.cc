@@ -37,8 +37,8 @@ graph::Graph Chain(int length) {
   leaf("x", {8, 16}, proto::DTYPE_FLOAT32, proto::ROLE_INPUT);
   leaf("labels", {8}, proto::DTYPE_INT64, proto::ROLE_LABEL);
   leaf("w", {16, 16}, proto::DTYPE_FLOAT32, proto::ROLE_PARAMETER);
-  auto node = [&](const std::string& name, const std::string& op,
-                  std::vector<std::string> inputs, const std::string& output) {
+  auto node = [&](const std::string& name, const std::string& op, std::vector<std::string> inputs,
+                  const std::string& output) {
     proto::NodeDef* n = def.add_nodes();
     n->set_name(name);
     n->set_op(op);
@@ -166,8 +166,7 @@ TEST(PlanRequestTest, InferenceAndBadOptions) {
 TEST(PlanRequestTest, AnExpiredTokenStopsAPlanWithItsStatus) {
   const graph::Graph g = Chain(10000);
   const absl::Time start = absl::Now() - absl::Seconds(2);
-  const util::CancellationToken expired(start + absl::Seconds(1), "a limit of 1 s", nullptr,
-                                        start);
+  const util::CancellationToken expired(start + absl::Seconds(1), "a limit of 1 s", nullptr, start);
   const absl::Status status =
       AnswerPlan(g, proto::PlanOptions(), nullptr, PlanBackend(), &expired).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
@@ -211,8 +210,8 @@ TEST(PlanRequestTest, ACancellationAtAnyCheckStopsThePlan) {
     const util::CancellationToken token(absl::InfiniteFuture(), "none",
                                         [&seen, at] { return ++seen >= at; });
     const absl::Status status = AnswerPlan(g, options, nullptr, PlanBackend(), &token).status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << "cancelled at check " << at
-                                                            << " of " << total << ": " << status;
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled)
+        << "cancelled at check " << at << " of " << total << ": " << status;
     EXPECT_EQ(seen.load(), at) << "checks went on after the cancellation";
   }
 }
