@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "graph/chain_testing.h"
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
 #include "util/cancellation.h"
@@ -21,37 +22,8 @@ graph::Graph Zoo(const std::string& name, uint64_t batch) {
   return *std::move(g);
 }
 
-// Returns x -> MatMul -> `length` ReLUs -> softmax cross-entropy: planning time grows with
-// the square of its length (10,000: tens of seconds).
 graph::Graph Chain(int length) {
-  proto::GraphDef def;
-  def.set_name("chain");
-  auto leaf = [&](const std::string& name, std::vector<int64_t> shape, proto::DType dtype,
-                  proto::TensorRole role) {
-    proto::TensorDef* t = def.add_tensors();
-    t->set_name(name);
-    for (int64_t d : shape) t->add_shape(d);
-    t->set_dtype(dtype);
-    t->set_role(role);
-  };
-  leaf("x", {8, 16}, proto::DTYPE_FLOAT32, proto::ROLE_INPUT);
-  leaf("labels", {8}, proto::DTYPE_INT64, proto::ROLE_LABEL);
-  leaf("w", {16, 16}, proto::DTYPE_FLOAT32, proto::ROLE_PARAMETER);
-  auto node = [&](const std::string& name, const std::string& op, std::vector<std::string> inputs,
-                  const std::string& output) {
-    proto::NodeDef* n = def.add_nodes();
-    n->set_name(name);
-    n->set_op(op);
-    for (const std::string& i : inputs) n->add_inputs(i);
-    n->add_outputs(output);
-  };
-  node("fc", "MatMul", {"x", "w"}, "t0");
-  for (int i = 1; i <= length; ++i) {
-    node(absl::StrCat("relu", i), "ReLU", {absl::StrCat("t", i - 1)}, absl::StrCat("t", i));
-  }
-  node("loss", "SoftmaxCrossEntropy", {absl::StrCat("t", length), "labels"}, "loss");
-  def.set_loss("loss");
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(def);
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::ReluChain(length));
   EXPECT_TRUE(g.ok()) << g.status();
   return *std::move(g);
 }
