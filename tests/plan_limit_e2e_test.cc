@@ -1,0 +1,190 @@
+// headroomd bounds the work of a Plan (issue 18: eight 53-byte requests kept both cores busy
+// long after their clients gave up): the real daemon as a child process, and requests whose
+// planning would take tens of seconds (a 10,000-node chain). Whether the daemon stopped is
+// read from the kernel's count of its CPU time (/proc/PID/stat), not from the daemon.
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "graph/chain_testing.h"
+#include "gtest/gtest.h"
+#include "proto/headroom.grpc.pb.h"
+#include "server/daemon_process.h"
+
+namespace headroom {
+namespace {
+
+using ::testing::HasSubstr;
+using server::DaemonProcess;
+
+// Planned without a limit, this takes tens of seconds on one core.
+constexpr int kChainLength = 10000;
+
+std::string TmpDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+std::unique_ptr<DaemonProcess> StartDaemon(const std::string& state,
+                                           std::vector<std::string> flags = {}) {
+  static int started = 0;
+  server::DaemonOptions options;
+  options.binary = absl::StrCat(std::getenv("TEST_SRCDIR"), "/headroom/server/headroomd");
+  options.state_dir = absl::StrCat(TmpDir(), "/", state);
+  options.log_path = absl::StrCat(TmpDir(), "/plan-limit-", ++started, ".log");
+  options.flags = std::move(flags);
+  options.flags.push_back("--fixed-cost");  // No measuring run at start.
+  options.flags.push_back("0");
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> daemon = DaemonProcess::Start(options);
+  EXPECT_TRUE(daemon.ok()) << daemon.status();
+  return daemon.ok() ? *std::move(daemon) : nullptr;
+}
+
+// Returns the CPU seconds (user + system) process `pid` has used, from /proc/PID/stat.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces), from field 3 on: utime is 14th.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
+// Returns the CPU seconds `pid` uses over the next second of wall time.
+double CpuOverASecond(pid_t pid) {
+  const double before = CpuSeconds(pid);
+  absl::SleepFor(absl::Seconds(1));
+  return CpuSeconds(pid) - before;
+}
+
+proto::PlanRequest ChainPlan() {
+  proto::PlanRequest request;
+  *request.mutable_model()->mutable_graph() = graph::ReluChain(kChainLength);
+  return request;
+}
+
+// The daemon's own use when idle (its once-a-second memory sample and trim) is milliseconds
+// a second; one plan that went on would use most of a core.
+constexpr double kIdleCpuSecondsPerSecond = 0.3;
+
+TEST(PlanLimitE2ETest, PlansPastTheirClientsDeadlineStopAndTheDaemonGoesIdle) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("client-deadline");
+  ASSERT_NE(daemon, nullptr);
+  const proto::PlanRequest request = ChainPlan();
+  // Four clients at once, each giving up after a second: the attack of issue 18.
+  std::vector<std::thread> clients;
+  std::vector<grpc::Status> statuses(4);
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] {
+      std::unique_ptr<proto::Headroom::Stub> stub = daemon->NewStub();
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      proto::PlanResponse response;
+      statuses[i] = stub->Plan(&context, request, &response);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (const grpc::Status& s : statuses) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  }
+  // Without the token each plan went on for tens of seconds on a core of its own. Generous:
+  // a second to stop, then a second measured.
+  absl::SleepFor(absl::Seconds(1));
+  const double cpu = CpuOverASecond(daemon->pid());
+  EXPECT_LT(cpu, kIdleCpuSecondsPerSecond)
+      << "headroomd still computes after its clients' deadlines: " << cpu << " CPU s in 1 s\n"
+      << daemon->LogTail();
+  EXPECT_TRUE(daemon->Running());
+}
+
+TEST(PlanLimitE2ETest, ACancelledPlanStopsAndTheDaemonGoesIdle) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("client-cancel");
+  ASSERT_NE(daemon, nullptr);
+  std::unique_ptr<proto::Headroom::Stub> stub = daemon->NewStub();
+  grpc::ClientContext context;  // No deadline: the client cancels instead.
+  std::thread canceller([&context] {
+    absl::SleepFor(absl::Seconds(1));
+    context.TryCancel();
+  });
+  proto::PlanResponse response;
+  const grpc::Status status = stub->Plan(&context, ChainPlan(), &response);
+  canceller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
+  // How soon it stopped, for the log: the first 50 ms with no CPU time used.
+  const absl::Time cancelled = absl::Now();
+  double last = CpuSeconds(daemon->pid());
+  absl::Duration stopped_after = absl::InfiniteDuration();
+  while (absl::Now() - cancelled < absl::Seconds(2)) {
+    absl::SleepFor(absl::Milliseconds(50));
+    const double now = CpuSeconds(daemon->pid());
+    if (now == last) {
+      stopped_after = absl::Now() - cancelled - absl::Milliseconds(50);
+      break;
+    }
+    last = now;
+  }
+  std::cout << "headroomd's CPU time stopped growing within " << stopped_after
+            << " of the client's cancellation\n";
+  const double cpu = CpuOverASecond(daemon->pid());
+  EXPECT_LT(cpu, kIdleCpuSecondsPerSecond)
+      << "headroomd still computes after its client cancelled: " << cpu << " CPU s in 1 s\n"
+      << daemon->LogTail();
+}
+
+TEST(PlanLimitE2ETest, MaxPlanSecondsStopsPlanAndSubmitJobNamingTheFlag) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("max-plan", {"--max-plan-seconds", "1"});
+  ASSERT_NE(daemon, nullptr);
+  std::unique_ptr<proto::Headroom::Stub> stub = daemon->NewStub();
+  {
+    grpc::ClientContext context;  // The client would wait a minute: the daemon's limit is first.
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(1));
+    proto::PlanResponse response;
+    const grpc::Status s = stub->Plan(&context, ChainPlan(), &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("--max-plan-seconds 1 has passed"));
+  }
+  {
+    proto::SubmitJobRequest request;
+    *request.mutable_spec()->mutable_model()->mutable_graph() = graph::ReluChain(kChainLength);
+    request.mutable_spec()->mutable_train()->set_steps(1);
+    grpc::ClientContext context;
+    proto::SubmitJobResponse response;
+    const grpc::Status s = stub->SubmitJob(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("--max-plan-seconds 1 has passed"));
+  }
+  // Nothing was stored, and small plans still answer.
+  proto::ListJobsResponse jobs;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(stub->ListJobs(&list_context, proto::ListJobsRequest(), &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+  proto::PlanRequest small;
+  *small.mutable_model()->mutable_graph() = graph::ReluChain(10);
+  grpc::ClientContext small_context;
+  proto::PlanResponse answer;
+  const grpc::Status s = stub->Plan(&small_context, small, &answer);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_LT(CpuOverASecond(daemon->pid()), kIdleCpuSecondsPerSecond);
+}
+
+}  // namespace
+}  // namespace headroom
