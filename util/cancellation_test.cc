@@ -45,6 +45,23 @@ TEST(CancellationTokenTest, CancelledWhenTheCallbackSaysSo) {
   EXPECT_THAT(status.message(), HasSubstr("cancelled"));
 }
 
+TEST(CancellationTokenTest, TheCallbackIsAskedAtMostOncePerPollInterval) {
+  int asked = 0;
+  const CancellationToken token(
+      absl::InfiniteFuture(), "none", [&asked] { return ++asked >= 3; }, absl::Now(),
+      absl::Hours(1));
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(token.Check().ok());
+  EXPECT_EQ(asked, 1);
+  // Without an interval it is asked at every check, and a cancellation is remembered.
+  asked = 0;
+  const CancellationToken every(absl::InfiniteFuture(), "none", [&asked] { return ++asked == 3; });
+  EXPECT_TRUE(every.Check().ok());
+  EXPECT_TRUE(every.Check().ok());
+  EXPECT_EQ(every.Check().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(every.Check().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(asked, 3);
+}
+
 TEST(CancellationTokenTest, DeadlineComesBeforeCancellation) {
   // gRPC marks a call whose deadline passed as cancelled too: the deadline is the reason.
   const CancellationToken token(absl::Now() - absl::Seconds(1), "the client's deadline",
