@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "executor/backend_scratch.h"
 #include "executor/backends.h"
 #include "runner/trainer_options.h"
+#include "server/request_limits.h"
 #include "util/status_macros.h"
 
 namespace headroom::clients {
@@ -37,8 +39,12 @@ absl::StatusOr<std::unique_ptr<InProcessService>> InProcessService::Start(
   plan_backend.scratch = parts->scratch.get();
   plan_backend.host_is_device_memory = parts->backend->host_is_device_memory();
   plan_backend.device_preset = runner::DefaultDevicePreset(backend_name);
+  // The daemon's limits, but no limit on planning time: the work is the command's own (a
+  // client deadline still applies; Ctrl-C ends it).
+  server::ServiceOptions options;
+  options.limits.max_plan_seconds = std::numeric_limits<double>::infinity();
   parts->service =
-      std::make_unique<server::HeadroomService>(/*jobs=*/nullptr, plan_backend, profiles);
+      std::make_unique<server::HeadroomService>(/*jobs=*/nullptr, plan_backend, profiles, options);
   grpc::ServerBuilder builder;
   // No listening port: only this process's in-process channels reach it.
   builder.RegisterService(parts->service.get());

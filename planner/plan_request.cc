@@ -188,16 +188,18 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
 
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
-                                               const CostModel* cost,
-                                               const PlanBackend& backend) {
+                                               const CostModel* cost, const PlanBackend& backend,
+                                               const util::CancellationToken* cancel) {
   ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
   planner_options.training.scratch = backend.scratch;
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
   if (planner_options.training.inference) {
     return AnswerInference(forward, options, planner_options);
   }
-  // 1. The training graph and the cost model.
+  // 1. The training graph and the cost model (each linear in the graph's size).
   ASSIGN_OR_RETURN(TrainingGraph training,
                    TrainingGraph::Build(forward, planner_options.training));
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
   std::unique_ptr<CostModel> roofline;
   if (cost == nullptr) {
     proto::DeviceModel model = options.device();
@@ -212,6 +214,7 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
   search_options.host_pool_in_budget =
       HostPoolInBudget(options.host_memory(), backend.host_is_device_memory);
   search_options.alignment_bytes = planner_options.alignment_bytes;
+  search_options.cancel = cancel;
   ASSIGN_OR_RETURN(std::unique_ptr<SectionSearch> search,
                    SectionSearch::Create(training, *cost, search_options));
   ASSIGN_OR_RETURN(SectionPlan plain, search->Unconstrained());

@@ -14,6 +14,7 @@
 #include "planner/scratch_model.h"
 #include "planner/section_search.h"
 #include "proto/headroom.pb.h"
+#include "util/cancellation.h"
 
 namespace headroom::planner {
 
@@ -68,11 +69,14 @@ struct PlanBackend {
 // Times come from `cost` when given (it must describe `forward`), else from the roofline of
 // options.device. Every node's kernel scratch, and whether the host pool counts against the
 // budget, are as `backend` says. FailedPrecondition, naming the smallest feasible budget,
-// when nothing fits.
+// when nothing fits. Checks `cancel` (borrowed; null: no limit) between phases and inside
+// every long loop (SearchOptions::cancel) and returns its status, DeadlineExceeded or
+// Cancelled, once it fails.
 absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                                                const proto::PlanOptions& options,
                                                const CostModel* cost = nullptr,
-                                               const PlanBackend& backend = {});
+                                               const PlanBackend& backend = {},
+                                               const util::CancellationToken* cancel = nullptr);
 
 }  // namespace headroom::planner
 

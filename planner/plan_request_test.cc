@@ -1,11 +1,14 @@
 #include "planner/plan_request.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "graph/chain_testing.h"
 #include "graph/zoo.h"
 #include "gtest/gtest.h"
+#include "util/cancellation.h"
 
 namespace headroom::planner {
 namespace {
@@ -15,6 +18,12 @@ using ::testing::HasSubstr;
 graph::Graph Zoo(const std::string& name, uint64_t batch) {
   absl::StatusOr<graph::Graph> g =
       graph::Graph::FromProto(graph::BuildZooModel(graph::ZooSpec(name, batch)).value());
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+graph::Graph Chain(int length) {
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::ReluChain(length));
   EXPECT_TRUE(g.ok()) << g.status();
   return *std::move(g);
 }
@@ -124,6 +133,59 @@ TEST(PlanRequestTest, InferenceAndBadOptions) {
   proto::PlanOptions unknown_device;
   unknown_device.mutable_device()->set_preset("tpu");
   EXPECT_EQ(AnswerPlan(g, unknown_device).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlanRequestTest, AnExpiredTokenStopsAPlanWithItsStatus) {
+  const graph::Graph g = Chain(10000);
+  const absl::Time start = absl::Now() - absl::Seconds(2);
+  const util::CancellationToken expired(start + absl::Seconds(1), "a limit of 1 s", nullptr, start);
+  const absl::Status status =
+      AnswerPlan(g, proto::PlanOptions(), nullptr, PlanBackend(), &expired).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("a limit of 1 s has passed"));
+  const util::CancellationToken cancelled(absl::InfiniteFuture(), "none", [] { return true; });
+  EXPECT_EQ(AnswerPlan(g, proto::PlanOptions(), nullptr, PlanBackend(), &cancelled).status().code(),
+            absl::StatusCode::kCancelled);
+}
+
+TEST(PlanRequestTest, ADeadlineThatPassesDuringTheSearchStopsIt) {
+  // Without a token this plan takes tens of seconds, its time in the section search's
+  // dynamic program; with one it ends soon after the deadline. (How soon is measured by
+  // tests/server_e2e_test, against headroomd's CPU time, not asserted here.)
+  const graph::Graph g = Chain(10000);
+  const util::CancellationToken token(absl::Now() + absl::Milliseconds(100), "a test's 100 ms");
+  const absl::Status status =
+      AnswerPlan(g, proto::PlanOptions(), nullptr, PlanBackend(), &token).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("a test's 100 ms has passed"));
+}
+
+TEST(PlanRequestTest, ACancellationAtAnyCheckStopsThePlan) {
+  // A budget below every candidate and a frontier: every phase runs (the pool's dynamic
+  // program, exact plans, the descent). Count the checks of a whole plan, then cancel at
+  // several of them: each gives CANCELLED, so no phase ignores the token.
+  const graph::Graph g = Chain(200);
+  proto::PlanOptions options;
+  options.set_frontier(true);
+  options.set_budget_bytes(1);
+  std::atomic<int> checks{0};
+  const util::CancellationToken counting(absl::InfiniteFuture(), "none", [&checks] {
+    ++checks;
+    return false;
+  });
+  const absl::Status whole = AnswerPlan(g, options, nullptr, PlanBackend(), &counting).status();
+  EXPECT_EQ(whole.code(), absl::StatusCode::kFailedPrecondition) << whole;
+  const int total = checks.load();
+  EXPECT_GT(total, 200) << "the dynamic program checks once per start position";
+  for (const int at : {1, total / 4, total / 2, 3 * total / 4, total}) {
+    std::atomic<int> seen{0};
+    const util::CancellationToken token(absl::InfiniteFuture(), "none",
+                                        [&seen, at] { return ++seen >= at; });
+    const absl::Status status = AnswerPlan(g, options, nullptr, PlanBackend(), &token).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled)
+        << "cancelled at check " << at << " of " << total << ": " << status;
+    EXPECT_EQ(seen.load(), at) << "checks went on after the cancellation";
+  }
 }
 
 }  // namespace

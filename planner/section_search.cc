@@ -186,12 +186,15 @@ class SectionSearch::Estimator {
   }
 
   // Returns the cuts with the least estimated time whose estimated peak is at most
-  // `budget`, or nothing.
-  std::optional<Answer> Solve(double budget, bool offload) const {
+  // `budget`, or nothing; the status of `cancel` (checked at each start position, O(n) work
+  // each) once it fails.
+  absl::StatusOr<std::optional<Answer>> Solve(double budget, bool offload,
+                                              const util::CancellationToken* cancel) const {
     Labels labels(nf_, budget);
     int32_t best = -1;
     double best_time = std::numeric_limits<double>::infinity();
     for (int32_t a = 0; a < nf_; ++a) {
+      RETURN_IF_ERROR(util::CheckCancellation(cancel));
       const std::vector<int32_t>& front = labels.KeepParetoFront(a);
       if (front.empty()) continue;
       const double least_held = labels.Memory(front.front());
@@ -225,8 +228,8 @@ class SectionSearch::Estimator {
         }
       }
     }
-    if (best < 0) return std::nullopt;
-    return labels.Trace(best);
+    if (best < 0) return std::optional<Answer>();
+    return std::optional<Answer>(labels.Trace(best));
   }
 
   // Returns the tensors that cross cut `at` from the section [from, at): offload candidates.
@@ -431,17 +434,23 @@ absl::Status SectionSearch::BuildPool() {
   // the program can meet (bisection), then run it on a geometric grid from there up to the
   // plain step's estimate.
   const int points = std::max(2, options_.grid_points);
+  const util::CancellationToken* cancel = options_.cancel;
   for (bool offload : {false, true}) {
     if (offload && !options_.allow_offload) continue;
     double low = lo, high = hi;
-    if (!estimator.Solve(high, offload)) continue;
+    ASSIGN_OR_RETURN(std::optional<Estimator::Answer> at_high,
+                     estimator.Solve(high, offload, cancel));
+    if (!at_high) continue;
     for (int i = 0; i < 8; ++i) {
       const double mid = std::sqrt(low * high);
-      (estimator.Solve(mid, offload) ? high : low) = mid;
+      ASSIGN_OR_RETURN(std::optional<Estimator::Answer> at_mid,
+                       estimator.Solve(mid, offload, cancel));
+      (at_mid ? high : low) = mid;
     }
     for (int i = 0; i < points; ++i) {
       const double budget = high * std::pow(hi / high, static_cast<double>(i) / (points - 1));
-      std::optional<Estimator::Answer> answer = estimator.Solve(budget, offload);
+      ASSIGN_OR_RETURN(std::optional<Estimator::Answer> answer,
+                       estimator.Solve(budget, offload, cancel));
       if (answer) AddCandidate("search", answer->cuts, answer->offload_cuts);
     }
     if (offload) {  // The baselines' cuts with every cached input that can go offloaded.
@@ -454,6 +463,7 @@ absl::Status SectionSearch::BuildPool() {
   if (nf <= options_.refine_max_forward_nodes) {
     const size_t found = pool_.size();
     for (size_t i = 0; i < found; ++i) {
+      RETURN_IF_ERROR(util::CheckCancellation(cancel));
       const std::vector<int32_t> cuts = pool_[i].cuts.cuts;
       for (size_t k = 0; k < cuts.size(); ++k) {
         std::vector<int32_t> removed = cuts;
@@ -469,6 +479,7 @@ absl::Status SectionSearch::BuildPool() {
       }
     }
   }
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
   if (pool_.empty()) return absl::InternalError("no candidate plan could be expanded");
   SortByTime();
   return absl::OkStatus();
@@ -485,9 +496,8 @@ void SectionSearch::SortByTime() {
 // How far Descend() moves one cut in one round.
 constexpr int32_t kDescentReach = 3;
 
-void SectionSearch::Descend() {
-  if (descended_) return;
-  descended_ = true;
+absl::Status SectionSearch::Descend() {
+  if (descended_) return absl::OkStatus();
   const int32_t nf = NumForwardNodes(graph_);
   int best = 0;
   for (int i = 1; i < static_cast<int>(pool_.size()); ++i) {
@@ -521,6 +531,7 @@ void SectionSearch::Descend() {
   for (bool improved = true; improved;) {
     improved = false;
     for (const std::vector<int32_t>& m : moves(cuts)) {
+      RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
       absl::StatusOr<SectionedStep> step = ExpandSections(graph_, SectionCuts{m, {}}, cost_);
       if (!step.ok()) continue;
       const uint64_t b = ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes);
@@ -537,7 +548,9 @@ void SectionSearch::Descend() {
       break;
     }
   }
+  descended_ = true;
   SortByTime();
+  return absl::OkStatus();
 }
 
 void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<int32_t>& cuts,
@@ -580,6 +593,7 @@ int SectionSearch::num_candidates() const { return static_cast<int>(pool_.size()
 absl::StatusOr<SectionPlan> SectionSearch::Evaluate(int index) {
   Candidate& c = pool_[index];
   if (c.memory == nullptr) {
+    RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
     ASSIGN_OR_RETURN(MemoryPlan memory,
                      PlanScheduledGraph(c.step->graph, c.step->schedule, options_.alignment_bytes,
                                         DefaultStrategies()));
@@ -610,7 +624,7 @@ absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
   for (bool descended : {false, true}) {
     if (descended) {
       if (descended_) break;
-      Descend();
+      RETURN_IF_ERROR(Descend());
     }
     for (int index : by_time_) {
       if (BudgetLowerBound(index) > budget_bytes) continue;
@@ -641,7 +655,7 @@ absl::StatusOr<uint64_t> SectionSearch::MinimumPeakBytes() {
 }
 
 absl::StatusOr<int> SectionSearch::Smallest() {
-  Descend();
+  RETURN_IF_ERROR(Descend());
   // Lower bounds first: only candidates that could beat the best arena so far are planned.
   std::vector<int> order(pool_.size());
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) order[i] = i;
@@ -732,7 +746,7 @@ absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {
 }
 
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
-  Descend();  // The frontier ends at the smallest plan.
+  RETURN_IF_ERROR(Descend());  // The frontier ends at the smallest plan.
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));

@@ -22,6 +22,7 @@
 #include "planner/memory_planner.h"
 #include "planner/sections.h"
 #include "planner/training_graph.h"
+#include "util/cancellation.h"
 
 namespace headroom::planner {
 
@@ -41,6 +42,10 @@ struct SearchOptions {
   int32_t refine_max_forward_nodes = 64;
   // Arena alignment. Default 256.
   uint64_t alignment_bytes = kDefaultAlignmentBytes;
+  // Checked between pieces of work (each row of the dynamic program, each candidate planned,
+  // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
+  // once it fails. Borrowed; it must outlive the search. Default none: no limit.
+  const util::CancellationToken* cancel = nullptr;
 };
 
 // Returns SearchOptions::host_pool_in_budget for a plan under `host_memory` on a backend
@@ -84,7 +89,7 @@ struct TradeOffPoint {
 class SectionSearch {
  public:
   // Returns the search over `graph` (a training graph), or InvalidArgument for an
-  // inference graph.
+  // inference graph, or the status of options.cancel once it fails.
   static absl::StatusOr<std::unique_ptr<SectionSearch>> Create(const TrainingGraph& graph,
                                                                const CostModel& cost,
                                                                const SearchOptions& options);
@@ -141,8 +146,8 @@ class SectionSearch {
   // only: each round takes the first move (a cut moved by up to kDescentReach positions,
   // removed, or added) whose lower bound is smaller, and adds its cuts to the pool, until no
   // move helps. Guided by lower bounds, not plans; run once, for budgets no candidate of the
-  // pool meets.
-  void Descend();
+  // pool meets. The status of options_.cancel (checked at each move) once it fails.
+  absl::Status Descend();
   // Sorts by_time_ again after candidates were added.
   void SortByTime();
 

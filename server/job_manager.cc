@@ -343,8 +343,9 @@ void JobManager::PublishCounts() {
   metrics_->SetJobCounts(counts).IgnoreError();
 }
 
-absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& spec,
-                                                         uint64_t* budget_bytes) const {
+absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(
+    const proto::JobSpec& spec, uint64_t* budget_bytes,
+    const util::CancellationToken* cancel) const {
   ASSIGN_OR_RETURN(graph::Graph g, GraphOf(spec.model()));
   proto::PlanOptions options = spec.plan();
   const uint64_t fixed_cost = fixed_cost_bytes_;
@@ -354,8 +355,9 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
   const bool device_budget = options.budget_bytes() == 0 && options_.device_memory_bytes > 0;
   if (device_budget) options.set_budget_bytes(std::max<uint64_t>(usable, 1));
   absl::StatusOr<proto::PlanResponse> plan =
-      planner::AnswerPlan(g, options, /*cost=*/nullptr, options_.plan_backend);
-  if (!plan.ok() && device_budget) {
+      planner::AnswerPlan(g, options, /*cost=*/nullptr, options_.plan_backend, cancel);
+  const bool stopped = absl::IsDeadlineExceeded(plan.status()) || absl::IsCancelled(plan.status());
+  if (!plan.ok() && device_budget && !stopped) {
     return absl::Status(plan.status().code(),
                         absl::StrCat("planned for device ", device_, "'s memory less the fixed "
                                      "cost (no budget given): ", plan.status().message()));
@@ -376,8 +378,8 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(const proto::JobSpec& s
   return plan;
 }
 
-
-absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec& spec) {
+absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec& spec,
+                                                            const util::CancellationToken* cancel) {
   // 1. Check the spec and plan it: every error here is the caller's.
   if (spec.train().steps() == 0 || spec.train().steps() > kMaxJobSteps) {
     return absl::InvalidArgumentError(absl::StrCat("spec.train.steps: must be between 1 and ",
@@ -390,7 +392,7 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   }
   RETURN_IF_ERROR(runner::TrainerOptionsOf(spec.plan(), spec.train().seed(), backend).status());
   uint64_t budget = 0;
-  ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget));
+  ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget, cancel));
   // 2. Store it, then hand it to the scheduler.
   ASSIGN_OR_RETURN(std::string id, store_->NewJobId());
   sched::Submitted submitted;

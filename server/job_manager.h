@@ -51,6 +51,7 @@
 #include "proto/headroom.pb.h"
 #include "server/job_store.h"
 #include "server/scheduler.h"
+#include "util/cancellation.h"
 
 namespace headroom::server {
 
@@ -106,7 +107,10 @@ class JobManager {
   // Returns the submitted job's id, state and plan. InvalidArgument for a bad spec or graph
   // (naming the field or node); FailedPrecondition, naming the smallest feasible budget,
   // when no plan fits the budget, or when the plan's peak exceeds the device's memory.
-  absl::StatusOr<proto::SubmitJobResponse> Submit(const proto::JobSpec& spec);
+  // Plans under `cancel` (borrowed; null: no limit), and returns its status, DeadlineExceeded
+  // or Cancelled, once it fails: nothing is then stored.
+  absl::StatusOr<proto::SubmitJobResponse> Submit(const proto::JobSpec& spec,
+                                                  const util::CancellationToken* cancel = nullptr);
 
   // Returns the job's state after cancelling it (a job that already ended keeps its
   // state), at once: a running job is CANCELLED and its run stops before its next node,
@@ -201,9 +205,11 @@ class JobManager {
   absl::StatusOr<proto::ProfileResponse> RunProfile(const ProfileCall& call);
   // Sets headroom_jobs{state}.
   void PublishCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Returns the plan of `spec` for this device, with the budget it was planned for.
-  absl::StatusOr<proto::PlanResponse> PlanSpec(const proto::JobSpec& spec,
-                                               uint64_t* budget_bytes) const;
+  // Returns the plan of `spec` for this device, with the budget it was planned for, planned
+  // under `cancel` (null: no limit).
+  absl::StatusOr<proto::PlanResponse> PlanSpec(
+      const proto::JobSpec& spec, uint64_t* budget_bytes,
+      const util::CancellationToken* cancel = nullptr) const;
 
   JobStore* const store_;
   profiler::Metrics* const metrics_;

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "profiler/metrics.h"
 #include "server/scheduler.h"
+#include "util/cancellation.h"
 
 namespace headroom::server {
 namespace {
@@ -176,6 +177,19 @@ TEST_F(JobManagerTest, ProfileRunsOnItsWorkerAndIsStored) {
   ASSERT_EQ(listed->profiles_size(), 1);
   EXPECT_EQ(listed->profiles(0).profile_id(), profile->profile_id());
   EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+}
+
+TEST_F(JobManagerTest, ASubmitWhosePlanIsStoppedStoresNoJob) {
+  const absl::Time start = absl::Now() - absl::Seconds(2);
+  const util::CancellationToken expired(start + absl::Seconds(1), "a test's limit", nullptr, start);
+  absl::StatusOr<proto::SubmitJobResponse> r = jobs_->Submit(TinyJob(5), &expired);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("a test's limit"));
+  const util::CancellationToken cancelled(absl::InfiniteFuture(), "none", [] { return true; });
+  EXPECT_EQ(jobs_->Submit(TinyJob(5), &cancelled).status().code(), absl::StatusCode::kCancelled);
+  absl::StatusOr<proto::ListJobsResponse> listed = jobs_->List(proto::ListJobsRequest());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->jobs_size(), 0);
 }
 
 TEST_F(JobManagerTest, StepCountsOutOfRangeAreInvalidArgumentNamingTheField) {

@@ -9,6 +9,7 @@
 #include "graph/zoo.h"
 #include "planner/plan_request.h"
 #include "runner/profile_run.h"
+#include "server/plan_limit.h"
 #include "util/printable.h"
 #include "util/status_macros.h"
 
@@ -85,6 +86,7 @@ RequestLimits RequestLimits::Defaults() {
   limits.max_concurrent_plans = std::max(2, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   limits.max_queued_plans = 64;
   limits.max_watch_streams = 64;
+  limits.max_plan_seconds = kDefaultMaxPlanSeconds;
   return limits;
 }
 
@@ -118,6 +120,10 @@ void AddRequestLimitFlags(CLI::App& app, RequestLimits& limits) {
   app.add_option("--max-watch-streams", limits.max_watch_streams,
                  "WatchJob streams open at once (more: RESOURCE_EXHAUSTED)")
       ->type_name("N")->capture_default_str()->check(at_most(1024));
+  app.add_option("--max-plan-seconds", limits.max_plan_seconds,
+                 "longest a Plan or SubmitJob may plan (a client's earlier deadline applies "
+                 "first; past it: DEADLINE_EXCEEDED)")
+      ->type_name("SECONDS")->capture_default_str()->check(CLI::PositiveNumber);
 }
 
 absl::Status CheckModelSource(const proto::ModelSource& source, const RequestLimits& limits,

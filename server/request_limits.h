@@ -47,10 +47,14 @@ struct RequestLimits {
   int max_queued_plans;
   // --max-watch-streams: WatchJob streams open at once (RESOURCE_EXHAUSTED beyond).
   int max_watch_streams;
+  // --max-plan-seconds: how long a Plan or SubmitJob may plan once it has its turn; a
+  // client's earlier deadline applies first (server/plan_limit.h). Past it, DEADLINE_EXCEEDED
+  // naming the flag. Infinity: no limit (the in-process service of `headroom plan`).
+  double max_plan_seconds;
 
   // The defaults: the libraries' ceilings; two plans at a time per core (at least 2) with
   // 64 waiting; 64 watch streams (gRPC's threads, --max-threads, default 256, serve the
-  // rest); job names of 256 bytes.
+  // rest); job names of 256 bytes; 60 s of planning (kDefaultMaxPlanSeconds).
   static RequestLimits Defaults();
 };
 

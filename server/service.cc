@@ -14,6 +14,7 @@
 #include "planner/cost_model.h"
 #include "profiler/measured_cost_model.h"
 #include "server/auth.h"
+#include "server/plan_limit.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
@@ -52,11 +53,12 @@ absl::StatusOr<std::unique_ptr<planner::CostModel>> MeasuredCostOf(
 }
 
 absl::StatusOr<proto::PlanResponse> PlanModel(const proto::PlanRequest& request,
-                                              const planner::PlanBackend& backend) {
+                                              const planner::PlanBackend& backend,
+                                              const util::CancellationToken& cancel) {
   ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(request.model()));
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
   ASSIGN_OR_RETURN(std::unique_ptr<planner::CostModel> cost, MeasuredCostOf(g, request));
-  return planner::AnswerPlan(g, request.options(), cost.get(), backend);
+  return planner::AnswerPlan(g, request.options(), cost.get(), backend, &cancel);
 }
 
 // Returns `handler()`, or RESOURCE_EXHAUSTED when it runs out of memory and INTERNAL naming
@@ -151,7 +153,9 @@ grpc::Status HeadroomService::Plan(grpc::ServerContext* context, const proto::Pl
     RETURN_GRPC_IF_ERROR(CheckRequest(*request, limits_));
     absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
     if (!turn.ok()) return ToGrpcStatus(turn.status());
-    return Answer(PlanModel(*request, plan_backend_), response);
+    const util::CancellationToken cancel =
+        PlanToken(*context, absl::Seconds(limits_.max_plan_seconds));
+    return Answer(PlanModel(*request, plan_backend_, cancel), response);
   });
 }
 
@@ -171,7 +175,9 @@ grpc::Status HeadroomService::Submit(grpc::ServerContext* context, proto::JobSpe
     absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
     if (!turn.ok()) return ToGrpcStatus(turn.status());
     spec.set_owner(CallerOf(context));
-    return Answer(jobs.Submit(spec), response);
+    const util::CancellationToken cancel =
+        PlanToken(*context, absl::Seconds(limits_.max_plan_seconds));
+    return Answer(jobs.Submit(spec, &cancel), response);
   });
 }
 
