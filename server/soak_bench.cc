@@ -539,6 +539,8 @@ struct Shared {
   std::discrete_distribution<int> mix;
   JobRegistry jobs;
   std::atomic<int64_t> requests{0};
+  // Set by the memory sampler when the daemon's /proc entry is gone: the clients stop.
+  std::atomic<bool> daemon_died{false};
   Clock::time_point end;
 };
 
@@ -555,13 +557,14 @@ class Client {
   Client(Shared& shared, uint64_t seed)
       : shared_(shared),
         rng_(seed),
+        mix_(shared.mix),
         channel_(NewChannel(shared.address)),
         stub_(proto::Headroom::NewStub(channel_)),
         generic_(channel_) {}
 
   void Run() {
-    while (Clock::now() < shared_.end) {
-      const Kind kind = static_cast<Kind>(shared_.mix(rng_));
+    while (Clock::now() < shared_.end && !shared_.daemon_died) {
+      const Kind kind = static_cast<Kind>(mix_(rng_));
       switch (kind) {
         case kPlan:
           Plan();
@@ -764,6 +767,8 @@ class Client {
 
   Shared& shared_;
   std::mt19937_64 rng_;
+  // A copy of the shared mix: a distribution is not documented as safe to share.
+  std::discrete_distribution<int> mix_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Headroom::Stub> stub_;
   grpc::GenericStub generic_;
@@ -1050,7 +1055,6 @@ int Main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (auto& c : clients) threads.emplace_back([&c] { c->Run(); });
   std::vector<MemorySample> samples;
-  bool died = false;
   std::atomic<bool> clients_done{false};
   std::thread sampler([&] {
     for (int64_t t = 0; !clients_done; ++t) {
@@ -1058,7 +1062,7 @@ int Main(int argc, char** argv) {
       s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (pid > 0) {
         if (!ReadMemory(pid, s)) {
-          died = true;
+          shared.daemon_died = true;
         } else {
           samples.push_back(s);
         }
@@ -1084,10 +1088,10 @@ int Main(int argc, char** argv) {
   std::cout << "\nload average at the end: " << LoadAverage() << "\n";
   PrintRequests(all, wall);
   const double growth = PrintMemory(samples, options.warmup_seconds);
-  std::vector<std::string> failures = all.fatal;
-  if (died || (daemon != nullptr && !daemon->Running())) {
-    failures.push_back(absl::StrCat("headroomd (pid ", pid, ") died during the run"));
-  }
+  const bool died = shared.daemon_died || (daemon != nullptr && !daemon->Running());
+  std::vector<std::string> failures;
+  if (died) failures.push_back(absl::StrCat("headroomd (pid ", pid, ") died during the run"));
+  failures.insert(failures.end(), all.fatal.begin(), all.fatal.end());
   std::vector<std::string> job_problems;
   if (!died) {
     auto stub = proto::Headroom::NewStub(NewChannel(address));
