@@ -1,0 +1,342 @@
+// libFuzzer target: headroomd's request handling. The input's first byte picks an RPC of
+// server/service.h, the rest is parsed as its request (an unparseable one is skipped), and an
+// in-process headroomd answers it over gRPC's in-process channel: a HeadroomService on a real
+// JobManager (the CPU backend, a JobStore in a temporary directory, a small device) so that
+// jobs are submitted, run, watched, cancelled and listed as on the daemon. Any request must be
+// answered, OK or with an error; a crash, a sanitizer report, a leak or a hang is a bug.
+//
+// Every daemon starts with one job (job-000001) run to its end, so job calls find one;
+// later submits are job-000002 and on. A daemon lasts kRequestsPerDaemon inputs, then shuts
+// down (its worker stops after the running step) and a fresh one on an empty store replaces
+// it, so work never accumulates. The service accepts jobs of up to 10^9 steps and profiles of
+// up to 10^4, work it is meant to take; the fuzzer caps both at kMaxSteps so every input
+// stays fast.
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "executor/backend.h"
+#include "executor/backend_scratch.h"
+#include "executor/backends.h"
+#include "google/protobuf/stubs/logging.h"
+#include "grpcpp/grpcpp.h"
+#include "profiler/metrics.h"
+#include "proto/headroom.grpc.pb.h"
+#include "runner/trainer_options.h"
+#include "server/job_manager.h"
+#include "server/job_store.h"
+#include "server/service.h"
+
+namespace headroom {
+namespace {
+
+// Inputs one daemon answers before a fresh one replaces it.
+constexpr int kRequestsPerDaemon = 64;
+// Device memory of the daemon: small, so admitted jobs and profiles are small and quick.
+constexpr uint64_t kDeviceMemoryBytes = uint64_t{64} << 20;
+// Most training steps a job or a profile of the fuzzer runs.
+constexpr uint64_t kMaxSteps = 2;
+// Longest a call may wait (a watch of a queued job); a hang past it is reported by libFuzzer.
+constexpr auto kCallDeadline = std::chrono::seconds(5);
+
+// The RPCs, by the input's first byte (modulo their count).
+enum class Rpc {
+  kPlan,
+  kProfile,
+  kSubmitJob,
+  kWatchJob,
+  kCancelJob,
+  kListJobs,
+  kGetJob,
+  kGetTimeline,
+  kListProfiles,
+  kCount,
+};
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    fprintf(stderr, "service_request_fuzzer: %s: %s\n", what, status.ToString().c_str());
+    abort();
+  }
+}
+
+// What every daemon shares and no request changes: the backend plans know of, the metrics.
+struct Shared {
+  std::unique_ptr<executor::Backend> scratch_backend;
+  std::unique_ptr<executor::BackendScratchModel> scratch;
+  std::unique_ptr<profiler::Metrics> metrics;
+};
+
+Shared& TheShared() {
+  static Shared* shared = [] {
+    auto* s = new Shared;
+    absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend("cpu");
+    Check(backend.status(), "cpu backend");
+    s->scratch_backend = *std::move(backend);
+    s->scratch = std::make_unique<executor::BackendScratchModel>(s->scratch_backend.get());
+    absl::StatusOr<std::unique_ptr<profiler::Metrics>> metrics = profiler::Metrics::Create();
+    Check(metrics.status(), "metrics");
+    s->metrics = *std::move(metrics);
+    return s;
+  }();
+  return *shared;
+}
+
+// Returns a tiny job: a 2-layer MLP, kMaxSteps steps.
+proto::JobSpec TinyJob() {
+  proto::JobSpec spec;
+  proto::ZooModel* zoo = spec.mutable_model()->mutable_zoo();
+  zoo->set_name("mlp");
+  zoo->set_batch(4);
+  (*zoo->mutable_options())["depth"] = 2;
+  (*zoo->mutable_options())["width"] = 8;
+  (*zoo->mutable_options())["input"] = 8;
+  spec.mutable_train()->set_steps(kMaxSteps);
+  return spec;
+}
+
+// One headroomd's service in this process, as headroomd_main.cc assembles it, on a fresh
+// store. Destroying it stops the manager's workers, then removes the store.
+class Daemon {
+ public:
+  Daemon() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "service_request_fuzzer_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) Check(absl::InternalError("mkdtemp"), "state dir");
+    dir_ = pattern;
+    absl::StatusOr<std::unique_ptr<server::JobStore>> store = server::JobStore::Open(dir_);
+    Check(store.status(), "job store");
+    store_ = *std::move(store);
+
+    Shared& shared = TheShared();
+    server::JobManagerOptions options;
+    options.backend = "cpu";
+    options.device_memory_bytes = kDeviceMemoryBytes;
+    options.fixed_cost_bytes = 0;  // No measuring run.
+    options.make_backend = executor::MakeBackend;
+    options.plan_backend.scratch = shared.scratch.get();
+    options.plan_backend.host_is_device_memory = shared.scratch_backend->host_is_device_memory();
+    options.plan_backend.device_preset = runner::DefaultDevicePreset("cpu");
+    absl::StatusOr<std::unique_ptr<server::JobManager>> jobs =
+        server::JobManager::Create(store_.get(), shared.metrics.get(), options);
+    Check(jobs.status(), "job manager");
+    jobs_ = *std::move(jobs);
+    service_ = std::make_unique<server::HeadroomService>(jobs_.get(), jobs_->plan_backend());
+
+    // job-000001, run to its end, for the job calls to find with a timeline.
+    absl::StatusOr<proto::SubmitJobResponse> first = jobs_->Submit(TinyJob());
+    Check(first.status(), "first job");
+    Check(
+        jobs_->Watch(
+            first->job_id(), [](const proto::JobProgress&) { return true; }, [] { return false; }),
+        "first job's run");
+  }
+
+  ~Daemon() {
+    service_.reset();
+    jobs_->Shutdown();
+    jobs_.reset();
+    store_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  server::HeadroomService& service() { return *service_; }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<server::JobStore> store_;
+  std::unique_ptr<server::JobManager> jobs_;
+  std::unique_ptr<server::HeadroomService> service_;
+};
+
+// The service the in-process gRPC server carries: every call goes to the current daemon's.
+// One server lives as long as the process (a server started and stopped per daemon leaves
+// gRPC's threads starting and ending under the leak checker); calls are made one at a time
+// from the fuzzing thread, and the daemon is replaced only between them.
+class Forwarder final : public proto::Headroom::Service {
+ public:
+  void set_to(server::HeadroomService* to) { to_ = to; }
+
+  grpc::Status Plan(grpc::ServerContext* c, const proto::PlanRequest* q,
+                    proto::PlanResponse* r) override {
+    return to_->Plan(c, q, r);
+  }
+  grpc::Status Profile(grpc::ServerContext* c, const proto::ProfileRequest* q,
+                       proto::ProfileResponse* r) override {
+    return to_->Profile(c, q, r);
+  }
+  grpc::Status SubmitJob(grpc::ServerContext* c, const proto::SubmitJobRequest* q,
+                         proto::SubmitJobResponse* r) override {
+    return to_->SubmitJob(c, q, r);
+  }
+  grpc::Status WatchJob(grpc::ServerContext* c, const proto::WatchJobRequest* q,
+                        grpc::ServerWriter<proto::JobProgress>* w) override {
+    return to_->WatchJob(c, q, w);
+  }
+  grpc::Status CancelJob(grpc::ServerContext* c, const proto::CancelJobRequest* q,
+                         proto::CancelJobResponse* r) override {
+    return to_->CancelJob(c, q, r);
+  }
+  grpc::Status ListJobs(grpc::ServerContext* c, const proto::ListJobsRequest* q,
+                        proto::ListJobsResponse* r) override {
+    return to_->ListJobs(c, q, r);
+  }
+  grpc::Status GetJob(grpc::ServerContext* c, const proto::GetJobRequest* q,
+                      proto::JobInfo* r) override {
+    return to_->GetJob(c, q, r);
+  }
+  grpc::Status GetTimeline(grpc::ServerContext* c, const proto::GetTimelineRequest* q,
+                           proto::GetTimelineResponse* r) override {
+    return to_->GetTimeline(c, q, r);
+  }
+  grpc::Status ListProfiles(grpc::ServerContext* c, const proto::ListProfilesRequest* q,
+                            proto::ListProfilesResponse* r) override {
+    return to_->ListProfiles(c, q, r);
+  }
+
+ private:
+  server::HeadroomService* to_ = nullptr;
+};
+
+// The in-process server and a stub reaching it. Never destroyed.
+struct Channel {
+  Forwarder forwarder;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<proto::Headroom::Stub> stub;
+};
+
+Channel& TheChannel() {
+  static Channel* channel = [] {
+    auto* c = new Channel;
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&c->forwarder);
+    builder.SetMaxReceiveMessageSize(-1);
+    builder.SetMaxSendMessageSize(-1);
+    c->server = builder.BuildAndStart();
+    if (c->server == nullptr) Check(absl::InternalError("no server"), "grpc server");
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    c->stub = proto::Headroom::NewStub(c->server->InProcessChannel(args));
+    return c;
+  }();
+  return *channel;
+}
+
+// Caps the work a request asks for at kMaxSteps (see the file comment).
+void CapSteps(proto::ProfileRequest& request) {
+  if (request.steps() > kMaxSteps) request.set_steps(kMaxSteps);
+  if (request.steps() == 0) request.set_steps(1);  // 0 means the default, 3.
+}
+void CapSteps(proto::SubmitJobRequest& request) {
+  proto::TrainOptions& train = *request.mutable_spec()->mutable_train();
+  if (train.steps() > kMaxSteps) train.set_steps(kMaxSteps);
+}
+
+// Returns the status of calling `method` with the request parsed from `bytes`, or OK when
+// they do not parse.
+template <typename Request, typename Response, typename Method>
+grpc::Status Call(proto::Headroom::Stub& stub, Method method, const uint8_t* bytes, size_t size,
+                  void (*cap)(Request&) = nullptr) {
+  Request request;
+  if (!request.ParseFromArray(bytes, static_cast<int>(size))) return grpc::Status::OK;
+  if (cap != nullptr) cap(request);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  Response response;
+  return (stub.*method)(&context, request, &response);
+}
+
+// Reads every update of a watch, as a client does.
+grpc::Status Watch(proto::Headroom::Stub& stub, const uint8_t* bytes, size_t size) {
+  proto::WatchJobRequest request;
+  if (!request.ParseFromArray(bytes, static_cast<int>(size))) return grpc::Status::OK;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  std::unique_ptr<grpc::ClientReader<proto::JobProgress>> reader = stub.WatchJob(&context, request);
+  proto::JobProgress progress;
+  while (reader->Read(&progress)) {
+  }
+  return reader->Finish();
+}
+
+grpc::Status Answer(proto::Headroom::Stub& stub, Rpc rpc, const uint8_t* bytes, size_t size) {
+  using S = proto::Headroom::Stub;
+  switch (rpc) {
+    case Rpc::kPlan:
+      return Call<proto::PlanRequest, proto::PlanResponse>(stub, &S::Plan, bytes, size);
+    case Rpc::kProfile:
+      return Call<proto::ProfileRequest, proto::ProfileResponse>(stub, &S::Profile, bytes, size,
+                                                                 &CapSteps);
+    case Rpc::kSubmitJob:
+      return Call<proto::SubmitJobRequest, proto::SubmitJobResponse>(stub, &S::SubmitJob, bytes,
+                                                                     size, &CapSteps);
+    case Rpc::kWatchJob:
+      return Watch(stub, bytes, size);
+    case Rpc::kCancelJob:
+      return Call<proto::CancelJobRequest, proto::CancelJobResponse>(stub, &S::CancelJob, bytes,
+                                                                     size);
+    case Rpc::kListJobs:
+      return Call<proto::ListJobsRequest, proto::ListJobsResponse>(stub, &S::ListJobs, bytes, size);
+    case Rpc::kGetJob:
+      return Call<proto::GetJobRequest, proto::JobInfo>(stub, &S::GetJob, bytes, size);
+    case Rpc::kGetTimeline:
+      return Call<proto::GetTimelineRequest, proto::GetTimelineResponse>(stub, &S::GetTimeline,
+                                                                         bytes, size);
+    case Rpc::kListProfiles:
+      return Call<proto::ListProfilesRequest, proto::ListProfilesResponse>(stub, &S::ListProfiles,
+                                                                           bytes, size);
+    case Rpc::kCount:
+      break;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+}  // namespace headroom
+
+// gRPC's threads, started as the server needs them, hold what they are given in places the
+// leak checker does not see until they run; these frames start threads and never run a call.
+extern "C" const char* __lsan_default_suppressions() {
+  return "leak:grpc::ThreadManager::Initialize\n"
+         "leak:grpc_event_engine::experimental::ThreadPool::StartThread\n"
+         "leak:grpc_core::Thread::Thread\n";
+}
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Protobuf logs every malformed UTF-8 string it parses; the fuzzer makes millions.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using headroom::Daemon;
+  using headroom::Rpc;
+  // Never destroyed: the last daemon's threads may be running as the process exits.
+  static Daemon* daemon = nullptr;
+  static int answered = 0;
+  if (size == 0) return 0;
+  headroom::Channel& channel = headroom::TheChannel();
+  if (daemon == nullptr || answered == headroom::kRequestsPerDaemon) {
+    delete daemon;
+    daemon = new Daemon();
+    channel.forwarder.set_to(&daemon->service());
+    answered = 0;
+  }
+  ++answered;
+  const auto rpc = static_cast<Rpc>(data[0] % static_cast<int>(Rpc::kCount));
+  const grpc::Status status = headroom::Answer(*channel.stub, rpc, data + 1, size - 1);
+  // The deadline passing is a hang of the service: no call here should wait that long.
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    fprintf(stderr, "service_request_fuzzer: rpc %d: %s\n", static_cast<int>(rpc),
+            status.error_message().c_str());
+    abort();
+  }
+  return 0;
+}
