@@ -1,6 +1,7 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -442,6 +443,10 @@ absl::StatusOr<proto::ListJobsResponse> JobManager::List(
         absl::StrCat("page_token: '", request.page_token(), "' is not one this daemon gave"));
   }
   const size_t page = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
+  // Where the page ends; a token near SIZE_MAX must not wrap it round to the first page.
+  const size_t end = offset > std::numeric_limits<size_t>::max() - page
+                         ? std::numeric_limits<size_t>::max()
+                         : offset + page;
   proto::ListJobsResponse response;
   absl::MutexLock lock(&mu_);
   size_t index = 0;
@@ -454,8 +459,8 @@ absl::StatusOr<proto::ListJobsResponse> JobManager::List(
             request.states().end()) {
       continue;
     }
-    if (index >= offset + page) {
-      response.set_next_page_token(absl::StrCat(offset + page));
+    if (index >= end) {
+      response.set_next_page_token(absl::StrCat(end));
       break;
     }
     if (index++ >= offset) *response.add_jobs() = info;

@@ -192,6 +192,18 @@ TEST_F(JobManagerTest, ASubmitWhosePlanIsStoppedStoresNoJob) {
   EXPECT_EQ(listed->jobs_size(), 0);
 }
 
+TEST_F(JobManagerTest, APageTokenNearTheLargestOffsetGivesAnEmptyLastPage) {
+  Submit(TinyJob(1));
+  proto::ListJobsRequest request;
+  request.set_page_size(1);
+  request.set_page_token("18446744073709551615");  // SIZE_MAX: offset + page_size wraps to 0.
+  absl::StatusOr<proto::ListJobsResponse> page = jobs_->List(request);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->jobs_size(), 0);
+  // A token back to the first page would have a client follow pages for ever.
+  EXPECT_EQ(page->next_page_token(), "") << page->DebugString();
+}
+
 TEST_F(JobManagerTest, StepCountsOutOfRangeAreInvalidArgumentNamingTheField) {
   // 2^63 steps used to become a negative int64: the job ended SUCCEEDED after 0 steps.
   for (const uint64_t steps : {uint64_t{0}, uint64_t{1000000001}, uint64_t{1} << 63,
