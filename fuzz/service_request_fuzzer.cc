@@ -8,9 +8,9 @@
 // Every daemon starts with one job (job-000001) run to its end, so job calls find one;
 // later submits are job-000002 and on. A daemon lasts kRequestsPerDaemon inputs, then shuts
 // down (its worker stops after the running step) and a fresh one on an empty store replaces
-// it, so work never accumulates. The service accepts jobs of up to 10^9 steps and profiles of
-// up to 10^4, work it is meant to take; the fuzzer caps both at kMaxSteps so every input
-// stays fast.
+// it, so work never accumulates. By default the service accepts jobs of up to 10^9 steps and
+// profiles of up to 10^4, work it is meant to take; the fuzzer's daemon is started with both
+// limits (--max-job-steps, --max-profile-steps) at kMaxSteps so every input stays fast.
 #include <stdlib.h>
 
 #include <chrono>
@@ -32,6 +32,7 @@
 #include "runner/trainer_options.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
+#include "server/request_limits.h"
 #include "server/service.h"
 
 namespace headroom {
@@ -128,7 +129,11 @@ class Daemon {
         server::JobManager::Create(store_.get(), shared.metrics.get(), options);
     Check(jobs.status(), "job manager");
     jobs_ = *std::move(jobs);
-    service_ = std::make_unique<server::HeadroomService>(jobs_.get(), jobs_->plan_backend());
+    server::RequestLimits limits = server::RequestLimits::Defaults();
+    limits.max_job_steps = kMaxSteps;
+    limits.max_profile_steps = kMaxSteps;
+    service_ = std::make_unique<server::HeadroomService>(jobs_.get(), jobs_->plan_backend(),
+                                                         /*profiles=*/nullptr, limits);
 
     // job-000001, run to its end, for the job calls to find with a timeline.
     absl::StatusOr<proto::SubmitJobResponse> first = jobs_->Submit(TinyJob());
@@ -238,24 +243,12 @@ Channel& TheChannel() {
   return *channel;
 }
 
-// Caps the work a request asks for at kMaxSteps (see the file comment).
-void CapSteps(proto::ProfileRequest& request) {
-  if (request.steps() > kMaxSteps) request.set_steps(kMaxSteps);
-  if (request.steps() == 0) request.set_steps(1);  // 0 means the default, 3.
-}
-void CapSteps(proto::SubmitJobRequest& request) {
-  proto::TrainOptions& train = *request.mutable_spec()->mutable_train();
-  if (train.steps() > kMaxSteps) train.set_steps(kMaxSteps);
-}
-
 // Returns the status of calling `method` with the request parsed from `bytes`, or OK when
 // they do not parse.
 template <typename Request, typename Response, typename Method>
-grpc::Status Call(proto::Headroom::Stub& stub, Method method, const uint8_t* bytes, size_t size,
-                  void (*cap)(Request&) = nullptr) {
+grpc::Status Call(proto::Headroom::Stub& stub, Method method, const uint8_t* bytes, size_t size) {
   Request request;
   if (!request.ParseFromArray(bytes, static_cast<int>(size))) return grpc::Status::OK;
-  if (cap != nullptr) cap(request);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
   Response response;
@@ -301,11 +294,10 @@ grpc::Status Answer(proto::Headroom::Stub& stub, Rpc rpc, const uint8_t* bytes, 
     case Rpc::kPlan:
       return Call<proto::PlanRequest, proto::PlanResponse>(stub, &S::Plan, bytes, size);
     case Rpc::kProfile:
-      return Call<proto::ProfileRequest, proto::ProfileResponse>(stub, &S::Profile, bytes, size,
-                                                                 &CapSteps);
+      return Call<proto::ProfileRequest, proto::ProfileResponse>(stub, &S::Profile, bytes, size);
     case Rpc::kSubmitJob:
       return Call<proto::SubmitJobRequest, proto::SubmitJobResponse>(stub, &S::SubmitJob, bytes,
-                                                                     size, &CapSteps);
+                                                                     size);
     case Rpc::kWatchJob:
       return Watch(stub, bytes, size);
     case Rpc::kCancelJob:
