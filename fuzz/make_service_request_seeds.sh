@@ -60,4 +60,35 @@ seed list_token 5 ListJobsRequest "page_size: 1 page_token: \"1\""
 # 8 ListProfiles
 seed profiles 8 ListProfilesRequest ""
 seed profiles_summaries 8 ListProfilesRequest "summaries_only: true"
+# 9 UploadJob: chunks, each after its 2-byte little-endian length.
+upload() {
+  local name=$1 spec_text=$2 model=$3 tmp
+  tmp=$(mktemp -d)
+  protoc --encode=headroom.proto.SubmitJobChunk proto/headroom.proto <<<"$spec_text" >"$tmp/0"
+  python3 - "$tmp/0" "$model" "$OUT/$name" <<'PY'
+import sys
+spec, model, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def frame(b):
+    return len(b).to_bytes(2, "little") + b
+def chunk(b):  # SubmitJobChunk{onnx_model_chunk: b}: field 2, length-delimited.
+    n, varint = len(b), b""
+    while True:
+        varint += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            break
+    return b"\x12" + varint + b
+data = open(model, "rb").read()
+half = len(data) // 2
+with open(out, "wb") as f:
+    f.write(b"\x09" + frame(open(spec, "rb").read()))
+    f.write(frame(chunk(data[:half])) + frame(chunk(data[half:])))
+PY
+  rm -r "$tmp"
+}
+MLP_ONNX_BYTES=$(stat -c %s fuzz/corpus/onnx_import_fuzzer/tiny_mlp.onnx)
+upload upload_onnx "spec { name: \"up\" model { onnx { batch: 2 } } train { steps: 1 } }
+  onnx_model_bytes: $MLP_ONNX_BYTES" fuzz/corpus/onnx_import_fuzzer/tiny_mlp.onnx
+upload upload_short "spec { model { onnx { batch: 2 } } train { steps: 1 } }
+  onnx_model_bytes: 99999" fuzz/corpus/onnx_import_fuzzer/tiny_mlp.onnx
 ls "$OUT" | wc -l

@@ -1,5 +1,6 @@
 // libFuzzer target: headroomd's request handling. The input's first byte picks an RPC of
-// server/service.h, the rest is parsed as its request (an unparseable one is skipped), and an
+// server/service.h, the rest is parsed as its request (an unparseable one is skipped; for
+// UploadJob, a stream of chunks, each after its 2-byte length), and an
 // in-process headroomd answers it over gRPC's in-process channel: a HeadroomService on a real
 // JobManager (the CPU backend, a JobStore in a temporary directory, a small device) so that
 // jobs are submitted, run, watched, cancelled and listed as on the daemon. Any request must be
@@ -13,6 +14,7 @@
 // limits (--max-job-steps, --max-profile-steps) at kMaxSteps so every input stays fast.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "executor/backend.h"
@@ -44,6 +47,8 @@ constexpr int kRequestsPerDaemon = 64;
 constexpr uint64_t kDeviceMemoryBytes = uint64_t{64} << 20;
 // Most training steps a job or a profile of the fuzzer runs.
 constexpr uint64_t kMaxSteps = 2;
+// Largest ONNX model an upload may carry (--max-upload-bytes).
+constexpr uint64_t kMaxUploadBytes = uint64_t{1} << 20;
 // Longest a call may wait (a watch of a queued job); a hang past it is reported by libFuzzer.
 constexpr auto kCallDeadline = std::chrono::seconds(5);
 
@@ -58,6 +63,7 @@ enum class Rpc {
   kGetJob,
   kGetTimeline,
   kListProfiles,
+  kUploadJob,
   kCount,
 };
 
@@ -129,11 +135,12 @@ class Daemon {
         server::JobManager::Create(store_.get(), shared.metrics.get(), options);
     Check(jobs.status(), "job manager");
     jobs_ = *std::move(jobs);
-    server::RequestLimits limits = server::RequestLimits::Defaults();
-    limits.max_job_steps = kMaxSteps;
-    limits.max_profile_steps = kMaxSteps;
+    server::ServiceOptions service_options;
+    service_options.limits.max_job_steps = kMaxSteps;
+    service_options.limits.max_profile_steps = kMaxSteps;
+    service_options.max_upload_bytes = kMaxUploadBytes;
     service_ = std::make_unique<server::HeadroomService>(jobs_.get(), jobs_->plan_backend(),
-                                                         /*profiles=*/nullptr, limits);
+                                                         /*profiles=*/nullptr, service_options);
 
     // job-000001, run to its end, for the job calls to find with a timeline.
     absl::StatusOr<proto::SubmitJobResponse> first = jobs_->Submit(TinyJob());
@@ -181,6 +188,10 @@ class Forwarder final : public proto::Headroom::Service {
   grpc::Status SubmitJob(grpc::ServerContext* c, const proto::SubmitJobRequest* q,
                          proto::SubmitJobResponse* r) override {
     return to_->SubmitJob(c, q, r);
+  }
+  grpc::Status UploadJob(grpc::ServerContext* c, grpc::ServerReader<proto::SubmitJobChunk>* q,
+                         proto::SubmitJobResponse* r) override {
+    return to_->UploadJob(c, q, r);
   }
   grpc::Status WatchJob(grpc::ServerContext* c, const proto::WatchJobRequest* q,
                         grpc::ServerWriter<proto::JobProgress>* w) override {
@@ -268,6 +279,30 @@ grpc::Status Watch(proto::Headroom::Stub& stub, const uint8_t* bytes, size_t siz
   return reader->Finish();
 }
 
+// Streams the chunks `bytes` holds, each a 2-byte little-endian length and a SubmitJobChunk
+// (the last one cut at the input's end), as one upload; OK when one does not parse.
+grpc::Status Upload(proto::Headroom::Stub& stub, const uint8_t* bytes, size_t size) {
+  std::vector<proto::SubmitJobChunk> chunks;
+  while (size >= 2) {
+    const size_t length = std::min<size_t>(bytes[0] | bytes[1] << 8, size - 2);
+    if (!chunks.emplace_back().ParseFromArray(bytes + 2, static_cast<int>(length))) {
+      return grpc::Status::OK;
+    }
+    bytes += 2 + length;
+    size -= 2 + length;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  proto::SubmitJobResponse response;
+  std::unique_ptr<grpc::ClientWriter<proto::SubmitJobChunk>> writer =
+      stub.UploadJob(&context, &response);
+  for (const proto::SubmitJobChunk& chunk : chunks) {
+    if (!writer->Write(chunk)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 // Lists a page of jobs, and checks that its next page starts after this one: a token that
 // goes back would have a client that follows pages list for ever.
 grpc::Status ListJobs(proto::Headroom::Stub& stub, const uint8_t* bytes, size_t size) {
@@ -313,6 +348,8 @@ grpc::Status Answer(proto::Headroom::Stub& stub, Rpc rpc, const uint8_t* bytes, 
     case Rpc::kListProfiles:
       return Call<proto::ListProfilesRequest, proto::ListProfilesResponse>(stub, &S::ListProfiles,
                                                                            bytes, size);
+    case Rpc::kUploadJob:
+      return Upload(stub, bytes, size);
     case Rpc::kCount:
       break;
   }
