@@ -749,6 +749,7 @@ absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
   RETURN_IF_ERROR(Descend());  // The frontier ends at the smallest plan.
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
+    RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));  // Point() may plan exactly.
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
     points.push_back(point);
   }
@@ -773,6 +774,7 @@ absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Baselines() {
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
     if (pool_[i].strategy == "search") continue;
+    RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
     points.push_back(point);
   }
