@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "graph/summary.h"
 #include "util/median.h"
 
@@ -80,8 +81,26 @@ void Scheduler::SetState(ScheduledJob& job, proto::JobState state, absl::Time no
                          Decision& d) {
   job.info.set_state(state);
   if (Ended(state)) job.info.set_finished_unix_seconds(UnixSeconds(now));
-  if (state == proto::JOB_STATE_RUNNING) job.info.set_message("");
+  if (state == proto::JOB_STATE_RUNNING) {
+    job.info.set_message("");
+    job.run_started = now;
+    job.running_seconds_at_start = job.info.running_seconds();
+  }
   Changed(job, /*persist=*/true, now, d);
+}
+
+void Scheduler::CountRunningTime(ScheduledJob& job, absl::Time now) const {
+  if (job.run_started == absl::InfinitePast()) return;
+  job.info.set_running_seconds(job.running_seconds_at_start +
+                               absl::ToDoubleSeconds(now - job.run_started));
+}
+
+void Scheduler::StopProfile(const std::string& profile_id, absl::Status status, Decision& d) {
+  runs_[profile_id].stopping = true;
+  sched::Action stop = Act(sched::Action::Kind::kStopRun, profile_id);
+  stop.profile = true;
+  stop.status = std::move(status);
+  d.actions.push_back(std::move(stop));
 }
 
 void Scheduler::Changed(ScheduledJob& job, bool persist, absl::Time now, Decision& d) {
@@ -174,6 +193,24 @@ void Scheduler::On(const sched::StepDone& e, absl::Time now, Decision& d) {
   job.info.set_median_step_seconds(Median(job.step_seconds));
   job.last_step_seconds = e.step_seconds;
   job.memory_by_role = e.memory_by_role;
+  CountRunningTime(job, now);
+  const uint64_t limit = options_.max_job_seconds;
+  // A run that just finished its last step is done, whatever its time.
+  if (limit > 0 && job.info.running_seconds() > static_cast<double>(limit) &&
+      e.step < job.info.total_steps()) {
+    // Stopped after this step with a checkpoint, which is kept.
+    job.info.set_error(absl::StrFormat(
+        "ran past --max-job-seconds %d: %.1f s running at step %d of %d; stopped with its "
+        "last checkpoint kept",
+        limit, job.info.running_seconds(), job.info.step(), job.info.total_steps()));
+    job.keep_checkpoint = true;
+    SetState(job, proto::JOB_STATE_FAILED, now, d);
+    runs_[e.job_id].stopping = true;
+    sched::Action stop = Act(sched::Action::Kind::kStopRun, e.job_id);
+    stop.checkpoint = true;
+    d.actions.push_back(std::move(stop));
+    return;
+  }
   Changed(job, now - job.last_persist >= options_.progress_write_interval, now, d);
 }
 
@@ -187,8 +224,9 @@ void Scheduler::On(const sched::RunEnded& e, absl::Time now, Decision& d) {
   auto it = jobs_.find(e.job_id);
   if (it != jobs_.end()) {
     ScheduledJob& job = it->second;
+    if (job.info.state() == proto::JOB_STATE_RUNNING) CountRunningTime(job, now);
     if (Ended(job.info.state())) {
-      // Cancelled while it ran: it keeps that state.
+      // Cancelled (or past max_job_seconds) while it ran: it keeps that state.
     } else if (e.interrupted) {
       job.info.set_message(absl::StrCat("stopped by a daemon shutdown at step ", job.info.step(),
                                         "; resumes when headroomd starts"));
@@ -200,7 +238,7 @@ void Scheduler::On(const sched::RunEnded& e, absl::Time now, Decision& d) {
     } else {
       SetState(job, proto::JOB_STATE_SUCCEEDED, now, d);
     }
-    if (Ended(job.info.state())) {
+    if (Ended(job.info.state()) && !job.keep_checkpoint) {
       d.actions.push_back(Act(sched::Action::Kind::kDeleteCheckpoint, e.job_id));
     }
   }
@@ -223,6 +261,7 @@ void Scheduler::On(const sched::CancelRequested& e, absl::Time now, Decision& d)
     Admit(now, d);
   } else if (job.info.state() == proto::JOB_STATE_RUNNING) {
     job.info.set_error(absl::StrCat("cancelled at step ", job.info.step()));
+    CountRunningTime(job, now);
     SetState(job, proto::JOB_STATE_CANCELLED, now, d);
     runs_[e.job_id].stopping = true;
     d.actions.push_back(Act(sched::Action::Kind::kStopRun, e.job_id));
@@ -240,6 +279,15 @@ void Scheduler::On(const sched::ShutdownRequested&, absl::Time, Decision& d) {
   }
   for (const auto& [id, need] : waiting_profiles_) RejectProfile(id, ShuttingDown(), d);
   waiting_profiles_.clear();
+  // Running profiles stop before their next node: a long one would hold the shutdown.
+  std::vector<std::string> profiles;
+  for (const auto& [id, run] : runs_) {
+    if (run.profile && !run.stopping) profiles.push_back(id);
+  }
+  for (const std::string& id : profiles) {
+    StopProfile(id, absl::UnavailableError("headroomd is shutting down: the profile was stopped"),
+                d);
+  }
 }
 
 void Scheduler::On(const sched::ProfileRequested& e, absl::Time now, Decision& d) {
@@ -258,6 +306,21 @@ void Scheduler::On(const sched::ProfileDone& e, absl::Time now, Decision& d) {
     runs_.erase(run);
   }
   Admit(now, d);
+}
+
+void Scheduler::On(const sched::ProfileAbandoned& e, absl::Time now, Decision& d) {
+  const absl::Status left = absl::CancelledError("the profile's caller went away");
+  auto waiting = std::find_if(waiting_profiles_.begin(), waiting_profiles_.end(),
+                              [&e](const auto& p) { return p.first == e.profile_id; });
+  if (waiting != waiting_profiles_.end()) {
+    waiting_profiles_.erase(waiting);
+    RejectProfile(e.profile_id, left, d);
+    return;
+  }
+  auto run = runs_.find(e.profile_id);
+  if (run != runs_.end() && run->second.profile && !run->second.stopping) {
+    StopProfile(e.profile_id, left, d);
+  }
 }
 
 void Scheduler::On(const sched::CapacityChanged& e, absl::Time now, Decision& d) {
@@ -297,7 +360,7 @@ void Scheduler::Admit(absl::Time now, Decision& d) {
     const auto& [id, need] = *it;
     const uint64_t free = FreeBytes();
     if (need <= free) {
-      runs_[id] = Reservation{need, false};
+      runs_[id] = Reservation{need, false, /*profile=*/true};
       reserved_bytes_ += need;
       sched::Action start = Act(sched::Action::Kind::kStartRun, id);
       start.profile = true;

@@ -17,6 +17,14 @@
 // A cancelled running job is CANCELLED at once; its run is asked to stop (StopRun) and its
 // reservation is released when the run reports `RunEnded`. Shutdown asks the running job to
 // stop after its step with a checkpoint; the run's `RunEnded{interrupted}` leaves it QUEUED.
+// Shutdown also stops running profiles before their next node, and a profile whose caller
+// left (`ProfileAbandoned`) is dropped while it waits or stopped while it runs: either way
+// its memory comes back when its run reports `ProfileDone`.
+//
+// Wall time: a job's `running_seconds` grows while it is RUNNING (from its run's start to
+// each step's end; the stored figure carries it across daemon restarts). Once it passes
+// `max_job_seconds` at a step's end the job is FAILED saying so, and its run is stopped
+// after that step with a checkpoint, which is kept.
 //
 // The scheduler has no threads, no mutex and no clock: time comes with each event. It does
 // not train, plan or store: the caller (JobManager) carries out the actions.
@@ -52,6 +60,9 @@ struct SchedulerOptions {
   uint64_t fixed_cost_bytes = 0;
   // Least time between two persists of a running job's progress. Default 0.5 s.
   absl::Duration progress_write_interval = absl::Milliseconds(500);
+  // The most seconds a job may spend RUNNING, across restarts (--max-job-seconds); 0: no
+  // limit. Default 0.
+  uint64_t max_job_seconds = 0;
 };
 
 // A job as the scheduler keeps it.
@@ -67,6 +78,11 @@ struct ScheduledJob {
   // Bumped on every change a watcher should see.
   uint64_t version = 0;
   absl::Time last_persist = absl::InfinitePast();
+  // When its current run started, and its info's running_seconds then.
+  absl::Time run_started = absl::InfinitePast();
+  double running_seconds_at_start = 0;
+  // Ended with its checkpoint kept (it ran past max_job_seconds).
+  bool keep_checkpoint = false;
 };
 
 // Returns the progress a watcher sees of `job`: the one derivation of JobProgress.
@@ -121,19 +137,26 @@ struct ProfileRequested {
 struct ProfileDone {
   std::string profile_id;
 };
+// The caller of profile `profile_id` went away (its client cancelled, or its deadline
+// passed) before the answer.
+struct ProfileAbandoned {
+  std::string profile_id;
+};
 // The driver reports `free_bytes` free on the device (other processes count).
 struct CapacityChanged {
   uint64_t free_bytes = 0;
 };
 
 using Event = std::variant<Submitted, Recovered, Restored, StepDone, RunEnded, CancelRequested,
-                           ShutdownRequested, ProfileRequested, ProfileDone, CapacityChanged>;
+                           ShutdownRequested, ProfileRequested, ProfileDone, ProfileAbandoned,
+                           CapacityChanged>;
 
 struct Action {
   enum class Kind {
     kStartRun,          // Start run `id` (a job, or a profile when `profile`).
-    kStopRun,           // Stop run `id` before its next node, or after its step with a
-                        // checkpoint when `checkpoint` (shutdown).
+    kStopRun,           // Stop run `id` (a profile when `profile`, answered with `status`)
+                        // before its next node, or after its step with a checkpoint when
+                        // `checkpoint` (shutdown, or past max_job_seconds).
     kPersist,           // Store job `id`'s info.
     kDeleteCheckpoint,  // Delete job `id`'s checkpoint: it ended and no run holds it.
     kNotifyWatchers,    // Some job's progress or the queue changed.
@@ -183,6 +206,7 @@ class Scheduler {
   struct Reservation {
     uint64_t bytes = 0;
     bool stopping = false;  // Asked to stop: its bytes come back when it ends.
+    bool profile = false;
   };
 
   void On(const sched::Submitted& e, absl::Time now, Decision& d);
@@ -194,6 +218,7 @@ class Scheduler {
   void On(const sched::ShutdownRequested& e, absl::Time now, Decision& d);
   void On(const sched::ProfileRequested& e, absl::Time now, Decision& d);
   void On(const sched::ProfileDone& e, absl::Time now, Decision& d);
+  void On(const sched::ProfileAbandoned& e, absl::Time now, Decision& d);
   void On(const sched::CapacityChanged& e, absl::Time now, Decision& d);
 
   // Returns job `job_id`, its `step` and `loss` recorded, if it is RUNNING (its run's reports
@@ -214,6 +239,10 @@ class Scheduler {
   void SetState(ScheduledJob& job, proto::JobState state, absl::Time now, Decision& d);
   // Marks `job` changed for watchers; persists it when `persist`.
   void Changed(ScheduledJob& job, bool persist, absl::Time now, Decision& d);
+  // Sets `job`'s running_seconds to its time running until `now`.
+  void CountRunningTime(ScheduledJob& job, absl::Time now) const;
+  // Asks profile run `profile_id` to stop before its next node, answered with `status`.
+  void StopProfile(const std::string& profile_id, absl::Status status, Decision& d);
 
   const SchedulerOptions options_;
   std::map<std::string, ScheduledJob> jobs_;

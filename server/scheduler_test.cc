@@ -242,6 +242,98 @@ TEST_F(SchedulerTest, ProfileWaitsForACancelledRunToFreeItsMemory) {
               ElementsAre("DeleteCheckpoint(job-1)", "StartRun(profile-1, profile)"));
 }
 
+TEST_F(SchedulerTest, AProfileWhoseCallerLeftIsDroppedWhileWaitingAndStoppedWhileRunning) {
+  // Waiting (for a cancelled run's memory): dropped, its caller answered.
+  Submit("job-1", 6 * kMiB);
+  Apply(sched::CancelRequested{"job-1"});
+  Apply(sched::ProfileRequested{"profile-1", 6 * kMiB});
+  EXPECT_THAT(Acts(Apply(sched::ProfileAbandoned{"profile-1"})),
+              ElementsAre("Reject(profile-1, profile, CANCELLED: the profile's caller went away)"));
+  EXPECT_THAT(Acts(Apply(sched::RunEnded{"job-1", absl::CancelledError("cancelled")})),
+              ElementsAre("DeleteCheckpoint(job-1)"));
+  // Running: stopped before its next node; its memory comes back when it is done, and the
+  // job that waited for it starts.
+  EXPECT_THAT(Acts(Apply(sched::ProfileRequested{"profile-2", 8 * kMiB})),
+              ElementsAre("StartRun(profile-2, profile)"));
+  EXPECT_THAT(Acts(Submit("job-2", 3 * kMiB)), ElementsAre("Persist(job-2)"));
+  EXPECT_THAT(Acts(Apply(sched::ProfileAbandoned{"profile-2"})),
+              ElementsAre("StopRun(profile-2, profile, CANCELLED: the profile's caller went "
+                          "away)"));
+  EXPECT_THAT(Acts(Apply(sched::ProfileAbandoned{"profile-2"})), IsEmpty()) << "asked once";
+  EXPECT_THAT(Acts(Apply(sched::ProfileDone{"profile-2"})),
+              ElementsAre("Persist(job-2)", "StartRun(job-2)"));
+  EXPECT_EQ(scheduler_.reserved_bytes(), 3 * kMiB);
+}
+
+TEST_F(SchedulerTest, ShutdownStopsRunningProfiles) {
+  Apply(sched::ProfileRequested{"profile-1", kMiB});
+  EXPECT_THAT(Acts(Apply(sched::ShutdownRequested{})),
+              ElementsAre("StopRun(profile-1, profile, UNAVAILABLE: headroomd is shutting down: "
+                          "the profile was stopped)"));
+}
+
+// A scheduler whose jobs may run 60 s.
+class WallTimeTest : public SchedulerTest {
+ protected:
+  WallTimeTest() : limited_(Limited()) {}
+  static SchedulerOptions Limited() {
+    SchedulerOptions o = Options();
+    o.max_job_seconds = 60;
+    return o;
+  }
+  Decision Apply(const sched::Event& e) { return limited_.Apply(e, now_); }
+  const ScheduledJob& Job(const std::string& id) const { return *limited_.Find(id); }
+
+  Scheduler limited_;
+};
+
+TEST_F(WallTimeTest, AJobPastMaxJobSecondsFailsSayingSoAndKeepsItsCheckpoint) {
+  Apply(sched::Submitted{Info("job-1"), kMiB});
+  now_ += absl::Seconds(30);
+  Apply(sched::StepDone{"job-1", 3, 0.5, 0.01, kMiB, {}});
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_RUNNING);
+  EXPECT_DOUBLE_EQ(Job("job-1").info.running_seconds(), 30);
+  now_ += absl::Seconds(31);
+  EXPECT_THAT(Acts(Apply(sched::StepDone{"job-1", 6, 0.4, 0.01, kMiB, {}})),
+              ElementsAre("Persist(job-1)", "StopRun(job-1, checkpoint)"));
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_FAILED);
+  EXPECT_EQ(Job("job-1").info.error(),
+            "ran past --max-job-seconds 60: 61.0 s running at step 6 of 100; stopped with its "
+            "last checkpoint kept");
+  // Its run stops after a checkpoint; no DeleteCheckpoint.
+  EXPECT_THAT(Acts(Apply(sched::RunEnded{"job-1", absl::OkStatus(), /*interrupted=*/true})),
+              IsEmpty());
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_FAILED);
+}
+
+TEST_F(WallTimeTest, TimeBeforeARestartCountsAndTimeQueuedDoesNot) {
+  proto::JobInfo info = Info("job-1", proto::JOB_STATE_RUNNING);
+  info.set_running_seconds(50);
+  Apply(sched::Submitted{Info("job-0"), kMiB});  // runs: job-1 waits in the queue
+  Apply(sched::Recovered{info, kMiB, "", 10});
+  now_ += absl::Hours(1);
+  Apply(sched::RunEnded{"job-0", absl::OkStatus()});
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_RUNNING);
+  now_ += absl::Seconds(5);
+  Apply(sched::StepDone{"job-1", 11, 0.5, 0.01, kMiB, {}});
+  EXPECT_DOUBLE_EQ(Job("job-1").info.running_seconds(), 55);
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_RUNNING);
+  now_ += absl::Seconds(6);
+  Apply(sched::StepDone{"job-1", 12, 0.5, 0.01, kMiB, {}});
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_FAILED);
+}
+
+TEST_F(WallTimeTest, AJobThatFinishedItsLastStepSucceedsWhateverItsTime) {
+  proto::JobInfo info = Info("job-1");
+  info.set_total_steps(2);
+  Apply(sched::Submitted{info, kMiB});
+  now_ += absl::Seconds(100);
+  Apply(sched::StepDone{"job-1", 2, 0.5, 0.01, kMiB, {}});
+  Apply(sched::RunEnded{"job-1", absl::OkStatus()});
+  EXPECT_EQ(Job("job-1").info.state(), proto::JOB_STATE_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(Job("job-1").info.running_seconds(), 100);
+}
+
 TEST_F(SchedulerTest, ProgressIsDerivedFromTheJobAndPersistedAtMostEveryInterval) {
   Submit("job-1", 3 * kMiB);
   proto::RoleBytes params;
