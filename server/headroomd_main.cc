@@ -64,6 +64,8 @@ struct DaemonFlags {
   std::string fixed_cost;
   std::optional<uint64_t> fixed_cost_bytes;
   int64_t checkpoint_every = 10;
+  // A job's most seconds RUNNING, summed across restarts; 0: none. Default 7 days.
+  uint64_t max_job_seconds = 7 * 24 * 3600;
   std::string max_message;
   uint64_t max_message_bytes = 64ull << 20;
   std::string max_upload;
@@ -111,6 +113,11 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--max-job-seconds", f.max_job_seconds,
+                 "most seconds a job may spend running, summed across daemon restarts; past "
+                 "it the job stops at its step's end with a checkpoint and ends FAILED "
+                 "(0: no limit; default 604800, 7 days)")
+      ->type_name("N");
   app.add_option("--max-message-bytes", f.max_message, "largest request accepted (default 64MiB)")
       ->type_name("SIZE");
   app.add_option("--max-threads", f.max_threads,
@@ -393,6 +400,7 @@ int Run(const DaemonFlags& f) {
   options.backend = f.backend;
   options.device_memory_bytes = f.device_memory_bytes;
   options.checkpoint_interval_steps = f.checkpoint_every;
+  options.max_job_seconds = f.max_job_seconds;
   options.make_backend = executor::MakeBackend;
   // One backend instance answers every plan's scratch question (its kernels build no code
   // for that); jobs and profiles run on backends of their own.

@@ -152,6 +152,10 @@ struct JobManager::ProfileCall {
   proto::JobSpec spec;
   uint64_t budget_bytes = 0;
   std::string backend;
+  // Its run's stop flag (`cancel`, checked before every node), and the answer when it is
+  // stopped (the scheduler's reason).
+  std::shared_ptr<RunControl> control = std::make_shared<RunControl>();
+  absl::Status stop_reason;
   std::optional<absl::StatusOr<proto::ProfileResponse>> result;
 };
 
@@ -177,6 +181,7 @@ SchedulerOptions SchedulerOptionsOf(const JobManagerOptions& o, const std::strin
   s.device_memory_bytes = o.device_memory_bytes;
   s.fixed_cost_bytes = fixed_cost_bytes;
   s.progress_write_interval = o.progress_write_interval;
+  s.max_job_seconds = o.max_job_seconds;
   return s;
 }
 
@@ -224,7 +229,16 @@ absl::Status JobManager::Recover() {
       absl::MutexLock lock(&mu_);
       if (plan.ok()) extras_[id].budget_bytes = plan->summary().budget_bytes();
     }
-    RETURN_IF_ERROR(Dispatch(event).status);
+    // A write that fails here (a full disk) is reported on stderr by Store() and does not
+    // keep the daemon from serving what it read: the job's stored row stays as it was,
+    // which a later start reads the same way.
+    Decision d;
+    {
+      absl::MutexLock lock(&mu_);
+      d = Feed(event);
+    }
+    RETURN_IF_ERROR(d.status);
+    Store(d).IgnoreError();
   }
   absl::MutexLock lock(&mu_);
   PublishCounts();
@@ -277,6 +291,12 @@ Decision JobManager::Feed(const sched::Event& event) {
         }
         break;
       case sched::Action::Kind::kStopRun:
+        if (a.profile) {
+          ProfileCall& call = profiles_.at(a.id);
+          call.stop_reason = a.status;
+          call.control->cancel = true;
+          break;
+        }
         (a.checkpoint ? controls_.at(a.id)->interrupt : controls_.at(a.id)->cancel) = true;
         break;
       case sched::Action::Kind::kNotifyWatchers: changed = true; break;
@@ -394,6 +414,7 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   RETURN_IF_ERROR(runner::TrainerOptionsOf(spec.plan(), spec.train().seed(), backend).status());
   uint64_t budget = 0;
   ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget, cancel));
+  RETURN_IF_ERROR(CheckDiskRoom(plan));
   // 2. Store it, then hand it to the scheduler.
   ASSIGN_OR_RETURN(std::string id, store_->NewJobId());
   sched::Submitted submitted;
@@ -420,6 +441,26 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   response.set_state(proto::JOB_STATE_QUEUED);
   *response.mutable_plan() = std::move(plan);
   return response;
+}
+
+absl::Status JobManager::CheckDiskRoom(const proto::PlanResponse& plan) const {
+  uint64_t state_bytes = 0;
+  for (const proto::RoleBytes& b : plan.summary().bytes_by_role()) {
+    if (b.role() == proto::ROLE_PARAMETER || b.role() == proto::ROLE_BUFFER ||
+        b.role() == proto::ROLE_OPTIMIZER_STATE) {
+      state_bytes += b.bytes();
+    }
+  }
+  const uint64_t need_bytes = 2 * state_bytes + (uint64_t{1} << 20);
+  const absl::StatusOr<uint64_t> free_bytes = store_->FreeDiskBytes();
+  // When the free space cannot be read, the store's writes tell.
+  if (!free_bytes.ok() || *free_bytes >= need_bytes) return absl::OkStatus();
+  return DiskFullError(absl::StrCat("the disk holding the state directory '", store_->state_dir(),
+                                    "' is full: ", graph::HumanBytes(*free_bytes),
+                                    " free, and this job's checkpoints need about ",
+                                    graph::HumanBytes(need_bytes),
+                                    " (twice its parameters, buffers and optimizer state, "
+                                    "and 1 MiB); free space there and submit it again"));
 }
 
 absl::StatusOr<proto::JobState> JobManager::Cancel(const std::string& job_id) {
@@ -637,7 +678,7 @@ absl::Status JobManager::TrainJob(Run& run) {
   const uint64_t total = run.spec.train().steps();
   while (static_cast<uint64_t>(trainer->steps_run()) < total) {
     if (run.control->interrupt) {
-      RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
+      RETURN_IF_ERROR(Checkpoint(run, *trainer, loss));
       run.interrupted = true;
       return absl::OkStatus();
     }
@@ -662,10 +703,21 @@ absl::Status JobManager::TrainJob(Run& run) {
     Dispatch(sched::StepDone{run.job_id, done, r.loss, r.seconds,
                              r.arena_high_water_bytes, MemoryByRole(sink.last_step())});
     if (done < total && run.checkpoint_interval > 0 && done % run.checkpoint_interval == 0) {
-      RETURN_IF_ERROR(SaveCheckpoint(*store_, run.job_id, *trainer, loss));
+      RETURN_IF_ERROR(Checkpoint(run, *trainer, loss));
     }
   }
   return sink.status();
+}
+
+absl::Status JobManager::Checkpoint(const Run& run, const executor::Trainer& trainer, double loss) {
+  const absl::Status saved = SaveCheckpoint(*store_, run.job_id, trainer, loss);
+  if (!IsDiskFull(saved)) return saved;
+  fprintf(stderr,
+          "headroomd: job %s: its checkpoint at step %lld is not stored (%s); it keeps "
+          "training, and its previous checkpoint stays the one it resumes from\n",
+          run.job_id.c_str(), static_cast<long long>(trainer.steps_run()),
+          std::string(saved.message()).c_str());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> JobManager::RestoreCheckpoint(const std::string& job_id,
@@ -680,7 +732,11 @@ absl::StatusOr<double> JobManager::RestoreCheckpoint(const std::string& job_id,
   return checkpoint->loss();
 }
 
-absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileRequest& request) {
+absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileRequest& request,
+                                                           const std::function<bool()>& stop) {
+  // How often `stop` is looked at while the call waits: gRPC's IsCancelled has no event to
+  // wait on.
+  constexpr absl::Duration kCallerCheck = absl::Milliseconds(100);
   // 1. Check and plan it.
   ProfileCall call;
   call.backend = request.backend().empty() ? options_.backend : request.backend();
@@ -702,13 +758,31 @@ absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileR
     profiles_[id] = std::move(call);
   }
   Dispatch(sched::ProfileRequested{id, Need(plan)});
-  absl::MutexLock lock(&mu_);
-  ProfileCall& mine = profiles_.at(id);
-  auto answered = [&mine] { return mine.result.has_value(); };
-  mu_.Await(absl::Condition(&answered));
-  absl::StatusOr<proto::ProfileResponse> result = *std::move(mine.result);
-  profiles_.erase(id);
-  return result;
+  // 3. Wait for the answer; a caller that leaves has its profile dropped or stopped, and
+  //    still waits for the answer (at most a node away), which ends the run's use of `call`.
+  bool abandoned = false;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      ProfileCall& mine = profiles_.at(id);
+      auto answered = [&mine] { return mine.result.has_value(); };
+      bool done = true;
+      if (abandoned || !stop) {
+        mu_.Await(absl::Condition(&answered));
+      } else {
+        done = mu_.AwaitWithTimeout(absl::Condition(&answered), kCallerCheck);
+      }
+      if (done) {
+        absl::StatusOr<proto::ProfileResponse> result = *std::move(mine.result);
+        profiles_.erase(id);
+        return result;
+      }
+    }
+    if (stop()) {
+      abandoned = true;
+      Dispatch(sched::ProfileAbandoned{id});
+    }
+  }
 }
 
 void JobManager::ProfileWorkerLoop() {
@@ -727,6 +801,13 @@ void JobManager::ProfileWorkerLoop() {
       call = &profiles_.at(id);  // Its caller waits: it stays until answered.
     }
     absl::StatusOr<proto::ProfileResponse> result = RunProfile(*call);
+    {
+      // A run stopped by the scheduler answers with its reason (the caller left, shutdown).
+      absl::MutexLock lock(&mu_);
+      if (call->control->cancel && !result.ok() && !call->stop_reason.ok()) {
+        result = call->stop_reason;
+      }
+    }
     // Its caller wakes with its memory already released.
     Decision done;
     {
@@ -750,6 +831,7 @@ absl::StatusOr<proto::ProfileResponse> JobManager::RunProfile(const ProfileCall&
                      runner::TrainerOptionsOf(call.spec.plan(), call.spec.train().seed(),
                                               call.backend));
     trainer_options.budget_bytes = call.budget_bytes;
+    trainer_options.cancel = &call.control->cancel;
     runner::ProfileRunOptions run_options;
     run_options.steps = call.request.steps() == 0 ? 3 : call.request.steps();
     run_options.backend = call.backend;

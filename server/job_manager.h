@@ -14,11 +14,19 @@
 // (Trainer::ReadStateTensor), and resuming restores from the parsed checkpoint in place, so
 // neither holds the state in host memory twice. Cancel() makes a running job CANCELLED at
 // once and stops its run before its next node; its arena is freed as the run stops.
+// A job that has been RUNNING longer than `max_job_seconds` (summed across restarts) is
+// FAILED at its next step's end, saying so, and stops with a checkpoint that is kept.
+//
+// A full disk (the state directory's): Submit refuses a job whose checkpoint would not fit
+// (ResourceExhausted naming the directory); a running job whose checkpoint cannot be
+// written keeps training, its previous checkpoint intact (the store replaces a checkpoint in
+// one transaction), and a restart resumes it from there.
 //
 // Phases: Create() (loads every stored job; requeues those that were queued or running),
 // then any mix of Submit(), Cancel(), Get(), List(), Watch(), Timeline() and Profile() from
 // any thread; Shutdown() (or the destructor) lets a running step finish, checkpoints it,
-// leaves the job QUEUED for the next start, and joins the workers.
+// leaves the job QUEUED for the next start, stops a running profile before its next node,
+// and joins the workers.
 //
 // Ownership: borrows the store and the metrics, which must outlive it.
 // Thread-safety: thread-safe. One mutex (mu_) guards the scheduler, the runs handed to the
@@ -73,6 +81,9 @@ struct JobManagerOptions {
   // Least time between two writes of a running job's progress to the store (checkpoints
   // and state changes are written at once). Default 0.5 s.
   absl::Duration progress_write_interval = absl::Milliseconds(500);
+  // The most seconds a job may spend RUNNING, summed across daemon restarts; 0: no limit.
+  // Default 0 (headroomd's --max-job-seconds sets its own default).
+  uint64_t max_job_seconds = 0;
   // Makes the backend a job or profile names. Required.
   std::function<absl::StatusOr<std::unique_ptr<executor::Backend>>(const std::string&)>
       make_backend;
@@ -140,14 +151,20 @@ class JobManager {
   // Runs a profile on this device's profile worker, beside any running job, if its planned
   // peak fits the free memory (else ResourceExhausted saying what is free; it waits for a
   // cancelled run to stop when that makes room), stores it, and returns it when done.
-  absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request);
+  // Once `stop` returns true (the caller went away: gRPC's IsCancelled, or its deadline
+  // passed; looked at every 100 ms while it waits) the profile is dropped, or its run stops
+  // before its next node and its memory goes back to admission; then Cancelled. A shutdown
+  // stops it the same way (Unavailable). `stop` may be empty: the caller never leaves.
+  absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request,
+                                                 const std::function<bool()>& stop = {});
 
   // Returns the stored profiles, newest first (without samples and op costs when
   // `summaries_only`).
   absl::StatusOr<proto::ListProfilesResponse> ListProfiles(bool summaries_only) const;
 
   // Stops taking jobs: lets a running step finish, checkpoints the job and leaves it QUEUED
-  // for the next start, then joins the worker. Idempotent.
+  // for the next start, stops a running profile before its next node, then joins the
+  // workers. Idempotent.
   void Shutdown();
 
   // Returns the device bytes Headroom's running work holds (by plan and fixed cost).
@@ -198,6 +215,13 @@ class JobManager {
   // Trains one job to its end (or until cancelled or shut down) and reports RunEnded.
   void RunJob(const std::string& job_id);
   absl::Status TrainJob(Run& run);
+  // Stores `trainer`'s state as `run`'s checkpoint. On a full disk (IsDiskFull) the job goes
+  // on: the error is reported on stderr, the previous checkpoint stays, and this returns OK.
+  absl::Status Checkpoint(const Run& run, const executor::Trainer& trainer, double loss);
+  // Returns OK when the state directory's disk has room for a checkpoint of `plan`'s job
+  // (twice its parameters, buffers and optimizer state, and 1 MiB); else ResourceExhausted
+  // naming the directory.
+  absl::Status CheckDiskRoom(const proto::PlanResponse& plan) const;
   // Returns the loss of job `job_id`'s checkpoint after restoring `trainer` from it (0
   // without one).
   absl::StatusOr<double> RestoreCheckpoint(const std::string& job_id, executor::Trainer& trainer);

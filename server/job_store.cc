@@ -1,13 +1,17 @@
 #include "server/job_store.h"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <system_error>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -81,7 +85,6 @@ absl::StatusCode CodeFor(int rc) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
     case SQLITE_IOERR:
-    case SQLITE_FULL:
     case SQLITE_CANTOPEN:
     case SQLITE_PROTOCOL:
       return absl::StatusCode::kUnavailable;
@@ -90,6 +93,7 @@ absl::StatusCode CodeFor(int rc) {
     case SQLITE_AUTH:
       return absl::StatusCode::kPermissionDenied;
     case SQLITE_TOOBIG:
+    case SQLITE_FULL:
       return absl::StatusCode::kResourceExhausted;
     default:
       return absl::StatusCode::kInternal;
@@ -107,12 +111,34 @@ absl::StatusOr<std::string> Serialize(const google::protobuf::MessageLite& messa
   return bytes;
 }
 
+// The payload that marks a full disk (IsDiskFull).
+constexpr absl::string_view kDiskFullPayload = "type.headroom/disk-full";
+
+// Returns whether SQLite's result `rc` on `db` means its disk is full: SQLITE_FULL (SQLite's
+// own reading of ENOSPC on a write), or an I/O error with ENOSPC, such as growing the WAL's
+// shared-memory index (SQLITE_IOERR_SHMSIZE), which a reader needs too.
+bool SqliteDiskFull(int rc, sqlite3* db) {
+  if ((rc & 0xff) == SQLITE_FULL) return true;
+  if ((rc & 0xff) != SQLITE_IOERR) return false;
+  return sqlite3_system_errno(db) == ENOSPC || sqlite3_extended_errcode(db) == SQLITE_IOERR_SHMSIZE;
+}
+
 absl::Status RequireId(const std::string& id, absl::string_view what) {
   if (id.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " has an empty id"));
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status DiskFullError(absl::string_view message) {
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(kDiskFullPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsDiskFull(const absl::Status& status) {
+  return status.GetPayload(kDiskFullPayload).has_value();
+}
 
 // A prepared statement, finalized when it goes out of scope. Bind*() remember the first
 // failure, which Step() then returns. The bound strings must outlive the last Step().
@@ -250,7 +276,16 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
         absl::StrCat("cannot create state directory '", state_dir, "': ", error.message()));
   }
   std::string path = (std::filesystem::path(state_dir) / std::string(kDatabaseFileName)).string();
+  absl::StatusOr<std::unique_ptr<JobStore>> shared = OpenDatabase(path, /*exclusive=*/false);
+  if (shared.ok() || !IsDiskFull(shared.status())) return shared;
+  // A full disk: a reader of a WAL database writes its shared-memory index beside it, unless
+  // the connection holds the exclusive lock (the index then lives in this process's memory).
+  absl::StatusOr<std::unique_ptr<JobStore>> exclusive = OpenDatabase(path, /*exclusive=*/true);
+  if (exclusive.ok()) return exclusive;
+  return shared.status();
+}
 
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::OpenDatabase(std::string path, bool exclusive) {
   sqlite3* db = nullptr;
   // NOMUTEX: mu_ serializes every use of the connection.
   const int rc = sqlite3_open_v2(
@@ -263,8 +298,26 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& stat
                                                   "': ", message));
   }
   std::unique_ptr<JobStore> store(new JobStore(std::move(path), db));
+  if (exclusive) {
+    absl::MutexLock lock(&store->mu_);
+    RETURN_IF_ERROR(store->ExecLocked("PRAGMA locking_mode = EXCLUSIVE", "taking the lock"));
+  }
   RETURN_IF_ERROR(store->Initialize());
   return store;
+}
+
+std::string JobStore::state_dir() const {
+  return std::filesystem::path(path_).parent_path().string();
+}
+
+absl::StatusOr<uint64_t> JobStore::FreeDiskBytes() const {
+  const std::string dir = state_dir();
+  struct statvfs fs;
+  if (statvfs(dir.c_str(), &fs) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("state directory '", dir, "': cannot read its free space: ", strerror(errno)));
+  }
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
 }
 
 JobStore::~JobStore() {
@@ -293,18 +346,22 @@ absl::Status JobStore::Initialize() {
   return MigrateLocked();
 }
 
+absl::StatusOr<int64_t> JobStore::SchemaVersionLocked() const {
+  ASSIGN_OR_RETURN(Statement read, PrepareLocked("PRAGMA user_version"));
+  const int rc = read.Step();
+  if (rc != SQLITE_ROW) return SqliteError(rc, "reading the schema version");
+  return read.ColumnInt64(0);
+}
+
 absl::Status JobStore::MigrateLocked() {
-  // The version is read inside the write transaction, so two daemons opening one fresh
-  // database do not both create the schema.
+  // A current database is opened without a write (a full disk allows none).
+  ASSIGN_OR_RETURN(int64_t version, SchemaVersionLocked());
+  if (version == kSchemaVersion) return absl::OkStatus();
+  // The version is read again inside the write transaction, so two daemons opening one
+  // fresh database do not both create the schema.
   Transaction transaction(this);
   RETURN_IF_ERROR(transaction.Begin("migrating the schema"));
-  int64_t version = 0;
-  {
-    ASSIGN_OR_RETURN(Statement read, PrepareLocked("PRAGMA user_version"));
-    const int rc = read.Step();
-    if (rc != SQLITE_ROW) return SqliteError(rc, "reading the schema version");
-    version = read.ColumnInt64(0);
-  }
+  ASSIGN_OR_RETURN(version, SchemaVersionLocked());
   if (version > kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "headroom database '", path_, "' has schema version ", version,
@@ -363,6 +420,11 @@ absl::StatusOr<JobStore::Blob> JobStore::OpenBlobLocked(const char* table, const
 absl::Status JobStore::SqliteError(int rc, absl::string_view doing) const {
   // The connection's message is more specific, when it is about this result.
   const char* message = sqlite3_errcode(db_) == rc ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  if (SqliteDiskFull(rc, db_)) {
+    return DiskFullError(absl::StrCat("headroom database '", path_, "': ", doing,
+                                      ": the disk holding the state directory '", state_dir(),
+                                      "' is full (", message, ")"));
+  }
   return absl::Status(CodeFor(rc),
                       absl::StrCat("headroom database '", path_, "': ", doing, ": ", message));
 }

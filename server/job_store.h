@@ -55,6 +55,12 @@ struct SkippedRow {
   std::string reason;
 };
 
+// Returns ResourceExhausted with `message`, marked as a full disk (IsDiskFull).
+absl::Status DiskFullError(absl::string_view message);
+// Returns whether `status` says the state directory's disk is full: SQLite's SQLITE_FULL, an
+// I/O error with ENOSPC, or DiskFullError().
+bool IsDiskFull(const absl::Status& status);
+
 // The daemon's write-through store. The daemon keeps every job in memory and writes each change
 // here; on start it calls `Open()` and `LoadJobs()`/`LoadProfiles()` to get them all back.
 //
@@ -71,6 +77,12 @@ struct SkippedRow {
 //
 // Checkpoints, the large blobs, need not pass through memory whole: PutCheckpoint() from a
 // reader writes one in place tensor by tensor, and GetCheckpoint() parses one as it reads it.
+//
+// A full disk: every write fails with ResourceExhausted naming the state directory
+// (IsDiskFull), and leaves what was stored before intact; reads go on. Open() on a full disk
+// succeeds when the database exists with the current schema: it then holds SQLite's
+// exclusive lock for its life (the one way SQLite reads a WAL database without writing the
+// shared-memory index beside it), so other connections cannot read it meanwhile.
 //
 // Limits: one checkpoint per job (the latest); a blob may not exceed SQLite's length limit
 // (1e9 bytes by default). Plans, timelines and checkpoints are keyed by job id alone: the store
@@ -154,6 +166,10 @@ class JobStore {
 
   // Returns the database file's path.
   const std::string& path() const { return path_; }
+  // Returns the state directory (the database's).
+  std::string state_dir() const;
+  // Returns the bytes free to this process on the state directory's filesystem.
+  absl::StatusOr<uint64_t> FreeDiskBytes() const;
 
  private:
   class Statement;
@@ -162,9 +178,13 @@ class JobStore {
 
   JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
+  // Returns the store on `path`, initialized; `exclusive`: in SQLite's exclusive locking mode.
+  static absl::StatusOr<std::unique_ptr<JobStore>> OpenDatabase(std::string path, bool exclusive);
   // Sets the connection's pragmas and brings the schema to kSchemaVersion.
   absl::Status Initialize() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status MigrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the schema version (SQLite's user_version).
+  absl::StatusOr<int64_t> SchemaVersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Returns `sql` prepared on the connection.
   absl::StatusOr<Statement> PrepareLocked(const char* sql) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <new>
@@ -159,13 +160,18 @@ grpc::Status HeadroomService::Plan(grpc::ServerContext* context, const proto::Pl
   });
 }
 
-grpc::Status HeadroomService::Profile(grpc::ServerContext*, const proto::ProfileRequest* request,
+grpc::Status HeadroomService::Profile(grpc::ServerContext* context,
+                                      const proto::ProfileRequest* request,
                                       proto::ProfileResponse* response) {
   RETURN_GRPC_IF_ERROR(CheckRequest(*request, limits_));
   if (profiles_ != nullptr) {
     return Guarded("Profile", [&] { return Answer(profiles_->Profile(*request), response); });
   }
-  return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request), response); });
+  // The profile stops when its caller leaves: cancelled, or past its deadline.
+  auto left = [context] {
+    return context->IsCancelled() || std::chrono::system_clock::now() > context->deadline();
+  };
+  return WithJobs([&](JobManager& jobs) { return Answer(jobs.Profile(*request, left), response); });
 }
 
 grpc::Status HeadroomService::Submit(grpc::ServerContext* context, proto::JobSpec spec,

@@ -51,8 +51,11 @@ absl::StatusOr<std::unique_ptr<StateLock>> StateLock::Acquire(const std::string&
     return absl::FailedPreconditionError(
         absl::StrCat("lock file '", path, "': cannot lock it: ", strerror(flock_errno)));
   }
+  // Written over the old pid, then cut to length: on a full disk the old pid's block is
+  // reused, where truncating first would free it and leave no room for the new one.
   const std::string pid = absl::StrCat(getpid(), "\n");
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+  if (pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size()) ||
+      ftruncate(fd, static_cast<off_t>(pid.size())) != 0) {
     const std::string reason = strerror(errno);
     close(fd);
     return absl::FailedPreconditionError(

@@ -12,7 +12,10 @@
 //    the reason;
 //  - SIGTERM during a job: exit 0, the job checkpointed and resumed at the next start;
 //  - an ONNX model over --max-message-bytes uploaded in chunks (UploadJob) and trained,
-//    and the stream's refusals: over --max-upload-bytes, malformed, cancelled mid-way.
+//    and the stream's refusals: over --max-upload-bytes, malformed, cancelled mid-way;
+//  - a long profile whose client's deadline passed stops and frees the device for the job
+//    queued behind it; SIGTERM during a long profile stops the daemon;
+//  - a job past --max-job-seconds ends FAILED saying so, its checkpoint kept.
 //
 // The daemon trains with one OpenMP thread: oneDNN's threads spin-wait, which on a busy
 // two-core machine makes steps far slower than one thread's.
@@ -227,6 +230,16 @@ grpc::Status ProfileMlp(proto::Headroom::Stub& stub, proto::ProfileResponse* res
   request.set_steps(2);
   grpc::ClientContext context;
   return stub.Profile(&context, request, response);
+}
+
+// Returns the request for a profile of `steps` steps of the MLP under kMlpBudget.
+proto::ProfileRequest MlpProfile(uint32_t steps) {
+  proto::ProfileRequest request;
+  *request.mutable_model() = Mlp();
+  request.mutable_plan()->set_budget_bytes(kMlpBudget);
+  request.mutable_plan()->set_host_memory(proto::HOST_MEMORY_SEPARATE);
+  request.set_steps(steps);
+  return request;
 }
 
 proto::PlanRequest PlanOf(proto::ModelSource model, uint64_t budget_bytes) {
@@ -865,6 +878,106 @@ TEST(ServerE2ETest, SigtermCheckpointsTheRunningJobAndItResumesAtTheNextStart) {
   EXPECT_LT(info.resumed_from_step(), kSteps);
   EXPECT_EQ(info.step(), kSteps);
   Stop(daemon, stub);
+}
+
+// 10 MiB with a 2 MiB fixed cost: room for one MLP job or profile, not for two.
+const std::vector<std::string> kRoomForOne = {"--device-memory", "10MiB", "--fixed-cost", "2MiB"};
+
+// Returns the seconds from `start` to now.
+double SecondsSince(absl::Time start) { return absl::ToDoubleSeconds(absl::Now() - start); }
+
+TEST(ServerE2ETest, AProfileWhoseClientLeftStopsAndTheJobBehindItStarts) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("profile-left", kRoomForOne);
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+
+  // 10,000 steps of about 10 ms: minutes of work, for a client that waits 3 s.
+  proto::ProfileResponse profile;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  const grpc::Status s = stub->Profile(&context, MlpProfile(10000), &profile);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  const absl::Time left = absl::Now();
+
+  // The job does not fit beside the profile: it starts once the profile has stopped.
+  const std::string job = Submit(*stub, MlpJob("behind-the-profile", 3)).job_id();
+  Watch(*stub, job,
+        [](const proto::JobProgress& p) { return p.state() != proto::JOB_STATE_QUEUED; });
+  const double started_after = SecondsSince(left);
+  std::printf("the job behind the profile started %.2f s after the profile's client left\n",
+              started_after);
+  // The profile alone runs for minutes; a generous bound, not a timing.
+  EXPECT_LT(started_after, 30) << "the profile went on after its client left";
+  EXPECT_EQ(WatchToEnd(*stub, job).state(), proto::JOB_STATE_SUCCEEDED);
+  // The stopped profile was not stored.
+  proto::ListProfilesRequest list;
+  list.set_summaries_only(true);
+  proto::ListProfilesResponse profiles;
+  grpc::ClientContext list_context;
+  ASSERT_TRUE(stub->ListProfiles(&list_context, list, &profiles).ok());
+  EXPECT_EQ(profiles.profiles_size(), 0);
+  Stop(daemon, stub);
+}
+
+TEST(ServerE2ETest, SigtermDuringALongProfileStopsTheDaemon) {
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon("profile-sigterm", kRoomForOne);
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  grpc::Status profile_status;
+  std::thread client([&] {
+    proto::ProfileResponse profile;
+    grpc::ClientContext context;
+    profile_status = stub->Profile(&context, MlpProfile(10000), &profile);
+  });
+  // A short profile of the same size is refused while the long one holds the device.
+  grpc::Status probe;
+  for (int i = 0; i < 600 && probe.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED; ++i) {
+    proto::ProfileResponse response;
+    grpc::ClientContext context;
+    probe = stub->Profile(&context, MlpProfile(1), &response);
+  }
+  ASSERT_EQ(probe.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << probe.error_message();
+  const absl::Time signalled = absl::Now();
+  const absl::StatusOr<int> exit_code = daemon->Terminate(absl::Seconds(20));
+  const double stop_seconds = SecondsSince(signalled);
+  std::printf("SIGTERM during a profile: the daemon exited after %.2f s\n", stop_seconds);
+  EXPECT_TRUE(exit_code.ok()) << exit_code.status() << "\n" << daemon->LogTail();
+  EXPECT_EQ(exit_code.value_or(-1), 0) << daemon->LogTail();
+  client.join();
+  EXPECT_FALSE(profile_status.ok());
+  EXPECT_EQ(profile_status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << profile_status.error_message();
+}
+
+TEST(ServerE2ETest, AJobPastMaxJobSecondsEndsFailedSayingSoWithItsCheckpointKept) {
+  std::unique_ptr<DaemonProcess> daemon =
+      StartDaemon("max-job-seconds", {"--device-memory", "64MiB", "--max-job-seconds", "1"});
+  ASSERT_NE(daemon, nullptr);
+  auto stub = daemon->NewStub();
+  const std::string job = Submit(*stub, MlpJob("long", 1000000)).job_id();
+  const proto::JobProgress last = WatchToEnd(*stub, job);
+  EXPECT_EQ(last.state(), proto::JOB_STATE_FAILED);
+  EXPECT_THAT(last.message(), HasSubstr("ran past --max-job-seconds 1: "));
+  const proto::JobInfo info = Listed(*stub, job);
+  EXPECT_GT(info.running_seconds(), 1.0);
+  EXPECT_LT(info.step(), 1000000u);
+  std::printf("stopped at step %llu after %.2f s running\n",
+              static_cast<unsigned long long>(info.step()), info.running_seconds());
+  Stop(daemon, stub);
+
+  // Its checkpoint is kept, of the step it stopped at.
+  sqlite3* db = nullptr;
+  const std::string path = absl::StrCat(TmpDir(), "/max-job-seconds/headroom.db");
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* select = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT step FROM checkpoints WHERE job_id = ?1", -1, &select,
+                               nullptr),
+            SQLITE_OK);
+  sqlite3_bind_text(select, 1, job.c_str(), -1, SQLITE_TRANSIENT);
+  EXPECT_EQ(sqlite3_step(select), SQLITE_ROW) << "no checkpoint kept";
+  EXPECT_EQ(static_cast<uint64_t>(sqlite3_column_int64(select, 0)), info.step());
+  sqlite3_finalize(select);
+  sqlite3_close(db);
 }
 
 }  // namespace
