@@ -330,10 +330,16 @@ absl::Status JobManager::Store(const Decision& decision) {
       s = store_->DeleteCheckpoint(a.id);
     }
     if (s.ok()) continue;
-    // A failed write loses only progress that the next one carries; say so on stderr.
-    fprintf(stderr, "headroomd: storing job %s: %s\n", a.id.c_str(),
-            std::string(s.message()).c_str());
     if (first.ok()) first = s;
+    // A failed write loses only progress that the next one carries; say so on stderr, the
+    // same error once a minute.
+    absl::MutexLock order(&persist_mu_);
+    const std::string error = absl::StrCat("storing job ", a.id, ": ", s.message());
+    const absl::Time now = absl::Now();
+    if (error == last_store_error_ && now - last_store_error_time_ < absl::Minutes(1)) continue;
+    last_store_error_ = error;
+    last_store_error_time_ = now;
+    fprintf(stderr, "headroomd: %s\n", error.c_str());
   }
   return first;
 }

@@ -262,6 +262,10 @@ class JobManager {
   std::deque<std::string> ended_with_series_ ABSL_GUARDED_BY(mu_);
   // Orders job writes, so the store always ends with a job's latest info.
   absl::Mutex persist_mu_;
+  // The last store error printed, and when: the same error is printed again only after a
+  // minute (a full disk fails every progress write).
+  std::string last_store_error_ ABSL_GUARDED_BY(persist_mu_);
+  absl::Time last_store_error_time_ ABSL_GUARDED_BY(persist_mu_) = absl::InfinitePast();
   std::thread job_worker_;
   std::thread profile_worker_;
 };
