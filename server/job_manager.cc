@@ -625,11 +625,15 @@ void JobManager::RunJob(const std::string& job_id) {
       *timeline->mutable_process() = extras.process;
     }
   }
-  if (timeline.has_value()) store_->PutTimeline(job_id, *timeline).IgnoreError();
+  const bool timeline_stored =
+      !timeline.has_value() || store_->PutTimeline(job_id, *timeline).ok();
   Dispatch(sched::RunEnded{job_id, status, run.interrupted});
   absl::MutexLock lock(&mu_);
   controls_.erase(job_id);
   if (Ended(scheduler_.Find(job_id)->info.state())) {
+    // An ended job's timeline is served from the store from now on, as after a restart:
+    // kept here, every job the daemon ever ran would hold its timeline in memory.
+    if (timeline_stored) extras_.erase(job_id);
     // Keep the series of the latest ended jobs only.
     ended_with_series_.push_back(job_id);
     while (ended_with_series_.size() > kKeptEndedSeries) {
