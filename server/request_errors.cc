@@ -18,10 +18,11 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
       if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
-        methods->ModifySendStatus(grpc::Status(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat(method_, ": the request is not a message of the method's request type "
-                                  "(it could not be parsed: see proto/headroom.proto)")));
+        methods->ModifySendStatus(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat(method_,
+                                      ": the request is not a message of the method's request type "
+                                      "(it could not be parsed: see proto/headroom.proto)")));
       }
     }
     methods->Proceed();
@@ -31,8 +32,7 @@ class UnparsedRequestInterceptor final : public grpc::experimental::Interceptor 
   const std::string method_;
 };
 
-class UnparsedRequestFactory final
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class UnparsedRequestFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {

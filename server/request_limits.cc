@@ -34,8 +34,8 @@ absl::Status CheckGraphSize(const proto::GraphDef& def, const RequestLimits& lim
                             const std::string& field) {
   const auto [nodes, tensors] = SizeOf(def);
   if (nodes > limits.max_graph_nodes) {
-    return InvalidArgumentError(StrCat(field, ": ", nodes, " nodes, more than --max-graph-nodes ",
-                                       limits.max_graph_nodes));
+    return InvalidArgumentError(
+        StrCat(field, ": ", nodes, " nodes, more than --max-graph-nodes ", limits.max_graph_nodes));
   }
   if (tensors > limits.max_graph_tensors) {
     return InvalidArgumentError(StrCat(field, ": ", tensors,
@@ -58,8 +58,7 @@ absl::Status CheckAlignment(const proto::PlanOptions& options, const RequestLimi
                             const std::string& field) {
   if (options.alignment_bytes() > limits.max_alignment_bytes) {
     return InvalidArgumentError(StrCat(field, ".alignment_bytes: ", options.alignment_bytes(),
-                                       ", more than --max-alignment ",
-                                       limits.max_alignment_bytes));
+                                       ", more than --max-alignment ", limits.max_alignment_bytes));
   }
   return absl::OkStatus();
 }
@@ -83,7 +82,8 @@ RequestLimits RequestLimits::Defaults() {
   limits.max_job_steps = kMaxJobStepsCeiling;
   limits.max_profile_steps = runner::kMaxProfileSteps;
   limits.max_job_name_bytes = 256;
-  limits.max_concurrent_plans = std::max(2, 2 * static_cast<int>(std::thread::hardware_concurrency()));
+  limits.max_concurrent_plans =
+      std::max(2, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   limits.max_queued_plans = 64;
   limits.max_watch_streams = 64;
   limits.max_plan_seconds = kDefaultMaxPlanSeconds;
@@ -94,36 +94,57 @@ void AddRequestLimitFlags(CLI::App& app, RequestLimits& limits) {
   const auto at_most = [](auto ceiling) { return CLI::Range(decltype(ceiling){1}, ceiling); };
   app.add_option("--max-graph-nodes", limits.max_graph_nodes,
                  "most nodes of a model (described or built by the zoo)")
-      ->type_name("N")->capture_default_str()->check(at_most(int64_t{graph::kMaxGraphNodes}));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(at_most(int64_t{graph::kMaxGraphNodes}));
   app.add_option("--max-graph-tensors", limits.max_graph_tensors,
                  "most tensors of a model (listed plus node outputs)")
-      ->type_name("N")->capture_default_str()->check(at_most(int64_t{graph::kMaxGraphTensors}));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(at_most(int64_t{graph::kMaxGraphTensors}));
   app.add_option("--max-batch", limits.max_batch, "most samples per step of a zoo or ONNX model")
-      ->type_name("N")->capture_default_str()->check(at_most(graph::kMaxZooBatch));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(at_most(graph::kMaxZooBatch));
   app.add_option("--max-alignment", limits.max_alignment_bytes,
                  "largest PlanOptions.alignment_bytes")
-      ->type_name("BYTES")->capture_default_str()->check(at_most(planner::kMaxAlignmentBytes));
+      ->type_name("BYTES")
+      ->capture_default_str()
+      ->check(at_most(planner::kMaxAlignmentBytes));
   app.add_option("--max-job-steps", limits.max_job_steps, "most steps of a job")
-      ->type_name("N")->capture_default_str()->check(at_most(kMaxJobStepsCeiling));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(at_most(kMaxJobStepsCeiling));
   app.add_option("--max-profile-steps", limits.max_profile_steps, "most steps of a profile")
-      ->type_name("N")->capture_default_str()
+      ->type_name("N")
+      ->capture_default_str()
       ->check(at_most(static_cast<uint64_t>(runner::kMaxProfileSteps)));
   app.add_option("--max-job-name", limits.max_job_name_bytes, "longest job name, in bytes")
-      ->type_name("BYTES")->capture_default_str()->check(at_most(kMaxJobNameCeiling));
+      ->type_name("BYTES")
+      ->capture_default_str()
+      ->check(at_most(kMaxJobNameCeiling));
   app.add_option("--max-concurrent-plans", limits.max_concurrent_plans,
                  "Plan and SubmitJob calls planning at once (others wait for a turn until "
                  "their deadline)")
-      ->type_name("N")->capture_default_str()->check(at_most(1024));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(at_most(1024));
   app.add_option("--max-queued-plans", limits.max_queued_plans,
                  "calls that may wait for a turn to plan (more: RESOURCE_EXHAUSTED)")
-      ->type_name("N")->capture_default_str()->check(CLI::Range(0, 1024));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--max-watch-streams", limits.max_watch_streams,
                  "WatchJob streams open at once (more: RESOURCE_EXHAUSTED)")
-      ->type_name("N")->capture_default_str()->check(at_most(1024));
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(at_most(1024));
   app.add_option("--max-plan-seconds", limits.max_plan_seconds,
                  "longest a Plan or SubmitJob may plan (a client's earlier deadline applies "
                  "first; past it: DEADLINE_EXCEEDED)")
-      ->type_name("SECONDS")->capture_default_str()->check(CLI::PositiveNumber);
+      ->type_name("SECONDS")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 absl::Status CheckModelSource(const proto::ModelSource& source, const RequestLimits& limits,
@@ -174,12 +195,12 @@ absl::Status CheckRequest(const proto::ProfileRequest& request, const RequestLim
 
 absl::Status CheckJobId(const std::string& job_id, const std::string& field) {
   if (job_id.size() > kMaxJobIdBytes) {
-    return InvalidArgumentError(StrCat(field, ": ", job_id.size(),
-                                       " bytes; a job id is at most ", kMaxJobIdBytes, " bytes"));
+    return InvalidArgumentError(StrCat(field, ": ", job_id.size(), " bytes; a job id is at most ",
+                                       kMaxJobIdBytes, " bytes"));
   }
   if (HasControlCharacters(job_id)) {
-    return InvalidArgumentError(StrCat(field, " '", Printable(job_id),
-                                       "': a job id has no control characters"));
+    return InvalidArgumentError(
+        StrCat(field, " '", Printable(job_id), "': a job id has no control characters"));
   }
   return absl::OkStatus();
 }
@@ -188,13 +209,13 @@ absl::Status CheckRequest(const proto::ListJobsRequest& request) {
   for (int i = 0; i < request.states_size(); ++i) {
     if (!proto::JobState_IsValid(request.states(i)) ||
         request.states(i) == proto::JOB_STATE_UNSPECIFIED) {
-      return InvalidArgumentError(StrCat("states[", i, "]: ", request.states(i),
-                                         " is not a job state (see JobState)"));
+      return InvalidArgumentError(
+          StrCat("states[", i, "]: ", request.states(i), " is not a job state (see JobState)"));
     }
   }
   if (request.page_size() > kMaxPageSize) {
-    return InvalidArgumentError(StrCat("page_size: ", request.page_size(), ", more than ",
-                                       kMaxPageSize, " jobs per page"));
+    return InvalidArgumentError(
+        StrCat("page_size: ", request.page_size(), ", more than ", kMaxPageSize, " jobs per page"));
   }
   return CheckJobId(request.page_token(), "page_token");
 }

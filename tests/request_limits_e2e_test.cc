@@ -23,8 +23,8 @@
 namespace headroom {
 namespace {
 
-using ::testing::HasSubstr;
 using server::DaemonProcess;
+using ::testing::HasSubstr;
 
 // Returns a daemon on a fresh state directory of TEST_TMPDIR with `flags`; fails the test
 // if it does not start.
@@ -140,7 +140,10 @@ TEST(RequestLimitsE2ETest, AnUnparsableRequestIsInvalidArgumentNamingTheMethod) 
   auto channel = grpc::CreateChannel(daemon->address(), grpc::InsecureChannelCredentials());
   grpc::GenericStub generic(channel);
   // A field 1 of wire type 2 (length-delimited) whose length runs past the end.
-  const std::string bytes("\x0a\xff\xff\xff\x0f" "abc", 8);
+  const std::string bytes(
+      "\x0a\xff\xff\xff\x0f"
+      "abc",
+      8);
   for (const char* method : {"/headroom.proto.Headroom/Plan", "/headroom.proto.Headroom/SubmitJob",
                              "/headroom.proto.Headroom/GetJob"}) {
     grpc::Slice slice(bytes);
