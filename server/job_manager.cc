@@ -28,10 +28,6 @@ namespace {
 // Ended jobs whose metric series stay exported (older ones are forgotten).
 constexpr size_t kKeptEndedSeries = 32;
 constexpr uint32_t kDefaultPageSize = 100;
-// The most steps a job may ask for (JobSpec.train.steps): far beyond any real run, and well
-// inside int64, which the trainer counts its steps in.
-constexpr uint64_t kMaxJobSteps = 1000000000;
-
 double UnixSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 // Records the events of setup and of steps [first, first + count) in a log.

@@ -63,6 +63,10 @@
 
 namespace headroom::server {
 
+// The most steps a job may ask for (JobSpec.train.steps): far beyond any real run, and well
+// inside int64, which the trainer counts its steps in. headroomd's --max-job-steps may lower it.
+inline constexpr uint64_t kMaxJobSteps = 1000000000;
+
 struct JobManagerOptions {
   // The backend jobs run on when their spec names none: "cpu" or "cuda". Default "cpu".
   std::string backend = "cpu";

@@ -9,6 +9,7 @@
 #include "graph/zoo.h"
 #include "planner/plan_request.h"
 #include "runner/profile_run.h"
+#include "server/job_manager.h"
 #include "server/plan_limit.h"
 #include "util/printable.h"
 #include "util/status_macros.h"
@@ -19,8 +20,6 @@ namespace {
 using absl::InvalidArgumentError;
 using absl::StrCat;
 
-// The most a job's steps may be, whatever --max-job-steps says.
-constexpr uint64_t kMaxJobStepsCeiling = 1000000000;
 constexpr uint64_t kMaxJobNameCeiling = 4096;
 
 // Returns the nodes and tensors (listed plus node outputs) of `def`.
@@ -79,7 +78,7 @@ RequestLimits RequestLimits::Defaults() {
   limits.max_graph_tensors = graph::kMaxGraphTensors;
   limits.max_batch = graph::kMaxZooBatch;
   limits.max_alignment_bytes = planner::kMaxAlignmentBytes;
-  limits.max_job_steps = kMaxJobStepsCeiling;
+  limits.max_job_steps = kMaxJobSteps;
   limits.max_profile_steps = runner::kMaxProfileSteps;
   limits.max_job_name_bytes = 256;
   limits.max_concurrent_plans =
@@ -114,7 +113,7 @@ void AddRequestLimitFlags(CLI::App& app, RequestLimits& limits) {
   app.add_option("--max-job-steps", limits.max_job_steps, "most steps of a job")
       ->type_name("N")
       ->capture_default_str()
-      ->check(at_most(kMaxJobStepsCeiling));
+      ->check(at_most(kMaxJobSteps));
   app.add_option("--max-profile-steps", limits.max_profile_steps, "most steps of a profile")
       ->type_name("N")
       ->capture_default_str()
