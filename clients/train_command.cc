@@ -31,6 +31,10 @@ struct TrainTotals {
   uint64_t measured_peak = 0;
   uint64_t offloaded = 0;
   double copy_wait = 0;
+  // The backend's device memory outside the arena: its context and handles
+  // (fixed_device_bytes()) and the workspace its kernels grew (workspace_bytes()).
+  uint64_t fixed_device = 0;
+  uint64_t workspace = 0;
 };
 
 struct TrainCommand {
@@ -45,7 +49,8 @@ struct TrainCommand {
 
  private:
   void PrintPlan(const executor::Trainer& trainer, const graph::Graph& g,
-                 const executor::TrainerOptions& options, std::ostream& out) const;
+                 const executor::TrainerOptions& options, uint64_t fixed_device_bytes,
+                 std::ostream& out) const;
   absl::Status ExportInputs(executor::Trainer& trainer, const graph::Graph& g,
                             const executor::TrainerOptions& options) const;
   absl::Status Train(executor::Trainer& trainer, TrainTotals& totals, std::ostream& out) const;
@@ -55,7 +60,8 @@ struct TrainCommand {
 };
 
 void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Graph& g,
-                             const executor::TrainerOptions& options, std::ostream& out) const {
+                             const executor::TrainerOptions& options, uint64_t fixed_device_bytes,
+                             std::ostream& out) const {
   const planner::SectionPlan& plan = trainer.plan();
   int recomputed = 0, offloaded = 0;
   for (const planner::SectionInfo& s : plan.step->sections) {
@@ -68,7 +74,12 @@ void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Grap
       g.name(), run.backend, run.steps, plan.strategy, plan.step->sections.size(), recomputed,
       offloaded, graph::HumanBytes(plan.peak_bytes),
       options.budget_bytes > 0
-          ? absl::StrCat(" (budget ", graph::HumanBytes(options.budget_bytes), ")")
+          ? absl::StrCat(" (budget ", graph::HumanBytes(options.budget_bytes),
+                         fixed_device_bytes > 0
+                             ? absl::StrCat(", less ", graph::HumanBytes(fixed_device_bytes),
+                                            " for the backend's context and handles")
+                             : "",
+                         ")")
           : "");
 }
 
@@ -148,6 +159,8 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("last_loss").Double(last)
       .Key("offloaded_bytes_per_step").Uint(run.steps > 0 ? t.offloaded / run.steps : 0)
       .Key("copy_wait_seconds").Double(t.copy_wait)
+      .Key("fixed_device_bytes").Uint(t.fixed_device)
+      .Key("workspace_bytes").Uint(t.workspace)
       .Key("host_pool_bytes").Uint(process.host_pool_bytes())
       .Key("baseline_bytes").Uint(process.baseline_bytes())
       .Key("physical_peak_bytes").Uint(process.physical_peak_bytes())
@@ -174,7 +187,7 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   options.events = &sampler;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(g, backend.get(), options));
-  if (!json) PrintPlan(*trainer, g, options, io.out);
+  if (!json) PrintPlan(*trainer, g, options, backend->fixed_device_bytes(), io.out);
   if (!export_dir.empty()) {
     if (absl::Status s = ExportInputs(*trainer, g, options); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("--export: ", s.message()));
@@ -182,6 +195,8 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   }
   TrainTotals totals;
   RETURN_IF_ERROR(Train(*trainer, totals, io.out));
+  totals.fixed_device = backend->fixed_device_bytes();
+  totals.workspace = backend->workspace_bytes();
   const planner::SectionPlan& plan = trainer->plan();
   if (!export_dir.empty()) {
     ASSIGN_OR_RETURN(std::vector<executor::HostTensor> state, trainer->State());

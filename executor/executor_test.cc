@@ -164,8 +164,11 @@ class RecordingBackend : public Backend {
   }
   absl::Status Fill(const TensorView& o, float v) override { return cpu_->Fill(o, v); }
   absl::Status Synchronize() override { return cpu_->Synchronize(); }
+  uint64_t fixed_device_bytes() const override { return fixed_device; }
 
   int allocations = 0;
+  // What the backend claims its context and handles hold (a CUDA backend's measurement).
+  uint64_t fixed_device = 0;
 
  private:
   std::unique_ptr<Backend> cpu_;
@@ -181,6 +184,36 @@ TEST(ExecutorTest, BudgetBelowMinimumFailsBeforeAnythingIsAllocated) {
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kFailedPrecondition)
       << trainer.status();
   EXPECT_EQ(backend.allocations, 0);
+}
+
+TEST(ExecutorTest, PlanBudgetLeavesRoomForTheBackendsFixedCost) {
+  EXPECT_EQ(PlanBudget(1000, 0).value(), 1000u);
+  EXPECT_EQ(PlanBudget(1000, 300).value(), 700u);
+  absl::StatusOr<uint64_t> none = PlanBudget(1000, 1000);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("context and handles"), absl::string_view::npos)
+      << none.status();
+}
+
+// A budget covers the backend's context and handles too: the plan fits what they leave.
+TEST(ExecutorTest, BudgetedPlanFitsBesideTheBackendsFixedCost) {
+  const graph::Graph g = ZooGraph("mlp", 2048, {{"depth", 8}, {"width", 128}});
+  RecordingBackend backend;
+  std::unique_ptr<Trainer> plain = Trainer::Create(g, &backend, TrainerOptions{}).value();
+  const uint64_t unconstrained = plain->plan().peak_bytes;
+  TrainerOptions options;
+  options.budget_bytes = unconstrained;
+  backend.fixed_device = unconstrained / 10;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(g, &backend, options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  // Without the fixed cost this budget would take the plain plan; with it, sections.
+  EXPECT_LE((*trainer)->plan().peak_bytes, options.budget_bytes - backend.fixed_device);
+  EXPECT_LT((*trainer)->plan().peak_bytes, unconstrained);
+  backend.fixed_device = options.budget_bytes;
+  const int allocations = backend.allocations;
+  EXPECT_EQ(Trainer::Create(g, &backend, options).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backend.allocations, allocations);
 }
 
 TEST(ExecutorTest, BudgetedPlanFitsAndRuns) {

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "executor/backend_scratch.h"
+#include "graph/summary.h"
 #include "planner/memory_planner.h"
 #include "planner/sections.h"
 #include "util/status_macros.h"
@@ -40,6 +41,16 @@ absl::StatusOr<absl::flat_hash_map<std::string, const HostTensor*>> ValuesByName
 }
 
 }  // namespace
+
+absl::StatusOr<uint64_t> PlanBudget(uint64_t budget_bytes, uint64_t fixed_device_bytes) {
+  if (fixed_device_bytes >= budget_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the budget of ", graph::HumanBytes(budget_bytes), " leaves nothing for the step: the ",
+        "backend's context and handles alone hold ", graph::HumanBytes(fixed_device_bytes),
+        " of device memory"));
+  }
+  return budget_bytes - fixed_device_bytes;
+}
 
 Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
                  const TrainerOptions& options, SyntheticTask task)
@@ -85,7 +96,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     ASSIGN_OR_RETURN(std::unique_ptr<planner::SectionSearch> search,
                      planner::SectionSearch::Create(t->training_, *t->cost_, search_options));
     if (options.budget_bytes > 0) {
-      ASSIGN_OR_RETURN(t->plan_, search->Plan(options.budget_bytes));
+      ASSIGN_OR_RETURN(const uint64_t plan_budget,
+                       PlanBudget(options.budget_bytes, backend->fixed_device_bytes()));
+      ASSIGN_OR_RETURN(t->plan_, search->Plan(plan_budget));
     } else {
       ASSIGN_OR_RETURN(t->plan_, search->Unconstrained());
     }

@@ -33,7 +33,8 @@ namespace headroom::executor {
 struct TrainerOptions {
   // Seeds the initial weights, the synthetic batches and dropout. Default 1.
   uint64_t seed = 1;
-  // The device memory budget the plan must fit; 0 plans the plain step (no sections).
+  // The device memory budget the step must fit; 0 plans the plain step (no sections). The
+  // plan fits the budget less the backend's fixed_device_bytes() (its context and handles).
   uint64_t budget_bytes = 0;
   // Let the plan offload cached section inputs to host memory. Default true.
   bool allow_offload = true;
@@ -63,6 +64,10 @@ struct TrainerOptions {
   // Forward tensors to copy out in every step (ExecutorOptions::capture). Default none.
   std::vector<std::string> capture;
 };
+
+// Returns what a plan may use of `budget_bytes` on a backend holding `fixed_device_bytes`:
+// their difference; FailedPrecondition saying so where the fixed cost takes it all.
+absl::StatusOr<uint64_t> PlanBudget(uint64_t budget_bytes, uint64_t fixed_device_bytes);
 
 class Trainer {
  public:

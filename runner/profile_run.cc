@@ -130,6 +130,9 @@ absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend) {
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(g, backend, options));
   for (int step = 0; step < 3; ++step) RETURN_IF_ERROR(trainer->Step().status());
+  if (!backend->host_is_device_memory()) {
+    return backend->fixed_device_bytes() + backend->workspace_bytes();
+  }
   const proto::ProcessMemory account =
       sampler.Account(trainer->plan().peak_bytes, trainer->executor().host_pool_bytes());
   if (!account.unavailable_reason().empty()) {

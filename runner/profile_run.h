@@ -65,9 +65,11 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
 
 // Returns the memory a training run on `backend` holds beyond its plan when the model adds
 // almost nothing of its own: the unplanned bytes of a few steps of a small MLP (the
-// runtime's threads and their stacks, the kernel library's first code and buffers). A
-// daemon measures it once at start. The error of the run, or Unavailable where the process's
-// memory cannot be read.
+// runtime's threads and their stacks, the kernel library's first code and buffers). On a
+// backend with device memory of its own (CUDA), the device bytes instead: the backend's
+// fixed_device_bytes() (context and handles) and the workspace its kernels grew outside the
+// plan. A daemon measures it once at start. The error of the run, or Unavailable where the
+// process's memory cannot be read.
 absl::StatusOr<uint64_t> MeasureFixedCostBytes(executor::Backend* backend);
 
 }  // namespace headroom::runner

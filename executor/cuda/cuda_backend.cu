@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "executor/cuda/cuda_context.h"
+#include "executor/cuda/device_footprint.h"
 
 namespace headroom::executor::cuda {
 
@@ -125,6 +126,20 @@ absl::Status CudaBackend::Init() {
   HR_CUBLAS(cublasSetStream(ctx_->cublas, ctx_->compute));
   HR_CUBLAS(cublasSetMathMode(ctx_->cublas, ctx_->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                              : CUBLAS_DEFAULT_MATH));
+  return MeasureFixedCost();
+}
+
+absl::Status CudaBackend::MeasureFixedCost() {
+  HR_CUDA(cudaDeviceSynchronize());
+  if (absl::StatusOr<uint64_t> nvml = ThisProcessDeviceBytes(device_); nvml.ok()) {
+    fixed_device_bytes_ = *nvml;
+    fixed_device_source_ = "nvml";
+    return absl::OkStatus();
+  }
+  size_t free = 0, total = 0;
+  HR_CUDA(cudaMemGetInfo(&free, &total));
+  fixed_device_bytes_ = total - free;
+  fixed_device_source_ = "driver";
   return absl::OkStatus();
 }
 

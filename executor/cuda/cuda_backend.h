@@ -27,6 +27,9 @@
 // Unimplemented); cuDNN plans (descriptors, algorithms, workspace sizes) are cached per
 // shape and attributes for the backend's lifetime.
 //
+// Fixed cost: Init() measures what the context and handles hold on the device
+// (fixed_device_bytes()), so that a budget leaves room for them.
+//
 // Ownership: Buffers and Events handed out own their CUDA memory and events and may outlive
 // the backend. Thread-compatible: one executor thread calls it.
 #ifndef HEADROOM_EXECUTOR_CUDA_CUDA_BACKEND_H_
@@ -92,13 +95,24 @@ class CudaBackend : public Backend {
   // Grows the workspace to at least `bytes` now, so that no kernel has to grow it later.
   absl::Status ReserveWorkspace(uint64_t bytes);
 
+  // The device bytes the process held once Init() had made the context, streams and
+  // handles: NVML's per-process figure where NVML lists this process, else the driver's
+  // used bytes (total less free: other processes' use included, so never less than ours).
+  uint64_t fixed_device_bytes() const override { return fixed_device_bytes_; }
+  // Which of the two measured fixed_device_bytes(): "nvml" or "driver".
+  const std::string& fixed_device_source() const { return fixed_device_source_; }
+
   int device_ordinal() const { return device_; }
 
  private:
   // Makes this backend's device current for the calling thread.
   absl::Status Activate();
+  // Sets fixed_device_bytes_ and its source; called at the end of Init().
+  absl::Status MeasureFixedCost();
 
   int device_;
+  uint64_t fixed_device_bytes_ = 0;
+  std::string fixed_device_source_;
   std::unique_ptr<CudaContext> ctx_;
   std::unique_ptr<CudaStreams> streams_;
 };
