@@ -114,6 +114,7 @@ absl::StatusOr<proto::ProfileResponse> LocalProfiler::Profile(
                    runner::TrainerOptionsOf(request.plan(), request.seed(), backend_name));
   RETURN_IF_ERROR(ResolveLocalPlan(g, local_, options));
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend(backend_name));
+  RETURN_IF_ERROR(executor::ReserveFixedCost(*backend, options));
   runner::ProfileRunOptions run_options;
   run_options.steps = request.steps();
   run_options.backend = backend_name;

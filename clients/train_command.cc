@@ -31,6 +31,8 @@ struct TrainTotals {
   uint64_t measured_peak = 0;
   uint64_t offloaded = 0;
   double copy_wait = 0;
+  // The device memory budget given (before ReserveFixedCost lowered the plan's).
+  uint64_t budget = 0;
   // The backend's device memory outside the arena: its context and handles
   // (fixed_device_bytes()) and the workspace its kernels grew (workspace_bytes()).
   uint64_t fixed_device = 0;
@@ -49,19 +51,17 @@ struct TrainCommand {
 
  private:
   void PrintPlan(const executor::Trainer& trainer, const graph::Graph& g,
-                 const executor::TrainerOptions& options, uint64_t fixed_device_bytes,
-                 std::ostream& out) const;
+                 const TrainTotals& totals, std::ostream& out) const;
   absl::Status ExportInputs(executor::Trainer& trainer, const graph::Graph& g,
                             const executor::TrainerOptions& options) const;
   absl::Status Train(executor::Trainer& trainer, TrainTotals& totals, std::ostream& out) const;
   void PrintSummary(const executor::Trainer& trainer, const graph::Graph& g,
-                    const executor::TrainerOptions& options, const TrainTotals& totals,
-                    const proto::ProcessMemory& process, std::ostream& out) const;
+                    const TrainTotals& totals, const proto::ProcessMemory& process,
+                    std::ostream& out) const;
 };
 
 void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Graph& g,
-                             const executor::TrainerOptions& options, uint64_t fixed_device_bytes,
-                             std::ostream& out) const {
+                             const TrainTotals& totals, std::ostream& out) const {
   const planner::SectionPlan& plan = trainer.plan();
   int recomputed = 0, offloaded = 0;
   for (const planner::SectionInfo& s : plan.step->sections) {
@@ -73,10 +73,10 @@ void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Grap
       "%d tensor(s) offloaded; predicted peak %s%s\n",
       g.name(), run.backend, run.steps, plan.strategy, plan.step->sections.size(), recomputed,
       offloaded, graph::HumanBytes(plan.peak_bytes),
-      options.budget_bytes > 0
-          ? absl::StrCat(" (budget ", graph::HumanBytes(options.budget_bytes),
-                         fixed_device_bytes > 0
-                             ? absl::StrCat(", less ", graph::HumanBytes(fixed_device_bytes),
+      totals.budget > 0
+          ? absl::StrCat(" (budget ", graph::HumanBytes(totals.budget),
+                         totals.fixed_device > 0
+                             ? absl::StrCat(", less ", graph::HumanBytes(totals.fixed_device),
                                             " for the backend's context and handles")
                              : "",
                          ")")
@@ -128,8 +128,8 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
 }
 
 void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::Graph& g,
-                                const executor::TrainerOptions& options, const TrainTotals& t,
-                                const proto::ProcessMemory& process, std::ostream& out) const {
+                                const TrainTotals& t, const proto::ProcessMemory& process,
+                                std::ostream& out) const {
   const planner::SectionPlan& plan = trainer.plan();
   const double median = Median(t.seconds);
   const double first = t.losses.empty() ? 0 : t.losses.front();
@@ -148,7 +148,7 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("model").String(g.name())
       .Key("backend").String(run.backend)
       .Key("steps").Int(run.steps)
-      .Key("budget_bytes").Uint(options.budget_bytes)
+      .Key("budget_bytes").Uint(t.budget)
       .Key("strategy").String(plan.strategy)
       .Key("num_sections").Uint(plan.step->sections.size())
       .Key("predicted_peak_bytes").Uint(plan.peak_bytes)
@@ -181,21 +181,24 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(loaded.graph));
   RETURN_IF_ERROR(ResolveLocalPlan(g, local, options));
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend(run.backend));
+  // The plan gets the budget less what the backend itself holds; the output shows both.
+  TrainTotals totals;
+  totals.budget = options.budget_bytes;
+  totals.fixed_device = backend->fixed_device_bytes();
+  RETURN_IF_ERROR(executor::ReserveFixedCost(*backend, options));
   // The process's own memory from here on, against the plan (one run in this process: the
   // kernel's high-water mark is the run's).
   profiler::ProcessMemorySampler sampler(nullptr, {.reset_peak = true});
   options.events = &sampler;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(g, backend.get(), options));
-  if (!json) PrintPlan(*trainer, g, options, backend->fixed_device_bytes(), io.out);
+  if (!json) PrintPlan(*trainer, g, totals, io.out);
   if (!export_dir.empty()) {
     if (absl::Status s = ExportInputs(*trainer, g, options); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("--export: ", s.message()));
     }
   }
-  TrainTotals totals;
   RETURN_IF_ERROR(Train(*trainer, totals, io.out));
-  totals.fixed_device = backend->fixed_device_bytes();
   totals.workspace = backend->workspace_bytes();
   const planner::SectionPlan& plan = trainer->plan();
   if (!export_dir.empty()) {
@@ -206,7 +209,7 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   }
   const proto::ProcessMemory process =
       sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes());
-  PrintSummary(*trainer, g, options, totals, process, io.out);
+  PrintSummary(*trainer, g, totals, process, io.out);
   if (totals.measured_peak > plan.peak_bytes) {
     return absl::InternalError(absl::StrCat("measured peak ", totals.measured_peak,
                                             " B exceeds the predicted ", plan.peak_bytes,

@@ -107,7 +107,7 @@ class Backend {
   // Returns the device bytes the process held when the backend had started and allocated
   // nothing yet: the CUDA context, the libraries' handles and streams, measured once at start
   // (NVML's per-process figure where it can be had). A budget must leave room for them:
-  // Trainer plans for the budget less this. 0 where device memory is host memory (the CPU
+  // ReserveFixedCost() (executor/trainer.h) lowers a run's plan budget by this. 0 where device memory is host memory (the CPU
   // backend, whose fixed cost shows in the process's own accounting instead).
   virtual uint64_t fixed_device_bytes() const { return 0; }
 };

@@ -186,17 +186,9 @@ TEST(ExecutorTest, BudgetBelowMinimumFailsBeforeAnythingIsAllocated) {
   EXPECT_EQ(backend.allocations, 0);
 }
 
-TEST(ExecutorTest, PlanBudgetLeavesRoomForTheBackendsFixedCost) {
-  EXPECT_EQ(PlanBudget(1000, 0).value(), 1000u);
-  EXPECT_EQ(PlanBudget(1000, 300).value(), 700u);
-  absl::StatusOr<uint64_t> none = PlanBudget(1000, 1000);
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(none.status().message().find("context and handles"), absl::string_view::npos)
-      << none.status();
-}
-
-// A budget covers the backend's context and handles too: the plan fits what they leave.
-TEST(ExecutorTest, BudgetedPlanFitsBesideTheBackendsFixedCost) {
+// A run's budget covers the backend's context and handles too: the plan fits what they
+// leave, and a budget they take whole fails before anything is allocated.
+TEST(ExecutorTest, ReserveFixedCostLeavesRoomForTheBackendsContextAndHandles) {
   const graph::Graph g = ZooGraph("mlp", 2048, {{"depth", 8}, {"width", 128}});
   RecordingBackend backend;
   std::unique_ptr<Trainer> plain = Trainer::Create(g, &backend, TrainerOptions{}).value();
@@ -204,16 +196,24 @@ TEST(ExecutorTest, BudgetedPlanFitsBesideTheBackendsFixedCost) {
   TrainerOptions options;
   options.budget_bytes = unconstrained;
   backend.fixed_device = unconstrained / 10;
+  ASSERT_TRUE(ReserveFixedCost(backend, options).ok());
+  EXPECT_EQ(options.budget_bytes, unconstrained - unconstrained / 10);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(g, &backend, options);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   // Without the fixed cost this budget would take the plain plan; with it, sections.
-  EXPECT_LE((*trainer)->plan().peak_bytes, options.budget_bytes - backend.fixed_device);
-  EXPECT_LT((*trainer)->plan().peak_bytes, unconstrained);
-  backend.fixed_device = options.budget_bytes;
-  const int allocations = backend.allocations;
-  EXPECT_EQ(Trainer::Create(g, &backend, options).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(backend.allocations, allocations);
+  EXPECT_LE((*trainer)->plan().peak_bytes + backend.fixed_device, unconstrained);
+
+  TrainerOptions whole;
+  whole.budget_bytes = unconstrained;
+  backend.fixed_device = unconstrained;
+  absl::Status taken = ReserveFixedCost(backend, whole);
+  EXPECT_EQ(taken.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(taken.message().find("context and handles"), absl::string_view::npos) << taken;
+  EXPECT_EQ(whole.budget_bytes, unconstrained);
+
+  TrainerOptions unbudgeted;  // No budget: the plain plan, nothing to lower.
+  EXPECT_TRUE(ReserveFixedCost(backend, unbudgeted).ok());
+  EXPECT_EQ(unbudgeted.budget_bytes, 0u);
 }
 
 TEST(ExecutorTest, BudgetedPlanFitsAndRuns) {

@@ -42,14 +42,17 @@ absl::StatusOr<absl::flat_hash_map<std::string, const HostTensor*>> ValuesByName
 
 }  // namespace
 
-absl::StatusOr<uint64_t> PlanBudget(uint64_t budget_bytes, uint64_t fixed_device_bytes) {
-  if (fixed_device_bytes >= budget_bytes) {
+absl::Status ReserveFixedCost(const Backend& backend, TrainerOptions& options) {
+  const uint64_t fixed = backend.fixed_device_bytes();
+  if (options.budget_bytes == 0 || fixed == 0) return absl::OkStatus();
+  if (fixed >= options.budget_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the budget of ", graph::HumanBytes(budget_bytes), " leaves nothing for the step: the ",
-        "backend's context and handles alone hold ", graph::HumanBytes(fixed_device_bytes),
+        "the budget of ", graph::HumanBytes(options.budget_bytes), " leaves nothing for the ",
+        "step: the backend's context and handles alone hold ", graph::HumanBytes(fixed),
         " of device memory"));
   }
-  return budget_bytes - fixed_device_bytes;
+  options.budget_bytes -= fixed;
+  return absl::OkStatus();
 }
 
 Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
@@ -96,9 +99,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     ASSIGN_OR_RETURN(std::unique_ptr<planner::SectionSearch> search,
                      planner::SectionSearch::Create(t->training_, *t->cost_, search_options));
     if (options.budget_bytes > 0) {
-      ASSIGN_OR_RETURN(const uint64_t plan_budget,
-                       PlanBudget(options.budget_bytes, backend->fixed_device_bytes()));
-      ASSIGN_OR_RETURN(t->plan_, search->Plan(plan_budget));
+      ASSIGN_OR_RETURN(t->plan_, search->Plan(options.budget_bytes));
     } else {
       ASSIGN_OR_RETURN(t->plan_, search->Unconstrained());
     }

@@ -33,8 +33,8 @@ namespace headroom::executor {
 struct TrainerOptions {
   // Seeds the initial weights, the synthetic batches and dropout. Default 1.
   uint64_t seed = 1;
-  // The device memory budget the step must fit; 0 plans the plain step (no sections). The
-  // plan fits the budget less the backend's fixed_device_bytes() (its context and handles).
+  // The device memory budget the plan must fit; 0 plans the plain step (no sections).
+  // ReserveFixedCost() lowers it by what the backend itself holds.
   uint64_t budget_bytes = 0;
   // Let the plan offload cached section inputs to host memory. Default true.
   bool allow_offload = true;
@@ -65,9 +65,12 @@ struct TrainerOptions {
   std::vector<std::string> capture;
 };
 
-// Returns what a plan may use of `budget_bytes` on a backend holding `fixed_device_bytes`:
-// their difference; FailedPrecondition saying so where the fixed cost takes it all.
-absl::StatusOr<uint64_t> PlanBudget(uint64_t budget_bytes, uint64_t fixed_device_bytes);
+// For a run that owns the device (the command line's train and profile), whose budget is
+// all the device memory it may hold: lowers options.budget_bytes (where set) by the
+// backend's fixed_device_bytes(), so that the plan and the context and handles fit it
+// together. FailedPrecondition, changing nothing, where the fixed cost takes it all.
+// headroomd instead keeps a job's budget for its plan and adds the fixed cost at admission.
+absl::Status ReserveFixedCost(const Backend& backend, TrainerOptions& options);
 
 class Trainer {
  public:
