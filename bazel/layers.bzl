@@ -6,6 +6,7 @@ the build."""
 LAYERS = [
     "util",
     "proto",
+    "data",
     "graph",
     "planner",
     "profiler",

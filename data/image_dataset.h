@@ -1,0 +1,69 @@
+// A labelled image set held in memory: N images of [C, H, W] unsigned-byte pixels and one
+// class label in [0, num_classes) each, as classification training reads them. Built from
+// IDX files (Fashion-MNIST's, or any MNIST-like set), checked whole when built, so that a
+// bad label or a count that does not match fails at load, naming the file and the item.
+//
+// Phases: Create()/LoadFashionMnist() once; then Read() any item, from any thread
+// (immutable after creation).
+#ifndef HEADROOM_DATA_IMAGE_DATASET_H_
+#define HEADROOM_DATA_IMAGE_DATASET_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "data/idx_file.h"
+
+namespace headroom::data {
+
+// Where Debian's dataset-fashion-mnist package puts the set.
+inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+enum class FashionMnistPart { kTrain, kTest };
+
+class ImageDataset {
+ public:
+  // Returns the set of `images` ([N, H, W] for one channel, or [N, C, H, W]) and `labels`
+  // ([N], each below `num_classes`). InvalidArgument naming `name` and the item where the
+  // counts differ, a label is out of range, or the shapes are not images.
+  static absl::StatusOr<ImageDataset> Create(const std::string& name, IdxArray images,
+                                             IdxArray labels, int num_classes);
+
+  // Returns Fashion-MNIST's training (60,000) or test (10,000) part from `dir` (the
+  // package's gzip-compressed IDX files): 28x28, one channel, 10 classes. NotFound naming
+  // the file and the package to install where it is missing.
+  static absl::StatusOr<ImageDataset> LoadFashionMnist(FashionMnistPart part,
+                                                       const std::string& dir = kFashionMnistDir);
+
+  const std::string& name() const { return name_; }
+  int64_t size() const { return static_cast<int64_t>(labels_.size()); }
+  int64_t channels() const { return channels_; }
+  int64_t height() const { return height_; }
+  int64_t width() const { return width_; }
+  int num_classes() const { return num_classes_; }
+  // Returns the elements of one image: channels() * height() * width().
+  int64_t image_elements() const { return channels_ * height_ * width_; }
+
+  // Writes image `index`'s pixels, scaled to [0, 1] (pixel / 255), into `pixels` and returns
+  // its label. REQUIRES: 0 <= index < size(), pixels.size() == image_elements().
+  int64_t Read(int64_t index, absl::Span<float> pixels) const;
+
+  // Returns image `index`'s raw pixels. REQUIRES: 0 <= index < size().
+  absl::Span<const uint8_t> Pixels(int64_t index) const;
+  int64_t Label(int64_t index) const { return labels_[index]; }
+
+ private:
+  ImageDataset() = default;
+
+  std::string name_;
+  int64_t channels_ = 0, height_ = 0, width_ = 0;
+  int num_classes_ = 0;
+  std::vector<uint8_t> pixels_;
+  std::vector<uint8_t> labels_;
+};
+
+}  // namespace headroom::data
+
+#endif  // HEADROOM_DATA_IMAGE_DATASET_H_
