@@ -39,9 +39,11 @@ struct ModelSpec {
   ZooBuilder build;
 };
 
-std::vector<OptionSpec> ImageOptions() {
-  return {Option("image_size", 224, 4096, "height and width of the square input images"),
-          Option("classes", 1000, 1 << 20, "output classes")};
+std::vector<OptionSpec> ImageOptions(int64_t image_size = 224, int64_t channels = 3,
+                                     int64_t classes = 1000) {
+  return {Option("image_size", image_size, 4096, "height and width of the square input images"),
+          Option("channels", channels, 64, "channels of the input images"),
+          Option("classes", classes, 1 << 20, "output classes")};
 }
 
 ModelSpec ResNetSpec(int depth) {
@@ -95,6 +97,11 @@ const std::vector<ModelSpec>& Registry() {
       {"mobilenet_v2", "MobileNetV2, width multiplier 1 (torchvision layout)", ImageOptions(),
        zoo_internal::BuildMobileNetV2},
       TransformerSpec(),
+      {"small_cnn",
+       "small CNN for 28x28 images: 2 x (conv3x3, batch norm, ReLU, max-pool), then 2 Linear "
+       "layers",
+       ImageOptions(/*image_size=*/28, /*channels=*/1, /*classes=*/10),
+       zoo_internal::BuildSmallCnn},
   };
   return *registry;
 }

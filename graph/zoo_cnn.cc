@@ -109,9 +109,9 @@ std::string ResNetStage(GraphBuilder& b, const std::string& layer, std::string x
   return x;
 }
 
-// conv1 (7x7/2), bn1, relu, maxpool (3x3/2): [N,3,S,S] -> [N,64,S/4,S/4].
-std::string ResNetStem(GraphBuilder& b, const std::string& images) {
-  std::string x = b.Conv2D("conv1", images, 3, 64, 7, 2, 3);
+// conv1 (7x7/2), bn1, relu, maxpool (3x3/2): [N,C,S,S] -> [N,64,S/4,S/4].
+std::string ResNetStem(GraphBuilder& b, const std::string& images, int64_t channels) {
+  std::string x = b.Conv2D("conv1", images, channels, 64, 7, 2, 3);
   x = b.Unary("ReLU", "relu", b.BatchNorm("bn1", x, 64));
   return Pool(b, "MaxPool", "maxpool", x, 3, 2, 1);
 }
@@ -131,9 +131,8 @@ constexpr int64_t kVggFeatureStride = 32;
 
 // Adds "features.<i>" modules numbered as nn.Sequential numbers them: each conv3x3 (with bias)
 // and its ReLU take two indices, each max-pool one. Returns [N,512,S/32,S/32].
-std::string Vgg16Features(GraphBuilder& b, std::string x) {
+std::string Vgg16Features(GraphBuilder& b, std::string x, int64_t in_channels) {
   int64_t index = 0;
-  int64_t in_channels = 3;
   for (int64_t channels : kVgg16Features) {
     if (channels == kMaxPool) {
       x = Pool(b, "MaxPool", absl::StrCat("features.", index++), x, 2, 2, 0);
@@ -221,8 +220,8 @@ std::string InvertedResidual(GraphBuilder& b, const std::string& block, const st
 }
 
 // features.0 .. features.18: stem, the 17 inverted residual blocks, the 1x1 conv to 1280.
-std::string MobileNetV2Features(GraphBuilder& b, const std::string& images) {
-  std::string x = ConvBnReLU6(b, "features.0", images, 3, kMobileNetV2StemChannels, 3, 2);
+std::string MobileNetV2Features(GraphBuilder& b, const std::string& images, int64_t channels) {
+  std::string x = ConvBnReLU6(b, "features.0", images, channels, kMobileNetV2StemChannels, 3, 2);
   int64_t index = 1;
   int64_t in_channels = kMobileNetV2StemChannels;
   for (const InvertedResidualSetting& s : kMobileNetV2Settings) {
@@ -260,7 +259,8 @@ absl::StatusOr<proto::GraphDef> BuildResNet(int depth, int64_t batch,
   const ResNetLayout layout = LayoutOf(depth);
   const int64_t size = options.at("image_size");
   GraphBuilder b(absl::StrCat("resnet", depth));
-  std::string x = ResNetStem(b, b.Input("images", {batch, 3, size, size}));
+  const int64_t in = options.at("channels");
+  std::string x = ResNetStem(b, b.Input("images", {batch, in, size, size}), in);
   int64_t channels = 64;
   const int64_t planes[4] = {64, 128, 256, 512};
   for (int stage = 0; stage < 4; ++stage) {
@@ -277,7 +277,8 @@ absl::StatusOr<proto::GraphDef> BuildVgg16(int64_t batch, const ZooOptions& opti
   const int64_t size = options.at("image_size");
   ASSIGN_OR_RETURN(const int64_t pool_kernel, VggAvgPoolKernel(size));
   GraphBuilder b("vgg16");
-  std::string x = Vgg16Features(b, b.Input("images", {batch, 3, size, size}));
+  const int64_t in = options.at("channels");
+  std::string x = Vgg16Features(b, b.Input("images", {batch, in, size, size}), in);
   if (pool_kernel > 1) x = Pool(b, "AvgPool", "avgpool", x, pool_kernel, pool_kernel, 0);
   x = b.Op("Flatten", "flatten", {x});
   AddCrossEntropyLoss(b, Vgg16Classifier(b, x, options.at("classes")), {batch});
@@ -287,11 +288,34 @@ absl::StatusOr<proto::GraphDef> BuildVgg16(int64_t batch, const ZooOptions& opti
 absl::StatusOr<proto::GraphDef> BuildMobileNetV2(int64_t batch, const ZooOptions& options) {
   const int64_t size = options.at("image_size");
   GraphBuilder b("mobilenet_v2");
-  std::string x = MobileNetV2Features(b, b.Input("images", {batch, 3, size, size}));
+  const int64_t in = options.at("channels");
+  std::string x = MobileNetV2Features(b, b.Input("images", {batch, in, size, size}), in);
   x = AddDropout(b, "classifier.0", PoolAndFlatten(b, x), 0.2);
   const std::string logits =
       b.Linear("classifier.1", x, kMobileNetV2LastChannels, options.at("classes"));
   AddCrossEntropyLoss(b, logits, {batch});
+  return b.Build();
+}
+
+absl::StatusOr<proto::GraphDef> BuildSmallCnn(int64_t batch, const ZooOptions& options) {
+  const int64_t size = options.at("image_size");
+  const int64_t in = options.at("channels");
+  if (size % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "small_cnn: image_size ", size, " is not a multiple of 4 (two 2x2 max-pools)"));
+  }
+  GraphBuilder b("small_cnn");
+  std::string x = b.Input("images", {batch, in, size, size});
+  int64_t channels = in;
+  for (const auto& [index, out] : {std::pair{1, 32}, std::pair{2, 64}}) {
+    const std::string n = std::to_string(index);
+    x = ConvBn(b, "conv" + n, "bn" + n, x, channels, out, 3, 1);
+    x = Pool(b, "MaxPool", "pool" + n, b.Unary("ReLU", "relu" + n, x), 2, 2, 0);
+    channels = out;
+  }
+  x = b.Op("Flatten", "flatten", {x});
+  x = b.Unary("ReLU", "relu3", b.Linear("fc1", x, channels * (size / 4) * (size / 4), 128));
+  AddCrossEntropyLoss(b, b.Linear("fc2", x, 128, options.at("classes")), {batch});
   return b.Build();
 }
 

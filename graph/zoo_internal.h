@@ -36,6 +36,11 @@ absl::StatusOr<proto::GraphDef> BuildVgg16(int64_t batch, const ZooOptions& opti
 // mobilenet_v2 (torchvision layout, width multiplier 1): options image_size, classes.
 absl::StatusOr<proto::GraphDef> BuildMobileNetV2(int64_t batch, const ZooOptions& options);
 
+// A small CNN for 28x28 images (Fashion-MNIST): two blocks of conv3x3 (bias-free), batch
+// norm, ReLU and a 2x2 max-pool (32 then 64 channels), then Linear 128, ReLU, Linear to the
+// classes. InvalidArgument for an image size that is not a multiple of 4.
+absl::StatusOr<proto::GraphDef> BuildSmallCnn(int64_t batch, const ZooOptions& options);
+
 // transformer (GPT-2 layout with tied embeddings): options layers, d_model, heads, sequence,
 // vocab, positions, d_ff.
 absl::StatusOr<proto::GraphDef> BuildTransformer(int64_t batch, const ZooOptions& options);

@@ -93,6 +93,7 @@ std::vector<std::pair<std::string, Options>> SmallModels() {
           {"resnet152", {}},
           {"vgg16", {}},
           {"mobilenet_v2", {}},
+          {"small_cnn", {}},
           {"transformer",
            {{"layers", 2},
             {"d_model", 64},
@@ -110,7 +111,8 @@ TEST(ZooModelsTest, ListsEveryModelInOrder) {
   std::vector<std::string> names;
   for (const ZooModelInfo& info : ZooModels()) names.push_back(info.name);
   EXPECT_THAT(names, ElementsAre("mlp", "resnet18", "resnet34", "resnet50", "resnet101",
-                                 "resnet152", "vgg16", "mobilenet_v2", "transformer"));
+                                 "resnet152", "vgg16", "mobilenet_v2", "transformer",
+                                 "small_cnn"));
 }
 
 TEST(ZooModelsTest, EveryModelAndOptionIsDocumented) {
@@ -147,6 +149,24 @@ TEST(ZooParameterCountTest, MatchesPublishedCountsAtAnyBatch) {
       EXPECT_EQ(CountParameters(MustBuild(name, batch)), count) << name << " batch " << batch;
     }
   }
+}
+
+// PyTorch's count of the same layers (nn.Sequential of Conv2d(bias=False), BatchNorm2d,
+// ReLU, MaxPool2d, Flatten, Linear): 421,738 for 1x28x28 and 10 classes.
+TEST(ZooParameterCountTest, SmallCnnMatchesPyTorch) {
+  EXPECT_EQ(CountParameters(MustBuild("small_cnn", 4)), 421'738u);
+  // 3 channels of 32x32: conv1 grows by 2 * 32 * 9, fc1 by 64 * (64 - 49) * 128.
+  EXPECT_EQ(CountParameters(MustBuild("small_cnn", 4, {{"channels", 3}, {"image_size", 32}})),
+            421'738u + 2 * 32 * 9 + 64 * 15 * 128);
+  absl::StatusOr<proto::GraphDef> odd = BuildZooModel(Spec("small_cnn", 1, {{"image_size", 30}}));
+  EXPECT_THAT(odd.status().message(), HasSubstr("not a multiple of 4"));
+}
+
+// The channels option changes only the first convolution: torchvision's resnet18 with
+// 10 classes has 11,181,642 parameters; one input channel takes 2 * 64 * 49 fewer.
+TEST(ZooParameterCountTest, ChannelsChangeOnlyTheStem) {
+  EXPECT_EQ(CountParameters(MustBuild("resnet18", 2, {{"channels", 1}, {"classes", 10}})),
+            11'175'370u);
 }
 
 // Linear layers input->width, (depth-2) x width->width, width->classes, each with a bias.
@@ -467,7 +487,7 @@ TEST(ZooFromProtoTest, EveryModelAtBatchTwo) {
   for (const auto& [name, options] : SmallModels()) {
     SCOPED_TRACE(name);
     const proto::GraphDef def = MustBuild(name, 2, options);
-    if (name == "mlp") {
+    if (name == "mlp" || name == "small_cnn") {
       ExpectValid(def, {2, 10});
     } else if (name == "transformer") {
       ExpectValid(def, {2, 16, 100});
