@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,6 @@
 namespace headroom::data {
 namespace {
 
-constexpr uint8_t kUnsignedByte = 0x08;
 constexpr int kMaxDims = 4;
 constexpr uint64_t kMaxElements = uint64_t{1} << 31;
 
@@ -45,7 +45,23 @@ absl::Status ReadExactly(gzFile f, const std::string& path, const char* what, vo
   return absl::OkStatus();
 }
 
+// Reverses the bytes of each 4-byte float: IDX's big-endian to this machine's little-endian
+// and back.
+void SwapFloats(std::vector<uint8_t>& bytes) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a little-endian host");
+  for (size_t i = 0; i + 4 <= bytes.size(); i += 4) {
+    std::swap(bytes[i], bytes[i + 3]);
+    std::swap(bytes[i + 1], bytes[i + 2]);
+  }
+}
+
 }  // namespace
+
+int64_t IdxArray::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
 
 int64_t IdxArray::item_elements() const {
   int64_t n = 1;
@@ -67,10 +83,10 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         "IDX file '", path, "': not an IDX file (its first two bytes are not zero)"));
   }
-  if (magic[2] != kUnsignedByte) {
-    return absl::InvalidArgumentError(absl::StrCat("IDX file '", path, "': element type 0x",
-                                                   absl::Hex(magic[2], absl::kZeroPad2),
-                                                   " is not supported (only 0x08, unsigned byte)"));
+  if (magic[2] != kIdxUnsignedByte && magic[2] != kIdxFloat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "IDX file '", path, "': element type 0x", absl::Hex(magic[2], absl::kZeroPad2),
+        " is not supported (0x08, unsigned byte, or 0x0d, float)"));
   }
   const int rank = magic[3];
   if (rank < 1 || rank > kMaxDims) {
@@ -78,6 +94,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
                                                    " dimensions; needs 1 to ", kMaxDims));
   }
   IdxArray array;
+  array.type = magic[2];
   uint64_t elements = 1;
   for (int d = 0; d < rank; ++d) {
     uint8_t be[4];
@@ -93,14 +110,16 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     }
     array.dims.push_back(static_cast<int64_t>(dim));
   }
-  array.bytes.resize(elements);
+  const uint64_t bytes = elements * array.element_bytes();
+  array.bytes.resize(bytes);
   if (absl::Status s = ReadExactly(
           f.get(), path,
           absl::StrCat("the elements of [", absl::StrJoin(array.dims, ","), "]").c_str(),
-          array.bytes.data(), elements);
+          array.bytes.data(), bytes);
       !s.ok()) {
     return s;
   }
+  if (array.type == kIdxFloat) SwapFloats(array.bytes);
   uint8_t extra;
   if (gzread(f.get(), &extra, 1) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -110,13 +129,15 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
 }
 
 std::string EncodeIdx(const IdxArray& array) {
-  std::string out = {0, 0, static_cast<char>(kUnsignedByte), static_cast<char>(array.dims.size())};
+  std::string out = {0, 0, static_cast<char>(array.type), static_cast<char>(array.dims.size())};
   for (int64_t d : array.dims) {
     const auto u = static_cast<uint32_t>(d);
     out += {static_cast<char>(u >> 24), static_cast<char>(u >> 16), static_cast<char>(u >> 8),
             static_cast<char>(u)};
   }
-  out.append(array.bytes.begin(), array.bytes.end());
+  std::vector<uint8_t> elements = array.bytes;
+  if (array.type == kIdxFloat) SwapFloats(elements);
+  out.append(elements.begin(), elements.end());
   return out;
 }
 

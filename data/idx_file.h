@@ -3,8 +3,8 @@
 // dimension, then the elements in row-major order. Read plain or gzip-compressed (zlib
 // detects which).
 //
-// Limits: unsigned-byte elements only (type 0x08, what every MNIST-like set uses); at most 4
-// dimensions; at most 2 GiB of elements. Every violation is InvalidArgument naming the file
+// Limits: unsigned-byte (type 0x08, what every MNIST-like set uses) or float32 (type 0x0D,
+// big-endian in the file) elements; at most 4 dimensions; at most 2^31 elements. Every violation is InvalidArgument naming the file
 // and what is wrong; a missing file is NotFound.
 //
 // Thread-safe: no state.
@@ -19,9 +19,18 @@
 
 namespace headroom::data {
 
+// The element types read.
+inline constexpr uint8_t kIdxUnsignedByte = 0x08;
+inline constexpr uint8_t kIdxFloat = 0x0D;
+
 struct IdxArray {
-  std::vector<int64_t> dims;   // e.g. {60000, 28, 28} for images, {60000} for labels
-  std::vector<uint8_t> bytes;  // row-major, product(dims) of them
+  uint8_t type = kIdxUnsignedByte;  // kIdxUnsignedByte or kIdxFloat
+  std::vector<int64_t> dims;        // e.g. {60000, 28, 28} for images, {60000} for labels
+  // The elements, row-major, in host order: product(dims) bytes, or floats.
+  std::vector<uint8_t> bytes;
+
+  int64_t element_bytes() const { return type == kIdxFloat ? 4 : 1; }
+  int64_t num_elements() const;
 
   // Returns the number of elements of one item (the product of every dim but the first).
   int64_t item_elements() const;

@@ -72,7 +72,7 @@ TEST(IdxFileTest, EveryBadFileIsAnErrorNamingIt) {
   const Case cases[] = {
       {"empty.idx", "", "ends inside the magic number"},
       {"magic.idx", std::string("\x01\x00\x08\x03", 4) + good.substr(4), "not an IDX file"},
-      {"float.idx", std::string("\x00\x00\x0d\x03", 4) + good.substr(4), "element type 0x0d"},
+      {"int.idx", std::string("\x00\x00\x0c\x03", 4) + good.substr(4), "element type 0x0c"},
       {"rank.idx", std::string("\x00\x00\x08\x07", 4) + good.substr(4), "7 dimensions"},
       {"zero.idx", std::string("\x00\x00\x08\x01\x00\x00\x00\x00", 8), "(empty)"},
       {"short.idx", good.substr(0, good.size() - 1), "1 bytes missing"},
@@ -87,6 +87,20 @@ TEST(IdxFileTest, EveryBadFileIsAnErrorNamingIt) {
     EXPECT_THAT(read.status().message(), HasSubstr(path)) << c.name;
     EXPECT_THAT(read.status().message(), HasSubstr(c.message)) << c.name;
   }
+}
+
+// Floats are big-endian in the file: 1.0f is 3f 80 00 00, -2.5f is c0 20 00 00.
+TEST(IdxFileTest, FloatsAreBigEndianInTheFile) {
+  const std::string bytes = std::string("\x00\x00\x0d\x01\x00\x00\x00\x02", 8) +
+                            std::string("\x3f\x80\x00\x00\xc0\x20\x00\x00", 8);
+  absl::StatusOr<IdxArray> read = ReadIdxFile(WritePlain("floats.idx", bytes));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->type, kIdxFloat);
+  ASSERT_EQ(read->bytes.size(), 8u);
+  const float* v = reinterpret_cast<const float*>(read->bytes.data());
+  EXPECT_EQ(v[0], 1.0f);
+  EXPECT_EQ(v[1], -2.5f);
+  EXPECT_EQ(EncodeIdx(*read), bytes);
 }
 
 TEST(IdxFileTest, AMissingFileIsNotFound) {

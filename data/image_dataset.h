@@ -1,7 +1,8 @@
-// A labelled image set held in memory: N images of [C, H, W] unsigned-byte pixels and one
-// class label in [0, num_classes) each, as classification training reads them. Built from
-// IDX files (Fashion-MNIST's, or any MNIST-like set), checked whole when built, so that a
-// bad label or a count that does not match fails at load, naming the file and the item.
+// A labelled image set held in memory: N images of [C, H, W] pixels (unsigned bytes, read
+// as byte / 255, or floats, read as they are) and one class label in [0, num_classes) each,
+// as classification training reads them. Built from IDX files (Fashion-MNIST's, any
+// MNIST-like set, or a dataset directory: docs/data.md), checked whole when built, so that
+// a bad label or a count that does not match fails at load, naming the file and the item.
 //
 // Phases: Create()/LoadFashionMnist() once; then Read() any item, from any thread
 // (immutable after creation).
@@ -25,9 +26,10 @@ enum class FashionMnistPart { kTrain, kTest };
 
 class ImageDataset {
  public:
-  // Returns the set of `images` ([N, H, W] for one channel, or [N, C, H, W]) and `labels`
-  // ([N], each below `num_classes`). InvalidArgument naming `name` and the item where the
-  // counts differ, a label is out of range, or the shapes are not images.
+  // Returns the set of `images` ([N, H, W] for one channel, or [N, C, H, W]; bytes or
+  // floats) and `labels` ([N] bytes, each below `num_classes`). InvalidArgument naming
+  // `name` and the item where the counts differ, a label is out of range, a float is not
+  // finite, or the shapes are not images.
   static absl::StatusOr<ImageDataset> Create(const std::string& name, IdxArray images,
                                              IdxArray labels, int num_classes);
 
@@ -36,6 +38,13 @@ class ImageDataset {
   // the file and the package to install where it is missing.
   static absl::StatusOr<ImageDataset> LoadFashionMnist(FashionMnistPart part,
                                                        const std::string& dir = kFashionMnistDir);
+
+  // Returns the set in dataset directory `dir` (docs/data.md): an `index.txt` naming the
+  // class count and the shards, each a pair of IDX files (images, labels), optionally
+  // gzip-compressed, concatenated in the index's order. NotFound where `dir` has no
+  // index; InvalidArgument naming the file and line for a malformed index, and the shard for
+  // shards whose images differ in shape or element type.
+  static absl::StatusOr<ImageDataset> LoadDirectory(const std::string& dir);
 
   const std::string& name() const { return name_; }
   int64_t size() const { return static_cast<int64_t>(labels_.size()); }
@@ -46,12 +55,10 @@ class ImageDataset {
   // Returns the elements of one image: channels() * height() * width().
   int64_t image_elements() const { return channels_ * height_ * width_; }
 
-  // Writes image `index`'s pixels, scaled to [0, 1] (pixel / 255), into `pixels` and returns
-  // its label. REQUIRES: 0 <= index < size(), pixels.size() == image_elements().
+  // Writes image `index`'s pixels into `pixels` (bytes scaled to [0, 1] as byte / 255,
+  // floats as they are) and returns its label. REQUIRES: 0 <= index < size(), pixels.size() == image_elements().
   int64_t Read(int64_t index, absl::Span<float> pixels) const;
 
-  // Returns image `index`'s raw pixels. REQUIRES: 0 <= index < size().
-  absl::Span<const uint8_t> Pixels(int64_t index) const;
   int64_t Label(int64_t index) const { return labels_[index]; }
 
  private:
@@ -60,6 +67,8 @@ class ImageDataset {
   std::string name_;
   int64_t channels_ = 0, height_ = 0, width_ = 0;
   int num_classes_ = 0;
+  // The images' elements: bytes, or floats where `floats_`.
+  bool floats_ = false;
   std::vector<uint8_t> pixels_;
   std::vector<uint8_t> labels_;
 };

@@ -3,6 +3,10 @@
 #include <sys/stat.h>
 
 #include <array>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -60,6 +64,90 @@ TEST(ImageDatasetTest, BadSetsAreErrorsNamingTheSetAndItem) {
               HasSubstr("need [N, H, W] or [N, C, H, W]"));
   EXPECT_THAT(ImageDataset::Create("s", Images({2, 2, 2}), Labels({0, 0}), 1).status().message(),
               HasSubstr("1 classes"));
+}
+
+std::string TempDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+void Write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A directory of two shards (docs/data.md) reads as the shards' items in index order.
+TEST(ImageDatasetTest, ADirectoryConcatenatesItsShards) {
+  const std::string dir = TempDir("two_shards");
+  Write(dir + "/a.images.idx", EncodeIdx(Images({2, 2, 2})));
+  Write(dir + "/a.labels.idx", EncodeIdx(Labels({0, 1})));
+  IdxArray more = Images({3, 2, 2});
+  for (uint8_t& b : more.bytes) b = 200;
+  Write(dir + "/b.images.idx", EncodeIdx(more));
+  Write(dir + "/b.labels.idx", EncodeIdx(Labels({2, 2, 1})));
+  Write(dir + "/index.txt",
+        "headroom-dataset 1\n# two shards\nclasses 3\nshard a.images.idx a.labels.idx\n\n"
+        "shard b.images.idx b.labels.idx\n");
+  absl::StatusOr<ImageDataset> set = ImageDataset::LoadDirectory(dir);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->size(), 5);
+  EXPECT_EQ(set->num_classes(), 3);
+  std::vector<float> px(4);
+  EXPECT_EQ(set->Read(1, absl::MakeSpan(px)), 1);
+  EXPECT_EQ(px[0], 4 / 255.0f);
+  EXPECT_EQ(set->Read(4, absl::MakeSpan(px)), 1);
+  EXPECT_EQ(px[3], 200 / 255.0f);
+}
+
+TEST(ImageDatasetTest, FloatImagesReadAsTheyAre) {
+  IdxArray images;
+  images.type = kIdxFloat;
+  images.dims = {2, 1, 2};
+  const float values[] = {0.5f, -1.25f, 3.0f, 1e-3f};
+  images.bytes.assign(reinterpret_cast<const uint8_t*>(values),
+                      reinterpret_cast<const uint8_t*>(values) + sizeof(values));
+  absl::StatusOr<ImageDataset> set = ImageDataset::Create("f", images, Labels({1, 0}), 2);
+  ASSERT_TRUE(set.ok()) << set.status();
+  std::vector<float> px(2);
+  EXPECT_EQ(set->Read(1, absl::MakeSpan(px)), 0);
+  EXPECT_EQ(px, (std::vector<float>{3.0f, 1e-3f}));
+  const float bad[] = {0.0f, std::nanf(""), 1.0f, 1.0f};
+  images.bytes.assign(reinterpret_cast<const uint8_t*>(bad),
+                      reinterpret_cast<const uint8_t*>(bad) + sizeof(bad));
+  EXPECT_THAT(ImageDataset::Create("f", images, Labels({1, 0}), 2).status().message(),
+              HasSubstr("item 0 holds nan"));
+}
+
+TEST(ImageDatasetTest, BadDirectoriesAreErrorsNamingFileAndLine) {
+  const std::string dir = TempDir("bad_index");
+  Write(dir + "/a.images.idx", EncodeIdx(Images({2, 2, 2})));
+  Write(dir + "/a.labels.idx", EncodeIdx(Labels({0, 1})));
+  Write(dir + "/c.images.idx", EncodeIdx(Images({2, 3, 3})));
+  Write(dir + "/c.labels.idx", EncodeIdx(Labels({0, 1, 1})));
+  struct Case {
+    std::string index, message;
+  };
+  const Case cases[] = {
+      {"classes 2\n", "line 1: the first line must be 'headroom-dataset 1'"},
+      {"headroom-dataset 1\nclasses two\n", "line 2: 'classes' needs a number"},
+      {"headroom-dataset 1\nclasses 2\nshards a b\n", "line 3: 'shards a b' is neither"},
+      {"headroom-dataset 1\nclasses 2\n", "at least one 'shard IMAGES LABELS'"},
+      {"headroom-dataset 1\nclasses 2\nshard a.images.idx a.labels.idx\n"
+       "shard c.images.idx a.labels.idx\n",
+       "line 4: shard 'c.images.idx' holds [2,3,3] items of another shape"},
+      {"headroom-dataset 1\nclasses 2\nshard a.images.idx c.labels.idx\n",
+       "shard 'c.labels.idx' holds labels [3] for 2 images"},
+      {"headroom-dataset 1\nclasses 2\nshard a.images.idx missing.idx\n", "missing.idx"},
+  };
+  for (const Case& c : cases) {
+    Write(dir + "/index.txt", c.index);
+    absl::StatusOr<ImageDataset> set = ImageDataset::LoadDirectory(dir);
+    EXPECT_FALSE(set.ok()) << c.index;
+    EXPECT_THAT(set.status().message(), HasSubstr(c.message)) << c.index;
+  }
+  EXPECT_EQ(ImageDataset::LoadDirectory(TempDir("empty")).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(ImageDatasetTest, AMissingFashionMnistSaysWhichPackage) {
