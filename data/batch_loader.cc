@@ -11,8 +11,8 @@
 namespace headroom::data {
 
 absl::StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::Create(const ImageDataset* set,
-                                                                  std::vector<int64_t> items,
-                                                                  const LoaderOptions& options) {
+                                                                 std::vector<int64_t> items,
+                                                                 const LoaderOptions& options) {
   auto fail = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("loading '", set->name(), "': ", what));
   };
@@ -29,13 +29,12 @@ absl::StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::Create(const ImageData
   const int64_t global = options.batch * options.ranks;
   const int64_t batches = BatchesPerEpoch(static_cast<int64_t>(items.size()), global);
   if (batches == 0) {
-    return fail(absl::StrCat(items.size(), " items hold no whole global batch of ", global,
-                             " (", options.ranks, " rank(s) of ", options.batch, ")"));
+    return fail(absl::StrCat(items.size(), " items hold no whole global batch of ", global, " (",
+                             options.ranks, " rank(s) of ", options.batch, ")"));
   }
   if (options.first_epoch < 0 || options.first_batch < 0 || options.first_batch >= batches) {
-    return fail(absl::StrCat("start at epoch ", options.first_epoch, " batch ",
-                             options.first_batch, " is outside the epoch's ", batches,
-                             " batches"));
+    return fail(absl::StrCat("start at epoch ", options.first_epoch, " batch ", options.first_batch,
+                             " is outside the epoch's ", batches, " batches"));
   }
   return std::unique_ptr<BatchLoader>(new BatchLoader(set, std::move(items), options, batches));
 }

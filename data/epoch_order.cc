@@ -56,13 +56,13 @@ void Shuffle(std::vector<int64_t>& v, SplitMix64Stream& rng) {
 absl::StatusOr<TrainValidationSplit> SplitTrainValidation(int64_t size, double validation_fraction,
                                                           uint64_t seed) {
   if (!(validation_fraction >= 0 && validation_fraction < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("validation fraction ", validation_fraction,
-                                                   " is outside [0, 1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("validation fraction ", validation_fraction, " is outside [0, 1)"));
   }
   const auto held = static_cast<int64_t>(std::llround(size * validation_fraction));
   if (size - held < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a validation fraction of ", validation_fraction, " of ", size, " items leaves none to train on"));
+    return absl::InvalidArgumentError(absl::StrCat("a validation fraction of ", validation_fraction,
+                                                   " of ", size, " items leaves none to train on"));
   }
   std::vector<int64_t> all(size);
   for (int64_t i = 0; i < size; ++i) all[i] = i;
@@ -71,7 +71,8 @@ absl::StatusOr<TrainValidationSplit> SplitTrainValidation(int64_t size, double v
   TrainValidationSplit split;
   std::vector<bool> is_validation(size, false);
   for (int64_t i = 0; i < held; ++i) is_validation[all[i]] = true;
-  for (int64_t i = 0; i < size; ++i) (is_validation[i] ? split.validation : split.train).push_back(i);
+  for (int64_t i = 0; i < size; ++i)
+    (is_validation[i] ? split.validation : split.train).push_back(i);
   return split;
 }
 
@@ -88,9 +89,8 @@ int64_t BatchesPerEpoch(int64_t items, int64_t global_batch) {
   return items / global_batch;
 }
 
-absl::StatusOr<absl::Span<const int64_t>> RankBatch(absl::Span<const int64_t> order,
-                                                    int64_t index, int64_t batch, int rank,
-                                                    int ranks) {
+absl::StatusOr<absl::Span<const int64_t>> RankBatch(absl::Span<const int64_t> order, int64_t index,
+                                                    int64_t batch, int rank, int ranks) {
   if (batch < 1 || ranks < 1 || rank < 0 || rank >= ranks) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", ranks, " at batch ",
                                                    batch, ": needs 0 <= rank < ranks, batch >= 1"));
@@ -99,8 +99,8 @@ absl::StatusOr<absl::Span<const int64_t>> RankBatch(absl::Span<const int64_t> or
   const int64_t batches = BatchesPerEpoch(static_cast<int64_t>(order.size()), global);
   if (index < 0 || index >= batches) {
     return absl::OutOfRangeError(absl::StrCat("global batch ", index, " of an epoch of ",
-                                              order.size(), " items, which holds ", batches,
-                                              " of ", global));
+                                              order.size(), " items, which holds ", batches, " of ",
+                                              global));
   }
   return order.subspan(index * global + rank * batch, batch);
 }

@@ -5,8 +5,8 @@
 //
 // The shuffle is Fisher-Yates driven by SplitMix64 (util/split_mix.h) with an unbiased
 // bounded draw (Lemire's multiply-shift with rejection), written out here rather than taken
-// from <random>, whose distributions differ between standard libraries. A permutation depends only on (seed,
-// epoch, the items), never on earlier calls.
+// from <random>, whose distributions differ between standard libraries. A permutation depends only
+// on (seed, epoch, the items), never on earlier calls.
 //
 // Batches: an epoch of n items at global batch G has floor(n / G) batches; the last n mod G
 // items of the permutation are left out of that epoch (they are in other epochs' batches).
@@ -47,9 +47,8 @@ int64_t BatchesPerEpoch(int64_t items, int64_t global_batch);
 // Returns rank `rank` of `ranks`' items of global batch `index` of `order` (an epoch's
 // permutation) at per-rank batch `batch`. OutOfRange past the epoch's last whole batch;
 // InvalidArgument for a rank outside [0, ranks) or a batch below 1.
-absl::StatusOr<absl::Span<const int64_t>> RankBatch(absl::Span<const int64_t> order,
-                                                    int64_t index, int64_t batch, int rank,
-                                                    int ranks);
+absl::StatusOr<absl::Span<const int64_t>> RankBatch(absl::Span<const int64_t> order, int64_t index,
+                                                    int64_t batch, int rank, int ranks);
 
 }  // namespace headroom::data
 

@@ -84,8 +84,7 @@ TEST(EpochOrderTest, RanksSplitEachGlobalBatch) {
     ASSERT_TRUE(whole.ok());
     EXPECT_EQ(joined, std::vector<int64_t>(whole->begin(), whole->end())) << "batch " << b;
   }
-  EXPECT_EQ(RankBatch(order, 5, kBatch, 0, kRanks).status().code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(RankBatch(order, 5, kBatch, 0, kRanks).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(RankBatch(order, 0, kBatch, 4, kRanks).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RankBatch(order, 0, 0, 0, kRanks).status().code(), absl::StatusCode::kInvalidArgument);

@@ -80,18 +80,18 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   uint8_t magic[4];
   if (absl::Status s = ReadExactly(f.get(), path, "the magic number", magic, 4); !s.ok()) return s;
   if (magic[0] != 0 || magic[1] != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IDX file '", path, "': not an IDX file (its first two bytes are not zero)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IDX file '", path, "': not an IDX file (its first two bytes are not zero)"));
   }
   if (magic[2] != kIdxUnsignedByte && magic[2] != kIdxFloat) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IDX file '", path, "': element type 0x", absl::Hex(magic[2], absl::kZeroPad2),
-        " is not supported (0x08, unsigned byte, or 0x0d, float)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IDX file '", path, "': element type 0x", absl::Hex(magic[2], absl::kZeroPad2),
+                     " is not supported (0x08, unsigned byte, or 0x0d, float)"));
   }
   const int rank = magic[3];
   if (rank < 1 || rank > kMaxDims) {
-    return absl::InvalidArgumentError(absl::StrCat("IDX file '", path, "': ", rank,
-                                                   " dimensions; needs 1 to ", kMaxDims));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IDX file '", path, "': ", rank, " dimensions; needs 1 to ", kMaxDims));
   }
   IdxArray array;
   array.type = magic[2];
@@ -103,10 +103,10 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
                          (uint64_t{be[2]} << 8) | uint64_t{be[3]};
     elements *= dim;
     if (dim == 0 || elements > kMaxElements) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("IDX file '", path, "': dimension ", d, " is ", dim,
-                       dim == 0 ? " (empty)" : absl::StrCat(", past the limit of ", kMaxElements,
-                                                            " elements in all")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "IDX file '", path, "': dimension ", d, " is ", dim,
+          dim == 0 ? " (empty)"
+                   : absl::StrCat(", past the limit of ", kMaxElements, " elements in all")));
     }
     array.dims.push_back(static_cast<int64_t>(dim));
   }
@@ -122,8 +122,8 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   if (array.type == kIdxFloat) SwapFloats(array.bytes);
   uint8_t extra;
   if (gzread(f.get(), &extra, 1) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IDX file '", path, "': bytes follow the ", elements, " elements its dimensions hold"));
+    return absl::InvalidArgumentError(absl::StrCat("IDX file '", path, "': bytes follow the ",
+                                                   elements, " elements its dimensions hold"));
   }
   return array;
 }

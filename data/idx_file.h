@@ -4,8 +4,8 @@
 // detects which).
 //
 // Limits: unsigned-byte (type 0x08, what every MNIST-like set uses) or float32 (type 0x0D,
-// big-endian in the file) elements; at most 4 dimensions; at most 2^31 elements. Every violation is InvalidArgument naming the file
-// and what is wrong; a missing file is NotFound.
+// big-endian in the file) elements; at most 4 dimensions; at most 2^31 elements. Every violation is
+// InvalidArgument naming the file and what is wrong; a missing file is NotFound.
 //
 // Thread-safe: no state.
 #ifndef HEADROOM_DATA_IDX_FILE_H_

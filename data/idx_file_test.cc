@@ -45,8 +45,8 @@ IdxArray Sample() {
 
 TEST(IdxFileTest, ReadsWhatItEncodedPlainAndCompressed) {
   const IdxArray a = Sample();
-  for (const std::string& path : {WritePlain("plain.idx", EncodeIdx(a)),
-                                  WriteGzip("packed.idx.gz", EncodeIdx(a))}) {
+  for (const std::string& path :
+       {WritePlain("plain.idx", EncodeIdx(a)), WriteGzip("packed.idx.gz", EncodeIdx(a))}) {
     absl::StatusOr<IdxArray> read = ReadIdxFile(path);
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_EQ(read->dims, a.dims) << path;

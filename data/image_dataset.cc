@@ -5,12 +5,12 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 #include "util/check.h"
 #include "util/file_io.h"
 
@@ -35,8 +35,8 @@ absl::StatusOr<ImageDataset> ImageDataset::Create(const std::string& name, IdxAr
     }
   }
   if (labels.dims.size() != 1) {
-    return fail(absl::StrCat("labels have shape [", absl::StrJoin(labels.dims, ","),
-                             "]; need [N]"));
+    return fail(
+        absl::StrCat("labels have shape [", absl::StrJoin(labels.dims, ","), "]; need [N]"));
   }
   if (labels.dims[0] != images.dims[0]) {
     return fail(absl::StrCat(images.dims[0], " images but ", labels.dims[0], " labels"));
@@ -46,8 +46,8 @@ absl::StatusOr<ImageDataset> ImageDataset::Create(const std::string& name, IdxAr
   }
   for (size_t i = 0; i < labels.bytes.size(); ++i) {
     if (labels.bytes[i] >= num_classes) {
-      return fail(absl::StrCat("item ", i, " has label ", int{labels.bytes[i]},
-                               ", outside [0, ", num_classes, ")"));
+      return fail(absl::StrCat("item ", i, " has label ", int{labels.bytes[i]}, ", outside [0, ",
+                               num_classes, ")"));
     }
   }
   ImageDataset set;
@@ -133,8 +133,8 @@ absl::StatusOr<ImageDataset> ImageDataset::LoadFashionMnist(FashionMnistPart par
   auto read = [&](const std::string& file) -> absl::StatusOr<IdxArray> {
     absl::StatusOr<IdxArray> array = ReadIdxFile(absl::StrCat(dir, "/", file));
     if (absl::IsNotFound(array.status())) {
-      return absl::NotFoundError(absl::StrCat(array.status().message(),
-                                              " (install Debian's dataset-fashion-mnist)"));
+      return absl::NotFoundError(
+          absl::StrCat(array.status().message(), " (install Debian's dataset-fashion-mnist)"));
     }
     return array;
   };

@@ -56,7 +56,8 @@ class ImageDataset {
   int64_t image_elements() const { return channels_ * height_ * width_; }
 
   // Writes image `index`'s pixels into `pixels` (bytes scaled to [0, 1] as byte / 255,
-  // floats as they are) and returns its label. REQUIRES: 0 <= index < size(), pixels.size() == image_elements().
+  // floats as they are) and returns its label. REQUIRES: 0 <= index < size(), pixels.size() ==
+  // image_elements().
   int64_t Read(int64_t index, absl::Span<float> pixels) const;
 
   int64_t Label(int64_t index) const { return labels_[index]; }

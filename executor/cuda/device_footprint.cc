@@ -66,8 +66,7 @@ const Nvml& OpenNvml() {
 
 }  // namespace
 
-absl::StatusOr<uint64_t> ProcessBytesOf(const std::vector<DeviceProcess>& processes,
-                                        uint32_t pid) {
+absl::StatusOr<uint64_t> ProcessBytesOf(const std::vector<DeviceProcess>& processes, uint32_t pid) {
   for (const DeviceProcess& p : processes) {
     if (p.pid != pid) continue;
     if (p.used_bytes == DeviceProcess::kNotAvailable) {
@@ -84,8 +83,8 @@ absl::StatusOr<std::vector<DeviceProcess>> ListDeviceProcesses(int device) {
   const Nvml& nvml = OpenNvml();
   if (!nvml.error.empty()) return absl::UnavailableError(nvml.error);
   char bus_id[64] = {};
-  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device),
-                             "cudaDeviceGetPCIBusId"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device), "cudaDeviceGetPCIBusId"));
   NvmlDevice handle = nullptr;
   if (const NvmlReturn r = nvml.handle_by_pci(bus_id, &handle); r != kNvmlSuccess) {
     return absl::FailedPreconditionError(

@@ -30,8 +30,7 @@ struct DeviceProcess {
 
 // Returns the bytes row `pid` of `processes` uses: NotFound where `pid` is not listed,
 // Unavailable where its figure is kNotAvailable.
-absl::StatusOr<uint64_t> ProcessBytesOf(const std::vector<DeviceProcess>& processes,
-                                        uint32_t pid);
+absl::StatusOr<uint64_t> ProcessBytesOf(const std::vector<DeviceProcess>& processes, uint32_t pid);
 
 // Returns NVML's compute-process list for CUDA device `device` (matched by PCI bus id, so
 // CUDA_VISIBLE_DEVICES renumbering does not matter). Unavailable without NVML or its
