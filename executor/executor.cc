@@ -52,7 +52,8 @@ Executor::Executor(const graph::Graph& forward,
       backend_(backend),
       options_(options),
       program_(std::move(program)),
-      observer_(MakeObserver(options.events)) {
+      observer_(MakeObserver(options.events)),
+      learning_rate_(options.optimizer.learning_rate) {
   const TrainingGraph& g = step_->graph;
   for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
     const planner::TrainingTensor& tensor = g.tensor(t);
@@ -315,6 +316,7 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
                                   View(node.inputs[1]));
     case NodeKind::kUpdate:
       args.update.step = steps_run_ + 1;
+      args.update.params.learning_rate = learning_rate_;
       return backend_->Update(args.update);
     case NodeKind::kOffload:
       return AwaitCopyOut(s, result);

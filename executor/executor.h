@@ -160,6 +160,11 @@ class Executor {
 
   int64_t steps_run() const { return steps_run_; }
 
+  // Sets the learning rate of the steps from the next one on (a schedule's); the other
+  // hyper-parameters stay options.optimizer's.
+  void set_learning_rate(double rate) { learning_rate_ = rate; }
+  double learning_rate() const { return learning_rate_; }
+
   // The arena's size: the plan's predicted peak.
   uint64_t predicted_peak_bytes() const { return memory_->arena_bytes; }
   // The host pool's size: where offloaded tensors wait (0 when nothing is offloaded).
@@ -221,6 +226,7 @@ class Executor {
   std::vector<StateTensorInfo> state_tensors_;
   int64_t steps_run_ = 0;
   uint64_t run_high_water_bytes_ = 0;
+  double learning_rate_;  // options_.optimizer.learning_rate until set_learning_rate()
 };
 
 }  // namespace headroom::executor

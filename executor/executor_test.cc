@@ -59,15 +59,6 @@ TrainRun Train(const graph::Graph& forward, int steps, std::optional<planner::Se
   return run;
 }
 
-// Returns the name of the first tensor whose bytes differ, or "".
-std::string FirstDifference(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
-  if (a.size() != b.size()) return "(different tensor counts)";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].bytes != b[i].bytes) return a[i].name;
-  }
-  return "";
-}
-
 void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
   for (const StepResult& s : run.steps) {
     EXPECT_EQ(s.arena_high_water_bytes, run.predicted_peak_bytes)

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "executor/host_tensor.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
 #include "graph/zoo_testing.h"
@@ -16,6 +18,16 @@
 #include "util/check.h"
 
 namespace headroom::executor {
+
+// Returns the name of the first tensor whose bytes differ, or "".
+inline std::string FirstDifference(const std::vector<HostTensor>& a,
+                                   const std::vector<HostTensor>& b) {
+  if (a.size() != b.size()) return "(different tensor counts)";
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].bytes != b[i].bytes) return a[i].name;
+  }
+  return "";
+}
 
 // Returns zoo model `name` at `batch`, small (graph::SmallZooSpec), with `options` on top.
 inline graph::Graph ZooGraph(const std::string& name, uint64_t batch,

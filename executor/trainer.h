@@ -112,6 +112,9 @@ class Trainer {
   // Steps run so far (restored ones included).
   int64_t steps_run() const { return next_step_; }
 
+  // Sets the learning rate of the next steps (a schedule's; Executor::set_learning_rate).
+  void SetLearningRate(double rate) { executor_->set_learning_rate(rate); }
+
   // Returns every parameter and buffer now.
   absl::StatusOr<std::vector<HostTensor>> State() const { return executor_->ReadState(); }
 

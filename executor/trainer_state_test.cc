@@ -85,6 +85,25 @@ TEST(TrainerStateTest, TransformerWithAdamAndDropoutResumesBitwise) {
   ExpectResumeIsExact(ZooGraph("transformer", 2), proto::Optimizer::KIND_ADAM);
 }
 
+// A learning rate set between steps is the one the update uses: set before the first step
+// it trains as a trainer made with that rate, bitwise; at 0 the parameters stay.
+TEST(TrainerStateTest, ALearningRateSetBetweenStepsIsTheOneUsed) {
+  const graph::Graph g = ZooGraph("mlp", 16, {{"depth", 3}, {"width", 32}, {"input", 24}});
+  auto backend = cpu::CreateCpuBackend();
+  TrainerOptions at_005;
+  at_005.optimizer_params.learning_rate = 0.05;
+  std::unique_ptr<Trainer> made = Trainer::Create(g, backend.get(), at_005).value();
+  std::unique_ptr<Trainer> set = Trainer::Create(g, backend.get(), TrainerOptions{}).value();
+  set->SetLearningRate(0.05);
+  EXPECT_EQ(Losses(*made, 3), Losses(*set, 3));
+  EXPECT_EQ(FirstDifference(made->State().value(), set->State().value()), "");
+
+  set->SetLearningRate(0.0);
+  const std::vector<HostTensor> before = set->State().value();
+  ASSERT_TRUE(set->Step().ok());
+  EXPECT_EQ(FirstDifference(before, set->State().value()), "");
+}
+
 TEST(TrainerStateTest, SavedStateHoldsTheOptimizerState) {
   const graph::Graph g = ZooGraph("mlp", 8);
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
