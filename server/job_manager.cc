@@ -260,9 +260,33 @@ uint64_t JobManager::Need(const proto::PlanResponse& plan) const {
          (summary.host_pool_in_budget() ? summary.host_pool_bytes() : 0) + fixed_cost_bytes_;
 }
 
-uint64_t JobManager::DriverFreeBytes() const {
+uint64_t JobManager::DriverFreeBytes() {
   absl::StatusOr<uint64_t> free = options_.free_device_bytes();
-  return free.ok() ? *free : 0;
+  if (free.ok()) {
+    if (free_bytes_failing_) {
+      fprintf(stderr, "headroomd: reading %s's free memory works again: %s free\n", device_.c_str(),
+              graph::HumanBytes(*free).c_str());
+    }
+    free_bytes_failing_ = false;
+    return *free;
+  }
+  // A failed sample says nothing about the device: admit as without a driver's figure (0
+  // would keep every job queued for ever). Said once a minute while it keeps failing: the
+  // job worker samples at every admission poll.
+  const uint64_t memory = options_.device_memory_bytes;
+  const uint64_t fallback = memory == 0 ? std::numeric_limits<uint64_t>::max()
+                                        : memory - std::min(memory, scheduler_.reserved_bytes());
+  const absl::Time now = absl::Now();
+  if (!free_bytes_failing_ || now - free_bytes_error_printed_ >= absl::Minutes(1)) {
+    fprintf(stderr,
+            "headroomd: cannot read %s's free memory (%s); admitting jobs by its memory less "
+            "what Headroom's running work reserved (%s) until it can\n",
+            device_.c_str(), std::string(free.status().message()).c_str(),
+            memory == 0 ? "unlimited" : graph::HumanBytes(fallback).c_str());
+    free_bytes_error_printed_ = now;
+  }
+  free_bytes_failing_ = true;
+  return fallback;
 }
 
 Decision JobManager::Feed(const sched::Event& event) {

@@ -92,7 +92,9 @@ struct JobManagerOptions {
   std::function<absl::StatusOr<std::unique_ptr<executor::Backend>>(const std::string&)>
       make_backend;
   // Returns the device's free bytes as its driver reports them (a GPU shared with other
-  // processes); none: device_memory_bytes less what Headroom's own work holds.
+  // processes); none: device_memory_bytes less what Headroom's own work holds. Where a call
+  // fails, admission falls back to that figure (never to 0, which would queue every job for
+  // ever) and stderr says why, at most once a minute while it keeps failing.
   std::function<absl::StatusOr<uint64_t>()> free_device_bytes;
   // What the plans of Submit (and the daemon's Plan) know of `backend`, so they are what the
   // job's trainer will plan: its kernels' scratch (a borrowed, thread-safe model) and whether
@@ -207,8 +209,10 @@ class JobManager {
   // Returns Feed()'s decision on `event` (under mu_), carried out with Store(): its status
   // is Store()'s error when the scheduler's answer is OK.
   Decision Dispatch(const sched::Event& event) ABSL_LOCKS_EXCLUDED(mu_);
-  // Returns the driver's free bytes (0 when it fails).
-  uint64_t DriverFreeBytes() const;
+  // Returns the driver's free bytes (free_device_bytes); where that fails, the device's
+  // memory less what running work reserved (unlimited when device_memory_bytes is 0), and
+  // says so on stderr at most once a minute.
+  uint64_t DriverFreeBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job worker: runs the jobs the scheduler starts, one at a time, until shutdown.
   void JobWorkerLoop();
   // The profile worker: runs the profiles the scheduler starts and answers their callers.
@@ -262,6 +266,9 @@ class JobManager {
   uint64_t profile_count_ ABSL_GUARDED_BY(mu_) = 0;
   // Set by Shutdown: the workers end once their runs are done.
   bool workers_stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Whether the last free_device_bytes call failed, and when its failure was last printed.
+  bool free_bytes_failing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time free_bytes_error_printed_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Ended jobs whose metric series are kept, oldest first.
   std::deque<std::string> ended_with_series_ ABSL_GUARDED_BY(mu_);
   // Orders job writes, so the store always ends with a job's latest info.

@@ -9,7 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "executor/backend_scratch.h"
 #include "executor/backends.h"
 #include "gmock/gmock.h"
@@ -59,7 +64,8 @@ class JobManagerTest : public ::testing::Test {
     Reopen();
   }
 
-  void Reopen() {
+  // `adjust` changes the options the test's manager is made with.
+  void Reopen(const std::function<void(JobManagerOptions&)>& adjust = {}) {
     jobs_.reset();
     store_.reset();
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(state_dir_);
@@ -72,6 +78,7 @@ class JobManagerTest : public ::testing::Test {
     options.plan_backend.scratch = scratch_.get();
     options.plan_backend.host_is_device_memory = scratch_backend_->host_is_device_memory();
     options.fixed_cost_bytes = 0;
+    if (adjust) adjust(options);
     absl::StatusOr<std::unique_ptr<JobManager>> jobs =
         JobManager::Create(store_.get(), metrics_.get(), options);
     ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -222,6 +229,140 @@ TEST_F(JobManagerTest, StepCountsOutOfRangeAreInvalidArgumentNamingTheField) {
   EXPECT_THAT(std::string(profile.status().message()),
               ::testing::HasSubstr("steps: a profile runs between 1 and 10000 steps, not 10001"));
   EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+}
+
+// Returns how many lines of `text` contain `needle`.
+int LinesContaining(const std::string& text, const std::string& needle) {
+  int lines = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StrContains(line, needle)) ++lines;
+  }
+  return lines;
+}
+
+// The driver's free memory as a test sets it (a figure, or an error), and how often it was
+// asked.
+class FakeDriver {
+ public:
+  void Set(absl::StatusOr<uint64_t> value) {
+    absl::MutexLock lock(&mu_);
+    free_bytes_ = std::move(value);
+  }
+  // Returns JobManagerOptions::free_device_bytes reading this driver (which must outlive it).
+  std::function<absl::StatusOr<uint64_t>()> Sampler() {
+    return [this]() -> absl::StatusOr<uint64_t> {
+      absl::MutexLock lock(&mu_);
+      ++calls_;
+      return free_bytes_;
+    };
+  }
+  // Returns once the sampler has been called `more` times more, or false after `limit`.
+  bool AwaitCalls(int more, absl::Duration limit) {
+    absl::MutexLock lock(&mu_);
+    target_ = calls_ + more;
+    return mu_.AwaitWithTimeout(absl::Condition(this, &FakeDriver::Reached), limit);
+  }
+
+ private:
+  bool Reached() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_ >= target_; }
+
+  absl::Mutex mu_;
+  absl::StatusOr<uint64_t> free_bytes_ ABSL_GUARDED_BY(mu_) = uint64_t{0};
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int target_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+constexpr char kCannotRead[] = "cannot read cpu:0's free memory (cudaMemGetInfo: gone)";
+constexpr char kFallback[] =
+    "admitting jobs by its memory less what Headroom's running work reserved (";
+
+// Returns the job's updates until `until` holds for one (included), the job ends, or two
+// minutes pass (then the test fails instead of hanging on a job that never starts).
+std::vector<proto::JobProgress> WatchAtMostTwoMinutes(
+    JobManager& jobs, const std::string& id,
+    const std::function<bool(const proto::JobProgress&)>& until) {
+  const absl::Time deadline = absl::Now() + absl::Minutes(2);
+  std::vector<proto::JobProgress> updates;
+  const absl::Status s = jobs.Watch(
+      id,
+      [&](const proto::JobProgress& p) {
+        updates.push_back(p);
+        return !until(p);
+      },
+      [&] { return absl::Now() > deadline; });
+  EXPECT_TRUE(s.ok() || absl::IsCancelled(s)) << s;
+  EXPECT_FALSE(updates.empty());
+  if (!updates.empty()) {
+    EXPECT_LT(absl::Now(), deadline) << "gave up watching; last: " << updates.back().DebugString();
+  }
+  return updates;
+}
+
+bool Ends(const proto::JobProgress& p) { return Ended(p.state()); }
+
+// A failed sample of the driver's free memory used to count as 0 bytes free: the job stayed
+// QUEUED for ever. Now admission counts the device's memory less reservations, and stderr
+// says why once (then once a minute at most) however often the sampler fails.
+TEST_F(JobManagerTest, AJobRunsWhenTheDevicesFreeMemoryCannotBeRead) {
+  FakeDriver driver;
+  driver.Set(absl::UnavailableError("cudaMemGetInfo: gone"));
+  const absl::Time start = absl::Now();
+  ::testing::internal::CaptureStderr();
+  Reopen([&](JobManagerOptions& o) {
+    o.device_memory_bytes = uint64_t{1} << 30;
+    o.free_device_bytes = driver.Sampler();
+    o.admission_poll = absl::Milliseconds(1);  // Samples (and fails) often while idle.
+  });
+  const std::string id = Submit(TinyJob(4));
+  const std::vector<proto::JobProgress> updates = WatchAtMostTwoMinutes(*jobs_, id, Ends);
+  // Polls go on after the job: still one line a minute at most.
+  EXPECT_TRUE(driver.AwaitCalls(50, absl::Minutes(1)));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const absl::Duration elapsed = absl::Now() - start;
+  ASSERT_FALSE(updates.empty());
+  EXPECT_EQ(updates.back().state(), proto::JOB_STATE_SUCCEEDED) << updates.back().message();
+  EXPECT_EQ(Get(id).step(), 4u);
+  const int lines = LinesContaining(log, kCannotRead);
+  EXPECT_GE(lines, 1) << log;
+  EXPECT_LE(lines, 1 + static_cast<int>(elapsed / absl::Minutes(1))) << log;
+  EXPECT_EQ(LinesContaining(log, kFallback), lines) << log;
+  EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+}
+
+// The driver's figure is used while it can be read: 0 bytes free keeps the job QUEUED saying
+// so. Once sampling fails, the job starts on the device's memory less reservations; when
+// sampling works again, stderr says so.
+TEST_F(JobManagerTest, AJobWaitsOnTheDriversFigureAndStartsOnceItCannotBeRead) {
+  FakeDriver driver;
+  driver.Set(uint64_t{0});
+  ::testing::internal::CaptureStderr();
+  Reopen([&](JobManagerOptions& o) {
+    o.device_memory_bytes = uint64_t{1} << 30;
+    o.free_device_bytes = driver.Sampler();
+    o.admission_poll = absl::Milliseconds(1);
+  });
+  const std::string id = Submit(TinyJob(3));
+  const std::vector<proto::JobProgress> waiting =
+      WatchAtMostTwoMinutes(*jobs_, id, [](const proto::JobProgress& p) {
+        return absl::StrContains(p.message(), "waiting for device memory");
+      });
+  ASSERT_FALSE(waiting.empty());
+  EXPECT_EQ(waiting.back().state(), proto::JOB_STATE_QUEUED);
+  EXPECT_THAT(waiting.back().message(), HasSubstr("0 B free"));
+  // Many polls later it still waits: the driver's figure holds.
+  EXPECT_TRUE(driver.AwaitCalls(20, absl::Minutes(1)));
+  EXPECT_EQ(Get(id).state(), proto::JOB_STATE_QUEUED);
+
+  driver.Set(absl::UnavailableError("cudaMemGetInfo: gone"));
+  const std::vector<proto::JobProgress> ended = WatchAtMostTwoMinutes(*jobs_, id, Ends);
+  ASSERT_FALSE(ended.empty());
+  EXPECT_EQ(ended.back().state(), proto::JOB_STATE_SUCCEEDED) << ended.back().message();
+  driver.Set(uint64_t{1} << 30);
+  EXPECT_TRUE(driver.AwaitCalls(5, absl::Minutes(1)));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_GE(LinesContaining(log, kCannotRead), 1) << log;
+  EXPECT_EQ(LinesContaining(log, "reading cpu:0's free memory works again: 1.0 GiB free"), 1)
+      << log;
 }
 
 }  // namespace
