@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace headroom::profiler {
@@ -445,6 +446,77 @@ TEST(AccountPhysicalMemoryTest, ParsedBufferRoundTrip) {
 // ---------------------------------------------------------------------------------------
 // CuptiMemoryTracer and SampleDeviceMemory.
 
+// The records of one allocation the test made, found by its address. On a release CUPTI
+// is sure to fill only the operation, the address and the timestamp: the size and memory
+// kind of CUpti_ActivityMemory4 describe what was allocated and may be left 0 on releases,
+// so releases are matched to allocations by address, as AccountPhysicalMemory does.
+struct TracedAllocation {
+  std::vector<PhysicalMemoryEvent> allocations;
+  std::vector<PhysicalMemoryEvent> releases;
+};
+
+// Returns the records at each of `addresses` (every one present, maybe with none).
+std::map<uint64_t, TracedAllocation> ByAddress(const std::vector<PhysicalMemoryEvent>& events,
+                                               const std::set<uint64_t>& addresses) {
+  std::map<uint64_t, TracedAllocation> by_address;
+  for (uint64_t address : addresses) by_address[address];
+  for (const PhysicalMemoryEvent& e : events) {
+    auto it = by_address.find(e.address);
+    if (it == by_address.end()) continue;
+    (e.kind == Kind::kAllocate ? it->second.allocations : it->second.releases).push_back(e);
+  }
+  return by_address;
+}
+
+// Returns "" when `t` is one cudaMalloc of `bytes` of device memory (CUPTI may report the
+// driver's rounding, up to 2 MiB more) and one release, no earlier than the allocation;
+// else what is wrong. Nothing is asked of the release's size or kind.
+std::string CheckAllocationAndRelease(const TracedAllocation& t, uint64_t bytes) {
+  if (t.allocations.size() != 1 || t.releases.size() != 1) {
+    return absl::StrCat(t.allocations.size(), " allocation and ", t.releases.size(),
+                        " release records, not one each");
+  }
+  const PhysicalMemoryEvent& alloc = t.allocations[0];
+  const PhysicalMemoryEvent& release = t.releases[0];
+  std::string problems;
+  if (alloc.memory_kind != "device") {
+    absl::StrAppend(&problems, "allocation of kind ", alloc.memory_kind, "; ");
+  }
+  if (alloc.bytes < bytes || alloc.bytes > bytes + (uint64_t{2} << 20)) {
+    absl::StrAppend(&problems, "allocation of ", alloc.bytes, " bytes for ", bytes, "; ");
+  }
+  if (release.timestamp_ns < alloc.timestamp_ns) {
+    absl::StrAppend(&problems, "release at ", release.timestamp_ns, " ns before its allocation at ",
+                    alloc.timestamp_ns, " ns; ");
+  }
+  return problems;
+}
+
+TEST(TracedAllocationTest, ReleasesPairByAddressWhateverTheirSizeAndKind) {
+  // +A 3 MiB, +B 5 MiB, -B and -A with size 0 and kind "unknown", +C (not asked about).
+  const std::vector<PhysicalMemoryEvent> events = {
+      Alloc(10, 0xa000, 3 << 20), Alloc(20, 0xb000, 5 << 20), Free(30, 0xb000, 0, "unknown"),
+      Free(40, 0xa000, 0, "unknown"), Alloc(50, 0xc000, 64)};
+  const std::map<uint64_t, TracedAllocation> traced = ByAddress(events, {0xa000, 0xb000, 0xd000});
+  ASSERT_EQ(traced.size(), 3u);
+  EXPECT_EQ(CheckAllocationAndRelease(traced.at(0xa000), 3 << 20), "");
+  EXPECT_EQ(CheckAllocationAndRelease(traced.at(0xb000), 5 << 20), "");
+  EXPECT_EQ(traced.at(0xa000).releases[0].timestamp_ns, 40);
+  // What it catches: no records, a wrong size, a release before its allocation, a wrong kind.
+  EXPECT_THAT(CheckAllocationAndRelease(traced.at(0xd000), 64),
+              ::testing::HasSubstr("0 allocation and 0 release records"));
+  EXPECT_THAT(CheckAllocationAndRelease(traced.at(0xa000), 6 << 20),
+              ::testing::HasSubstr("allocation of 3145728 bytes for 6291456"));
+  TracedAllocation early = traced.at(0xa000);
+  early.releases[0].timestamp_ns = 5;
+  EXPECT_THAT(CheckAllocationAndRelease(early, 3 << 20),
+              ::testing::HasSubstr("release at 5 ns before its allocation at 10 ns"));
+  TracedAllocation pinned = traced.at(0xb000);
+  pinned.allocations[0].memory_kind = "pinned";
+  EXPECT_THAT(CheckAllocationAndRelease(pinned, 5 << 20),
+              ::testing::HasSubstr("allocation of kind pinned"));
+}
+
 // Returns whether the CUDA runtime sees a device; the reason in `why` if not.
 bool HasCudaDevice(std::string* why) {
   int count = 0;
@@ -484,31 +556,44 @@ TEST(CuptiMemoryTracerTest, SampleDeviceMemoryWithoutDevice) {
 TEST(CuptiMemoryTracerTest, TracesCudaMallocAndFree) {
   std::string why;
   if (!HasCudaDevice(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-  constexpr size_t kBytes = size_t{3} << 20;
+  // Two buffers of different sizes, freed in the other order: each release must pair with
+  // its own allocation by address.
+  constexpr uint64_t kBytesA = uint64_t{3} << 20, kBytesB = uint64_t{5} << 20;
   CuptiMemoryTracer tracer;
   ASSERT_TRUE(tracer.Start().ok());
   CuptiMemoryTracer second;
   EXPECT_EQ(second.Start().code(), absl::StatusCode::kFailedPrecondition);
-  void* ptr = nullptr;
-  ASSERT_EQ(cudaMalloc(&ptr, kBytes), cudaSuccess);
-  ASSERT_EQ(cudaFree(ptr), cudaSuccess);
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, kBytesA), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, kBytesB), cudaSuccess);
+  ASSERT_EQ(cudaFree(b), cudaSuccess);
+  ASSERT_EQ(cudaFree(a), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   absl::StatusOr<PhysicalMemoryTrace> trace = tracer.Stop();
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->dropped_records, 0u);
-  const uint64_t address = reinterpret_cast<uintptr_t>(ptr);
-  int allocs = 0, frees = 0;
-  for (const PhysicalMemoryEvent& e : trace->events) {
-    if (e.address != address) continue;
-    EXPECT_EQ(e.memory_kind, "device") << e.DebugString();
-    EXPECT_GE(e.bytes, kBytes) << e.DebugString();
-    EXPECT_LE(e.bytes, kBytes + (size_t{2} << 20)) << e.DebugString();
-    (e.kind == Kind::kAllocate ? allocs : frees)++;
-  }
-  EXPECT_EQ(allocs, 1) << Describe(trace->events);
-  EXPECT_EQ(frees, 1) << Describe(trace->events);
+  const uint64_t address_a = reinterpret_cast<uintptr_t>(a);
+  const uint64_t address_b = reinterpret_cast<uintptr_t>(b);
+  const std::map<uint64_t, TracedAllocation> traced =
+      ByAddress(trace->events, {address_a, address_b});
+  EXPECT_EQ(CheckAllocationAndRelease(traced.at(address_a), kBytesA), "")
+      << "a: " << Describe(trace->events);
+  EXPECT_EQ(CheckAllocationAndRelease(traced.at(address_b), kBytesB), "")
+      << "b: " << Describe(trace->events);
+
+  // The accounting pairs them the same way: neither is live at the end, no release is
+  // unmatched, and both were live at once.
   const PhysicalMemoryAccounting acc = AccountPhysicalMemory(trace->events);
-  EXPECT_GE(acc.peak_device_bytes, kBytes) << acc.DebugString();
+  for (const PhysicalMemoryEvent& e : acc.live_at_end) {
+    EXPECT_NE(e.address, address_a) << acc.DebugString();
+    EXPECT_NE(e.address, address_b) << acc.DebugString();
+  }
+  for (const PhysicalMemoryEvent& e : acc.unmatched_frees) {
+    EXPECT_NE(e.address, address_a) << acc.DebugString();
+    EXPECT_NE(e.address, address_b) << acc.DebugString();
+  }
+  EXPECT_GE(acc.peak_device_bytes, kBytesA + kBytesB) << acc.DebugString();
   EXPECT_EQ(tracer.Stop().status().code(), absl::StatusCode::kFailedPrecondition);
   // Once the first has stopped, another tracer may run.
   EXPECT_TRUE(second.Start().ok());
