@@ -1,80 +1,143 @@
-// Training on the CUDA backend: the arena's measured peak is the planned one on every step,
-// every kernel runs in its planned scratch (cuDNN workspaces included), and losses follow the CPU backend's within float tolerance (cuDNN and cuBLAS sum in other
-// orders, so not bitwise). Skipped without a GPU.
-#include <cmath>
+// Training on the CUDA backend, model by model (parity_testing.h's ParityCases: mlp,
+// resnet18, mobilenet_v2 with ReLU6 and dropout, the transformer with dropout and Adam, and
+// a CNN with ceil-mode pooling, Concat and a saturating ReLU6), same seed, a few steps:
+//   - against the CPU backend: losses, and every parameter's, buffer's and optimizer
+//     state's change over the run, within each case's stated tolerance (float32 summed in
+//     other orders; parity_testing.h says why each is what it is, and parity_testing_test
+//     measures it on the CPU);
+//   - against itself: two plain runs, and a run in about sqrt(n) sections with every
+//     cached input that can go to host memory offloaded, bitwise the same as plain (plans
+//     change memory, never math, with deterministic algorithms, the backend's default);
+//     and a budget that forces sections and offload, the same;
+//   - predicted is measured: the arena's high-water mark is the plan's peak on every step,
+//     and no kernel needed workspace outside the plan.
+// Dropout masks are the CPU backend's on CUDA too (the same function of seed, step and
+// node), so dropout models are compared like any other. Skipped without a GPU.
+#include <iostream>
+#include <memory>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/cuda/cuda_backend.h"
+#include "executor/cuda/parity_testing.h"
+#include "executor/executor_testing.h"
 #include "executor/trainer.h"
-#include "graph/zoo.h"
-#include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
-#include "planner/section_search.h"
-#include "planner/sections.h"
+#include "planner/cost_model.h"
 
 namespace headroom::executor {
 namespace {
 
-graph::Graph Zoo(const std::string& name, uint64_t batch, std::map<std::string, int64_t> opts) {
-  proto::ZooModel spec = graph::SmallZooSpec(name, batch);
-  for (const auto& [k, v] : opts) (*spec.mutable_options())[k] = v;
-  return graph::Graph::FromProto(graph::BuildZooModel(spec).value()).value();
+using parity::ParityCase;
+using parity::TrainRun;
+
+// Returns a fresh CUDA backend on device 0, or null (the reason in `why`).
+std::unique_ptr<Backend> NewCuda(std::string* why) {
+  absl::StatusOr<std::unique_ptr<Backend>> b = cuda::CreateCudaBackend(0);
+  if (!b.ok()) {
+    *why = b.status().ToString();
+    return nullptr;
+  }
+  return *std::move(b);
 }
 
-std::vector<double> Losses(const graph::Graph& g, Backend* backend, int steps,
-                           bool sectioned) {
-  TrainerOptions options;
-  options.seed = 3;
-  if (sectioned) {
-    planner::TrainingGraph t = planner::TrainingGraph::Build(g, {}).value();
-    const planner::RooflineCostModel cost(g, planner::DevicePreset("h100").value());
-    planner::SectionCuts cuts;
-    cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(t));
-    cuts.offload = planner::OffloadableTensors(t, cuts.cuts, cost).value();
-    options.cuts = cuts;
-  } else {
-    options.cuts = planner::SectionCuts{};
+// Expects what every run on CUDA keeps: the plan's peak is the arena's high-water mark on
+// every step, and every kernel ran in its planned scratch (no workspace outside the arena).
+void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
+  for (size_t s = 0; s < run.high_water_bytes.size(); ++s) {
+    EXPECT_EQ(run.high_water_bytes[s], run.planned_peak_bytes) << what << " step " << s;
   }
-  std::unique_ptr<Trainer> trainer = Trainer::Create(g, backend, options).value();
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) {
-    StepResult r = trainer->Step().value();
-    EXPECT_EQ(r.arena_high_water_bytes, trainer->plan().peak_bytes) << g.name() << " step " << i;
-    losses.push_back(r.loss);
-  }
-  // Every kernel ran in its node's planned scratch: no workspace outside the arena.
-  EXPECT_EQ(backend->workspace_bytes(), 0u) << g.name() << " on " << backend->name();
-  return losses;
+  EXPECT_EQ(run.workspace_bytes, 0u) << what << ": workspace outside the plan";
 }
 
-class CudaTrainingTest : public ::testing::TestWithParam<std::string> {
+// Returns `c` trained with `options` on a fresh CUDA backend (each run chooses its own
+// algorithms, as a new process would), having checked that predicted is measured.
+absl::StatusOr<TrainRun> OnCuda(const ParityCase& c, const graph::Graph& g,
+                                const TrainerOptions& options, const std::string& what) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = cuda::CreateCudaBackend(0);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<TrainRun> run = parity::Train(g, backend->get(), options, c.steps);
+  if (run.ok()) ExpectPredictedIsMeasured(*run, c.name + " " + what);
+  return run;
+}
+
+class CudaTrainingTest : public ::testing::TestWithParam<ParityCase> {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Backend>> b = cuda::CreateCudaBackend(0);
-    if (!b.ok()) GTEST_SKIP() << "no CUDA device: " << b.status();
-    cuda_ = *std::move(b);
+    std::string why;
+    if (NewCuda(&why) == nullptr) GTEST_SKIP() << "no CUDA device: " << why;
   }
-  std::unique_ptr<Backend> cuda_;
 };
 
-TEST_P(CudaTrainingTest, FollowsTheCpuBackendWithAndWithoutSections) {
-  const std::string name = GetParam();
-  const graph::Graph g = name == "transformer"
-                             ? Zoo(name, 4, {{"dropout_percent", 0}})
-                             : Zoo(name, name == "mlp" ? 256 : 4, {});
+TEST_P(CudaTrainingTest, FollowsTheCpuBackendWithinTolerance) {
+  const ParityCase& c = GetParam();
+  const graph::Graph g = c.graph();
   std::unique_ptr<Backend> cpu = cpu::CreateCpuBackend();
-  const std::vector<double> reference = Losses(g, cpu.get(), 4, false);
-  for (bool sectioned : {false, true}) {
-    const std::vector<double> losses = Losses(g, cuda_.get(), 4, sectioned);
-    for (size_t i = 0; i < losses.size(); ++i) {
-      EXPECT_NEAR(losses[i], reference[i], 1e-3 * std::abs(reference[i]) + 1e-4)
-          << name << (sectioned ? " sectioned" : "") << " step " << i;
-    }
-  }
+  absl::StatusOr<TrainRun> reference = parity::Train(g, cpu.get(), parity::OptionsOf(c), c.steps);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  absl::StatusOr<TrainRun> cuda = OnCuda(c, g, parity::OptionsOf(c), "plain");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  const parity::ParityReport report = parity::CompareRuns(*cuda, *reference, c.tolerance);
+  EXPECT_TRUE(report.ok()) << c.name
+                           << " on CUDA against the CPU backend: " << report.DebugString();
+  std::cout << c.name << " CUDA vs CPU: " << report.DebugString() << "\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaTrainingTest,
-                         ::testing::Values("mlp", "resnet18", "transformer"));
+TEST_P(CudaTrainingTest, SectionedWithOffloadIsBitwisePlain) {
+  const ParityCase& c = GetParam();
+  const graph::Graph g = c.graph();
+  absl::StatusOr<TrainRun> plain = OnCuda(c, g, parity::OptionsOf(c), "plain");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Deterministic algorithms: a second run on a fresh backend is the same.
+  absl::StatusOr<TrainRun> again = OnCuda(c, g, parity::OptionsOf(c), "plain again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(parity::FirstBitwiseDifference(*again, *plain), "") << c.name << ": plain twice";
+
+  TrainerOptions options = parity::OptionsOf(c);
+  options.cuts = SqrtCutsWithOffload(g, c.optimizer);
+  absl::StatusOr<TrainRun> sectioned = OnCuda(c, g, options, "sectioned");
+  ASSERT_TRUE(sectioned.ok()) << sectioned.status();
+  EXPECT_GT(sectioned->sections, 1) << c.name;
+  EXPECT_GT(sectioned->recomputed_nodes, 0) << c.name;
+  EXPECT_GT(sectioned->offloaded_bytes, 0u) << c.name;
+  EXPECT_EQ(parity::FirstBitwiseDifference(*sectioned, *plain), "")
+      << c.name << ": " << sectioned->sections << " sections, "
+      << sectioned->offloaded_bytes / c.steps << " B offloaded per step";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaTrainingTest, ::testing::ValuesIn(parity::ParityCases()),
+                         [](const ::testing::TestParamInfo<ParityCase>& info) {
+                           return info.param.name;
+                         });
+
+// The tightest budget (of 70% to 95% of the plain peak) that has a plan, which the search
+// meets with sections and offload (planned for an H100, whose copies hide behind compute),
+// against the unconstrained plan: bitwise the same.
+TEST(CudaBudgetTest, ABudgetForcingSectionsIsBitwisePlain) {
+  std::string why;
+  if (NewCuda(&why) == nullptr) GTEST_SKIP() << "no CUDA device: " << why;
+  for (const ParityCase& c : parity::ParityCases()) {
+    if (c.name != "resnet18" && c.name != "transformer") continue;
+    const graph::Graph g = c.graph();
+    absl::StatusOr<TrainRun> plain = OnCuda(c, g, parity::OptionsOf(c), "plain");
+    ASSERT_TRUE(plain.ok()) << c.name << ": " << plain.status();
+    TrainerOptions options;
+    absl::StatusOr<TrainRun> budgeted = parity::TrainUnderTightBudget(
+        c, g, [] { return cuda::CreateCudaBackend(0); }, plain->planned_peak_bytes, &options);
+    ASSERT_TRUE(budgeted.ok()) << c.name << ": " << budgeted.status();
+    ExpectPredictedIsMeasured(*budgeted, c.name + " budgeted");
+    EXPECT_GT(budgeted->sections, 1) << c.name;
+    EXPECT_GT(budgeted->offloaded_bytes, 0u) << c.name;
+    EXPECT_LE(budgeted->planned_peak_bytes, options.budget_bytes) << c.name;
+    EXPECT_EQ(parity::FirstBitwiseDifference(*budgeted, *plain), "")
+        << c.name << ": " << budgeted->sections << " sections, "
+        << budgeted->offloaded_bytes / c.steps << " B offloaded per step";
+    std::cout << c.name << " under " << options.budget_bytes << " B (plain "
+              << plain->planned_peak_bytes << " B): " << budgeted->sections << " sections, "
+              << budgeted->offloaded_bytes / c.steps << " B offloaded per step\n";
+  }
+}
 
 }  // namespace
 }  // namespace headroom::executor
