@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "executor/cpu/cpu_context.h"
+#include "executor/dropout_mask.h"
 #include "executor/strided_walk.h"
-#include "util/split_mix.h"
 #include "graph/op_registry.h"
 #include "graph/shape.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -356,16 +356,6 @@ absl::Status PointwiseBackward(CpuContext&, const BackwardArgs& args) {
 
 // ---- Dropout ------------------------------------------------------------------------------
 
-// Returns whether element i survives: a counter-based draw from (seed, i), so any thread
-// computes any element's draw and a re-forward with the same seed draws the same mask.
-bool DropoutKeeps(uint64_t stream, int64_t i, double rate) {
-  const uint64_t h = SplitMix64(stream + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
-  return static_cast<double>(h >> 11) * 0x1.0p-53 >= rate;
-}
-
-// PyTorch's scale: the kept elements are multiplied by 1 / (1 - rate) in float.
-float DropoutScale(double rate) { return 1.0f / static_cast<float>(1.0 - rate); }
-
 absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
@@ -388,7 +378,9 @@ absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
     return absl::InvalidArgumentError(StrCat("op 'Dropout': saved mask has dtype ",
                                              graph::DTypeName(mask.dtype), ", needs bool"));
   }
-  const uint64_t stream = SplitMix64(args.seed);
+  // The mask of executor/dropout_mask.h, which the CUDA backend draws too.
+  const uint64_t stream = DropoutStream(args.seed);
+  const uint64_t threshold = DropoutKeepThreshold(rate);
   const float scale = DropoutScale(rate);
   const float* in = x.f32();
   float* out = y.f32();
@@ -396,7 +388,7 @@ absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
   const int64_t n = x.num_elements();
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const bool k = DropoutKeeps(stream, i, rate);
+    const bool k = DropoutKeeps(stream, i, threshold);
     keep[i] = k ? 1 : 0;
     out[i] = k ? in[i] * scale : 0.f;
   }
