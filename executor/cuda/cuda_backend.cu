@@ -1,23 +1,68 @@
-#include "executor/cuda/cuda_backend.h"
-
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "executor/cuda/cuda_backend.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/device_footprint.h"
 
 namespace headroom::executor::cuda {
 
-// The copy streams, and an event marking "all compute issued so far" for them to wait on.
+namespace {
+
+// A device event and the host time it completed at: converts the times of later events on
+// the device to the host's clock (cudaEventElapsedTime from it). Shared by the copies'
+// events made while it is the newest, so it outlives them.
+struct ClockAnchor {
+  cudaEvent_t event = nullptr;
+  std::chrono::steady_clock::time_point host;
+  ~ClockAnchor() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+}  // namespace
+
+// The copy streams, an event marking "all compute issued so far" for them to wait on, and
+// the newest clock anchor (made at Init() and at every Synchronize(), when the device is
+// idle, so that device times stay close to it and convert precisely).
 struct CudaStreams {
   cudaStream_t to_host = nullptr;
   cudaStream_t to_device = nullptr;
   cudaEvent_t compute_marker = nullptr;
+  std::shared_ptr<const ClockAnchor> anchor;
 };
 
 namespace {
+
+// Returns a new anchor recorded on `stream`, waiting for it.
+// REQUIRES: the device is idle (else the host time is late).
+absl::StatusOr<std::shared_ptr<const ClockAnchor>> MakeAnchor(cudaStream_t stream) {
+  auto anchor = std::make_shared<ClockAnchor>();
+  HR_CUDA(cudaEventCreate(&anchor->event));
+  HR_CUDA(cudaEventRecord(anchor->event, stream));
+  HR_CUDA(cudaEventSynchronize(anchor->event));
+  anchor->host = std::chrono::steady_clock::now();
+  return std::shared_ptr<const ClockAnchor>(std::move(anchor));
+}
+
+// Restores the calling thread's current device when it goes out of scope.
+class CurrentDeviceRestorer {
+ public:
+  CurrentDeviceRestorer() {
+    if (cudaGetDevice(&device_) != cudaSuccess) device_ = -1;
+  }
+  ~CurrentDeviceRestorer() {
+    if (device_ >= 0) cudaSetDevice(device_);
+  }
+  CurrentDeviceRestorer(const CurrentDeviceRestorer&) = delete;
+  CurrentDeviceRestorer& operator=(const CurrentDeviceRestorer&) = delete;
+
+ private:
+  int device_ = -1;
+};
 
 const KernelTable& Table() {
   static const KernelTable* table = [] {
@@ -43,7 +88,9 @@ class DeviceBuffer : public Buffer {
  public:
   DeviceBuffer(int device, void* data, uint64_t bytes)
       : device_(device), data_(data), bytes_(bytes) {}
+  // Frees on the buffer's device, then makes the thread's current device what it was.
   ~DeviceBuffer() override {
+    CurrentDeviceRestorer restore;
     cudaSetDevice(device_);
     cudaFree(data_);
   }
@@ -68,19 +115,41 @@ class PinnedBuffer : public Buffer {
   uint64_t bytes_;
 };
 
-// The completion of one copy; owns its CUDA event.
+// One copy: timing events recorded on its stream just before it (`begin`) and just after
+// (`done`, its completion); owns both.
 class CudaEvent : public Event {
  public:
-  explicit CudaEvent(cudaEvent_t event) : event_(event) {}
-  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(cudaEvent_t begin, cudaEvent_t done, std::shared_ptr<const ClockAnchor> anchor)
+      : begin_(begin), done_(done), anchor_(std::move(anchor)) {}
+  ~CudaEvent() override {
+    cudaEventDestroy(begin_);
+    cudaEventDestroy(done_);
+  }
   absl::Status Wait() override {
-    return Annotate(CudaStatus(cudaEventSynchronize(event_), "cudaEventSynchronize"),
+    return Annotate(CudaStatus(cudaEventSynchronize(done_), "cudaEventSynchronize"),
                     "waiting for a copy");
   }
-  cudaEvent_t event() const { return event_; }
+  // Returns when the copy ran on its stream, on the host's clock, once it is done (nullopt
+  // before: asking does not wait). Precise to about a microsecond.
+  std::optional<Interval> interval() const override {
+    if (cudaEventQuery(done_) != cudaSuccess) return std::nullopt;
+    float begin_ms = 0, end_ms = 0;
+    if (cudaEventElapsedTime(&begin_ms, anchor_->event, begin_) != cudaSuccess ||
+        cudaEventElapsedTime(&end_ms, anchor_->event, done_) != cudaSuccess) {
+      return std::nullopt;
+    }
+    auto at = [&](float ms) {
+      return anchor_->host + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double, std::milli>(ms));
+    };
+    return Interval{at(begin_ms), at(end_ms)};
+  }
+  cudaEvent_t event() const { return done_; }
 
  private:
-  cudaEvent_t event_;
+  cudaEvent_t begin_;
+  cudaEvent_t done_;
+  std::shared_ptr<const ClockAnchor> anchor_;
 };
 
 }  // namespace
@@ -92,9 +161,11 @@ CudaBackend::CudaBackend(int device_ordinal, CudaBackendOptions options)
   ctx_->device = device_ordinal;
   ctx_->allow_tf32 = options.allow_tf32;
   ctx_->max_conv_workspace_bytes = options.max_conv_workspace_bytes;
+  ctx_->deterministic = options.deterministic;
 }
 
 CudaBackend::~CudaBackend() {
+  CurrentDeviceRestorer restore;
   cudaSetDevice(device_);
   if (ctx_->compute != nullptr) cudaStreamSynchronize(ctx_->compute);
   if (streams_->to_host != nullptr) cudaStreamSynchronize(streams_->to_host);
@@ -103,6 +174,8 @@ CudaBackend::~CudaBackend() {
   if (ctx_->cublas != nullptr) cublasDestroy(ctx_->cublas);
   if (ctx_->cudnn != nullptr) cudnnDestroy(ctx_->cudnn);
   if (ctx_->workspace != nullptr) cudaFree(ctx_->workspace);
+  if (ctx_->index_slots != nullptr) cudaFree(ctx_->index_slots);
+  streams_->anchor.reset();
   if (streams_->compute_marker != nullptr) cudaEventDestroy(streams_->compute_marker);
   if (streams_->to_host != nullptr) cudaStreamDestroy(streams_->to_host);
   if (streams_->to_device != nullptr) cudaStreamDestroy(streams_->to_device);
@@ -124,8 +197,19 @@ absl::Status CudaBackend::Init() {
   HR_CUDNN(cudnnSetStream(ctx_->cudnn, ctx_->compute));
   HR_CUBLAS(cublasCreate(&ctx_->cublas));
   HR_CUBLAS(cublasSetStream(ctx_->cublas, ctx_->compute));
+  // TF32 only where allowed; never CUBLAS_TENSOR_OP_MATH's half-precision conversion.
   HR_CUBLAS(cublasSetMathMode(ctx_->cublas, ctx_->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                              : CUBLAS_DEFAULT_MATH));
+  // cuBLAS's workspace comes from each MatMul's scratch; none until then, so that cuBLAS
+  // allocates no pool of its own (cublasSetStream above resets it to that pool: it goes
+  // first).
+  HR_CUBLAS(cublasSetWorkspace(ctx_->cublas, nullptr, 0));
+  int major = 0;
+  HR_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  ctx_->cublas_workspace_bytes = major >= 9 ? uint64_t{32} << 20 : uint64_t{4} << 20;
+  RETURN_IF_ERROR(ctx_->AllocateIndexSlots());
+  ASSIGN_OR_RETURN(streams_->anchor, MakeAnchor(ctx_->compute));
+  // Last: the fixed cost includes the handles, the index slots and the anchor.
   return MeasureFixedCost();
 }
 
@@ -175,27 +259,29 @@ absl::StatusOr<std::unique_ptr<Event>> CudaBackend::CopyAsync(CopyDirection dire
   RETURN_IF_ERROR(Activate());
   const bool to_host = direction == CopyDirection::kToHost;
   cudaStream_t stream = to_host ? streams_->to_host : streams_->to_device;
-  auto issue = [&]() -> absl::StatusOr<cudaEvent_t> {
-    // After all compute issued so far.
-    HR_CUDA(cudaEventRecord(streams_->compute_marker, ctx_->compute));
-    HR_CUDA(cudaStreamWaitEvent(stream, streams_->compute_marker, 0));
-    HR_CUDA(cudaMemcpyAsync(dst, src, bytes,
-                            to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream));
-    cudaEvent_t done = nullptr;
-    HR_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    absl::Status recorded = CudaStatus(cudaEventRecord(done, stream), "cudaEventRecord");
-    if (!recorded.ok()) {
-      cudaEventDestroy(done);
-      return recorded;
-    }
-    return done;
-  };
-  absl::StatusOr<cudaEvent_t> done = issue();
-  if (!done.ok()) {
-    return Annotate(done.status(), absl::StrCat("copying ", bytes, " bytes to ",
-                                                to_host ? "host" : "device"));
+  // Timing events around the copy, for Event::interval().
+  cudaEvent_t begin = nullptr, done = nullptr;
+  absl::Status status = CudaStatus(cudaEventCreate(&begin), "cudaEventCreate");
+  if (status.ok()) status = CudaStatus(cudaEventCreate(&done), "cudaEventCreate");
+  if (status.ok()) {
+    status = [&]() -> absl::Status {
+      // After all compute issued so far.
+      HR_CUDA(cudaEventRecord(streams_->compute_marker, ctx_->compute));
+      HR_CUDA(cudaStreamWaitEvent(stream, streams_->compute_marker, 0));
+      HR_CUDA(cudaEventRecord(begin, stream));
+      HR_CUDA(cudaMemcpyAsync(dst, src, bytes,
+                              to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream));
+      HR_CUDA(cudaEventRecord(done, stream));
+      return absl::OkStatus();
+    }();
   }
-  return std::unique_ptr<Event>(std::make_unique<CudaEvent>(*done));
+  if (!status.ok()) {
+    if (begin != nullptr) cudaEventDestroy(begin);
+    if (done != nullptr) cudaEventDestroy(done);
+    return Annotate(status,
+                    absl::StrCat("copying ", bytes, " bytes to ", to_host ? "host" : "device"));
+  }
+  return std::unique_ptr<Event>(std::make_unique<CudaEvent>(begin, done, streams_->anchor));
 }
 
 absl::Status CudaBackend::ComputeWaits(Event& event) {
@@ -314,6 +400,16 @@ absl::Status CudaBackend::Synchronize() {
   status.Update(CudaStatus(cudaStreamSynchronize(ctx_->compute), "cudaStreamSynchronize"));
   status.Update(CudaStatus(cudaStreamSynchronize(streams_->to_host), "cudaStreamSynchronize"));
   status.Update(CudaStatus(cudaStreamSynchronize(streams_->to_device), "cudaStreamSynchronize"));
+  if (status.ok()) status = ctx_->CollectIndexChecks();
+  if (status.ok()) {
+    // The device is idle: a precise moment to anchor the copies' clock again.
+    absl::StatusOr<std::shared_ptr<const ClockAnchor>> anchor = MakeAnchor(ctx_->compute);
+    if (anchor.ok()) {
+      streams_->anchor = *std::move(anchor);
+    } else {
+      status = anchor.status();
+    }
+  }
   return Annotate(status, "Synchronize");
 }
 

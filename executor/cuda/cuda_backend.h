@@ -13,14 +13,27 @@
 // stream per direction (all three cudaStreamNonBlocking). CopyAsync() orders its copy
 // after all compute issued so far; ComputeWaits() orders later compute after a copy.
 // Kernel calls return once the work is issued: an error inside a kernel shows at the next
-// call that synchronises (Upload, Download, Synchronize, Event::Wait).
+// call that synchronises (Upload, Download, Synchronize, Event::Wait). So do ids and labels
+// out of range (Embedding, SoftmaxCrossEntropy), which the kernels check on the device:
+// InvalidArgument, worded as the CPU backend's, from the next Synchronize (or Upload or
+// Download). A copy's Event reports when it ran (interval(), timed on its stream) once it is
+// done.
 //
 // Memory: every kernel declares its scratch (cuDNN algorithm workspaces, padded copies,
 // temporaries) through ScratchBytes(), choosing and caching its cuDNN algorithms to size
 // them, and runs in the node's planned scratch. A kernel handed less (a plan made without
 // the backend's ScratchModel) takes it from one workspace buffer outside the plan, grown on
 // demand (waiting for the compute stream); `workspace_bytes()` reports it.
-// ReserveWorkspace() grows it up front.
+// ReserveWorkspace() grows it up front. cuBLAS's workspace is MatMul's scratch, like
+// cuDNN's: cuBLAS allocates none of its own. Outside any plan: the context, the handles, the
+// copy streams' events and a 4 KiB block for the index checks (a fixed cost).
+//
+// Determinism: with `deterministic` (the default), two runs of the same kernels on the
+// same inputs give bitwise the same outputs: deterministic cuDNN convolution algorithms
+// only, own kernels that never accumulate with atomics in an order that varies (Embedding's
+// backward sorts the ids and sums each row in id order, as the CPU backend does), and
+// cuDNN's deterministic max pooling. Dropout masks and optimizer steps are bitwise those of
+// the CPU backend.
 //
 // Limits: float32 only (int32/int64 ids and labels, bool dropout masks); tensors of at most
 // 8 dims for broadcasting and transposes; MatMul needs b 2-D or equal batch dims (else
@@ -53,6 +66,10 @@ struct CudaBackendOptions {
   // The most workspace one convolution algorithm may use; faster algorithms needing more
   // are passed over. Default 1 GiB.
   uint64_t max_conv_workspace_bytes = uint64_t{1} << 30;
+  // Whether only deterministic cuDNN convolution algorithms may run (bitwise the same
+  // results run after run, as "plans change memory, never math" needs). Default true;
+  // false admits faster ones that accumulate with atomics.
+  bool deterministic = true;
 };
 
 struct CudaContext;

@@ -1,11 +1,17 @@
 // Checks every op of the CUDA backend against naive host references: forwards against a
 // double-precision reference, backwards against central differences of that reference
 // (d/dx of sum(dy * y(x)) for a random dy), so each op needs only its forward written twice.
-// Also the copy streams, out-of-memory, and the optimizer steps against their formulas.
+// Also the copy streams, out-of-memory, and the optimizer steps against their formulas;
+// and, for issue 19's defects, against the CPU backend (activations' backward, dropout
+// masks, optimizer steps, AvgPool), bitwise repeatability, cuBLAS's workspace, index
+// checks, copy timing, cuDNN's element limit and a tensor past 2^31 elements.
 // Without a CUDA device every test is skipped.
 #include "executor/cuda/cuda_backend.h"
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,13 +19,16 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "executor/backend.h"
+#include "executor/cpu/cpu_backend.h"
 #include "executor/cuda/device_info.h"
+#include "executor/dropout_mask.h"
 #include "graph/op_registry.h"
 #include "gtest/gtest.h"
 
@@ -1350,6 +1359,577 @@ TEST_F(CudaBackendTest, WorkspaceIsReportedAndReservable) {
   EXPECT_EQ(backend_->name(), "cuda");
   ASSERT_TRUE(cuda->ReserveWorkspace(3 << 20).ok());
   EXPECT_GE(cuda->workspace_bytes(), uint64_t{3} << 20);
+}
+
+// ---- Against the CPU backend (issue 19's defects) -------------------------------------
+
+// A backend with a bump-allocated arena of its own, fed and read through host vectors: the
+// CPU backend beside the fixture's CUDA one.
+class Bench {
+ public:
+  Bench(Backend* backend, uint64_t bytes) : backend_(backend) {
+    absl::StatusOr<std::unique_ptr<Buffer>> arena = backend_->AllocateDevice(bytes);
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    if (arena.ok()) arena_ = *std::move(arena);
+  }
+  TensorView Alloc(const Shape& shape, proto::DType dtype = proto::DTYPE_FLOAT32) {
+    TensorView v{nullptr, shape, dtype};
+    EXPECT_LE(used_ + v.bytes(), arena_->bytes());
+    v.data = static_cast<char*>(arena_->data()) + used_;
+    used_ += (v.bytes() + 255) / 256 * 256;
+    return v;
+  }
+  template <typename T>
+  TensorView Put(const Shape& shape, const std::vector<T>& values,
+                 proto::DType dtype = proto::DTYPE_FLOAT32) {
+    TensorView v = Alloc(shape, dtype);
+    EXPECT_EQ(v.bytes(), values.size() * sizeof(T));
+    EXPECT_TRUE(backend_->Upload(v.data, values.data(), v.bytes()).ok());
+    return v;
+  }
+  template <typename T = float>
+  std::vector<T> Get(const TensorView& v) {
+    std::vector<T> out(v.bytes() / sizeof(T));
+    absl::Status s = backend_->Download(out.data(), v.data, v.bytes());
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+  Backend* backend() const { return backend_; }
+
+ private:
+  Backend* backend_;
+  std::unique_ptr<Buffer> arena_;
+  uint64_t used_ = 0;
+};
+
+// Expects got == want bit for bit (the first few differences printed).
+void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && ++bad <= 5) {
+      ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements differ";
+}
+
+// Defect 1: the activations' backward from y, at x = 0, 6, beyond 6 and below 0, against
+// the CPU backend (oneDNN's *_use_dst_for_bwd, PyTorch's semantics) and written out.
+TEST_F(CudaBackendTest, ActivationBackwardMatchesCpuAtKinksAndSaturation) {
+  std::unique_ptr<Backend> cpu_backend = cpu::CreateCpuBackend();
+  const std::vector<float> x = {-3, -0.0f, 0, 1e-7f, 2.5f, 5.999f, 6, 6.001f, 7, 100};
+  const std::vector<float> dy = {1, -2, 3, 4, -5, 6, 7, -8, 9, 10};
+  const int64_t n = static_cast<int64_t>(x.size());
+  // ReLU passes dy where x > 0; ReLU6 where 0 < x < 6 (PyTorch's hardtanh_backward); both
+  // as dy times 1 or 0, as oneDNN computes them (-0 for a negative dy that stops).
+  const std::vector<float> relu_passes = {0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+  const std::vector<float> relu6_passes = {0, 0, 0, 1, 1, 1, 0, 0, 0, 0};
+  std::map<std::string, std::vector<float>> exact = {{"ReLU", dy}, {"ReLU6", dy}};
+  for (int64_t i = 0; i < n; ++i) {
+    exact["ReLU"][i] *= relu_passes[i];
+    exact["ReLU6"][i] *= relu6_passes[i];
+  }
+  for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh"}) {
+    SCOPED_TRACE(op);
+    graph::Attrs attrs = AttrsOf(op);
+    std::vector<std::vector<float>> dx;
+    for (Backend* b : {backend_.get(), cpu_backend.get()}) {
+      Bench bench(b, 1 << 20);
+      ForwardArgs fwd;
+      fwd.op = op;
+      fwd.attrs = &attrs;
+      fwd.inputs = {bench.Put({n}, x)};
+      fwd.outputs = {bench.Alloc({n})};
+      ASSERT_TRUE(b->Forward(fwd).ok());
+      BackwardArgs bwd;
+      bwd.op = op;
+      bwd.attrs = &attrs;
+      bwd.inputs = {TensorView{nullptr, {n}}};  // The plan keeps only y.
+      bwd.outputs = fwd.outputs;
+      bwd.output_grads = {bench.Put({n}, dy)};
+      bwd.input_grads = {bench.Alloc({n})};
+      absl::Status status = b->Backward(bwd);
+      ASSERT_TRUE(status.ok()) << status;
+      dx.push_back(bench.Get(bwd.input_grads[0]));
+    }
+    if (exact.count(op)) {
+      ExpectBitwise(dx[0], exact.at(op), "CUDA dx");
+      ExpectBitwise(dx[1], exact.at(op), "CPU dx");
+    } else {
+      // cuDNN's and oneDNN's forwards may differ in the last bits of y.
+      ExpectNear(dx[0], ToDouble(dx[1]), "CUDA dx against the CPU's", 1e-6, 1e-5);
+    }
+  }
+}
+
+// Defect 6: CUDA's dropout mask and output are the shared function's, so the CPU's.
+TEST_F(CudaBackendTest, DropoutMaskIsTheCpuBackendsMask) {
+  const int64_t n = 200003;
+  for (const auto& [seed, rate] :
+       std::vector<std::pair<uint64_t, double>>{{1234, 0.25}, {uint64_t{1} << 40, 0.1}}) {
+    SCOPED_TRACE(seed);
+    graph::Attrs attrs = AttrsOf("Dropout", {{"rate", Float(rate)}});
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = 0.001f * static_cast<float>(i % 997) - 0.4f;
+    ForwardArgs fwd;
+    fwd.op = "Dropout";
+    fwd.attrs = &attrs;
+    fwd.seed = seed;
+    fwd.inputs = {Put({n}, x)};
+    fwd.outputs = {Alloc({n})};
+    fwd.saved = {Alloc({n}, proto::DTYPE_BOOL)};
+    ASSERT_TRUE(backend_->Forward(fwd).ok());
+    const std::vector<float> y = Get(fwd.outputs[0]);
+    const std::vector<uint8_t> mask = GetBytes(fwd.saved[0]);
+    const uint64_t stream = DropoutStream(seed);
+    const uint64_t threshold = DropoutKeepThreshold(rate);
+    const float scale = DropoutScale(rate);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = DropoutKeeps(stream, i, threshold);
+      const float want = keep ? x[i] * scale : 0.0f;
+      if ((mask[i] != (keep ? 1 : 0) || std::memcmp(&y[i], &want, sizeof(float)) != 0) &&
+          ++bad <= 5) {
+        ADD_FAILURE() << "element " << i << ": mask " << int{mask[i]} << " y " << y[i] << ", want "
+                      << keep << " " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+// Defect 7: Adam and SGD steps give bitwise the CPU backend's parameters and state.
+TEST_F(CudaBackendTest, OptimizerStepsMatchTheCpuBackendBitwise) {
+  std::unique_ptr<Backend> cpu_backend = cpu::CreateCpuBackend();
+  const int64_t n = 40000;  // Past the CPU's parallel threshold.
+  std::mt19937 rng(33);
+  const std::vector<float> p0 = Random(n, rng, -2, 2);
+  std::vector<std::vector<float>> grads;
+  for (int step = 0; step < 4; ++step) grads.push_back(Random(n, rng, -1e-2f, 1e-2f));
+  struct Case {
+    std::string op;
+    int num_state;
+    OptimizerParams params;
+  };
+  OptimizerParams adam;
+  adam.learning_rate = 1e-3;
+  adam.beta1 = 0.9;
+  adam.beta2 = 0.999;
+  adam.epsilon = 1e-8;
+  adam.weight_decay = 0.01;
+  OptimizerParams sgd;
+  sgd.learning_rate = 0.05;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 1e-4;
+  for (const Case& c : {Case{"AdamUpdate", 2, adam}, Case{"SgdMomentumUpdate", 1, sgd}}) {
+    SCOPED_TRACE(c.op);
+    std::vector<std::vector<std::vector<float>>> results;  // [backend][param, state...]
+    for (Backend* b : {backend_.get(), cpu_backend.get()}) {
+      Bench bench(b, 8 << 20);
+      UpdateArgs u;
+      u.op = c.op;
+      u.params = c.params;
+      u.param = bench.Put({n}, p0);
+      u.grad = bench.Alloc({n});
+      for (int k = 0; k < c.num_state; ++k) u.state.push_back(bench.Alloc({n}));
+      for (int step = 1; step <= 4; ++step) {
+        ASSERT_TRUE(b->Upload(u.grad.data, grads[step - 1].data(), u.grad.bytes()).ok());
+        u.step = step;
+        absl::Status status = b->Update(u);
+        ASSERT_TRUE(status.ok()) << status;
+      }
+      std::vector<std::vector<float>> r = {bench.Get(u.param)};
+      for (const TensorView& t : u.state) r.push_back(bench.Get(t));
+      results.push_back(std::move(r));
+    }
+    ExpectBitwise(results[0][0], results[1][0], "param");
+    for (int k = 0; k < c.num_state; ++k) {
+      ExpectBitwise(results[0][1 + k], results[1][1 + k], absl::StrCat("state ", k));
+    }
+  }
+}
+
+// Defect 8: AvgPool's backward reads neither x nor y (the plan keeps neither), also where
+// cuDNN could pool; dx (poisoned) is the CPU backend's.
+TEST_F(CudaBackendTest, AvgPoolBackwardNeedsNoXOrY) {
+  std::unique_ptr<Backend> cpu_backend = cpu::CreateCpuBackend();
+  const Shape xs = {2, 3, 7, 6}, ys = {2, 3, 4, 3};
+  std::mt19937 rng(34);
+  const std::vector<float> dy = Random(Count(ys), rng);
+  for (bool include : {true, false}) {
+    SCOPED_TRACE(include ? "count_include_pad" : "exclude pad");
+    graph::Attrs attrs = AttrsOf("AvgPool", {{"kernel_size", Ints({3, 3})},
+                                             {"stride", Ints({2, 2})},
+                                             {"padding", Ints({1, 1})},
+                                             {"count_include_pad", Bool(include)}});
+    std::vector<std::vector<float>> dx;
+    for (Backend* b : {backend_.get(), cpu_backend.get()}) {
+      Bench bench(b, 1 << 20);
+      BackwardArgs bwd;
+      bwd.op = "AvgPool";
+      bwd.attrs = &attrs;
+      bwd.inputs = {TensorView{nullptr, xs}};
+      bwd.outputs = {TensorView{nullptr, ys}};
+      bwd.output_grads = {bench.Put(ys, dy)};
+      bwd.input_grads = {bench.Put(xs, std::vector<float>(Count(xs), NAN))};
+      absl::Status status = b->Backward(bwd);
+      ASSERT_TRUE(status.ok()) << status;
+      dx.push_back(bench.Get(bwd.input_grads[0]));
+    }
+    ExpectNear(dx[0], ToDouble(dx[1]), "dx against the CPU's", 1e-7, 1e-6);
+  }
+}
+
+// Defect 2: backward kernels that sum (convolution, embedding, batch norm, pooling) give
+// bitwise the same results run after run; Embedding's are the CPU backend's sums exactly.
+TEST_F(CudaBackendTest, BackwardIsBitwiseRepeatable) {
+  std::mt19937 rng(35);
+  // Conv2D with bias: dx, dw, db.
+  const Shape xs = {8, 16, 20, 20}, ws = {32, 16, 3, 3}, ys = {8, 32, 20, 20};
+  graph::Attrs conv = AttrsOf("Conv2D", {{"stride", Ints({1, 1})}, {"padding", Ints({1, 1})}});
+  const TensorView x = Put(xs, Random(Count(xs), rng));
+  const TensorView w = Put(ws, Random(Count(ws), rng, -0.1f, 0.1f));
+  const TensorView b = Put({32}, Random(32, rng));
+  const TensorView dy = Put(ys, Random(Count(ys), rng));
+  std::vector<std::vector<float>> first;
+  for (int run = 0; run < 2; ++run) {
+    BackwardArgs bwd;
+    bwd.op = "Conv2D";
+    bwd.attrs = &conv;
+    bwd.inputs = {x, w, b};
+    bwd.outputs = {TensorView{nullptr, ys}};
+    bwd.output_grads = {dy};
+    bwd.input_grads = {Alloc(xs), Alloc(ws), Alloc({32})};
+    absl::Status status = backend_->Backward(bwd);
+    ASSERT_TRUE(status.ok()) << status;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> got = Get(bwd.input_grads[i]);
+      if (run == 0) {
+        first.push_back(std::move(got));
+      } else {
+        ExpectBitwise(got, first[i], absl::StrCat("Conv2D gradient ", i, ", second run"));
+      }
+    }
+  }
+
+  // BatchNorm (cuDNN's spatial backward): dx, dweight, dbias.
+  graph::Attrs bn = AttrsOf("BatchNorm");
+  ForwardArgs norm;
+  norm.op = "BatchNorm";
+  norm.attrs = &bn;
+  norm.inputs = {x, Put({16}, Random(16, rng)), Put({16}, Random(16, rng))};
+  norm.outputs = {Alloc(xs)};
+  norm.saved = {Alloc({16}), Alloc({16})};
+  ASSERT_TRUE(backend_->Forward(norm).ok());
+  const TensorView norm_dy = Put(xs, Random(Count(xs), rng));
+  std::vector<std::vector<float>> norm_first;
+  for (int run = 0; run < 2; ++run) {
+    BackwardArgs bwd;
+    bwd.op = "BatchNorm";
+    bwd.attrs = &bn;
+    bwd.inputs = norm.inputs;
+    bwd.outputs = {TensorView{nullptr, xs}};
+    bwd.saved = norm.saved;
+    bwd.output_grads = {norm_dy};
+    bwd.input_grads = {Alloc(xs), Alloc({16}), Alloc({16})};
+    absl::Status status = backend_->Backward(bwd);
+    ASSERT_TRUE(status.ok()) << status;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> got = Get(bwd.input_grads[i]);
+      if (run == 0) {
+        norm_first.push_back(std::move(got));
+      } else {
+        ExpectBitwise(got, norm_first[i], absl::StrCat("BatchNorm gradient ", i, ", second run"));
+      }
+    }
+  }
+
+  // Embedding: many repeats of few ids, so that an atomic scatter would reorder sums.
+  std::unique_ptr<Backend> cpu_backend = cpu::CreateCpuBackend();
+  const int64_t vocab = 7, d = 33, count = 5000;
+  std::vector<int64_t> ids(count);
+  for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<int64_t>(rng() % vocab);
+  const std::vector<float> edy = Random(count * d, rng);
+  graph::Attrs emb = AttrsOf("Embedding");
+  std::vector<std::vector<float>> dtables;
+  for (Backend* backend : {backend_.get(), backend_.get(), cpu_backend.get()}) {
+    Bench bench(backend, 4 << 20);
+    BackwardArgs bwd;
+    bwd.op = "Embedding";
+    bwd.attrs = &emb;
+    bwd.inputs = {bench.Put({count}, ids, proto::DTYPE_INT64), TensorView{nullptr, {vocab, d}}};
+    bwd.outputs = {TensorView{nullptr, {count, d}}};
+    bwd.output_grads = {bench.Put({count, d}, edy)};
+    bwd.input_grads = {TensorView{nullptr, {count}, proto::DTYPE_INT64}, bench.Alloc({vocab, d})};
+    // The sort's scratch as the plan would give it.
+    absl::StatusOr<uint64_t> scratch = backend->ScratchBytes(bwd);
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    if (*scratch > 0) {
+      bwd.scratch = bench.Alloc({static_cast<int64_t>(*scratch)}, proto::DTYPE_BOOL).data;
+      bwd.scratch_bytes = *scratch;
+    }
+    absl::Status status = backend->Backward(bwd);
+    ASSERT_TRUE(status.ok()) << status;
+    dtables.push_back(bench.Get(bwd.input_grads[1]));
+  }
+  ExpectBitwise(dtables[1], dtables[0], "Embedding dtable, second run");
+  ExpectBitwise(dtables[0], dtables[2], "Embedding dtable against the CPU backend's");
+  EXPECT_EQ(backend_->workspace_bytes(), 0u) << "the sort ran outside its planned scratch";
+}
+
+// Defect 2: the option reaches the algorithm choice; either way the convolution is right.
+TEST_F(CudaBackendTest, NondeterministicBackendStillConvolvesCorrectly) {
+  CudaBackendOptions options;
+  options.deterministic = false;
+  absl::StatusOr<std::unique_ptr<Backend>> fast = CreateCudaBackend(0, options);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  std::mt19937 rng(36);
+  const Shape xs = {4, 8, 12, 12}, ws = {16, 8, 3, 3}, ys = {4, 16, 12, 12};
+  graph::Attrs conv = AttrsOf("Conv2D", {{"stride", Ints({1, 1})}, {"padding", Ints({1, 1})}});
+  const std::vector<float> xv = Random(Count(xs), rng), wv = Random(Count(ws), rng),
+                           dyv = Random(Count(ys), rng);
+  std::vector<std::vector<float>> dw;
+  for (Backend* backend : {backend_.get(), fast->get()}) {
+    Bench bench(backend, 8 << 20);
+    BackwardArgs bwd;
+    bwd.op = "Conv2D";
+    bwd.attrs = &conv;
+    bwd.inputs = {bench.Put(xs, xv), bench.Put(ws, wv)};
+    bwd.outputs = {TensorView{nullptr, ys}};
+    bwd.output_grads = {bench.Put(ys, dyv)};
+    bwd.input_grads = {bench.Alloc(xs), bench.Alloc(ws)};
+    absl::Status status = backend->Backward(bwd);
+    ASSERT_TRUE(status.ok()) << status;
+    dw.push_back(bench.Get(bwd.input_grads[1]));
+  }
+  ExpectNear(dw[1], ToDouble(dw[0]), "dw, nondeterministic against deterministic", 1e-4, 1e-4);
+}
+
+// Defect 4: MatMul declares cuBLAS's workspace (NVIDIA's size for the device) and cuBLAS
+// runs in it: nothing outside the plan, and without planned scratch the fallback counts.
+TEST_F(CudaBackendTest, MatMulHandsCublasItsPlannedWorkspace) {
+  absl::StatusOr<std::vector<CudaDevice>> devices = ListCudaDevices();
+  ASSERT_TRUE(devices.ok());
+  const uint64_t want = (*devices)[0].sm_major >= 9 ? uint64_t{32} << 20 : uint64_t{4} << 20;
+  const int64_t m = 512, k = 1024, nn = 768;
+  std::mt19937 rng(37);
+  graph::Attrs attrs = AttrsOf("MatMul");
+  ForwardArgs fwd;
+  fwd.op = "MatMul";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Put({m, k}, Random(m * k, rng)), Put({k, nn}, Random(k * nn, rng))};
+  fwd.outputs = {Alloc({m, nn})};
+  absl::StatusOr<uint64_t> fwd_bytes = backend_->ScratchBytes(fwd);
+  ASSERT_TRUE(fwd_bytes.ok()) << fwd_bytes.status();
+  EXPECT_GE(*fwd_bytes, want);
+  BackwardArgs bwd;
+  bwd.op = "MatMul";
+  bwd.attrs = &attrs;
+  bwd.inputs = fwd.inputs;
+  bwd.outputs = fwd.outputs;
+  bwd.output_grads = {Put({m, nn}, Random(m * nn, rng))};
+  bwd.input_grads = {Alloc({m, k}), Alloc({k, nn})};
+  absl::StatusOr<uint64_t> bwd_bytes = backend_->ScratchBytes(bwd);
+  ASSERT_TRUE(bwd_bytes.ok()) << bwd_bytes.status();
+  EXPECT_GE(*bwd_bytes, want);
+
+  // With the planned scratch: no workspace outside the plan, and no device memory taken.
+  absl::StatusOr<std::unique_ptr<Buffer>> scratch = backend_->AllocateDevice(*bwd_bytes);
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  fwd.scratch = bwd.scratch = (*scratch)->data();
+  fwd.scratch_bytes = *fwd_bytes;
+  bwd.scratch_bytes = *bwd_bytes;
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  const uint64_t free_before = (*ListCudaDevices())[0].free_bytes;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(backend_->Forward(fwd).ok());
+    ASSERT_TRUE(backend_->Backward(bwd).ok());
+  }
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  const uint64_t free_after = (*ListCudaDevices())[0].free_bytes;
+  EXPECT_EQ(backend_->workspace_bytes(), 0u);
+  // Another process may allocate meanwhile; cuBLAS's own pool would take >= 4 MiB.
+  EXPECT_LT(free_before - std::min(free_before, free_after), uint64_t{2} << 20)
+      << "device memory went from " << free_before << " to " << free_after << " free";
+  Values want_y = RefMatMul(ToDouble(Get(fwd.inputs[0])), ToDouble(Get(fwd.inputs[1])), nullptr, 1,
+                            true, m, k, nn, false, false);
+  ExpectNear(Get(fwd.outputs[0]), want_y, "y", 1e-3, 1e-3);
+
+  // Without planned scratch: the fallback workspace, which workspace_bytes() counts.
+  fwd.scratch = nullptr;
+  fwd.scratch_bytes = 0;
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  EXPECT_GE(backend_->workspace_bytes(), want);
+}
+
+// Defect 11: ids and labels out of range fail the next synchronising call, worded as the
+// CPU backend's errors; the backend works on after.
+TEST_F(CudaBackendTest, OutOfRangeIdsAndLabelsAreInvalidArgument) {
+  graph::Attrs emb = AttrsOf("Embedding");
+  ForwardArgs fwd;
+  fwd.op = "Embedding";
+  fwd.attrs = &emb;
+  fwd.inputs = {PutIds<int32_t>({2, 3}, {4, 0, 7, 2, 9, 1}), Put({5, 4}, std::vector<float>(20))};
+  fwd.outputs = {Alloc({2, 3, 4})};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());  // Issued; the check reports at the sync.
+  absl::Status status = backend_->Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("op 'Embedding': input 'ids' [2,3] holds 7 at flat index 2, "
+                                  "outside [0, 5) for input 'table' [5,4]"),
+            std::string::npos)
+      << status;
+  EXPECT_TRUE(backend_->Synchronize().ok());  // Reported once.
+
+  graph::Attrs ce = AttrsOf("SoftmaxCrossEntropy");
+  ForwardArgs loss;
+  loss.op = "SoftmaxCrossEntropy";
+  loss.attrs = &ce;
+  loss.inputs = {Put({3, 4}, std::vector<float>(12, 0.5f)), PutIds<int64_t>({3}, {1, 3, -1})};
+  loss.outputs = {Alloc({})};
+  loss.scratch = Alloc({64}).data;
+  loss.scratch_bytes = 256;
+  ASSERT_TRUE(backend_->Forward(loss).ok());
+  std::vector<float> out(1);
+  status = backend_->Download(out.data(), loss.outputs[0].data, 4);  // Synchronises first.
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("op 'SoftmaxCrossEntropy': input 'labels' [3] holds -1 at "
+                                  "flat index 2, outside [0, 4)"),
+            std::string::npos)
+      << status;
+
+  // In range: no error.
+  fwd.inputs[0] = PutIds<int64_t>({2, 3}, {4, 0, 3, 2, 1, 1});
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  EXPECT_TRUE(backend_->Synchronize().ok());
+}
+
+// Defect 11: a copy's event says when it ran, on the host's clock.
+TEST_F(CudaBackendTest, CopyEventsReportWhenTheyRan) {
+  const int64_t n = 8 << 20;  // 32 MiB: long enough to measure.
+  TensorView device = Alloc({n});
+  absl::StatusOr<std::unique_ptr<Buffer>> host = backend_->AllocateHost(n * sizeof(float));
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  const auto issued = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<Event>> copy =
+      backend_->CopyAsync(CopyDirection::kToHost, (*host)->data(), device.data, device.bytes());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_TRUE((*copy)->Wait().ok());
+  const auto waited = std::chrono::steady_clock::now();
+  std::optional<Event::Interval> ran = (*copy)->interval();
+  ASSERT_TRUE(ran.has_value());
+  const auto slack = std::chrono::milliseconds(2);  // The clocks' anchoring.
+  EXPECT_LE(ran->begin, ran->end);
+  EXPECT_GE(ran->begin, issued - slack);
+  EXPECT_LE(ran->end, waited + slack);
+  EXPECT_GT(ran->end - ran->begin, std::chrono::microseconds(0));
+}
+
+// Defect 11: destroying a device buffer leaves the thread's current device alone.
+TEST_F(CudaBackendTest, DestroyingABufferKeepsTheCurrentDevice) {
+  absl::StatusOr<std::vector<CudaDevice>> devices = ListCudaDevices();
+  if (!devices.ok() || devices->size() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  absl::StatusOr<std::unique_ptr<Backend>> second = CreateCudaBackend(1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<std::unique_ptr<Buffer>> buffer = (*second)->AllocateDevice(1 << 20);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  buffer->reset();
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, 0);
+}
+
+// Defect 11: cuDNN's 2^31 - 1 element limit is a clear error naming the tensor, decided
+// before any memory is touched (the views below point at a few bytes).
+TEST_F(CudaBackendTest, CudnnElementLimitIsAClearError) {
+  const Shape huge = {1, 1, 46341, 46341};  // 2^31 + 88,440 elements
+  TensorView x = Alloc({4});
+  x.shape = huge;
+  TensorView y = x;
+  graph::Attrs bn = AttrsOf("BatchNorm");
+  ForwardArgs fwd;
+  fwd.op = "BatchNorm";
+  fwd.attrs = &bn;
+  fwd.training = false;
+  fwd.inputs = {x, Put({1}, {1}), Put({1}, {0}), Put({1}, {0}), Put({1}, {1})};
+  fwd.outputs = {y};
+  absl::Status status = backend_->Forward(fwd);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_NE(status.message().find("BatchNorm"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("input 'x' [1,1,46341,46341] has 2147488281 elements"),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("2^31 - 1"), std::string::npos) << status;
+
+  graph::Attrs conv = AttrsOf("Conv2D", {{"stride", Ints({1, 1})}, {"padding", Ints({0, 0})}});
+  ForwardArgs c;
+  c.op = "Conv2D";
+  c.attrs = &conv;
+  c.inputs = {x, Put({1, 1, 1, 1}, {1})};
+  c.outputs = {y};
+  absl::StatusOr<uint64_t> scratch = backend_->ScratchBytes(c);
+  ASSERT_FALSE(scratch.ok());
+  EXPECT_EQ(scratch.status().code(), absl::StatusCode::kUnimplemented) << scratch.status();
+  EXPECT_NE(scratch.status().message().find("Conv2D"), std::string::npos) << scratch.status();
+}
+
+// Defect 11: an elementwise op past 2^31 elements (64-bit indexing, cuDNN's activation in
+// chunks, the own backward kernel), where the device has the 17 GiB it needs.
+TEST_F(CudaBackendTest, ReluPast2To31Elements) {
+  const int64_t n = (int64_t{1} << 31) + 5;
+  const uint64_t bytes = n * sizeof(float);
+  absl::StatusOr<std::vector<CudaDevice>> devices = ListCudaDevices();
+  ASSERT_TRUE(devices.ok());
+  if ((*devices)[0].free_bytes < 2 * bytes + (uint64_t{1} << 30)) {
+    GTEST_SKIP() << "needs " << 2 * bytes << " bytes free: " << (*devices)[0].DebugString();
+  }
+  absl::StatusOr<std::unique_ptr<Buffer>> big = backend_->AllocateDevice(2 * bytes);
+  ASSERT_TRUE(big.ok()) << big.status();
+  float* base = static_cast<float*>((*big)->data());
+  const TensorView x{base, {n}, proto::DTYPE_FLOAT32};
+  const TensorView y{base + n, {n}, proto::DTYPE_FLOAT32};
+  ASSERT_TRUE(backend_->Fill(x, -1.0f).ok());
+  // Positive values around 2^31 and at the very end.
+  const std::vector<int64_t> at = {0, (int64_t{1} << 30) + 1, (int64_t{1} << 31) - 1,
+                                   int64_t{1} << 31, n - 1};
+  for (size_t k = 0; k < at.size(); ++k) {
+    const float v = 1.0f + static_cast<float>(k);
+    ASSERT_TRUE(backend_->Upload(base + at[k], &v, sizeof(float)).ok());
+  }
+  graph::Attrs attrs = AttrsOf("ReLU");
+  ForwardArgs fwd;
+  fwd.op = "ReLU";
+  fwd.attrs = &attrs;
+  fwd.inputs = {x};
+  fwd.outputs = {y};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  // Backward in place over x's bytes: dy = 3 everywhere, dx = dy where y > 0.
+  ASSERT_TRUE(backend_->Fill(x, 3.0f).ok());
+  BackwardArgs bwd;
+  bwd.op = "ReLU";
+  bwd.attrs = &attrs;
+  bwd.inputs = {TensorView{nullptr, {n}}};
+  bwd.outputs = {y};
+  bwd.output_grads = {x};
+  bwd.input_grads = {x};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  auto read = [&](const float* p) {
+    float v = NAN;
+    EXPECT_TRUE(backend_->Download(&v, p, sizeof(float)).ok());
+    return v;
+  };
+  for (size_t k = 0; k < at.size(); ++k) {
+    SCOPED_TRACE(at[k]);
+    EXPECT_EQ(read(base + n + at[k]), 1.0f + static_cast<float>(k));  // y
+    EXPECT_EQ(read(base + at[k]), 3.0f);                              // dx
+    if (at[k] + 1 < n && std::find(at.begin(), at.end(), at[k] + 1) == at.end()) {
+      EXPECT_EQ(read(base + n + at[k] + 1), 0.0f);
+      EXPECT_EQ(read(base + at[k] + 1), 0.0f);
+    }
+  }
 }
 
 TEST(CudaBackendFactoryTest, NoDeviceIsFailedPreconditionElseOutOfRangeOrdinal) {

@@ -2,11 +2,17 @@
 // transpose_b, on cuBLAS (row-major tensors seen as transposed column-major matrices).
 // Batch dims: b 2-D (or batch dims all 1), any-rank a; or a and b with equal batch dims.
 // Other broadcasts are Unimplemented.
+//
+// cuBLAS's workspace is the node's scratch: each MatMul declares CudaContext's
+// cublas_workspace_bytes (NVIDIA's recommendation for the device) through ScratchBytes() and
+// hands its piece to cublasSetWorkspace before its GEMMs, so cuBLAS allocates no pool of its
+// own (Init() sets it to none until then).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "executor/cuda/cuda_context.h"
@@ -90,6 +96,24 @@ absl::StatusOr<MatMulShape> ShapeOf(const TensorView& a, const TensorView& b,
   return s;
 }
 
+// The scratch of a MatMul, forward or backward (its GEMMs run one after another): cuBLAS's
+// workspace.
+std::vector<uint64_t> MatMulPieces(const CudaContext& ctx) { return {ctx.cublas_workspace_bytes}; }
+
+template <typename Args>
+absl::StatusOr<uint64_t> MatMulScratch(CudaContext& ctx, const Args&) {
+  return CudaContext::ScratchTotal(MatMulPieces(ctx));
+}
+
+// Gives cuBLAS the node's scratch (or the fallback workspace) as its workspace.
+template <typename Args>
+absl::Status SetCublasWorkspace(CudaContext& ctx, const Args& args) {
+  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, MatMulPieces(ctx)));
+  HR_CUBLAS(cublasSetWorkspace(ctx.cublas, ctx.cublas_workspace_bytes > 0 ? scratch[0] : nullptr,
+                               ctx.cublas_workspace_bytes));
+  return absl::OkStatus();
+}
+
 absl::Status MatMulForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& a = args.inputs[0];
   const TensorView& b = args.inputs[1];
@@ -97,6 +121,7 @@ absl::Status MatMulForward(CudaContext& ctx, const ForwardArgs& args) {
   RETURN_IF_ERROR(RequireF32(a, "input 'a'"));
   RETURN_IF_ERROR(RequireF32(b, "input 'b'"));
   ASSIGN_OR_RETURN(MatMulShape s, ShapeOf(a, b, *args.attrs));
+  RETURN_IF_ERROR(SetCublasWorkspace(ctx, args));
   const int64_t mk = s.m * s.k, kn = s.k * s.n, mn = s.m * s.n;
   if (s.b_2d && !s.ta) {
     // Every batch of a stacked into one [batch * M, K] matrix.
@@ -125,6 +150,7 @@ absl::Status MatMulBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& da = args.input_grads[0];
   const TensorView& db = args.input_grads[1];
   ASSIGN_OR_RETURN(MatMulShape s, ShapeOf(a, b, *args.attrs));
+  RETURN_IF_ERROR(SetCublasWorkspace(ctx, args));
   const int64_t m = s.m, k = s.k, n = s.n;
   const int64_t mk = m * k, kn = k * n, mn = m * n;
   if (da.present()) {
@@ -185,7 +211,8 @@ absl::Status MatMulBackward(CudaContext& ctx, const BackwardArgs& args) {
 }  // namespace
 
 void RegisterBlasKernels(KernelTable* table) {
-  (*table)["MatMul"] = {MatMulForward, MatMulBackward};
+  (*table)["MatMul"] = {MatMulForward, MatMulBackward, MatMulScratch<ForwardArgs>,
+                        MatMulScratch<BackwardArgs>};
 }
 
 }  // namespace headroom::executor::cuda

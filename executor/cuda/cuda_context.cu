@@ -1,9 +1,10 @@
-#include "executor/cuda/cuda_context.h"
-
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "executor/cuda/cuda_context.h"
+#include "executor/cuda/cuda_device_utils.h"
 
 namespace headroom::executor::cuda {
 namespace {
@@ -14,7 +15,101 @@ constexpr uint64_t kWorkspaceGranule = uint64_t{1} << 20;
 
 uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
+// slot[0] = the smallest flat index whose id lies outside [0, limit).
+template <typename Id>
+__global__ void FindOutOfRangeKernel(const Id* ids, int64_t n, int64_t limit,
+                                     unsigned long long* first) {
+  GRID_STRIDE_LOOP(i, n) {
+    const int64_t v = static_cast<int64_t>(ids[i]);
+    if (v < 0 || v >= limit) atomicMin(first, static_cast<unsigned long long>(i));
+  }
+}
+
+// slot[1] = the id at slot[0], if any: read before later kernels may overwrite the ids.
+template <typename Id>
+__global__ void RecordOutOfRangeKernel(const Id* ids, int64_t* slot) {
+  if (slot[0] != CudaContext::kNoIndex) slot[1] = static_cast<int64_t>(ids[slot[0]]);
+}
+
+template <typename Id>
+absl::Status LaunchIndexCheck(cudaStream_t stream, const Id* ids, int64_t n, int64_t limit,
+                              int64_t* slot) {
+  FindOutOfRangeKernel<<<GridFor(n), kThreads, 0, stream>>>(
+      ids, n, limit, reinterpret_cast<unsigned long long*>(slot));
+  HR_CUDA_LAUNCHED("FindOutOfRangeKernel");
+  RecordOutOfRangeKernel<<<1, 1, 0, stream>>>(ids, slot);
+  HR_CUDA_LAUNCHED("RecordOutOfRangeKernel");
+  return absl::OkStatus();
+}
+
+// Writes kNoIndex, 0 to the first `count` slots.
+absl::Status ClearIndexSlots(int64_t* slots, int count) {
+  std::vector<int64_t> clear(2 * count);
+  for (int i = 0; i < count; ++i) clear[2 * i] = CudaContext::kNoIndex;
+  HR_CUDA(cudaMemcpy(slots, clear.data(), clear.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status CudaContext::AllocateIndexSlots() {
+  HR_CUDA(cudaMalloc(&index_slots, kIndexSlots * 2 * sizeof(int64_t)));
+  return ClearIndexSlots(index_slots, kIndexSlots);
+}
+
+absl::Status CudaContext::CheckIndices(const TensorView& ids, int64_t limit, std::string what,
+                                       std::string of) {
+  if (ids.dtype != proto::DTYPE_INT32 && ids.dtype != proto::DTYPE_INT64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has dtype ", graph::DTypeName(ids.dtype), ", needs int32 or int64"));
+  }
+  const int64_t n = ids.num_elements();
+  if (n == 0) return absl::OkStatus();
+  if (pending_index_checks.size() >= static_cast<size_t>(kIndexSlots)) {
+    HR_CUDA(cudaStreamSynchronize(compute));
+    RETURN_IF_ERROR(CollectIndexChecks());
+  }
+  int64_t* slot = index_slots + 2 * pending_index_checks.size();
+  if (ids.dtype == proto::DTYPE_INT32) {
+    RETURN_IF_ERROR(LaunchIndexCheck(compute, ids.i32(), n, limit, slot));
+  } else {
+    RETURN_IF_ERROR(LaunchIndexCheck(compute, ids.i64(), n, limit, slot));
+  }
+  pending_index_checks.push_back(
+      {absl::StrCat(what, " ", graph::ShapeString(ids.shape)), limit, std::move(of)});
+  return absl::OkStatus();
+}
+
+absl::Status CudaContext::CollectIndexChecks() {
+  const int count = static_cast<int>(pending_index_checks.size());
+  if (count == 0) return absl::OkStatus();
+  std::vector<int64_t> found(2 * count);
+  HR_CUDA(cudaMemcpy(found.data(), index_slots, found.size() * sizeof(int64_t),
+                     cudaMemcpyDeviceToHost));
+  std::vector<PendingIndexCheck> checks = std::move(pending_index_checks);
+  pending_index_checks.clear();
+  RETURN_IF_ERROR(ClearIndexSlots(index_slots, count));
+  for (int i = 0; i < count; ++i) {
+    if (found[2 * i] == kNoIndex) continue;
+    const PendingIndexCheck& c = checks[i];
+    return absl::InvalidArgumentError(absl::StrCat(c.what, " holds ", found[2 * i + 1],
+                                                   " at flat index ", found[2 * i],
+                                                   ", outside [0, ", c.limit, ") for ", c.of));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCudnnElements(const std::vector<int64_t>& dims, const char* what) {
+  // The dims of a tensor in memory: their product fits in 64 bits.
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  if (count > INT_MAX) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, " [", absl::StrJoin(dims, ","), "] has ", count,
+                     " elements, past cuDNN's limit of 2^31 - 1 (", INT_MAX, ") per tensor"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CudaContext::ReserveWorkspace(uint64_t bytes) {
   if (bytes <= workspace_bytes) return absl::OkStatus();

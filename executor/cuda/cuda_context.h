@@ -13,6 +13,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -52,6 +53,13 @@ struct CudaContext {
   bool allow_tf32 = false;
   // Caps the workspace a cuDNN convolution algorithm may ask for.
   uint64_t max_conv_workspace_bytes = 0;
+  // Whether every kernel must give bitwise the same results run after run: cuDNN
+  // convolution algorithms are then chosen among the deterministic ones only.
+  bool deterministic = true;
+  // The workspace each MatMul declares as scratch and hands to cuBLAS (cublasSetWorkspace):
+  // NVIDIA's recommendation, 32 MiB on Hopper and newer (compute capability 9+), 4 MiB
+  // before. Set by Init() from the device.
+  uint64_t cublas_workspace_bytes = 0;
   cudaStream_t compute = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -98,7 +106,36 @@ struct CudaContext {
 
   // Grows the workspace to at least `bytes`.
   absl::Status ReserveWorkspace(uint64_t bytes);
+
+  // Range checks of ids and labels, run on the device so that no kernel waits for the host:
+  // CheckIndices() issues one on the compute stream, and CollectIndexChecks(), called once
+  // the compute stream is idle (Synchronize()), returns the first that failed, as the CPU
+  // backend words it: InvalidArgument("op 'Embedding': input 'ids' [2,3] holds 7 at flat
+  // index 1, outside [0, 5) for input 'table' [5,4]"). Each issued check holds one slot of
+  // `index_slots` (device memory: the first flat index out of range, kNoIndex if none, and
+  // the value there); with all slots held, CheckIndices() first waits and collects.
+  static constexpr int kIndexSlots = 256;
+  static constexpr int64_t kNoIndex = INT64_MAX;
+  int64_t* index_slots = nullptr;  // [kIndexSlots][2]; allocated by AllocateIndexSlots().
+  struct PendingIndexCheck {
+    std::string what;  // "op 'Embedding': input 'ids' [2,3]"
+    int64_t limit;     // The ids must lie in [0, limit).
+    std::string of;    // "input 'table' [5,4]"
+  };
+  std::vector<PendingIndexCheck> pending_index_checks;
+
+  // Allocates and clears the index slots (once, at Init()).
+  absl::Status AllocateIndexSlots();
+  // Issues a check that every element of `ids` (int32 or int64) lies in [0, limit).
+  absl::Status CheckIndices(const TensorView& ids, int64_t limit, std::string what, std::string of);
+  // Returns the first failed check issued since the last call, and clears them all.
+  // REQUIRES: the compute stream is idle.
+  absl::Status CollectIndexChecks();
 };
+
+// Returns Unimplemented unless a tensor of `dims` fits cuDNN: at most 2^31 - 1 elements
+// (cuDNN's strides and sizes are 32-bit). `what` names it ("input 'x'").
+absl::Status CheckCudnnElements(const std::vector<int64_t>& dims, const char* what);
 
 // Returns InvalidArgument unless `view` is present and float32; `what` names it.
 absl::Status RequireF32(const TensorView& view, const char* what);

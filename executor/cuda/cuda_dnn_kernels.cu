@@ -1,13 +1,14 @@
 // The CUDA backend's cuDNN kernels: Conv2D (forward, backward data, backward filter, bias
 // gradient), BatchNorm (spatial: training, inference, backward) and the activations ReLU,
-// ReLU6, Sigmoid, Tanh (forward, and backward from y).
+// ReLU6, Sigmoid, Tanh (forward on cuDNN; backward from y on an own kernel).
 //
 // Convolution algorithms come from cuDNN's heuristics (cudnnGet*_v7), not from timing runs
 // (cudnnFind* allocates device memory of its own, which the arena may already hold): the
 // first algorithm cuDNN ranks that runs with the descriptor's math type (FMA only unless
-// TF32 is allowed) within the workspace cap. Descriptors, algorithms and workspace sizes
-// are cached per shape and attributes. Asymmetric padding, which cuDNN lacks, pads x into
-// the workspace explicitly.
+// TF32 is allowed; never FP16 down-conversion) within the workspace cap, and that is
+// deterministic unless the backend was made with deterministic = false. Descriptors, algorithms and
+// workspace sizes are cached per shape and attributes. Asymmetric padding, which cuDNN lacks, pads
+// x into the workspace explicitly.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -35,8 +36,11 @@ absl::Status CheckIntDims(const std::vector<int64_t>& dims) {
   return absl::OkStatus();
 }
 
-absl::Status SetNchw(cudnnTensorDescriptor_t desc, int64_t n, int64_t c, int64_t h, int64_t w) {
-  RETURN_IF_ERROR(CheckIntDims({n, c, h, w}));
+// Sets `desc` to float32 NCHW [n, c, h, w]; Unimplemented past cuDNN's 2^31 - 1 elements
+// (`what` names the tensor), which cuDNN would report as an opaque NOT_SUPPORTED.
+absl::Status SetNchw(cudnnTensorDescriptor_t desc, int64_t n, int64_t c, int64_t h, int64_t w,
+                     const char* what) {
+  RETURN_IF_ERROR(CheckCudnnElements({n, c, h, w}, what));
   HR_CUDNN(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
                                       static_cast<int>(n), static_cast<int>(c),
                                       static_cast<int>(h), static_cast<int>(w)));
@@ -104,7 +108,10 @@ struct ConvPlan {
 };
 
 // Picks the first of cuDNN's ranked algorithms `perf` whose workspace size query (run with
-// its math type) succeeds within the cap. `size_of(algo)` queries the size.
+// its math type) succeeds within the cap. `size_of(algo)` queries the size. Passed over:
+// nondeterministic algorithms (atomics) unless ctx.deterministic is off; tensor-op math
+// unless TF32 is allowed; and always CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which would
+// round float32 operands to half precision.
 template <typename Perf, typename Algo, typename SizeOf>
 absl::Status PickAlgorithm(CudaContext& ctx, ConvPlan& plan, const std::vector<Perf>& perf,
                            int returned, const char* what, SizeOf size_of, Algo* algo,
@@ -112,8 +119,14 @@ absl::Status PickAlgorithm(CudaContext& ctx, ConvPlan& plan, const std::vector<P
   std::vector<std::string> rejected;
   for (int i = 0; i < returned; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     if (!ctx.allow_tf32 && perf[i].mathType != CUDNN_FMA_MATH &&
         perf[i].mathType != CUDNN_DEFAULT_MATH) {
+      continue;
+    }
+    if (ctx.deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) {
+      rejected.push_back(
+          absl::StrCat("algorithm ", static_cast<int>(perf[i].algo), " is nondeterministic"));
       continue;
     }
     const cudnnMathType_t m = ctx.allow_tf32 ? perf[i].mathType : CUDNN_FMA_MATH;
@@ -130,10 +143,12 @@ absl::Status PickAlgorithm(CudaContext& ctx, ConvPlan& plan, const std::vector<P
     *bytes = size;
     return absl::OkStatus();
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "cuDNN offers no ", what, " algorithm within the workspace cap of ",
-      ctx.max_conv_workspace_bytes, " bytes", rejected.empty() ? "" : ": ",
-      absl::StrJoin(rejected, "; ")));
+  return absl::UnimplementedError(
+      absl::StrCat("cuDNN offers no ", ctx.deterministic ? "deterministic " : "", what,
+                   " algorithm within the workspace cap of ", ctx.max_conv_workspace_bytes,
+                   " bytes", ctx.allow_tf32 ? "" : " in float32 (FMA) math",
+                   rejected.empty() ? "" : ": ", absl::StrJoin(rejected, "; "),
+                   ctx.deterministic ? " (the nondeterministic option admits the others)" : ""));
 }
 
 // Creates and sets `plan`'s descriptors for `g` (and a bias descriptor if `bias`); checks
@@ -143,8 +158,9 @@ absl::Status DescribeConv(CudaContext& ctx, const ConvGeometry& g, bool bias, Co
   HR_CUDNN(cudnnCreateTensorDescriptor(&plan->y));
   HR_CUDNN(cudnnCreateFilterDescriptor(&plan->w));
   HR_CUDNN(cudnnCreateConvolutionDescriptor(&plan->conv));
-  RETURN_IF_ERROR(SetNchw(plan->x, g.n, g.c, g.cudnn_h(), g.cudnn_w()));
-  RETURN_IF_ERROR(SetNchw(plan->y, g.n, g.o, g.out_h, g.out_w));
+  RETURN_IF_ERROR(SetNchw(plan->x, g.n, g.c, g.cudnn_h(), g.cudnn_w(), "input 'x'"));
+  RETURN_IF_ERROR(CheckCudnnElements({g.o, g.c / g.groups, g.kh, g.kw}, "input 'weight'"));
+  RETURN_IF_ERROR(SetNchw(plan->y, g.n, g.o, g.out_h, g.out_w, "output 'y'"));
   HR_CUDNN(cudnnSetFilter4dDescriptor(plan->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
                                       static_cast<int>(g.o), static_cast<int>(g.c / g.groups),
                                       static_cast<int>(g.kh), static_cast<int>(g.kw)));
@@ -159,7 +175,7 @@ absl::Status DescribeConv(CudaContext& ctx, const ConvGeometry& g, bool bias, Co
                                        ctx.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
   if (bias) {
     HR_CUDNN(cudnnCreateTensorDescriptor(&plan->bias));
-    RETURN_IF_ERROR(SetNchw(plan->bias, 1, g.o, 1, 1));
+    RETURN_IF_ERROR(SetNchw(plan->bias, 1, g.o, 1, 1, "input 'bias'"));
   }
 
   // cuDNN's output size must be the node's.
@@ -403,7 +419,7 @@ absl::StatusOr<BatchNormPlan*> BatchNormPlanFor(CudaContext& ctx, const TensorVi
         auto plan = std::make_shared<BatchNormPlan>();
         HR_CUDNN(cudnnCreateTensorDescriptor(&plan->x));
         HR_CUDNN(cudnnCreateTensorDescriptor(&plan->channel));
-        RETURN_IF_ERROR(SetNchw(plan->x, n, c, h, w));
+        RETURN_IF_ERROR(SetNchw(plan->x, n, c, h, w, "input 'x'"));
         HR_CUDNN(cudnnDeriveBNTensorDescriptor(plan->channel, plan->x, CUDNN_BATCHNORM_SPATIAL));
         return plan;
       });
@@ -551,7 +567,7 @@ class FlatDesc {
   }
   absl::Status Set(int64_t count) {
     if (desc_ == nullptr) HR_CUDNN(cudnnCreateTensorDescriptor(&desc_));
-    return SetNchw(desc_, 1, 1, 1, count);
+    return SetNchw(desc_, 1, 1, 1, count, "a chunk");
   }
   cudnnTensorDescriptor_t get() const { return desc_; }
 
@@ -574,25 +590,67 @@ absl::Status ActivationForward(CudaContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
-// Backward from y: each of these derivatives is a function of y (ReLU: y > 0; ReLU6:
-// 0 < y < 6; Sigmoid: y (1 - y); Tanh: 1 - y^2), and y stands in for x, which cuDNN's ReLU
-// and clipped ReLU compare the same way.
+// The activations' derivatives from y, with the CPU backend's (oneDNN's *_use_dst_for_bwd)
+// and PyTorch's semantics: ReLU passes dy where y > 0 (x = 0 gets 0); ReLU6 where 0 < y < 6
+// (x = 0, x = 6 and x > 6 get 0); Sigmoid dy * (y * (1 - y)); Tanh dy * (1 - y * y). Own
+// kernels rather than cuDNN's backward, which takes x: given y in its place, its clipped
+// ReLU lets the gradient through where x > 6. The products are rounded one by one
+// (__fmul_rn: no fused multiply-add), as the CPU's vector code computes them.
+enum class ActivationKind { kRelu, kRelu6, kSigmoid, kTanh };
+
+template <ActivationKind kKind>
+__global__ void ActivationBackwardKernel(const float* y, const float* dy, float* dx, int64_t n) {
+  GRID_STRIDE_LOOP(i, n) {
+    const float v = y[i];
+    const float g = dy[i];
+    // dy times 1 or 0, as oneDNN: a negative dy gives -0 where the gradient stops.
+    if (kKind == ActivationKind::kRelu) {
+      dx[i] = __fmul_rn(g, v > 0.0f ? 1.0f : 0.0f);
+    } else if (kKind == ActivationKind::kRelu6) {
+      dx[i] = __fmul_rn(g, v > 0.0f && v < 6.0f ? 1.0f : 0.0f);
+    } else if (kKind == ActivationKind::kSigmoid) {
+      dx[i] = __fmul_rn(g, __fmul_rn(v, 1.0f - v));
+    } else {
+      dx[i] = __fmul_rn(g, 1.0f - __fmul_rn(v, v));
+    }
+  }
+}
+
+// dx may alias dy: each element reads its own dy before writing dx.
 absl::Status ActivationBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& dx = args.input_grads[0];
   if (!dx.present()) return absl::OkStatus();
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(RequireF32(y, "output 'y'"));
-  ASSIGN_OR_RETURN(ActivationPlan * plan, ActivationPlanFor(ctx, args.op));
-  const float one = 1.0f, zero = 0.0f;
+  RETURN_IF_ERROR(RequireF32(args.output_grads[0], "gradient of output 'y'"));
+  RETURN_IF_ERROR(RequireF32(dx, "gradient of input 'x'"));
   const int64_t n = y.num_elements();
-  const float* dy = args.output_grads[0].f32();
-  FlatDesc desc;
-  for (int64_t at = 0; at < n; at += kActivationChunk) {
-    RETURN_IF_ERROR(desc.Set(std::min(kActivationChunk, n - at)));
-    HR_CUDNN(cudnnActivationBackward(ctx.cudnn, plan->act, &one, desc.get(), y.f32() + at,
-                                     desc.get(), dy + at, desc.get(), y.f32() + at, &zero,
-                                     desc.get(), dx.f32() + at));
+  if (dx.num_elements() != n || args.output_grads[0].num_elements() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output 'y' ", graph::ShapeString(y.shape), ", its gradient ",
+        graph::ShapeString(args.output_grads[0].shape), " and the gradient of input 'x' ",
+        graph::ShapeString(dx.shape), " differ in size"));
   }
+  const float* v = y.f32();
+  const float* dy = args.output_grads[0].f32();
+  float* out = dx.f32();
+  const unsigned grid = GridFor(n);
+  if (args.op == "ReLU") {
+    ActivationBackwardKernel<ActivationKind::kRelu>
+        <<<grid, kThreads, 0, ctx.compute>>>(v, dy, out, n);
+  } else if (args.op == "ReLU6") {
+    ActivationBackwardKernel<ActivationKind::kRelu6>
+        <<<grid, kThreads, 0, ctx.compute>>>(v, dy, out, n);
+  } else if (args.op == "Sigmoid") {
+    ActivationBackwardKernel<ActivationKind::kSigmoid>
+        <<<grid, kThreads, 0, ctx.compute>>>(v, dy, out, n);
+  } else if (args.op == "Tanh") {
+    ActivationBackwardKernel<ActivationKind::kTanh>
+        <<<grid, kThreads, 0, ctx.compute>>>(v, dy, out, n);
+  } else {
+    return absl::InternalError(absl::StrCat("no activation backward for ", args.op));
+  }
+  HR_CUDA_LAUNCHED("ActivationBackwardKernel");
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
+#include "executor/dropout_mask.h"
 #include "executor/strided_walk.h"
 
 namespace headroom::executor::cuda {
@@ -100,21 +101,12 @@ absl::Status GeluBackward(CudaContext& ctx, const BackwardArgs& args) {
 
 // ---- Dropout ----------------------------------------------------------------------------
 
-__device__ uint64_t SplitMix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Keeps element i with probability 1 - rate, a pure function of (seed, i): a re-forward
-// with the same seed writes the same mask.
+// Keeps element i as the CPU backend does (executor/dropout_mask.h): a pure function of
+// (seed, i), so a re-forward with the same seed writes the same mask.
 __global__ void DropoutForwardKernel(const float* x, float* y, uint8_t* mask, int64_t n,
-                                     uint64_t seed, float rate, float scale) {
+                                     uint64_t stream, uint64_t threshold, float scale) {
   GRID_STRIDE_LOOP(i, n) {
-    const uint64_t bits = SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(i)));
-    const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    const bool keep = u >= rate;
+    const bool keep = DropoutKeeps(stream, i, threshold);
     if (mask != nullptr) mask[i] = keep ? 1 : 0;
     y[i] = keep ? x[i] * scale : 0.0f;
   }
@@ -129,10 +121,13 @@ absl::Status DropoutForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
-  const float rate = static_cast<float>(args.attrs->Float("rate"));
+  const double rate = args.attrs->Float("rate");
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute 'rate' is ", rate, ", needs [0, 1)"));
+  }
   const int64_t n = x.num_elements();
   uint8_t* mask = args.saved.empty() ? nullptr : args.saved[0].u8();
-  if (!args.training || rate == 0.0f) {
+  if (!args.training || rate == 0.0) {
     // The identity; a training forward still writes its all-keep mask.
     RETURN_IF_ERROR(CopyIfDistinct(ctx, y.data, x.data, x.bytes()));
     if (args.training && mask != nullptr) {
@@ -141,7 +136,8 @@ absl::Status DropoutForward(CudaContext& ctx, const ForwardArgs& args) {
     return absl::OkStatus();
   }
   DropoutForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(
-      x.f32(), y.f32(), mask, n, args.seed, rate, 1.0f / (1.0f - rate));
+      x.f32(), y.f32(), mask, n, DropoutStream(args.seed), DropoutKeepThreshold(rate),
+      DropoutScale(rate));
   HR_CUDA_LAUNCHED("DropoutForwardKernel");
   return absl::OkStatus();
 }
@@ -152,11 +148,10 @@ absl::Status DropoutBackward(CudaContext& ctx, const BackwardArgs& args) {
   if (args.saved.empty() || !args.saved[0].present()) {
     return absl::InvalidArgumentError("the saved keep-mask is not given");
   }
-  const float rate = static_cast<float>(args.attrs->Float("rate"));
   const TensorView& dy = args.output_grads[0];
   const int64_t n = dx.num_elements();
   DropoutBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(
-      dy.f32(), args.saved[0].u8(), dx.f32(), n, 1.0f / (1.0f - rate));
+      dy.f32(), args.saved[0].u8(), dx.f32(), n, DropoutScale(args.attrs->Float("rate")));
   HR_CUDA_LAUNCHED("DropoutBackwardKernel");
   return absl::OkStatus();
 }
@@ -616,27 +611,67 @@ absl::Status SplitBackward(CudaContext& ctx, const BackwardArgs& args) {
 
 // ---- Optimizer steps --------------------------------------------------------------------
 
+// The optimizer steps compute exactly what the CPU backend's do (executor/cpu's loops,
+// PyTorch's CPU single-tensor path): the same float operations in the same order, each
+// rounded on its own (__f*_rn: nvcc would otherwise fuse multiply-adds), and the same
+// constants made on the host in double, then rounded to float. So the two backends'
+// parameters agree bitwise after any number of steps, given the same gradients.
+
+// torch.optim.SGD (dampening 0, not Nesterov).
 __global__ void SgdMomentumKernel(float* param, const float* grad, float* buf, int64_t n,
                                   float lr, float momentum, float weight_decay, bool first) {
   GRID_STRIDE_LOOP(i, n) {
-    const float g = grad[i] + weight_decay * param[i];
-    const float b = first ? g : momentum * buf[i] + g;
+    const float p = param[i];
+    const float g = weight_decay != 0.0f ? __fadd_rn(grad[i], __fmul_rn(weight_decay, p)) : grad[i];
+    const float b = first ? g : __fadd_rn(__fmul_rn(buf[i], momentum), g);
     buf[i] = b;
-    param[i] -= lr * b;
+    param[i] = __fadd_rn(p, __fmul_rn(-lr, b));
   }
 }
 
-// torch.optim.Adam (not amsgrad): p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+// The constants of one Adam step, made on the host as the CPU backend makes them: the
+// (1 - beta) factors and the bias corrections in double (as Python computes them), each
+// rounded to float once.
+struct AdamConstants {
+  float beta1, beta2;
+  float one_minus_beta1, one_minus_beta2;
+  float neg_step_size;  // -(lr / (1 - beta1^t))
+  float bc2_sqrt;       // sqrt(1 - beta2^t)
+  float eps, weight_decay;
+};
+
+AdamConstants AdamConstantsOf(const OptimizerParams& o, int64_t step) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
+  AdamConstants c;
+  c.beta1 = static_cast<float>(o.beta1);
+  c.beta2 = static_cast<float>(o.beta2);
+  c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+  c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+  c.neg_step_size = static_cast<float>(-(o.learning_rate / bias_correction1));
+  c.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = static_cast<float>(o.epsilon);
+  c.weight_decay = static_cast<float>(o.weight_decay);
+  return c;
+}
+
+// torch.optim.Adam (not amsgrad): p += -(lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
 __global__ void AdamKernel(float* param, const float* grad, float* m, float* v, int64_t n,
-                           float lr, float beta1, float beta2, float eps, float weight_decay,
-                           float step_size, float bc2_sqrt, bool first) {
+                           AdamConstants c, bool first) {
   GRID_STRIDE_LOOP(i, n) {
-    const float g = grad[i] + weight_decay * param[i];
-    const float mi = (first ? 0.0f : beta1 * m[i]) + (1.0f - beta1) * g;
-    const float vi = (first ? 0.0f : beta2 * v[i]) + (1.0f - beta2) * g * g;
+    const float p = param[i];
+    const float g =
+        c.weight_decay != 0.0f ? __fadd_rn(grad[i], __fmul_rn(c.weight_decay, p)) : grad[i];
+    const float m0 = first ? 0.0f : m[i];
+    const float v0 = first ? 0.0f : v[i];
+    const float mi = __fadd_rn(__fmul_rn(m0, c.beta1), __fmul_rn(c.one_minus_beta1, g));
+    const float vi =
+        __fadd_rn(__fmul_rn(v0, c.beta2), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
     m[i] = mi;
     v[i] = vi;
-    param[i] -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
+    param[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(c.neg_step_size, mi), denom));
   }
 }
 
@@ -679,15 +714,9 @@ absl::Status RunUpdate(CudaContext& ctx, const UpdateArgs& args) {
     }
     RETURN_IF_ERROR(CheckSameF32(args.state[0], p, "state m"));
     RETURN_IF_ERROR(CheckSameF32(args.state[1], p, "state v"));
-    const double t = static_cast<double>(args.step);
-    const double bc1 = 1.0 - std::pow(o.beta1, t);
-    const double bc2 = 1.0 - std::pow(o.beta2, t);
-    AdamKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(
-        p.f32(), args.grad.f32(), args.state[0].f32(), args.state[1].f32(), n,
-        static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
-        static_cast<float>(o.beta2), static_cast<float>(o.epsilon),
-        static_cast<float>(o.weight_decay), static_cast<float>(o.learning_rate / bc1),
-        static_cast<float>(std::sqrt(bc2)), first);
+    AdamKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(p.f32(), args.grad.f32(),
+                                                         args.state[0].f32(), args.state[1].f32(),
+                                                         n, AdamConstantsOf(o, args.step), first);
     HR_CUDA_LAUNCHED("AdamKernel");
     return absl::OkStatus();
   }

@@ -1,8 +1,9 @@
 // The CUDA backend's pooling: MaxPool and AvgPool on cuDNN where cuDNN computes what PyTorch
 // does (symmetric padding, and an output size the floor rule gives), on kernels of its own
 // otherwise (ceil_mode windows, asymmetric padding), following PyTorch's max_pool2d and
-// avg_pool2d (count_include_pad counts padding but not the ceil_mode overhang). Own
-// backward kernels gather per input element, so they are deterministic; the max goes to
+// avg_pool2d (count_include_pad counts padding but not the ceil_mode overhang). AvgPool's
+// backward always runs on the own kernel (the plan keeps no x or y for it). Own backward
+// kernels gather per input element, so they are deterministic; the max goes to
 // the first maximum of a window in scan order, as in PyTorch. cuDNN's max backward gives a
 // tied window's gradient to one of its maxima, not necessarily the first. GlobalAvgPool:
 // own kernels.
@@ -41,10 +42,12 @@ PoolGeometry GeometryOf(const TensorView& x, const TensorView& y, const graph::A
   return g;
 }
 
-// Returns whether cuDNN's pooling computes exactly this node: symmetric padding and the
-// floor-rule output size.
+// Returns whether cuDNN's pooling computes exactly this node: symmetric padding, the
+// floor-rule output size, and x within cuDNN's 2^31 - 1 elements (larger ones go to the own
+// kernels, which index in 64 bits).
 bool CudnnCanPool(const PoolGeometry& g) {
-  return g.pad_top == g.pad_bottom && g.pad_left == g.pad_right &&
+  return g.n * g.c * g.h * g.w <= INT32_MAX && g.pad_top == g.pad_bottom &&
+         g.pad_left == g.pad_right &&
          g.out_h == (g.h + 2 * g.pad_top - g.kernel_h) / g.stride_h + 1 &&
          g.out_w == (g.w + 2 * g.pad_left - g.kernel_w) / g.stride_w + 1;
 }
@@ -235,22 +238,30 @@ absl::Status PoolBackward(CudaContext& ctx, const BackwardArgs& args) {
   if (!dx.present()) return absl::OkStatus();
   const TensorView& dy = args.output_grads[0];
   const PoolGeometry g = GeometryOf(args.inputs[0], args.outputs[0], *args.attrs, kAverage);
-  // Average pooling reads neither x nor y; cuDNN still wants pointers of their shapes.
-  const void* x = kAverage ? dx.data : args.inputs[0].data;
-  const void* y = kAverage ? dy.data : args.outputs[0].data;
-  if (!kAverage) {
-    RETURN_IF_ERROR(RequireF32(args.inputs[0], "input 'x'"));
-    RETURN_IF_ERROR(RequireF32(args.outputs[0], "output 'y'"));
-  }
-  if (CudnnCanPool(g)) {
-    ASSIGN_OR_RETURN(CudnnPoolPlan * plan, PoolPlan(ctx, g, kAverage));
-    const float one = 1.0f, zero = 0.0f;
-    HR_CUDNN(cudnnPoolingBackward(ctx.cudnn, plan->pool, &one, plan->y, y, plan->y, dy.data,
-                                  plan->x, x, &zero, plan->x, dx.data));
+  if (kAverage) {
+    // Own kernel always: the plan keeps neither x nor y for an average pooling's backward,
+    // and cuDNN's backward takes both (its average mode reads neither, but does not
+    // promise so). It gathers per input element: deterministic.
+    PoolBackwardKernel<false>
+        <<<GridFor(dx.num_elements()), kThreads, 0, ctx.compute>>>(nullptr, dy.f32(), dx.f32(), g);
+    HR_CUDA_LAUNCHED("PoolBackwardKernel");
     return absl::OkStatus();
   }
-  PoolBackwardKernel<!kAverage><<<GridFor(dx.num_elements()), kThreads, 0, ctx.compute>>>(
-      static_cast<const float*>(x), dy.f32(), dx.f32(), g);
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
+  RETURN_IF_ERROR(RequireF32(y, "output 'y'"));
+  if (CudnnCanPool(g)) {
+    // CUDNN_POOLING_MAX_DETERMINISTIC: deterministic, but a tied window's gradient goes to
+    // one of its maxima, not necessarily the first as in PyTorch.
+    ASSIGN_OR_RETURN(CudnnPoolPlan * plan, PoolPlan(ctx, g, kAverage));
+    const float one = 1.0f, zero = 0.0f;
+    HR_CUDNN(cudnnPoolingBackward(ctx.cudnn, plan->pool, &one, plan->y, y.data, plan->y, dy.data,
+                                  plan->x, x.data, &zero, plan->x, dx.data));
+    return absl::OkStatus();
+  }
+  PoolBackwardKernel<true>
+      <<<GridFor(dx.num_elements()), kThreads, 0, ctx.compute>>>(x.f32(), dy.f32(), dx.f32(), g);
   HR_CUDA_LAUNCHED("PoolBackwardKernel");
   return absl::OkStatus();
 }

@@ -1,14 +1,20 @@
 // The CUDA backend's row-wise kernels: LayerNorm, Softmax, Embedding, SoftmaxCrossEntropy.
 // Most run one block per row with block-wide reductions; results do not depend on the
-// launch, so they are deterministic, except Embedding's backward (atomicAdd scatter).
+// launch, so they are deterministic. Embedding's backward sorts the ids (a stable radix
+// sort, CUB's) and sums each table row's gradient in id order: deterministic, and bitwise
+// the CPU backend's sums.
 //
-// Out-of-range ids (Embedding) read as a zero row and get no gradient; out-of-range labels
-// (SoftmaxCrossEntropy) count as an all-zero one-hot row. PyTorch would stop with a device
-// assertion instead.
+// Ids (Embedding) and labels (SoftmaxCrossEntropy) are checked on the device
+// (CudaContext::CheckIndices): one out of range fails the next Synchronize() with
+// InvalidArgument, as the CPU backend fails the kernel. Until then the kernels stay in
+// bounds: such an id reads as a zero row and gets no gradient; such a label counts as an
+// all-zero one-hot row.
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -295,12 +301,29 @@ __global__ void EmbeddingForwardKernel(const Id* ids, const float* table, float*
   }
 }
 
+// positions[j] = j.
+__global__ void IotaKernel(int32_t* positions, int64_t n) {
+  GRID_STRIDE_LOOP(j, n) positions[j] = static_cast<int32_t>(j);
+}
+
+// One thread per (sorted position j, column c); those at the start of a run of equal ids
+// sum dy over the run, in the ids' order (the sort is stable), and write the table row's
+// gradient: the CPU backend's additions, in its order. Out-of-range ids get nothing.
 template <typename Id>
-__global__ void EmbeddingBackwardKernel(const Id* ids, const float* dy, float* dtable, int64_t n,
-                                        int64_t vocab, int64_t d) {
-  GRID_STRIDE_LOOP(i, n) {
-    const int64_t id = static_cast<int64_t>(ids[i / d]);
-    if (id >= 0 && id < vocab) atomicAdd(&dtable[id * d + i % d], dy[i]);
+__global__ void EmbeddingRowSumsKernel(const Id* sorted_ids, const int32_t* positions,
+                                       const float* dy, float* dtable, int64_t n, int64_t vocab,
+                                       int64_t d) {
+  GRID_STRIDE_LOOP(i, n * d) {
+    const int64_t j = i / d;
+    const int64_t c = i % d;
+    const Id id = sorted_ids[j];
+    if (j > 0 && sorted_ids[j - 1] == id) continue;
+    if (id < 0 || static_cast<int64_t>(id) >= vocab) continue;
+    float sum = 0.0f;
+    for (int64_t k = j; k < n && sorted_ids[k] == id; ++k) {
+      sum += dy[static_cast<int64_t>(positions[k]) * d + c];
+    }
+    dtable[static_cast<int64_t>(id) * d + c] = sum;
   }
 }
 
@@ -323,12 +346,19 @@ void WithIds(const TensorView& ids, Launch launch) {
   }
 }
 
+// Issues the device check that every id names a row of the [V, D] table.
+absl::Status CheckIdsFitTable(CudaContext& ctx, const TensorView& ids, const TensorView& table) {
+  return ctx.CheckIndices(ids, table.dim(0), "op 'Embedding': input 'ids'",
+                          absl::StrCat("input 'table' ", graph::ShapeString(table.shape)));
+}
+
 absl::Status EmbeddingForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& ids = args.inputs[0];
   const TensorView& table = args.inputs[1];
   RETURN_IF_ERROR(RequireIds(ids, "input 'ids'"));
   RETURN_IF_ERROR(RequireF32(table, "input 'table'"));
   const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckIdsFitTable(ctx, ids, table));
   const int64_t n = y.num_elements();
   const int64_t vocab = table.dim(0);
   const int64_t d = table.dim(1);
@@ -340,23 +370,78 @@ absl::Status EmbeddingForward(CudaContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
+// The scratch of Embedding's backward: the sorted ids, the positions (0..n-1) and their
+// sorted order, and CUB's temporary storage.
+template <typename Id>
+absl::StatusOr<std::vector<uint64_t>> EmbeddingBackwardPiecesOf(int64_t n) {
+  size_t temp_bytes = 0;
+  HR_CUDA(cub::DeviceRadixSort::SortPairs(
+      nullptr, temp_bytes, static_cast<const Id*>(nullptr), static_cast<Id*>(nullptr),
+      static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int>(n)));
+  return std::vector<uint64_t>{n * sizeof(Id), n * sizeof(int32_t), n * sizeof(int32_t),
+                               temp_bytes};
+}
+
+absl::StatusOr<std::vector<uint64_t>> EmbeddingBackwardPieces(const TensorView& ids) {
+  RETURN_IF_ERROR(RequireIds(ids, "input 'ids'"));
+  const int64_t n = ids.num_elements();
+  if (n > INT_MAX) {
+    return absl::UnimplementedError(absl::StrCat("input 'ids' ", graph::ShapeString(ids.shape),
+                                                 " has ", n, " ids; the backward sorts at most ",
+                                                 INT_MAX));
+  }
+  return ids.dtype == proto::DTYPE_INT32 ? EmbeddingBackwardPiecesOf<int32_t>(n)
+                                         : EmbeddingBackwardPiecesOf<int64_t>(n);
+}
+
+absl::StatusOr<uint64_t> EmbeddingBackwardScratch(CudaContext&, const BackwardArgs& args) {
+  if (!args.input_grads[1].present()) return 0;
+  ASSIGN_OR_RETURN(std::vector<uint64_t> pieces, EmbeddingBackwardPieces(args.inputs[0]));
+  return CudaContext::ScratchTotal(pieces);
+}
+
+template <typename Id>
+absl::Status LaunchEmbeddingBackward(CudaContext& ctx, const Id* ids, const float* dy,
+                                     float* dtable, int64_t n, int64_t vocab, int64_t d,
+                                     const std::vector<void*>& scratch,
+                                     const std::vector<uint64_t>& pieces) {
+  Id* sorted_ids = static_cast<Id*>(scratch[0]);
+  int32_t* positions = static_cast<int32_t*>(scratch[1]);
+  int32_t* sorted_positions = static_cast<int32_t*>(scratch[2]);
+  IotaKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(positions, n);
+  HR_CUDA_LAUNCHED("IotaKernel");
+  size_t temp_bytes = pieces[3];
+  HR_CUDA(cub::DeviceRadixSort::SortPairs(scratch[3], temp_bytes, ids, sorted_ids, positions,
+                                          sorted_positions, static_cast<int>(n), 0,
+                                          static_cast<int>(sizeof(Id) * 8), ctx.compute));
+  EmbeddingRowSumsKernel<<<GridFor(n * d), kThreads, 0, ctx.compute>>>(sorted_ids, sorted_positions,
+                                                                       dy, dtable, n, vocab, d);
+  HR_CUDA_LAUNCHED("EmbeddingRowSumsKernel");
+  return absl::OkStatus();
+}
+
 absl::Status EmbeddingBackward(CudaContext& ctx, const BackwardArgs& args) {
   RETURN_IF_ERROR(ZeroIfPresent(ctx, args.input_grads[0]));  // Ids take no gradient.
   const TensorView& dtable = args.input_grads[1];
   if (!dtable.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireF32(dtable, "gradient of input 'table'"));
   const TensorView& ids = args.inputs[0];
-  RETURN_IF_ERROR(RequireIds(ids, "input 'ids'"));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> pieces, EmbeddingBackwardPieces(ids));
+  RETURN_IF_ERROR(CheckIdsFitTable(ctx, ids, dtable));
+  // Rows no id names stay zero.
   RETURN_IF_ERROR(ZeroIfPresent(ctx, dtable));
   const TensorView& dy = args.output_grads[0];
-  const int64_t n = dy.num_elements();
+  const int64_t n = ids.num_elements();
   const int64_t vocab = dtable.dim(0);
   const int64_t d = dtable.dim(1);
-  WithIds(ids, [&](const auto* id) {
-    EmbeddingBackwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(id, dy.f32(), dtable.f32(),
-                                                                      n, vocab, d);
-  });
-  HR_CUDA_LAUNCHED("EmbeddingBackwardKernel");
-  return absl::OkStatus();
+  if (n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, pieces));
+  if (ids.dtype == proto::DTYPE_INT32) {
+    return LaunchEmbeddingBackward(ctx, ids.i32(), dy.f32(), dtable.f32(), n, vocab, d, scratch,
+                                   pieces);
+  }
+  return LaunchEmbeddingBackward(ctx, ids.i64(), dy.f32(), dtable.f32(), n, vocab, d, scratch,
+                                 pieces);
 }
 
 // ---- SoftmaxCrossEntropy ----------------------------------------------------------------
@@ -428,11 +513,21 @@ absl::StatusOr<LogitRows> CheckCrossEntropy(const TensorView& x, const TensorVie
   return LogitRows{x.num_elements() / c, c};
 }
 
+// Issues the device check that every label names one of the classes of the logits.
+absl::Status CheckLabelsFitClasses(CudaContext& ctx, const TensorView& labels,
+                                   const TensorView& logits) {
+  const int64_t c = logits.dim(-1);
+  return ctx.CheckIndices(
+      labels, c, "op 'SoftmaxCrossEntropy': input 'labels'",
+      absl::StrCat(c, " classes of input 'logits' ", graph::ShapeString(logits.shape)));
+}
+
 absl::Status CrossEntropyForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& labels = args.inputs[1];
   ASSIGN_OR_RETURN(const LogitRows l, CheckCrossEntropy(x, labels));
   const int64_t c = l.c, rows = l.rows;
+  RETURN_IF_ERROR(CheckLabelsFitClasses(ctx, labels, x));
   ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(args, CrossEntropyForwardPieces(x)));
   float* row_loss = static_cast<float*>(scratch[0]);
   WithIds(labels, [&](const auto* label) {
@@ -453,6 +548,7 @@ absl::Status CrossEntropyBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& labels = args.inputs[1];
   ASSIGN_OR_RETURN(const LogitRows l, CheckCrossEntropy(x, labels));
   const int64_t c = l.c, rows = l.rows;
+  RETURN_IF_ERROR(CheckLabelsFitClasses(ctx, labels, x));
   const float* dloss = args.output_grads[0].f32();
   WithIds(labels, [&](const auto* label) {
     CrossEntropyGradKernel<<<RowGrid(rows), kThreads, 0, ctx.compute>>>(x.f32(), label, dloss,
@@ -467,7 +563,7 @@ absl::Status CrossEntropyBackward(CudaContext& ctx, const BackwardArgs& args) {
 void RegisterRowKernels(KernelTable* table) {
   (*table)["LayerNorm"] = {LayerNormForward, LayerNormBackward};
   (*table)["Softmax"] = {SoftmaxForward, SoftmaxBackward};
-  (*table)["Embedding"] = {EmbeddingForward, EmbeddingBackward};
+  (*table)["Embedding"] = {EmbeddingForward, EmbeddingBackward, nullptr, EmbeddingBackwardScratch};
   (*table)["SoftmaxCrossEntropy"] = {CrossEntropyForward, CrossEntropyBackward,
                                      CrossEntropyForwardScratch};
 }
