@@ -302,6 +302,14 @@ void AddRunFlags(CLI::App& command, RunFlags& f, int64_t default_steps,
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->group("Run");
+  // Only where the backend runs here: the daemon's backend is made by its own flags.
+  if (!backend_default.empty()) {
+    command
+        .add_flag("--nondeterministic", f.nondeterministic,
+                  "on cuda, admit nondeterministic kernels (cuDNN convolution algorithms that "
+                  "accumulate with atomics): faster, but runs no longer repeat bitwise")
+        ->group("Run");
+  }
 }
 
 absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const PlanFlags& plan,
@@ -311,6 +319,12 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const PlanFlags& plan,
       runner::TrainerOptionsOf(options, static_cast<uint64_t>(run.seed), run.backend);
   if (!trainer.ok()) return absl::InvalidArgumentError(trainer.status().message());
   return trainer;
+}
+
+executor::BackendOptions BackendOptionsOf(const RunFlags& run) {
+  executor::BackendOptions options;
+  options.deterministic = !run.nondeterministic;
+  return options;
 }
 
 void AddLocalPlanFlags(CLI::App& command, LocalPlanFlags& f) {

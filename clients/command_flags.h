@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "executor/backends.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "proto/headroom.pb.h"
@@ -77,12 +78,15 @@ void AddPlanFlags(CLI::App& command, PlanFlags& flags, bool trains);
 // Returns the plan options of the flags. InvalidArgument naming the flag for a bad value.
 absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& flags);
 
-// What a training run is: --steps, --seed, --backend.
+// What a training run is: --steps, --seed, --backend, and for a run here
+// --nondeterministic.
 struct RunFlags {
   int64_t steps = 0;
   int64_t seed = 1;
   // "" where the daemon's backend applies (remote commands); else cpu or cuda.
   std::string backend;
+  // Admits nondeterministic GPU kernels (faster; runs no longer repeat bitwise).
+  bool nondeterministic = false;
 };
 
 // `default_steps`: the command's; `backend_default`: "cpu" for commands that run here, ""
@@ -94,6 +98,9 @@ void AddRunFlags(CLI::App& command, RunFlags& flags, int64_t default_steps,
 // rate and device defaults of runner::TrainerOptionsOf).
 absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const PlanFlags& plan,
                                                           const RunFlags& run);
+
+// Returns the options of the backend a run here makes (--nondeterministic).
+executor::BackendOptions BackendOptionsOf(const RunFlags& run);
 
 // What a local run plans with beyond the plan options: --sections N (N sections of equal
 // length instead of a search) and --profile FILE (measured node costs).

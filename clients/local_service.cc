@@ -31,9 +31,10 @@ InProcessService::~InProcessService() {
 }
 
 absl::StatusOr<std::unique_ptr<InProcessService>> InProcessService::Start(
-    const std::string& backend_name, server::ProfileRunner* profiles) {
+    const std::string& backend_name, server::ProfileRunner* profiles,
+    const executor::BackendOptions& backend_options) {
   auto parts = std::make_unique<Parts>();
-  ASSIGN_OR_RETURN(parts->backend, executor::MakeBackend(backend_name));
+  ASSIGN_OR_RETURN(parts->backend, executor::MakeBackendWithOptions(backend_name, backend_options));
   parts->scratch = std::make_unique<executor::BackendScratchModel>(parts->backend.get());
   planner::PlanBackend plan_backend;
   plan_backend.scratch = parts->scratch.get();

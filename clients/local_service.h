@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "executor/backends.h"
 #include "proto/headroom.grpc.pb.h"
 #include "server/service.h"
 
@@ -22,10 +23,13 @@ namespace headroom::clients {
 // listening port). Start() once, then NewStub() for each caller. Thread-safe.
 class InProcessService {
  public:
-  // Returns the service planning for `backend` ("cpu" or "cuda"), with its profiles run on
-  // `profiles` (borrowed; null: Profile fails). The error of making the backend.
+  // Returns the service planning for `backend` ("cpu" or "cuda") made with
+  // `backend_options` (which decide its kernels' algorithms, so their scratch: the same as
+  // the backend the plans run on), with its profiles run on `profiles` (borrowed; null:
+  // Profile fails). The error of making the backend.
   static absl::StatusOr<std::unique_ptr<InProcessService>> Start(
-      const std::string& backend, server::ProfileRunner* profiles = nullptr);
+      const std::string& backend, server::ProfileRunner* profiles = nullptr,
+      const executor::BackendOptions& backend_options = {});
   ~InProcessService();
 
   // Returns a stub for it; REQUIRES: used only while this object lives.

@@ -41,9 +41,15 @@ struct RunMetrics {
 // the process reset at the start, CUPTI's trace (started before any backend exists).
 class LocalProfiler : public server::ProfileRunner {
  public:
-  LocalProfiler(const LocalPlanFlags& local, const std::string& metrics_path, bool quiet,
-                runner::PhysicalTrace* physical, const CommandIo& io)
-      : local_(local), metrics_path_(metrics_path), quiet_(quiet), physical_(physical), io_(io) {}
+  LocalProfiler(const LocalPlanFlags& local, const executor::BackendOptions& backend_options,
+                const std::string& metrics_path, bool quiet, runner::PhysicalTrace* physical,
+                const CommandIo& io)
+      : local_(local),
+        backend_options_(backend_options),
+        metrics_path_(metrics_path),
+        quiet_(quiet),
+        physical_(physical),
+        io_(io) {}
 
   absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request) override;
 
@@ -54,6 +60,7 @@ class LocalProfiler : public server::ProfileRunner {
                     runner::ProfileRunOptions& options) const;
 
   const LocalPlanFlags& local_;
+  const executor::BackendOptions backend_options_;
   const std::string metrics_path_;
   const bool quiet_;
   runner::PhysicalTrace* const physical_;
@@ -113,7 +120,8 @@ absl::StatusOr<proto::ProfileResponse> LocalProfiler::Profile(
   ASSIGN_OR_RETURN(executor::TrainerOptions options,
                    runner::TrainerOptionsOf(request.plan(), request.seed(), backend_name));
   RETURN_IF_ERROR(ResolveLocalPlan(g, local_, options));
-  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend(backend_name));
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
+                   executor::MakeBackendWithOptions(backend_name, backend_options_));
   RETURN_IF_ERROR(executor::ReserveFixedCost(*backend, options));
   runner::ProfileRunOptions run_options;
   run_options.steps = request.steps();
@@ -153,9 +161,10 @@ struct ProfileCommand {
 absl::Status ProfileCommand::RunHere(const proto::ProfileRequest& request, const CommandIo& io) {
   // On a GPU, CUPTI sees every physical allocation from before any backend exists.
   runner::PhysicalTrace physical(run.backend);
-  LocalProfiler profiler(local, metrics_path, service.json, &physical, io);
+  const executor::BackendOptions backend_options = BackendOptionsOf(run);
+  LocalProfiler profiler(local, backend_options, metrics_path, service.json, &physical, io);
   ASSIGN_OR_RETURN(std::unique_ptr<InProcessService> local_service,
-                   InProcessService::Start(run.backend, &profiler));
+                   InProcessService::Start(run.backend, &profiler, backend_options));
   std::unique_ptr<proto::Headroom::StubInterface> stub = local_service->NewStub();
   ASSIGN_OR_RETURN(proto::ProfileResponse report,
                    AskProfile(*stub, request, /*address=*/"", files, service.json, io));
@@ -173,7 +182,7 @@ absl::Status ProfileCommand::RunHere(const proto::ProfileRequest& request, const
 absl::Status ProfileCommand::Run(const CommandIo& io) {
   const bool here = IsLocal(service);
   if (!here) {
-    for (const char* flag : {"--metrics", "--sections", "--profile"}) {
+    for (const char* flag : {"--metrics", "--sections", "--profile", "--nondeterministic"}) {
       if (app->count(flag) > 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(flag, " applies to a profile run here, not with --server"));

@@ -180,7 +180,8 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   loaded.values.clear();
   ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(loaded.graph));
   RETURN_IF_ERROR(ResolveLocalPlan(g, local, options));
-  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend(run.backend));
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
+                   executor::MakeBackendWithOptions(run.backend, BackendOptionsOf(run)));
   // The plan gets the budget less what the backend itself holds; the output shows both.
   TrainTotals totals;
   totals.budget = options.budget_bytes;

@@ -8,17 +8,24 @@
 
 namespace headroom::executor {
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackendWithOptions(const std::string& name,
+                                                                const BackendOptions& options) {
+  // The CPU backend is deterministic whatever the options.
   if (name == "cpu") return cpu::CreateCpuBackend();
   if (name != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend '", name, "': needs cpu or cuda"));
+    return absl::InvalidArgumentError(absl::StrCat("backend '", name, "': needs cpu or cuda"));
   }
 #ifdef HEADROOM_HAVE_CUDA
-  return cuda::CreateCudaBackend(0);
+  cuda::CudaBackendOptions cuda_options;
+  cuda_options.deterministic = options.deterministic;
+  return cuda::CreateCudaBackend(0, cuda_options);
 #else
   return absl::FailedPreconditionError("this build has no CUDA backend (no toolkit found)");
 #endif
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
+  return MakeBackendWithOptions(name, BackendOptions{});
 }
 
 }  // namespace headroom::executor

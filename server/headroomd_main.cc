@@ -59,6 +59,8 @@ struct DaemonFlags {
   std::string metrics = "127.0.0.1:9464";
   std::string state;
   std::string backend = "cpu";
+  // --nondeterministic: the backend options of every backend the daemon makes.
+  executor::BackendOptions backend_options;
   std::string device_memory;
   uint64_t device_memory_bytes = 0;
   std::string fixed_cost;
@@ -101,6 +103,10 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("NAME")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag_callback(
+      "--nondeterministic", [&f] { f.backend_options.deterministic = false; },
+      "on cuda, admit nondeterministic kernels (cuDNN convolution algorithms that accumulate "
+      "with atomics) for every job and profile: faster, but runs no longer repeat bitwise");
   app.add_option("--device-memory", f.device_memory,
                  "device memory jobs are admitted against and planned for when they give no "
                  "budget (e.g. 400MiB; default: the GPU's memory on cuda, unlimited on cpu)")
@@ -242,7 +248,8 @@ std::pair<uint64_t, uint64_t> DeviceMemory(const DaemonFlags& f, const JobManage
 absl::Status SetDeviceCosts(const DaemonFlags& f, JobManagerOptions& options) {
   options.fixed_cost_bytes = f.fixed_cost_bytes;
   if (!f.fixed_cost_bytes.has_value()) {
-    absl::StatusOr<std::unique_ptr<executor::Backend>> backend = executor::MakeBackend(f.backend);
+    absl::StatusOr<std::unique_ptr<executor::Backend>> backend =
+        executor::MakeBackendWithOptions(f.backend, f.backend_options);
     absl::StatusOr<uint64_t> measured =
         backend.ok() ? runner::MeasureFixedCostBytes(backend->get())
                      : absl::StatusOr<uint64_t>(backend.status());
@@ -401,11 +408,15 @@ int Run(const DaemonFlags& f) {
   options.device_memory_bytes = f.device_memory_bytes;
   options.checkpoint_interval_steps = f.checkpoint_every;
   options.max_job_seconds = f.max_job_seconds;
-  options.make_backend = executor::MakeBackend;
+  options.make_backend = [backend_options = f.backend_options](const std::string& name) {
+    return executor::MakeBackendWithOptions(name, backend_options);
+  };
   // One backend instance answers every plan's scratch question (its kernels build no code
   // for that); jobs and profiles run on backends of their own.
+  // The same options as the jobs' backends: they decide the kernels' algorithms, so their
+  // scratch.
   absl::StatusOr<std::unique_ptr<executor::Backend>> scratch_backend =
-      executor::MakeBackend(f.backend);
+      executor::MakeBackendWithOptions(f.backend, f.backend_options);
   if (!scratch_backend.ok()) {
     return std::cerr << "headroomd: --backend " << f.backend << ": "
                      << scratch_backend.status().message() << "\n", 1;
