@@ -42,11 +42,18 @@ absl::Status LaunchIndexCheck(cudaStream_t stream, const Id* ids, int64_t n, int
   return absl::OkStatus();
 }
 
-// Writes kNoIndex, 0 to the first `count` slots.
-absl::Status ClearIndexSlots(int64_t* slots, int count) {
-  std::vector<int64_t> clear(2 * count);
-  for (int i = 0; i < count; ++i) clear[2 * i] = CudaContext::kNoIndex;
-  HR_CUDA(cudaMemcpy(slots, clear.data(), clear.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+__global__ void ClearIndexSlotsKernel(int64_t* slots, int count) {
+  GRID_STRIDE_LOOP(i, count) {
+    slots[2 * i] = CudaContext::kNoIndex;
+    slots[2 * i + 1] = 0;
+  }
+}
+
+// Writes kNoIndex, 0 to the first `count` slots, in order on `stream` (a synchronous copy
+// from pageable memory could land after kernels the stream runs later).
+absl::Status ClearIndexSlots(cudaStream_t stream, int64_t* slots, int count) {
+  ClearIndexSlotsKernel<<<1, kThreads, 0, stream>>>(slots, count);
+  HR_CUDA_LAUNCHED("ClearIndexSlotsKernel");
   return absl::OkStatus();
 }
 
@@ -54,7 +61,9 @@ absl::Status ClearIndexSlots(int64_t* slots, int count) {
 
 absl::Status CudaContext::AllocateIndexSlots() {
   HR_CUDA(cudaMalloc(&index_slots, kIndexSlots * 2 * sizeof(int64_t)));
-  return ClearIndexSlots(index_slots, kIndexSlots);
+  RETURN_IF_ERROR(ClearIndexSlots(compute, index_slots, kIndexSlots));
+  HR_CUDA(cudaStreamSynchronize(compute));
+  return absl::OkStatus();
 }
 
 absl::Status CudaContext::CheckIndices(const TensorView& ids, int64_t limit, std::string what,
@@ -84,11 +93,12 @@ absl::Status CudaContext::CollectIndexChecks() {
   const int count = static_cast<int>(pending_index_checks.size());
   if (count == 0) return absl::OkStatus();
   std::vector<int64_t> found(2 * count);
-  HR_CUDA(cudaMemcpy(found.data(), index_slots, found.size() * sizeof(int64_t),
-                     cudaMemcpyDeviceToHost));
+  HR_CUDA(cudaMemcpyAsync(found.data(), index_slots, found.size() * sizeof(int64_t),
+                          cudaMemcpyDeviceToHost, compute));
+  HR_CUDA(cudaStreamSynchronize(compute));
   std::vector<PendingIndexCheck> checks = std::move(pending_index_checks);
   pending_index_checks.clear();
-  RETURN_IF_ERROR(ClearIndexSlots(index_slots, count));
+  RETURN_IF_ERROR(ClearIndexSlots(compute, index_slots, count));
   for (int i = 0; i < count; ++i) {
     if (found[2 * i] == kNoIndex) continue;
     const PendingIndexCheck& c = checks[i];
