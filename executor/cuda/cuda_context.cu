@@ -109,17 +109,6 @@ absl::Status CudaContext::CollectIndexChecks() {
   return absl::OkStatus();
 }
 
-absl::Status CheckCudnnElements(const std::vector<int64_t>& dims, const char* what) {
-  // The dims of a tensor in memory: their product fits in 64 bits.
-  int64_t count = 1;
-  for (int64_t d : dims) count *= d;
-  if (count > INT_MAX) {
-    return absl::UnimplementedError(
-        absl::StrCat(what, " [", absl::StrJoin(dims, ","), "] has ", count,
-                     " elements, past cuDNN's limit of 2^31 - 1 (", INT_MAX, ") per tensor"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CudaContext::ReserveWorkspace(uint64_t bytes) {
   if (bytes <= workspace_bytes) return absl::OkStatus();

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "executor/cuda/cudnn_limits.h"
 #include "executor/kernel_args.h"
 #include "executor/kernel_table.h"
 #include "util/cublas_status.h"
@@ -132,10 +133,6 @@ struct CudaContext {
   // REQUIRES: the compute stream is idle.
   absl::Status CollectIndexChecks();
 };
-
-// Returns Unimplemented unless a tensor of `dims` fits cuDNN: at most 2^31 - 1 elements
-// (cuDNN's strides and sizes are 32-bit). `what` names it ("input 'x'").
-absl::Status CheckCudnnElements(const std::vector<int64_t>& dims, const char* what);
 
 // Returns InvalidArgument unless `view` is present and float32; `what` names it.
 absl::Status RequireF32(const TensorView& view, const char* what);
