@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
+#include "executor/cuda/optimizer_math.h"
 #include "executor/dropout_mask.h"
 #include "executor/strided_walk.h"
 
@@ -611,68 +612,16 @@ absl::Status SplitBackward(CudaContext& ctx, const BackwardArgs& args) {
 
 // ---- Optimizer steps --------------------------------------------------------------------
 
-// The optimizer steps compute exactly what the CPU backend's do (executor/cpu's loops,
-// PyTorch's CPU single-tensor path): the same float operations in the same order, each
-// rounded on its own (__f*_rn: nvcc would otherwise fuse multiply-adds), and the same
-// constants made on the host in double, then rounded to float. So the two backends'
-// parameters agree bitwise after any number of steps, given the same gradients.
+// The optimizer steps: optimizer_math.h's per-element arithmetic, bitwise the CPU backend's.
 
-// torch.optim.SGD (dampening 0, not Nesterov).
 __global__ void SgdMomentumKernel(float* param, const float* grad, float* buf, int64_t n,
-                                  float lr, float momentum, float weight_decay, bool first) {
-  GRID_STRIDE_LOOP(i, n) {
-    const float p = param[i];
-    const float g = weight_decay != 0.0f ? __fadd_rn(grad[i], __fmul_rn(weight_decay, p)) : grad[i];
-    const float b = first ? g : __fadd_rn(__fmul_rn(buf[i], momentum), g);
-    buf[i] = b;
-    param[i] = __fadd_rn(p, __fmul_rn(-lr, b));
-  }
+                                  SgdConstants c, bool first) {
+  GRID_STRIDE_LOOP(i, n) SgdMomentumStep(c, first, grad[i], &param[i], &buf[i]);
 }
 
-// The constants of one Adam step, made on the host as the CPU backend makes them: the
-// (1 - beta) factors and the bias corrections in double (as Python computes them), each
-// rounded to float once.
-struct AdamConstants {
-  float beta1, beta2;
-  float one_minus_beta1, one_minus_beta2;
-  float neg_step_size;  // -(lr / (1 - beta1^t))
-  float bc2_sqrt;       // sqrt(1 - beta2^t)
-  float eps, weight_decay;
-};
-
-AdamConstants AdamConstantsOf(const OptimizerParams& o, int64_t step) {
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
-  AdamConstants c;
-  c.beta1 = static_cast<float>(o.beta1);
-  c.beta2 = static_cast<float>(o.beta2);
-  c.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
-  c.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
-  c.neg_step_size = static_cast<float>(-(o.learning_rate / bias_correction1));
-  c.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  c.eps = static_cast<float>(o.epsilon);
-  c.weight_decay = static_cast<float>(o.weight_decay);
-  return c;
-}
-
-// torch.optim.Adam (not amsgrad): p += -(lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
 __global__ void AdamKernel(float* param, const float* grad, float* m, float* v, int64_t n,
                            AdamConstants c, bool first) {
-  GRID_STRIDE_LOOP(i, n) {
-    const float p = param[i];
-    const float g =
-        c.weight_decay != 0.0f ? __fadd_rn(grad[i], __fmul_rn(c.weight_decay, p)) : grad[i];
-    const float m0 = first ? 0.0f : m[i];
-    const float v0 = first ? 0.0f : v[i];
-    const float mi = __fadd_rn(__fmul_rn(m0, c.beta1), __fmul_rn(c.one_minus_beta1, g));
-    const float vi =
-        __fadd_rn(__fmul_rn(v0, c.beta2), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bc2_sqrt), c.eps);
-    param[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(c.neg_step_size, mi), denom));
-  }
+  GRID_STRIDE_LOOP(i, n) AdamStep(c, first, grad[i], &param[i], &m[i], &v[i]);
 }
 
 absl::Status CheckSameF32(const TensorView& view, const TensorView& like, const char* what) {
@@ -702,8 +651,7 @@ absl::Status RunUpdate(CudaContext& ctx, const UpdateArgs& args) {
     }
     RETURN_IF_ERROR(CheckSameF32(args.state[0], p, "momentum buffer"));
     SgdMomentumKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(
-        p.f32(), args.grad.f32(), args.state[0].f32(), n, static_cast<float>(o.learning_rate),
-        static_cast<float>(o.momentum), static_cast<float>(o.weight_decay), first);
+        p.f32(), args.grad.f32(), args.state[0].f32(), n, SgdConstantsOf(o), first);
     HR_CUDA_LAUNCHED("SgdMomentumKernel");
     return absl::OkStatus();
   }
