@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "executor/cuda/activation_math.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
 #include "executor/cuda/window_geometry.h"
@@ -590,30 +591,12 @@ absl::Status ActivationForward(CudaContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
-// The activations' derivatives from y, with the CPU backend's (oneDNN's *_use_dst_for_bwd)
-// and PyTorch's semantics: ReLU passes dy where y > 0 (x = 0 gets 0); ReLU6 where 0 < y < 6
-// (x = 0, x = 6 and x > 6 get 0); Sigmoid dy * (y * (1 - y)); Tanh dy * (1 - y * y). Own
-// kernels rather than cuDNN's backward, which takes x: given y in its place, its clipped
-// ReLU lets the gradient through where x > 6. The products are rounded one by one
-// (__fmul_rn: no fused multiply-add), as the CPU's vector code computes them.
-enum class ActivationKind { kRelu, kRelu6, kSigmoid, kTanh };
-
+// The activations' backward from y on an own kernel (activation_math.h: the CPU backend's
+// and PyTorch's derivatives), not cuDNN's, which takes x: given y in its place, its clipped
+// ReLU let the gradient through where x > 6.
 template <ActivationKind kKind>
 __global__ void ActivationBackwardKernel(const float* y, const float* dy, float* dx, int64_t n) {
-  GRID_STRIDE_LOOP(i, n) {
-    const float v = y[i];
-    const float g = dy[i];
-    // dy times 1 or 0, as oneDNN: a negative dy gives -0 where the gradient stops.
-    if (kKind == ActivationKind::kRelu) {
-      dx[i] = __fmul_rn(g, v > 0.0f ? 1.0f : 0.0f);
-    } else if (kKind == ActivationKind::kRelu6) {
-      dx[i] = __fmul_rn(g, v > 0.0f && v < 6.0f ? 1.0f : 0.0f);
-    } else if (kKind == ActivationKind::kSigmoid) {
-      dx[i] = __fmul_rn(g, __fmul_rn(v, 1.0f - v));
-    } else {
-      dx[i] = __fmul_rn(g, 1.0f - __fmul_rn(v, v));
-    }
-  }
+  GRID_STRIDE_LOOP(i, n) dx[i] = ActivationGradFromY<kKind>(y[i], dy[i]);
 }
 
 // dx may alias dy: each element reads its own dy before writing dx.

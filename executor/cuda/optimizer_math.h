@@ -22,7 +22,7 @@
 
 namespace headroom::executor::cuda {
 
-// Correctly rounded float operations that are never fused.
+// Correctly rounded float operations: each rounded once, never fused with another.
 HEADROOM_OPT_HD inline float AddRn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fadd_rn(a, b);
@@ -42,6 +42,14 @@ HEADROOM_OPT_HD inline float DivRn(float a, float b) {
   return __fdiv_rn(a, b);
 #else
   return a / b;
+#endif
+}
+// a * b + c rounded once (a fused multiply-add).
+HEADROOM_OPT_HD inline float FmaRn(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
 #endif
 }
 HEADROOM_OPT_HD inline float SqrtRn(float a) {
