@@ -25,8 +25,9 @@
 // the backend's ScratchModel) takes it from one workspace buffer outside the plan, grown on
 // demand (waiting for the compute stream); `workspace_bytes()` reports it.
 // ReserveWorkspace() grows it up front. cuBLAS's workspace is MatMul's scratch, like
-// cuDNN's: cuBLAS allocates none of its own. Outside any plan: the context, the handles, the
-// copy streams' events and a 4 KiB block for the index checks (a fixed cost).
+// cuDNN's: cuBLAS runs in no pool of its own (one cublasCreate makes, if any, is part of the
+// fixed cost). Outside any plan: the context, the handles, the copy streams' events and a
+// 4 KiB block for the index checks (the fixed cost).
 //
 // Determinism: with `deterministic` (the default), two runs of the same kernels on the
 // same inputs give bitwise the same outputs: deterministic cuDNN convolution algorithms
@@ -36,9 +37,11 @@
 // the CPU backend.
 //
 // Limits: float32 only (int32/int64 ids and labels, bool dropout masks); tensors of at most
-// 8 dims for broadcasting and transposes; MatMul needs b 2-D or equal batch dims (else
-// Unimplemented); cuDNN plans (descriptors, algorithms, workspace sizes) are cached per
-// shape and attributes for the backend's lifetime.
+// 8 dims for broadcasting and transposes; at most 2^31 - 1 elements in a tensor cuDNN takes
+// (convolution, batch norm; else Unimplemented naming it; pooling past it runs on own
+// kernels, activations' forward in chunks; own kernels index in 64 bits); MatMul needs b 2-D or
+// equal batch dims (else Unimplemented); cuDNN plans (descriptors, algorithms, workspace sizes) are
+// cached per shape and attributes for the backend's lifetime.
 //
 // Fixed cost: Init() measures what the context and handles hold on the device
 // (fixed_device_bytes()), so that a budget leaves room for them.
