@@ -39,7 +39,7 @@ class Event {
     std::chrono::steady_clock::time_point end;
   };
   // Returns when the copy ran, once Wait() has returned; nullopt where the backend cannot
-  // say on the host's clock (the CUDA backend, so far).
+  // say on the host's clock.
   virtual std::optional<Interval> interval() const { return std::nullopt; }
 };
 
@@ -71,6 +71,10 @@ class Backend {
                                                            uint64_t bytes) = 0;
   // Makes compute issued after this call wait for `event`.
   virtual absl::Status ComputeWaits(Event& event) = 0;
+  // Returns the seconds the compute stream stood waiting in ComputeWaits() since the last
+  // call, for work done by now (call it after Synchronize()). 0 where ComputeWaits() blocks
+  // the calling thread instead (the CPU backend): the caller times that wait itself.
+  virtual double TakeStreamWaitSeconds() { return 0; }
 
   // Synchronous copies between host memory the caller owns and device memory: loading
   // inputs and parameters, reading the loss and parameters back.

@@ -229,6 +229,8 @@ absl::Status Executor::CaptureAfter(int32_t s, StepResult* result) {
 absl::Status Executor::FinishStep(std::chrono::steady_clock::time_point start,
                                   uint64_t high_water_before, StepResult* result) {
   RETURN_IF_ERROR(backend_->Synchronize());
+  // Where the host does not block on a copy (a GPU), the stream's own wait.
+  result->copy_wait_seconds += backend_->TakeStreamWaitSeconds();
   if (!copy_out_events_.empty() || !prefetch_events_.empty()) {
     return absl::InternalError("executor: copies left unawaited at the end of the step");
   }

@@ -97,7 +97,8 @@ struct StepResult {
   // The arena's high-water mark (over the whole run so far) and its live peak this step.
   uint64_t arena_high_water_bytes = 0;
   uint64_t peak_live_bytes = 0;
-  // Time the compute thread spent waiting for copies from host memory.
+  // Time compute spent waiting for copies: the thread's wait on the CPU backend, the compute
+  // stream's on a GPU (Backend::TakeStreamWaitSeconds).
   double copy_wait_seconds = 0;
   // Bytes copied to host and back.
   uint64_t offloaded_bytes = 0;

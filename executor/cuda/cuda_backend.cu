@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "executor/cuda/cuda_backend.h"
@@ -33,6 +34,9 @@ struct CudaStreams {
   cudaStream_t to_device = nullptr;
   cudaEvent_t compute_marker = nullptr;
   std::shared_ptr<const ClockAnchor> anchor;
+  // Each ComputeWaits(): timing events on the compute stream where it reached the wait and
+  // where it went on, until TakeStreamWaitSeconds() reads and destroys them.
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits;
 };
 
 namespace {
@@ -176,6 +180,10 @@ CudaBackend::~CudaBackend() {
   if (ctx_->workspace != nullptr) cudaFree(ctx_->workspace);
   if (ctx_->index_slots != nullptr) cudaFree(ctx_->index_slots);
   streams_->anchor.reset();
+  for (const auto& [arrived, resumed] : streams_->waits) {
+    cudaEventDestroy(arrived);
+    cudaEventDestroy(resumed);
+  }
   if (streams_->compute_marker != nullptr) cudaEventDestroy(streams_->compute_marker);
   if (streams_->to_host != nullptr) cudaStreamDestroy(streams_->to_host);
   if (streams_->to_device != nullptr) cudaStreamDestroy(streams_->to_device);
@@ -290,9 +298,45 @@ absl::Status CudaBackend::ComputeWaits(Event& event) {
     return absl::InvalidArgumentError("CUDA backend: ComputeWaits: not an event of this backend");
   }
   RETURN_IF_ERROR(Activate());
-  return Annotate(CudaStatus(cudaStreamWaitEvent(ctx_->compute, cuda_event->event(), 0),
-                             "cudaStreamWaitEvent"),
-                  "ComputeWaits");
+  // The stream's wait, timed on the stream: an event where it arrives, one where it goes on.
+  std::pair<cudaEvent_t, cudaEvent_t> wait{nullptr, nullptr};
+  absl::Status status = CudaStatus(cudaEventCreate(&wait.first), "cudaEventCreate");
+  if (status.ok()) status = CudaStatus(cudaEventCreate(&wait.second), "cudaEventCreate");
+  if (status.ok())
+    status = CudaStatus(cudaEventRecord(wait.first, ctx_->compute), "cudaEventRecord");
+  if (status.ok()) {
+    status = CudaStatus(cudaStreamWaitEvent(ctx_->compute, cuda_event->event(), 0),
+                        "cudaStreamWaitEvent");
+  }
+  if (status.ok())
+    status = CudaStatus(cudaEventRecord(wait.second, ctx_->compute), "cudaEventRecord");
+  if (status.ok()) {
+    streams_->waits.push_back(wait);
+  } else {
+    if (wait.first != nullptr) cudaEventDestroy(wait.first);
+    if (wait.second != nullptr) cudaEventDestroy(wait.second);
+  }
+  return Annotate(status, "ComputeWaits");
+}
+
+double CudaBackend::TakeStreamWaitSeconds() {
+  CurrentDeviceRestorer restore;
+  cudaSetDevice(device_);
+  double seconds = 0;
+  for (const auto& [arrived, resumed] : streams_->waits) {
+    float ms = 0;
+    // Both are done once the compute stream is (the caller synchronised); a pair that is not
+    // counts nothing rather than blocking.
+    if (cudaEventQuery(resumed) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, arrived, resumed) == cudaSuccess) {
+      seconds += ms / 1e3;
+    }
+    cudaEventDestroy(arrived);
+    cudaEventDestroy(resumed);
+  }
+  cudaGetLastError();  // A pair not done leaves cudaErrorNotReady behind; it is not an error.
+  streams_->waits.clear();
+  return seconds;
 }
 
 absl::Status CudaBackend::Upload(void* device_dst, const void* host_src, uint64_t bytes) {

@@ -97,6 +97,9 @@ class CudaBackend : public Backend {
                                                    const void* src, uint64_t bytes) override;
   // REQUIRES: `event` came from this backend's CopyAsync (else InvalidArgument).
   absl::Status ComputeWaits(Event& event) override;
+  // The compute stream's time between reaching each ComputeWaits() and going on, timed with
+  // events on the stream (the host never blocks there).
+  double TakeStreamWaitSeconds() override;
   absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) override;
   absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) override;
   absl::StatusOr<uint64_t> ScratchBytes(const ForwardArgs& args) override;

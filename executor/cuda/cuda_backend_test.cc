@@ -1833,6 +1833,32 @@ TEST_F(CudaBackendTest, CopyEventsReportWhenTheyRan) {
   EXPECT_GT(ran->end - ran->begin, std::chrono::microseconds(0));
 }
 
+// Defect 11: the compute stream's wait for a copy is measured, where the host never blocks
+// (copy_wait_seconds was the host's time around ComputeWaits(), about 0 on a GPU). A 48 MiB
+// copy to the device with no compute before it: the stream waits about the copy's length.
+TEST_F(CudaBackendTest, TheStreamsWaitForACopyIsMeasured) {
+  const int64_t n = 12 << 20;  // 48 MiB (the fixture's arena is 64): milliseconds over PCIe
+  TensorView device = Alloc({n});
+  absl::StatusOr<std::unique_ptr<Buffer>> host = backend_->AllocateHost(n * sizeof(float));
+  ASSERT_TRUE(host.ok()) << host.status();
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  EXPECT_EQ(backend_->TakeStreamWaitSeconds(), 0.0);  // nothing waited yet
+  absl::StatusOr<std::unique_ptr<Event>> copy =
+      backend_->CopyAsync(CopyDirection::kToDevice, device.data, (*host)->data(), device.bytes());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_TRUE(backend_->ComputeWaits(**copy).ok());
+  ASSERT_TRUE(backend_->Fill(device, 1.0f).ok());
+  ASSERT_TRUE(backend_->Synchronize().ok());
+  std::optional<Event::Interval> ran = (*copy)->interval();
+  ASSERT_TRUE(ran.has_value());
+  const double copy_seconds = std::chrono::duration<double>(ran->end - ran->begin).count();
+  const double waited = backend_->TakeStreamWaitSeconds();
+  // The stream arrived before the copy began (nothing else queued) and went on at its end.
+  EXPECT_GT(waited, 0.5 * copy_seconds) << "copy " << copy_seconds << " s";
+  EXPECT_LT(waited, copy_seconds + 2e-3) << "copy " << copy_seconds << " s";
+  EXPECT_EQ(backend_->TakeStreamWaitSeconds(), 0.0);  // taken once
+}
+
 // Defect 11: destroying a device buffer leaves the thread's current device alone.
 TEST_F(CudaBackendTest, DestroyingABufferKeepsTheCurrentDevice) {
   absl::StatusOr<std::vector<CudaDevice>> devices = ListCudaDevices();
