@@ -5,36 +5,25 @@
 //
 // A counter-based draw: a pure function of (seed, i), so any thread computes any element and
 // a re-forward with the same seed draws the same mask. The hash is SplitMix64
-// (util/split_mix.h; the test checks they agree); the draw is the top 53 bits of the hash as
+// (util/split_mix.h); the draw is the top 53 bits of the hash as
 // a double in [0, 1), kept where it is >= rate, compared here in integers (exactly
 // equivalent, and cheap on a GPU).
 //
-// Host and device: under nvcc the draw functions are __host__ __device__; elsewhere plain
-// inline functions.
+// Host and device (util/host_device.h): under nvcc the draw functions are __host__
+// __device__; elsewhere plain inline functions.
 #ifndef HEADROOM_EXECUTOR_DROPOUT_MASK_H_
 #define HEADROOM_EXECUTOR_DROPOUT_MASK_H_
 
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define HEADROOM_HOST_DEVICE __host__ __device__
-#else
-#define HEADROOM_HOST_DEVICE
-#endif
+#include "util/host_device.h"
+#include "util/split_mix.h"
 
 namespace headroom::executor {
 
-// Returns SplitMix64(x), as util/split_mix.h computes it.
-HEADROOM_HOST_DEVICE inline uint64_t DropoutHash(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Returns the stream of draws of a Dropout node run with `seed`.
-HEADROOM_HOST_DEVICE inline uint64_t DropoutStream(uint64_t seed) { return DropoutHash(seed); }
+HEADROOM_HOST_DEVICE inline uint64_t DropoutStream(uint64_t seed) { return SplitMix64(seed); }
 
 // Returns the smallest 53-bit draw that survives `rate`: ceil(rate * 2^53), so that
 // draw >= threshold exactly when draw * 2^-53 >= rate (both sides are exact in double).
@@ -46,7 +35,7 @@ inline uint64_t DropoutKeepThreshold(double rate) {
 // Returns whether element `i` of stream `stream` survives a rate of `threshold`
 // (DropoutKeepThreshold).
 HEADROOM_HOST_DEVICE inline bool DropoutKeeps(uint64_t stream, int64_t i, uint64_t threshold) {
-  const uint64_t h = DropoutHash(stream + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
+  const uint64_t h = SplitMix64(stream + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL);
   return (h >> 11) >= threshold;
 }
 

@@ -17,7 +17,7 @@ enum class ActivationKind { kRelu, kRelu6, kSigmoid, kTanh };
 
 // Returns dx for output y and its gradient dy.
 template <ActivationKind kKind>
-HEADROOM_OPT_HD inline float ActivationGradFromY(float y, float dy) {
+HEADROOM_HOST_DEVICE inline float ActivationGradFromY(float y, float dy) {
   if (kKind == ActivationKind::kRelu) return MulRn(dy, y > 0.0f ? 1.0f : 0.0f);
   if (kKind == ActivationKind::kRelu6) return MulRn(dy, y > 0.0f && y < 6.0f ? 1.0f : 0.0f);
   if (kKind == ActivationKind::kSigmoid) return MulRn(dy, MulRn(y, AddRn(1.0f, -y)));

@@ -1,9 +1,10 @@
+#include "executor/cuda/cuda_context.h"
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
 
 namespace headroom::executor::cuda {
@@ -108,7 +109,6 @@ absl::Status CudaContext::CollectIndexChecks() {
   }
   return absl::OkStatus();
 }
-
 
 absl::Status CudaContext::ReserveWorkspace(uint64_t bytes) {
   if (bytes <= workspace_bytes) return absl::OkStatus();

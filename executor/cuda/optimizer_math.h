@@ -13,31 +13,27 @@
 #include <cstdint>
 
 #include "executor/kernel_args.h"
+#include "util/host_device.h"
 
-#ifdef __CUDACC__
-#define HEADROOM_OPT_HD __host__ __device__
-#else
-#define HEADROOM_OPT_HD
-#endif
 
 namespace headroom::executor::cuda {
 
 // Correctly rounded float operations: each rounded once, never fused with another.
-HEADROOM_OPT_HD inline float AddRn(float a, float b) {
+HEADROOM_HOST_DEVICE inline float AddRn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
-HEADROOM_OPT_HD inline float MulRn(float a, float b) {
+HEADROOM_HOST_DEVICE inline float MulRn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-HEADROOM_OPT_HD inline float DivRn(float a, float b) {
+HEADROOM_HOST_DEVICE inline float DivRn(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fdiv_rn(a, b);
 #else
@@ -45,14 +41,14 @@ HEADROOM_OPT_HD inline float DivRn(float a, float b) {
 #endif
 }
 // a * b + c rounded once (a fused multiply-add).
-HEADROOM_OPT_HD inline float FmaRn(float a, float b, float c) {
+HEADROOM_HOST_DEVICE inline float FmaRn(float a, float b, float c) {
 #ifdef __CUDA_ARCH__
   return __fmaf_rn(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
 }
-HEADROOM_OPT_HD inline float SqrtRn(float a) {
+HEADROOM_HOST_DEVICE inline float SqrtRn(float a) {
 #ifdef __CUDA_ARCH__
   return __fsqrt_rn(a);
 #else
@@ -71,7 +67,7 @@ inline SgdConstants SgdConstantsOf(const OptimizerParams& o) {
 }
 
 // One element's SGD step: updates *p and the momentum buffer *buf (not read when `first`).
-HEADROOM_OPT_HD inline void SgdMomentumStep(const SgdConstants& c, bool first, float grad, float* p,
+HEADROOM_HOST_DEVICE inline void SgdMomentumStep(const SgdConstants& c, bool first, float grad, float* p,
                                             float* buf) {
   const float g = c.weight_decay != 0.0f ? AddRn(grad, MulRn(c.weight_decay, *p)) : grad;
   const float b = first ? g : AddRn(MulRn(*buf, c.momentum), g);
@@ -108,7 +104,7 @@ inline AdamConstants AdamConstantsOf(const OptimizerParams& o, int64_t step) {
 // One element's Adam step (torch.optim.Adam, not amsgrad):
 // p += -(lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). Updates *p, *m and *v (m and v not
 // read when `first`).
-HEADROOM_OPT_HD inline void AdamStep(const AdamConstants& c, bool first, float grad, float* p,
+HEADROOM_HOST_DEVICE inline void AdamStep(const AdamConstants& c, bool first, float grad, float* p,
                                      float* m, float* v) {
   const float g = c.weight_decay != 0.0f ? AddRn(grad, MulRn(c.weight_decay, *p)) : grad;
   const float m0 = first ? 0.0f : *m;
