@@ -21,6 +21,15 @@ OUT_FILE=${1:-$REPO/out/gpukit/kit.tar.xz}
 MAX_BYTES=$((64 * 1024 * 1024))
 cd "$REPO"
 
+# The toolkit as @local_cuda found it (found.txt says where each library came from).
+bazel query --noshow_progress @local_cuda//:all >/dev/null 2>&1 || true   # fetches @local_cuda
+LOCAL_CUDA=$(bazel info output_base 2>/dev/null)/external/local_cuda
+if ! grep -q "HAVE_CUDA = True" "$LOCAL_CUDA/defs.bzl" 2>/dev/null; then
+  echo "make_kit: Bazel found no usable CUDA toolkit here:" >&2
+  cat "$LOCAL_CUDA/found.txt" >&2 2>/dev/null || true
+  exit 1
+fi
+
 QUERY='kind(cc_test, //executor/cuda/...)
   + attr(name, "cuda|cupti", kind(cc_test, //util:all + //profiler:all))
   + attr(tags, "\bgpu\b", kind(cc_test, //...))'
@@ -28,16 +37,6 @@ echo "make_kit: finding the CUDA tests"
 mapfile -t TESTS < <(bazel query --noshow_progress "$QUERY" 2>/dev/null | sort)
 [ "${#TESTS[@]}" -gt 0 ] || { echo "make_kit: the query found no CUDA tests" >&2; exit 1; }
 printf '  %s\n' "${TESTS[@]}"
-
-if ! grep -q "HAVE_CUDA = True" "$(bazel info output_base 2>/dev/null)/external/local_cuda/defs.bzl" 2>/dev/null; then
-  bazel query --noshow_progress @local_cuda//:all >/dev/null 2>&1 || true   # fetches @local_cuda
-fi
-FOUND=$(bazel info output_base 2>/dev/null)/external/local_cuda/found.txt
-if ! grep -q "HAVE_CUDA = True" "$(dirname "$FOUND")/defs.bzl" 2>/dev/null; then
-  echo "make_kit: Bazel found no usable CUDA toolkit here:" >&2
-  cat "$FOUND" >&2 2>/dev/null || true
-  exit 1
-fi
 
 echo "make_kit: building"
 bazel build --noshow_progress "${TESTS[@]}" //clients:headroom //server:headroomd
@@ -79,7 +78,7 @@ cp "$HERE/run.sh" "$HERE/torch_step_time.py" "$HERE/figures.py" "$K/"
   echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "tests ${TESTS[*]}"
-  sed 's/^/toolkit /' "$FOUND"
+  sed 's/^/found /' "$LOCAL_CUDA/found.txt"
 } >"$K/MANIFEST"
 
 mkdir -p "$(dirname "$OUT_FILE")"

@@ -178,15 +178,15 @@ train() {
   step "train:$name" "${KIT_TRAIN_SECONDS:-120}" "$R" "$SCRATCH/runs/$name.jsonl" \
     "$H" train --backend cuda --json --export "$SCRATCH/exp/$name" "$@"
 }
-R50="--model resnet50 --batch 64 --steps 6"
+R50="--model resnet50 --batch 64"
 GPT="--model transformer --layers 4 --batch 8 --sequence 256 --positions 256 --optimizer adam --steps 6"
-train r50_plain $R50
+train r50_plain $R50 --steps 6
 ARENA=""
 if [ -n "$GPU" ]; then
   ARENA=$("$H" plan $R50 --device h100 --json 2>>"$R" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["summary"]["arena_bytes"])' 2>>"$R")
 fi
 if [ -n "$ARENA" ]; then
-  train r50_sectioned $R50 --host-memory separate --budget $((ARENA * 7 / 10))
+  train r50_sectioned $R50 --steps 6 --host-memory separate --budget $((ARENA * 7 / 10))
 elif [ -n "$GPU" ]; then skip train:r50_sectioned "headroom plan gave no arena_bytes (see runs.log)"
 else skip train:r50_sectioned "no GPU present"; fi
 train gpt_a $GPT
