@@ -181,13 +181,29 @@ train() {
 R50="--model resnet50 --batch 64"
 GPT="--model transformer --layers 4 --batch 8 --sequence 256 --positions 256 --optimizer adam --steps 6"
 train r50_plain $R50 --steps 6
-ARENA=""
+# The sectioned run's budget: the first of these fractions of the plain arena whose plan both
+# splits the step and offloads (the planner may prefer recomputing alone at some budgets).
+SECTIONED=""
 if [ -n "$GPU" ]; then
   ARENA=$("$H" plan $R50 --device h100 --json 2>>"$R" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["summary"]["arena_bytes"])' 2>>"$R")
+  for pct in 60 70 50 40 80; do
+    [ -n "$ARENA" ] || break
+    budget=$((ARENA * pct / 100))
+    plan=$("$H" plan $R50 --device h100 --host-memory separate --budget "$budget" --json 2>>"$R" |
+      "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(int(d["summary"]["offloaded_bytes"]), len(d["sections"]))' 2>>"$R")
+    [ -n "$plan" ] || continue
+    [ -z "$SECTIONED" ] && SECTIONED="$budget $pct $plan"
+    set -- $plan
+    if [ "$1" -gt 0 ] && [ "$2" -gt 1 ]; then SECTIONED="$budget $pct $plan"; break; fi
+  done
+  set --
 fi
-if [ -n "$ARENA" ]; then
-  train r50_sectioned $R50 --steps 6 --host-memory separate --budget $((ARENA * 7 / 10))
-elif [ -n "$GPU" ]; then skip train:r50_sectioned "headroom plan gave no arena_bytes (see runs.log)"
+if [ -n "$SECTIONED" ]; then
+  set -- $SECTIONED
+  note "resnet50 sectioned: budget $1 B ($2% of the plain arena): planned $4 sections, $3 B offloaded"
+  train r50_sectioned $R50 --steps 6 --host-memory separate --budget "$1"
+  set --
+elif [ -n "$GPU" ]; then skip train:r50_sectioned "headroom plan gave no usable budget (see runs.log)"
 else skip train:r50_sectioned "no GPU present"; fi
 train gpt_a $GPT
 train gpt_b $GPT
