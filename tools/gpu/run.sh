@@ -130,6 +130,7 @@ for n in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libnvJit
   note "library $n: $d"
   case ":$L:" in *":$d:"*) ;; *) L=$L:$d ;; esac
 done
+ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}   # PyTorch runs with the machine's own libraries
 export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # libstdc++ and libgcc_s from the kit only where the machine's are too old to load them.
 if ! "$B/headroom" --help >/dev/null 2>"$SCRATCH/load.err" && grep -qE "GLIBCXX|CXXABI|GCC_[0-9]" "$SCRATCH/load.err"; then
@@ -214,8 +215,9 @@ train r18_b --model resnet18 --batch 32 --steps 4
 TL=$OUT/torch.log
 if [ -n "$GPU" ] && [ -z "$PY" ]; then skip torch:resnet50 "no python3"; skip torch:transformer "no python3"
 else
-  step torch:resnet50 120 "$TL" "$SCRATCH/torch.jsonl" "$PY" "$K/torch_step_time.py" --model resnet50 --batch 64
-  step torch:transformer 120 "$TL" "$SCRATCH/torch.jsonl" "$PY" "$K/torch_step_time.py" --model transformer \
+  TORCH=(env LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" "$PY" "$K/torch_step_time.py")
+  step torch:resnet50 120 "$TL" "$SCRATCH/torch.jsonl" "${TORCH[@]}" --model resnet50 --batch 64
+  step torch:transformer 120 "$TL" "$SCRATCH/torch.jsonl" "${TORCH[@]}" --model transformer \
     --layers 4 --batch 8 --sequence 256 --optimizer adam
 fi
 

@@ -13,6 +13,7 @@ not; cudnn.benchmark off), synthetic data made once on the device, SGD with mome
 (lr 0.01) or Adam (lr 0.001). One step is zero_grad, forward, cross-entropy, backward and
 optimizer.step, timed with torch.cuda.synchronize() on both sides; --warmup steps first.
 Prints one JSON object: model, batch, median_step_seconds, step_seconds, torch, device.
+(--device cpu runs the same on the CPU, only to check the script where there is no GPU.)
 """
 
 import argparse
@@ -37,6 +38,14 @@ def transformer(torch, args):
     F = torch.nn.functional
     d, heads, p = args.d_model, args.heads, args.dropout
 
+    def attention(q, k, v, dropout):
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        t = q.shape[-2]
+        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        return F.dropout(s.masked_fill(mask, float("-inf")).softmax(-1), dropout) @ v
+
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
@@ -52,8 +61,7 @@ def transformer(torch, args):
             b, t, _ = x.shape
             q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
             q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, dropout_p=p if self.training else 0.0,
-                                               is_causal=True)
+            a = attention(q, k, v, p if self.training else 0.0)
             x = x + self.drop(self.c_proj(a.transpose(1, 2).reshape(b, t, d)))
             m = self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
             return x + self.drop(m)
@@ -93,16 +101,20 @@ def main():
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu only to check the script itself")
     args = parser.parse_args()
 
     import torch
 
-    if not torch.cuda.is_available():
+    on_gpu = args.device == "cuda"
+    if on_gpu and not torch.cuda.is_available():
         print("torch_step_time: PyTorch sees no CUDA device", file=sys.stderr)
         return 1
     torch.manual_seed(1)
     model, x, y = (resnet50 if args.model == "resnet50" else transformer)(torch, args)
-    dev = torch.device("cuda")
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     model, x, y = model.to(dev).train(), x.to(dev), y.to(dev)
     if args.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -111,13 +123,13 @@ def main():
 
     seconds, losses = [], []
     for i in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        torch.cuda.synchronize()
+        sync()
         if i >= args.warmup:
             seconds.append(time.perf_counter() - t0)
             losses.append(loss.item())
@@ -130,11 +142,12 @@ def main():
         "optimizer": args.optimizer,
         "median_step_seconds": statistics.median(seconds),
         "step_seconds": seconds,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated() if on_gpu else None,
         "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0),
+        "device": torch.cuda.get_device_name(0) if on_gpu else "cpu",
         "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
         "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "sdpa": hasattr(torch.nn.functional, "scaled_dot_product_attention"),
     }))
     return 0
 
