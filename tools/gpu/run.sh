@@ -5,11 +5,12 @@
 # Usage: OUT=DIR bash kit/run.sh        (kit/ as tools/gpu/make_kit.sh packs it; docs/gpu.md)
 #
 # Steps, in this order, each under a time limit (the whole run ends within KIT_SECONDS,
-# default 540; a step that no longer fits is skipped and the summary says so):
+# default 540; each phase gets a share of it, and a step that no longer fits is skipped and
+# the summary says so: tests to 40%, training and PyTorch to 82%, CUPTI and the daemon to 88%):
 #   1. environment: the GPU, where cuDNN/cuBLAS/NVRTC were found, that the binaries load
 #   2. every GPU test binary in bin/ (gtest; cases passed, failed, skipped)
-#   3. headroom train --backend cuda: resnet50 at batch 64 plain and under 70% of its arena
-#      (sections + offload; losses and final parameters must be bitwise equal); determinism
+#   3. headroom train --backend cuda: resnet50 at batch 64 plain and under a budget whose plan
+#      splits and offloads (losses and final parameters must be bitwise equal); determinism
 #      pairs (resnet18, and a transformer with dropout and Adam, each run twice, bitwise)
 #   4. the same resnet50 and transformer in this machine's PyTorch (torch_step_time.py)
 #   5. headroom profile --backend cuda (CUPTI's physical account) and a headroomd job
@@ -60,7 +61,7 @@ step() {
   local name=$1 cap=$2 log=$3 stdout=$4; shift 4
   if [ -z "$GPU" ]; then skip "$name" "no GPU present"; return 1; fi
   local l; l=$(left)
-  if [ "$l" -lt 10 ]; then skip "$name" "no time left (deadline ${BUDGET}s)"; return 1; fi
+  if [ "$l" -lt 10 ]; then skip "$name" "no time left in its phase (the kit ends within ${BUDGET}s)"; return 1; fi
   [ "$cap" -gt "$l" ] && cap=$l
   [ "$stdout" = "-" ] && stdout=$log
   echo "===== $name ($(date -u +%T), limit ${cap}s): $*" >>"$log"
