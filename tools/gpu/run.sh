@@ -183,20 +183,20 @@ train() {
   step "train:$name" "${KIT_TRAIN_SECONDS:-120}" "$R" "$SCRATCH/runs/$name.jsonl" \
     "$H" train --backend cuda --json --export "$SCRATCH/exp/$name" "$@"
 }
-R50="--model resnet50 --batch 64"
-GPT="--model transformer --layers 4 --batch 8 --sequence 256 --positions 256 --optimizer adam --steps 6"
-train r50_plain $R50 --steps 6
+R50=(--model resnet50 --batch 64)
+GPT=(--model transformer --layers 4 --batch 8 --sequence 256 --positions 256 --optimizer adam --steps 6)
+train r50_plain "${R50[@]}" --steps 6
 # The sectioned run's budget: the first of these fractions of the plain arena whose plan (as
 # `headroom train --backend cuda` makes it) both splits the step and offloads; the planner may
 # prefer recomputing alone at some budgets. train plans for its --budget less the backend's
 # fixed cost (context and handles), which the plain run reported, so that is added back.
 SECTIONED=""
 if [ -n "$GPU" ]; then
-  PLAN=("$H" plan $R50 --backend cuda --json)
+  PLAN=("$H" plan "${R50[@]}" --backend cuda --json)
   arena() { "${PLAN[@]}" 2>>"$R" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["summary"]["arena_bytes"])' 2>>"$R"; }
   ARENA=$(arena)
   if [ -z "$ARENA" ]; then   # the cuda backend failed to plan: the h100 preset without its scratch
-    PLAN=("$H" plan $R50 --device h100 --json); ARENA=$(arena)
+    PLAN=("$H" plan "${R50[@]}" --device h100 --json); ARENA=$(arena)
     note "WARN  headroom plan --backend cuda failed (see runs.log); the budget comes from --device h100"
   fi
   FIXED=$(tail -1 "$SCRATCH/runs/r50_plain.jsonl" 2>/dev/null | "$PY" -c 'import json,sys; print(int(json.load(sys.stdin).get("fixed_device_bytes", 0)))' 2>/dev/null)
@@ -216,12 +216,12 @@ fi
 if [ -n "$SECTIONED" ]; then
   set -- $SECTIONED
   note "resnet50 sectioned: plan budget $1 B ($2% of the plain arena; planned $4 sections, $3 B offloaded) + fixed cost $FIXED B"
-  train r50_sectioned $R50 --steps 6 --host-memory separate --budget "$(($1 + FIXED))"
+  train r50_sectioned "${R50[@]}" --steps 6 --host-memory separate --budget "$(($1 + FIXED))"
   set --
 elif [ -n "$GPU" ]; then skip train:r50_sectioned "headroom plan gave no usable budget (see runs.log)"
 else skip train:r50_sectioned "no GPU present"; fi
-train gpt_a $GPT
-train gpt_b $GPT
+train gpt_a "${GPT[@]}"
+train gpt_b "${GPT[@]}"
 train r18_a --model resnet18 --batch 32 --steps 4
 train r18_b --model resnet18 --batch 32 --steps 4
 
