@@ -190,10 +190,15 @@ train r50_plain "${R50[@]}" --steps 6
 # `headroom train --backend cuda` makes it) both splits the step and offloads; the planner may
 # prefer recomputing alone at some budgets. train plans for its --budget less the backend's
 # fixed cost (context and handles), which the plain run reported, so that is added back.
+# Each plan runs under what is left of the phase, less 30 s for the sectioned run itself.
 SECTIONED=""
-if [ -n "$GPU" ]; then
+plan_seconds() { echo $(($(left) - 30)); }
+if [ -n "$GPU" ] && [ "$(plan_seconds)" -lt 5 ]; then
+  skip train:r50_sectioned "no time left in its phase to plan it"; GPU_PLAN=""
+else GPU_PLAN=$GPU; fi
+if [ -n "$GPU_PLAN" ]; then
   PLAN=("$H" plan "${R50[@]}" --backend cuda --json)
-  arena() { "${PLAN[@]}" 2>>"$R" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["summary"]["arena_bytes"])' 2>>"$R"; }
+  arena() { timeout -k 2 "$(plan_seconds)" "${PLAN[@]}" 2>>"$R" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["summary"]["arena_bytes"])' 2>>"$R"; }
   ARENA=$(arena)
   if [ -z "$ARENA" ]; then   # the cuda backend failed to plan: the h100 preset without its scratch
     PLAN=("$H" plan "${R50[@]}" --device h100 --json); ARENA=$(arena)
@@ -202,9 +207,9 @@ if [ -n "$GPU" ]; then
   FIXED=$(tail -1 "$SCRATCH/runs/r50_plain.jsonl" 2>/dev/null | "$PY" -c 'import json,sys; print(int(json.load(sys.stdin).get("fixed_device_bytes", 0)))' 2>/dev/null)
   FIXED=${FIXED:-0}
   for pct in 60 70 50 40 80; do
-    [ -n "$ARENA" ] || break
+    [ -n "$ARENA" ] && [ "$(plan_seconds)" -ge 5 ] || break
     budget=$((ARENA * pct / 100))
-    plan=$("${PLAN[@]}" --host-memory separate --budget "$budget" 2>>"$R" |
+    plan=$(timeout -k 2 "$(plan_seconds)" "${PLAN[@]}" --host-memory separate --budget "$budget" 2>>"$R" |
       "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(int(d["summary"]["offloaded_bytes"]), len(d["sections"]))' 2>>"$R")
     [ -n "$plan" ] || continue
     [ -z "$SECTIONED" ] && SECTIONED="$budget $pct $plan"
@@ -218,8 +223,8 @@ if [ -n "$SECTIONED" ]; then
   note "resnet50 sectioned: plan budget $1 B ($2% of the plain arena; planned $4 sections, $3 B offloaded) + fixed cost $FIXED B"
   train r50_sectioned "${R50[@]}" --steps 6 --host-memory separate --budget "$(($1 + FIXED))"
   set --
-elif [ -n "$GPU" ]; then skip train:r50_sectioned "headroom plan gave no usable budget (see runs.log)"
-else skip train:r50_sectioned "no GPU present"; fi
+elif [ -n "$GPU_PLAN" ]; then skip train:r50_sectioned "headroom plan gave no usable budget (see runs.log)"
+elif [ -z "$GPU" ]; then skip train:r50_sectioned "no GPU present"; fi
 train gpt_a "${GPT[@]}"
 train gpt_b "${GPT[@]}"
 train r18_a --model resnet18 --batch 32 --steps 4
