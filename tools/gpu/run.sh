@@ -80,8 +80,8 @@ note "started $(date -u +%Y-%m-%dT%H:%M:%SZ), deadline ${BUDGET}s, writing to $O
 
 # ---- 1. Environment -------------------------------------------------------------------
 GPU=""
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+if command -v nvidia-smi >/dev/null 2>&1 && timeout 20 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  GPU=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
   [ -n "$GPU" ] || GPU="a GPU (nvidia-smi gave no details)"
 elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   GPU="a GPU at $(ls /dev/nvidia[0-9]* | head -1) (no nvidia-smi)"
@@ -98,7 +98,7 @@ lib_dirs() {
     [ -n "$c" ] && echo "$c/lib64" "$c/lib" "$c/targets/x86_64-linux/lib" "$c/extras/CUPTI/lib64"
   done
   if [ -n "$PY" ]; then
-    "$PY" - <<'EOF' 2>/dev/null
+    timeout 60 "$PY" - <<'EOF' 2>/dev/null
 import os, site, sys
 roots = []
 try:
@@ -145,11 +145,11 @@ fi
 H=$B/headroom
 {
   echo "date: $(date -u)"; uname -a; echo "GPU: ${GPU:-none}"
-  command -v nvidia-smi >/dev/null && nvidia-smi 2>&1 | head -20
+  command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi 2>&1 | head -20
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "--- MANIFEST"; cat "$K/MANIFEST" 2>/dev/null
   echo "--- python: ${PY:-none}"
-  [ -n "$PY" ] && "$PY" -c 'import sys; print(sys.version)
+  [ -n "$PY" ] && timeout 60 "$PY" -c 'import sys; print(sys.version)
 try:
     import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__)
 except Exception as e: print("torch:", e)' 2>&1
