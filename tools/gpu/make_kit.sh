@@ -6,8 +6,8 @@
 #   tools/gpu/make_kit.sh [OUT_FILE]        (default: <repo>/out/gpukit/kit.tar.xz)
 #
 # The tests are found by query, so a CUDA test added later is packed without editing this:
-# every cc_test under //executor/cuda/..., the cc_tests of //util and //profiler whose name
-# holds "cuda" or "cupti", and any cc_test tagged "gpu".
+# every cc_test under //executor/cuda/..., //util and //profiler that links the CUDA runtime
+# (CPU-only tests there, such as parity_testing_test, stay behind), and any cc_test tagged "gpu".
 # Libraries: what `ldd` lists for the binaries, except glibc and the NVIDIA driver (the
 # machine's own), and cuDNN, cuBLAS, cuBLASLt and NVRTC (hundreds of MB; run.sh finds the
 # machine's). libstdc++ and libgcc_s go to fallback/, used only where the machine's are older.
@@ -30,8 +30,7 @@ if ! grep -q "HAVE_CUDA = True" "$LOCAL_CUDA/defs.bzl" 2>/dev/null; then
   exit 1
 fi
 
-QUERY='kind(cc_test, //executor/cuda/...)
-  + attr(name, "cuda|cupti", kind(cc_test, //util:all + //profiler:all))
+QUERY='kind(cc_test, rdeps(//executor/cuda/... + //util:all + //profiler:all, @local_cuda//:cudart))
   + attr(tags, "\bgpu\b", kind(cc_test, //...))'
 echo "make_kit: finding the CUDA tests"
 mapfile -t TESTS < <(bazel query --noshow_progress "$QUERY" 2>/dev/null | sort)
