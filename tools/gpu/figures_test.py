@@ -72,8 +72,8 @@ class FiguresTest(unittest.TestCase):
             write(os.path.join(scratch, "runs", "r50_plain.jsonl"),
                   train_lines(losses, 0.2, fixed_device_bytes=500, workspace_bytes=100))
             write(os.path.join(scratch, "runs", "r50_sectioned.jsonl"),
-                  train_lines(losses, 0.25, num_sections=4, offloaded_bytes_per_step=1000,
-                              copy_wait_seconds=0.01))
+                  train_lines(losses, 0.25, steps=3, num_sections=4, offloaded_bytes_per_step=1000,
+                              copy_wait_seconds=0.03))
             write(os.path.join(scratch, "runs", "gpt_a.jsonl"), train_lines([5.0, 4.0], 0.1))
             export(scratch, "r50_plain", losses, b"\x01\x02")
             export(scratch, "r50_sectioned", losses, b"\x01\x02")
@@ -119,6 +119,9 @@ class FiguresTest(unittest.TestCase):
             self.assertAlmostEqual(o["slowdown_seconds"], 0.05)
             self.assertAlmostEqual(o["copy_seconds_estimate"], 0.2)
             self.assertAlmostEqual(o["hidden_fraction_lower_bound"], 0.75)
+            self.assertAlmostEqual(o["exposed_copy_seconds_per_step"], 0.01)
+            self.assertAlmostEqual(o["hidden_fraction"], 0.95)
+            self.assertIn("OFFLOAD 1000 B/step", printed)
             self.assertEqual(f["sanitizer"], {"sanitizer:memcheck:cnn": {"errors": 0},
                                               "sanitizer:racecheck:cnn": {"errors": 3}})
             self.assertIn("CASES cuda_backend_test", printed)
