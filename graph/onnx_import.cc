@@ -20,8 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "graph/graph.h"
 #include "graph/graph_builder.h"
+#include "graph/onnx_export_mode.h"
 #include "graph/onnx_fold.h"
 #include "graph/onnx_patterns.h"
+#include "graph/onnx_rebatch.h"
 #include "graph/onnx_tensor.h"
 #include "onnx/onnx_pb.h"
 #include "util/status_macros.h"
@@ -56,6 +58,12 @@ struct Value {
   // Why it cannot be read: an output Headroom does not produce (batch norm's running
   // statistics in training mode, dropout's mask, max pool's indices).
   std::string unavailable;
+  // Re-batching a fixed-batch export (Importer::rebatch_): where the batch is in this
+  // computed value; `batch_lost` when an op moved it where no axis holds it whole.
+  BatchAxis batch;
+  bool batch_lost = false;
+  // A known value computed from a Shape (so already at the imported batch), not a literal.
+  bool from_shape = false;
 };
 
 // Returns the positive form of `axis` for a tensor of `rank` dims.
@@ -79,6 +87,7 @@ class Importer {
                         : !graph_.name().empty() ? graph_.name()
                                                  : "onnx");
     RETURN_IF_ERROR(ReadOpset());
+    RETURN_IF_ERROR(CheckExportMode());
     RETURN_IF_ERROR(CheckOps());
     RETURN_IF_ERROR(CheckArity());
     RETURN_IF_ERROR(ReadInitializers());
@@ -107,6 +116,18 @@ class Importer {
                                          " (re-export with opset_version=17)"));
     }
     out_.stats.opset = opset_;
+    return absl::OkStatus();
+  }
+
+  // An export of the inference graph is named in warnings, or refused when strict.
+  absl::Status CheckExportMode() {
+    const OnnxExportMode mode = InspectOnnxExportMode(graph_, opset_);
+    out_.inference_export = mode.inference();
+    out_.warnings = mode.Warnings(out_.graph.name());
+    if (out_.inference_export && options_.strict_training) {
+      return absl::FailedPreconditionError(
+          StrCat(absl::StrJoin(out_.warnings, "; "), " (refused: --strict-training)"));
+    }
     return absl::OkStatus();
   }
 
@@ -142,7 +163,7 @@ class Importer {
         {"Div", 2},  {"Equal", 2},  {"Expand", 2},  {"Gather", 2},  {"Gemm", 2},
         {"Greater", 2}, {"LayerNormalization", 2}, {"Less", 2}, {"MatMul", 2}, {"Mul", 2},
         {"Pad", 2},  {"Pow", 2},  {"Range", 3},  {"Reshape", 2}, {"Slice", 3}, {"Sub", 2},
-        {"Where", 3},
+        {"Tile", 2}, {"Where", 3},
     };
     for (const onnx::NodeProto& node : graph_.node()) {
       auto it = required->find(node.op_type());
@@ -207,6 +228,19 @@ class Importer {
       for (int d = 0; d < type.shape().dim_size(); ++d) {
         const onnx::TensorShapeProto::Dimension& dim = type.shape().dim(d);
         const bool numeric = dim.has_dim_value() && dim.dim_value() > 0;
+        if (d == 0 && numeric && options_.batch > 0 &&
+            dim.dim_value() != static_cast<int64_t>(options_.batch)) {
+          // A fixed-batch export imported at another batch: its baked shapes are rewritten.
+          if (rebatch_ && dim.dim_value() != export_batch_) {
+            return InvalidArgumentError(
+                StrCat("ONNX input '", input.name(), "' has a fixed batch of ", dim.dim_value(),
+                       ", input '", first_input_, "' of ", export_batch_,
+                       "; re-batching needs one export batch (export with dynamic_axes)"));
+          }
+          rebatch_ = true;
+          export_batch_ = dim.dim_value();
+          if (first_input_.empty()) first_input_ = input.name();
+        }
         if (d == 0 && options_.batch > 0) {
           shape.push_back(static_cast<int64_t>(options_.batch));
         } else if (numeric) {
@@ -224,6 +258,7 @@ class Importer {
       v.tensor = name;
       v.shape = shape;
       v.dtype = dtype;
+      v.batch = BatchAxis{0, 1, 1};
       values_[input.name()] = std::move(v);
     }
     return absl::OkStatus();
@@ -247,10 +282,83 @@ class Importer {
       if (anchored[i] != nullptr) {
         RETURN_IF_ERROR(EmitFusion(*anchored[i]));
         out_.stats.fused += static_cast<int>(anchored[i]->nodes.size()) - 1;
+        // A fused op (GELU, LayerNorm) keeps its input's shape, and so its batch.
+        Value& out = values_.at(anchored[i]->output);
+        const Value& in = values_.at(anchored[i]->input);
+        out.batch = in.batch;
+        out.batch_lost = in.batch_lost;
         continue;
       }
       if (covered[i]) continue;
-      RETURN_IF_ERROR(ImportNode(node));
+      absl::Status s = ImportNode(node);
+      if (s.ok() && rebatch_) s = PropagateBatch(node);
+      if (!s.ok() && rebatch_) {
+        return absl::Status(s.code(), StrCat(s.message(), RebatchHint()));
+      }
+      RETURN_IF_ERROR(s);
+    }
+    return absl::OkStatus();
+  }
+
+  // Returns what a message adds while re-batching a fixed-batch export.
+  std::string RebatchHint() const {
+    return StrCat(" (the model was exported with a fixed batch of ", export_batch_,
+                  " and is imported at --batch ", options_.batch,
+                  "; where its shape arithmetic holds the export batch, export with "
+                  "dynamic_axes={'",
+                  first_input_, "': {0: 'batch'}} so that the batch is symbolic)");
+  }
+
+  // Sets where the batch is in each computed output of `node` (after its converter ran),
+  // from its first input that holds the batch: moved by a Transpose's permutation, followed
+  // through a reshape's layout, kept where the output has the input's dim at the same axis,
+  // lost otherwise (an error only if a literal shape must later be re-batched through it).
+  absl::Status PropagateBatch(const onnx::NodeProto& node) {
+    const Value* in = nullptr;
+    for (const std::string& name : node.input()) {
+      auto it = values_.find(name);
+      if (it != values_.end() && (it->second.batch.has_batch() || it->second.batch_lost)) {
+        in = &it->second;
+        break;
+      }
+    }
+    if (in == nullptr) return absl::OkStatus();
+    const std::string& op = node.op_type();
+    const BatchAxis b = in->batch;
+    const Shape in_shape = in->shape;
+    const bool lost = in->batch_lost;
+    for (const std::string& name : node.output()) {
+      auto it = values_.find(name);
+      if (name.empty() || it == values_.end()) continue;
+      Value& out = it->second;
+      if (out.tensor.empty() && out.padded.empty()) continue;  // unavailable, or a constant
+      if (out.batch.has_batch()) continue;  // set by the converter (or an alias of the input)
+      out.batch_lost = true;
+      if (lost) continue;
+      if (op == "Transpose") {
+        std::vector<int64_t> perm = OnnxIntsAttr(node, "perm");
+        if (perm.empty()) {
+          for (int64_t d = static_cast<int64_t>(in_shape.size()) - 1; d >= 0; --d) {
+            perm.push_back(d);
+          }
+        }
+        for (size_t p = 0; p < perm.size(); ++p) {
+          if (perm[p] == b.axis) out.batch = BatchAxis{static_cast<int64_t>(p), b.outer, b.inner};
+        }
+      } else if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+        std::optional<BatchAxis> mapped =
+            ReshapeBatchAxis(in_shape, b, static_cast<int64_t>(options_.batch), out.shape);
+        if (!mapped) {
+          return Fail(node,
+                      StrCat("reshapes ", ShapeString(in_shape), " (batch on ", b.DebugString(),
+                             ") to ", ShapeString(out.shape), ", which mixes samples"));
+        }
+        out.batch = *mapped;
+      } else if (b.axis < static_cast<int64_t>(out.shape.size()) &&
+                 out.shape[b.axis] == in_shape[b.axis]) {
+        out.batch = b;
+      }
+      out.batch_lost = !out.batch.has_batch();
     }
     return absl::OkStatus();
   }
@@ -281,6 +389,12 @@ class Importer {
       return InvalidArgumentError(StrCat("ONNX output '", output, "' is ", DTypeName(v.dtype),
                                          " ", ShapeString(v.shape), "; softmax_cross_entropy ",
                                          "needs float logits [N, ..., classes]"));
+    }
+    if (rebatch_ && !(v.batch == BatchAxis{0, 1, 1})) {
+      return InvalidArgumentError(
+          StrCat("ONNX output '", output, "' ", ShapeString(v.shape), ": its batch is on ",
+                 v.batch_lost ? std::string("no axis whole") : v.batch.DebugString(),
+                 ", not the leading axis the loss reads", RebatchHint()));
     }
     const int64_t classes = v.shape.back();
     if (options_.classes > 0 && static_cast<int64_t>(options_.classes) != classes) {
@@ -462,6 +576,7 @@ class Importer {
     std::vector<int64_t> dims(x->shape.begin() + start, x->shape.begin() + end);
     const int64_t n = dims.size();
     SetConstant(node.output(0), OnnxTensor::Ints(std::move(dims), {n}));
+    values_.at(node.output(0)).from_shape = true;
     ++out_.stats.folded;
     return absl::OkStatus();
   }
@@ -471,9 +586,14 @@ class Importer {
     for (const std::string& in : node.input()) {
       inputs.push_back(in.empty() ? nullptr : values_.at(in).constant.get());
     }
+    bool from_shape = false;
+    for (const std::string& in : node.input()) {
+      if (!in.empty()) from_shape |= values_.at(in).from_shape;
+    }
     ASSIGN_OR_RETURN(std::vector<OnnxTensor> outputs, FoldOnnxNode(node, inputs, opset_));
     for (size_t k = 0; k < outputs.size() && k < static_cast<size_t>(node.output_size()); ++k) {
       SetConstant(node.output(k), std::move(outputs[k]));
+      values_.at(node.output(k)).from_shape = from_shape;
     }
     ++out_.stats.folded;
     return absl::OkStatus();
@@ -715,6 +835,8 @@ class Importer {
     const std::string& data = known_a ? n.input(1) : n.input(0);
     const OnnxTensor& c = *values_.at(known_a ? n.input(0) : n.input(1)).constant;
     std::vector<double> values = c.floats();
+    Shape c_shape = c.shape();
+    if (rebatch_) RETURN_IF_ERROR(RebatchOperand(n, values_.at(data), values, c_shape));
     for (double& v : values) {
       if (op == "Sub") v = -v;
       if (op == "Div") v = 1.0 / v;
@@ -722,15 +844,48 @@ class Importer {
     const bool additive = op == "Add" || op == "Sub";
     const double identity = additive ? 0.0 : 1.0;
     ASSIGN_OR_RETURN(Value * d, Find(data));
-    ASSIGN_OR_RETURN(Shape out, OnnxBroadcastShapes({d->shape, c.shape()}));
+    ASSIGN_OR_RETURN(Shape out, OnnxBroadcastShapes({d->shape, c_shape}));
     if (out == d->shape &&
         std::all_of(values.begin(), values.end(), [&](double v) { return v == identity; })) {
       return Alias(n, data);
     }
     ASSIGN_OR_RETURN(std::string x, Tensor(data));
     ASSIGN_OR_RETURN(std::string k, FloatConstant(StrCat(n.output(0), ".constant"),
-                                                  OnnxTensor::Floats(values, c.shape())));
+                                                  OnnxTensor::Floats(values, c_shape)));
     return EmitFor(n, additive ? "Add" : "Mul", {x, k});
+  }
+
+  // Re-batching a known operand `values` of `shape` beside `data`: where its dim over the
+  // data's batch axis is the export batch (above 1: ConstantOfShape([2, C, 1, 1]) at batch 2),
+  // equal slabs along it collapse to one, which broadcasts over any batch; differing slabs
+  // are per-sample values that cannot be attributed, an error naming the node.
+  absl::Status RebatchOperand(const onnx::NodeProto& n, const Value& data,
+                              std::vector<double>& values, Shape& shape) {
+    if (!data.batch.has_batch() || export_batch_ == 1) return absl::OkStatus();
+    const int64_t k = data.batch.axis - (static_cast<int64_t>(data.shape.size()) -
+                                         static_cast<int64_t>(shape.size()));
+    if (k < 0 || shape[k] != export_batch_ || shape[k] == data.shape[data.batch.axis]) {
+      return absl::OkStatus();
+    }
+    int64_t outer = 1, stride = 1;
+    for (int64_t d = 0; d < k; ++d) outer *= shape[d];
+    for (size_t d = k + 1; d < shape.size(); ++d) stride *= shape[d];
+    std::vector<double> slab;
+    for (int64_t o = 0; o < outer; ++o) {
+      const int64_t base = o * export_batch_ * stride;
+      for (int64_t j = 1; j < export_batch_; ++j) {
+        if (!std::equal(values.begin() + base, values.begin() + base + stride,
+                        values.begin() + base + j * stride)) {
+          return Fail(n, StrCat("its known operand ", ShapeString(shape), " has ", export_batch_,
+                                " different slabs over the batch axis of '", data.tensor,
+                                "': values per sample of the export batch"));
+        }
+      }
+      slab.insert(slab.end(), values.begin() + base, values.begin() + base + stride);
+    }
+    values = std::move(slab);
+    shape[k] = 1;
+    return absl::OkStatus();
   }
 
   // Add(MatMul(a, b), bias[N]) with the MatMul read only here: the bias joins the MatMul.
@@ -923,12 +1078,34 @@ class Importer {
   absl::Status Reshape(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
     std::vector<int64_t> target = OnnxIntsAttr(n, "shape");
+    bool literal = true;
     if (opset_ >= 5) {
       ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "shape"));
       target = c->ints();
+      literal = !values_.at(n.input(1)).from_shape;
     }
-    absl::StatusOr<Shape> shape =
-        OnnxReshapeTarget(x->shape, target, OnnxIntAttr(n, "allowzero", 0) != 0);
+    const bool allow_zero = OnnxIntAttr(n, "allowzero", 0) != 0;
+    if (rebatch_ && literal && (x->batch.has_batch() || x->batch_lost)) {
+      // A shape the exporter wrote for the export batch: scaled where the batch is.
+      const BatchAxis b = x->batch;
+      if (x->batch_lost) {
+        return Fail(n, StrCat("its shape [", absl::StrJoin(target, ","), "] was exported for ",
+                              "batch ", export_batch_, ", and its input '", n.input(0), "' ",
+                              ShapeString(x->shape), " has no axis that holds the batch whole"));
+      }
+      absl::StatusOr<RebatchedReshape> r = RebatchReshape(
+          x->shape, b, export_batch_, static_cast<int64_t>(options_.batch), target, allow_zero);
+      if (!r.ok()) {
+        return Fail(n, StrCat("its shape [", absl::StrJoin(target, ","), "] was exported for ",
+                              "batch ", export_batch_, " and cannot be re-batched for input '",
+                              n.input(0), "' ", ShapeString(x->shape), " (batch on ",
+                              b.DebugString(), "): ", r.status().message()));
+      }
+      RETURN_IF_ERROR(ReshapeValue(n, r->shape));
+      values_.at(n.output(0)).batch = r->batch;
+      return absl::OkStatus();
+    }
+    absl::StatusOr<Shape> shape = OnnxReshapeTarget(x->shape, target, allow_zero);
     if (!shape.ok()) return Fail(n, shape.status().message());
     return ReshapeValue(n, *shape);
   }
@@ -1000,7 +1177,43 @@ class Importer {
     }
     if (inputs.size() == 1) return Alias(n, n.input(0));
     ASSIGN_OR_RETURN(int64_t axis, NormalAxis(OnnxIntAttr(n, "axis", 0), shapes_.at(inputs[0]).first.size()));
+    if (rebatch_) RETURN_IF_ERROR(RebatchConcatInputs(n, axis, inputs));
     return EmitFor(n, "Concat", inputs, {{"axis", IntAttr(axis)}});
+  }
+
+  // Re-batching: a Concat input without a batch (vit's class token, expanded to the export
+  // batch of 1) beside one with it is broadcast over the batch; with an export batch above 1
+  // its rows cannot be told from samples, an error naming the node.
+  absl::Status RebatchConcatInputs(const onnx::NodeProto& n, int64_t axis,
+                                   std::vector<std::string>& inputs) {
+    const Value* batched = nullptr;
+    for (const std::string& in : n.input()) {
+      if (values_.at(in).batch.has_batch()) batched = &values_.at(in);
+    }
+    if (batched == nullptr) return absl::OkStatus();
+    const BatchAxis b = batched->batch;
+    if (b.axis == axis || b.outer != 1 || b.inner != 1) return absl::OkStatus();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Value& v = values_.at(n.input(k));
+      const Shape& shape = shapes_.at(inputs[k]).first;
+      if (v.batch.has_batch() || v.batch_lost || shape.size() != batched->shape.size() ||
+          shape[b.axis] == batched->shape[b.axis]) {
+        continue;
+      }
+      if (shape[b.axis] != export_batch_ || export_batch_ != 1) {
+        return Fail(n, StrCat("input '", n.input(k), "' ", ShapeString(shape),
+                              " holds no batch, but its axis ", b.axis, " is ", shape[b.axis],
+                              " beside the batch of input ", ShapeString(batched->shape)));
+      }
+      Shape target = shape;
+      target[b.axis] = batched->shape[b.axis];
+      ASSIGN_OR_RETURN(
+          std::vector<std::string> out,
+          Emit("Expand", StrCat(NodeName(n), ".batch", k), {inputs[k]},
+               {UniqueTensor(StrCat(n.input(k), ".batch"))}, {{"shape", IntsAttr(target)}}));
+      inputs[k] = out[0];
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Split(const onnx::NodeProto& n) {
@@ -1037,6 +1250,7 @@ class Importer {
     }
     absl::StatusOr<std::vector<SliceRange>> ranges = OnnxSliceRanges(n, bounds, x->shape, opset_);
     if (!ranges.ok()) return Fail(n, ranges.status().message());
+    if (rebatch_ && x->batch.has_batch()) RETURN_IF_ERROR(RebatchSlice(n, *x, bounds, *ranges));
     std::vector<int64_t> out_axes, out_starts, out_ends, out_steps;
     for (int64_t axis = 0; axis < static_cast<int64_t>(ranges->size()); ++axis) {
       const SliceRange& r = (*ranges)[axis];
@@ -1053,6 +1267,33 @@ class Importer {
     return EmitFor(n, "Slice", {input},
                    {{"axes", IntsAttr(out_axes)}, {"starts", IntsAttr(out_starts)},
                     {"ends", IntsAttr(out_ends)}, {"steps", IntsAttr(out_steps)}});
+  }
+
+  // Re-batching a Slice over the batch axis: literal bounds that took all of the export
+  // batch take all of the imported one; any other slice of the batch is an error.
+  absl::Status RebatchSlice(const onnx::NodeProto& n, const Value& x,
+                            const std::vector<const OnnxTensor*>& bounds,
+                            std::vector<SliceRange>& ranges) {
+    const int64_t a = x.batch.axis, dim = x.shape[a];
+    SliceRange& r = ranges[a];
+    if (r.start == 0 && r.step == 1 && r.count == dim) return absl::OkStatus();
+    bool literal = true;
+    for (int k = 1; k < n.input_size(); ++k) {
+      if (!n.input(k).empty()) literal &= !values_.at(n.input(k)).from_shape;
+    }
+    const Shape exported =
+        WithBatch(x.shape, x.batch, static_cast<int64_t>(options_.batch), export_batch_);
+    absl::StatusOr<std::vector<SliceRange>> at_export =
+        OnnxSliceRanges(n, bounds, exported, opset_);
+    if (literal && at_export.ok()) {
+      const SliceRange& e = (*at_export)[a];
+      if (e.start == 0 && e.step == 1 && e.count == exported[a]) {
+        r = SliceRange{0, 1, dim};
+        return absl::OkStatus();
+      }
+    }
+    return Fail(n, StrCat("slices axis ", a, " of input '", n.input(0), "' ", ShapeString(x.shape),
+                          ", which holds the batch"));
   }
 
   // Gather rows of a weight table (an embedding), or known positions of a computed tensor
@@ -1193,11 +1434,88 @@ class Importer {
   absl::Status Expand(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
     ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "shape"));
-    absl::StatusOr<Shape> target = OnnxBroadcastShapes({x->shape, c->ints()});
+    std::vector<int64_t> shape = c->ints();
+    BatchAxis out_batch;
+    if (rebatch_ && !values_.at(n.input(1)).from_shape) {
+      ASSIGN_OR_RETURN(out_batch, RebatchExpandShape(n, *x, shape));
+    }
+    absl::StatusOr<Shape> target = OnnxBroadcastShapes({x->shape, shape});
     if (!target.ok()) return Fail(n, target.status().message());
     if (*target == x->shape) return Alias(n, n.input(0));
     ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
-    return EmitFor(n, "Expand", {input}, {{"shape", IntsAttr(*target)}});
+    RETURN_IF_ERROR(EmitFor(n, "Expand", {input}, {{"shape", IntsAttr(*target)}}));
+    if (out_batch.has_batch()) values_.at(n.output(0)).batch = out_batch;
+    return absl::OkStatus();
+  }
+
+  // Rewrites an Expand's literal `shape`, written for the export batch: the element over the
+  // input's batch axis when it is the axis's export size; for an input without a batch (a
+  // class token), a leading element equal to an export batch above 1 (a batch of 1 is a
+  // broadcast, which the consumer re-batches). Returns where the batch is in the output (no
+  // batch when nothing was attributed to it).
+  absl::StatusOr<BatchAxis> RebatchExpandShape(const onnx::NodeProto& n, const Value& x,
+                                               std::vector<int64_t>& shape) {
+    const int64_t batch = static_cast<int64_t>(options_.batch);
+    const int64_t rank = std::max<int64_t>(shape.size(), x.shape.size());
+    const int64_t shift = rank - static_cast<int64_t>(shape.size());
+    if (x.batch.has_batch()) {
+      const int64_t at = x.batch.axis + rank - static_cast<int64_t>(x.shape.size()) - shift;
+      const int64_t exported = x.shape[x.batch.axis] / batch * export_batch_;
+      if (at >= 0 && shape[at] == exported && exported != x.shape[x.batch.axis]) {
+        shape[at] = x.shape[x.batch.axis];
+      }
+      return BatchAxis{};
+    }
+    if (x.batch_lost || export_batch_ == 1 || shift != 0 || shape.empty() ||
+        shape[0] != export_batch_) {
+      return BatchAxis{};
+    }
+    const int64_t x_shift = rank - static_cast<int64_t>(x.shape.size());
+    if (x_shift == 0 && x.shape[0] != 1) {
+      return Fail(n, StrCat("expands ", ShapeString(x.shape), " to [", absl::StrJoin(shape, ","),
+                            "], whose first dim is the export batch ", export_batch_,
+                            ", but the input's is not 1, so the batch cannot be attributed"));
+    }
+    shape[0] = batch;
+    return BatchAxis{0, 1, 1};
+  }
+
+  // Tile of size-1 axes (repeating one row is broadcasting it): an Expand. Re-batching, a
+  // literal repeat of the export batch (above 1) over the leading size-1 axis of a tensor
+  // without a batch becomes the imported batch, as Expand's shape does.
+  absl::Status Tile(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "repeats"));
+    std::vector<int64_t> repeats = c->ints();
+    if (repeats.size() != x->shape.size()) {
+      return Fail(n, StrCat(repeats.size(), " repeats for input ", ShapeString(x->shape)));
+    }
+    BatchAxis out_batch;
+    if (rebatch_ && !values_.at(n.input(1)).from_shape) {
+      if (x->batch.has_batch() && repeats[x->batch.axis] != 1) {
+        return Fail(n, StrCat("repeats axis ", x->batch.axis, " of input '", n.input(0), "' ",
+                              ShapeString(x->shape), ", which holds the batch"));
+      }
+      if (!x->batch.has_batch() && !x->batch_lost && export_batch_ > 1 &&
+          repeats[0] == export_batch_ && x->shape[0] == 1) {
+        repeats[0] = static_cast<int64_t>(options_.batch);
+        out_batch = BatchAxis{0, 1, 1};
+      }
+    }
+    Shape target = x->shape;
+    for (size_t d = 0; d < repeats.size(); ++d) {
+      if (repeats[d] == 1) continue;
+      if (x->shape[d] != 1 || repeats[d] < 1) {
+        return Fail(n, StrCat("repeats axis ", d, " of ", ShapeString(x->shape), " ", repeats[d],
+                              " times; Headroom tiles only axes of size 1 (an Expand)"));
+      }
+      target[d] = repeats[d];
+    }
+    if (target == x->shape) return Alias(n, n.input(0));
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    RETURN_IF_ERROR(EmitFor(n, "Expand", {input}, {{"shape", IntsAttr(target)}}));
+    if (out_batch.has_batch()) values_.at(n.output(0)).batch = out_batch;
+    return absl::OkStatus();
   }
 
   // Where(known condition, x, known value) with one operand computed (GPT-2's causal mask):
@@ -1261,6 +1579,11 @@ class Importer {
   const OnnxImportOptions& options_;
   const std::string external_dir_;
   int64_t opset_ = 0;
+  // Re-batching: the inputs have a fixed first dimension, export_batch_, other than
+  // options_.batch (the first such input named for messages).
+  bool rebatch_ = false;
+  int64_t export_batch_ = 0;
+  std::string first_input_;
   ImportedModel out_;
   absl::node_hash_map<std::string, Value> values_;
   // Every Headroom tensor made so far, with its shape and dtype.
@@ -1308,6 +1631,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Squeeze", &Importer::Squeeze},
       {"Sub", &Importer::Arithmetic},
       {"Tanh", &Importer::Tanh},
+      {"Tile", &Importer::Tile},
       {"Transpose", &Importer::Transpose},
       {"Unsqueeze", &Importer::Unsqueeze},
       {"Where", &Importer::Where},

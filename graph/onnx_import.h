@@ -42,6 +42,9 @@ struct OnnxImportOptions {
   bool keep_values = true;
   // The graph's name; empty takes the ONNX graph's name (or "onnx"). Default empty.
   std::string name;
+  // Refuse an export of the inference graph (graph/onnx_export_mode.h) instead of warning.
+  // Default false.
+  bool strict_training = false;
 };
 
 // What an import did, for people.
@@ -69,12 +72,22 @@ struct ImportedModel {
   // The initial value of every parameter and buffer, by tensor name (when keep_values).
   std::vector<proto::TensorValue> values;
   OnnxImportStats stats;
+  // The model was exported for inference (batch norms in inference mode or folded into the
+  // convolutions): the graph is not the one training runs.
+  bool inference_export = false;
+  // What people should know about the import (why inference_export is set, and what to do).
+  std::vector<std::string> warnings;
 };
 
 // Returns the graph of a serialized onnx.ModelProto. Initializers stored in external files
 // are read from `external_dir` (the model's folder; empty: none may be external).
-// InvalidArgument for a model that does not parse, an unsupported opset, every unknown op
-// (listed with counts in one message), or a node Headroom cannot express (named).
+// A model whose inputs have a fixed first dimension other than options.batch is re-batched:
+// the shape constants the exporter wrote for its batch (Reshape targets, Expand shapes,
+// Slices of the batch axis, known operands) are rewritten where the batch is attributed
+// (graph/onnx_rebatch.h). InvalidArgument for a model that does not parse, an unsupported
+// opset, every unknown op (listed with counts in one message), a node Headroom cannot
+// express or a constant it cannot re-batch (named); FailedPrecondition for an inference
+// export with options.strict_training.
 absl::StatusOr<ImportedModel> ImportOnnx(const std::string& model_bytes,
                                          const OnnxImportOptions& options,
                                          const std::string& external_dir = "");

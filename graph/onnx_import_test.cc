@@ -39,6 +39,17 @@ class OnnxModelBuilder {
     return *this;
   }
 
+  // An input of fixed `dims`, batch included: what torch.onnx.export writes without
+  // dynamic_axes.
+  OnnxModelBuilder& FixedInput(const std::string& name, std::vector<int64_t> dims) {
+    onnx::ValueInfoProto* v = model_.mutable_graph()->add_input();
+    v->set_name(name);
+    onnx::TypeProto::Tensor* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(TP::FLOAT);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+    return *this;
+  }
+
   // A float initializer filled with 0.01 * i (or `value` for all).
   OnnxModelBuilder& Weight(const std::string& name, std::vector<int64_t> dims,
                            std::optional<float> value = std::nullopt) {
@@ -492,6 +503,223 @@ TEST(OnnxImportTest, ReduceMeanOverHeightAndWidthIsAGlobalAveragePool) {
               (std::map<std::string, int>{{"GlobalAvgPool", 1}, {"Reshape", 1},
                                           {"SoftmaxCrossEntropy", 1}}));
   EXPECT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+// ---- Fixed-batch exports, re-batched ---------------------------------------------------------
+
+const proto::NodeDef* FindNode(const proto::GraphDef& g, const std::string& name) {
+  for (const proto::NodeDef& n : g.nodes()) {
+    if (n.name() == name) return &n;
+  }
+  return nullptr;
+}
+
+std::vector<int64_t> IntsOf(const proto::NodeDef& n, const std::string& attr) {
+  const auto& ints = n.attrs().at(attr).ints().values();
+  return std::vector<int64_t>(ints.begin(), ints.end());
+}
+
+// x[2, 4, 3, 3] exported at batch 2, every shape written as a literal for that batch:
+//   Reshape [2, 2, 2, 3, 3] -> Transpose -> Reshape [2, -1, 3, 3]   (a channel shuffle)
+//   Slice of all 2 samples and channels 0..1                     (batch axis by literal ends)
+//   * ConstantOfShape([2, 2, 1, 1], 0.5)                          (a known operand per sample)
+//   + Expand(token[1, 2, 1, 1], [2, 2, 3, 3])                     (a class-token expand)
+//   + Tile(bias[1, 2, 3, 3], [2, 1, 1, 1])
+//   -> Reshape [2, 18] -> Gemm(5)
+OnnxModelBuilder FixedBatchChain() {
+  OnnxModelBuilder b;
+  b.FixedInput("x", {2, 4, 3, 3})
+      .Weight("token", {1, 2, 1, 1})
+      .Weight("tile.bias", {1, 2, 3, 3})
+      .Weight("fc.weight", {5, 18})
+      .Weight("fc.bias", {5})
+      .Ints("groups", {2, 2, 2, 3, 3})
+      .Ints("merged", {2, -1, 3, 3})
+      .Ints("starts", {0, 0})
+      .Ints("ends", {2, 2})
+      .Ints("axes", {0, 1})
+      .Ints("scale.shape", {2, 2, 1, 1})
+      .Ints("expand.shape", {2, 2, 3, 3})
+      .Ints("repeats", {2, 1, 1, 1})
+      .Ints("flat", {2, 18});
+  b.AddNode("Reshape", {"x", "groups"}, {"g"});
+  OnnxModelBuilder::SetInts(*b.AddNode("Transpose", {"g"}, {"t"}), "perm", {0, 2, 1, 3, 4});
+  b.AddNode("Reshape", {"t", "merged"}, {"shuffled"});
+  b.AddNode("Slice", {"shuffled", "starts", "ends", "axes"}, {"sliced"});
+  onnx::NodeProto* cos = b.AddNode("ConstantOfShape", {"scale.shape"}, {"scale"});
+  TP* half = OnnxModelBuilder::Attr(*cos, "value", onnx::AttributeProto::TENSOR)->mutable_t();
+  half->set_data_type(TP::FLOAT);
+  half->add_dims(1);
+  half->add_float_data(0.5f);
+  b.AddNode("Mul", {"sliced", "scale"}, {"scaled"});
+  b.AddNode("Expand", {"token", "expand.shape"}, {"tokens"});
+  b.AddNode("Add", {"scaled", "tokens"}, {"with_tokens"});
+  b.AddNode("Tile", {"tile.bias", "repeats"}, {"biases"});
+  b.AddNode("Add", {"with_tokens", "biases"}, {"biased"});
+  b.AddNode("Reshape", {"biased", "flat"}, {"f"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Gemm", {"f", "fc.weight", "fc.bias"}, {"logits"}), "transB",
+                           1);
+  b.Output("logits");
+  return b;
+}
+
+TEST(OnnxRebatchTest, EveryShapeTheExportBatchWasBakedIntoFollowsTheBatch) {
+  const ImportedModel m = Import(FixedBatchChain(), 5);
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);  // shape inference agrees throughout
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(FindTensor(m.graph, "x")->shape(), ElementsAre(5, 4, 3, 3));
+  EXPECT_THAT(FindTensor(m.graph, "labels")->shape(), ElementsAre(5));
+  // The channel shuffle's literal shapes, scaled on the batch axis.
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/g.reshape"), "shape"), ElementsAre(5, 2, 2, 3, 3));
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/shuffled.reshape"), "shape"), ElementsAre(5, 4, 3, 3));
+  // The slice keeps every sample (ends [2] were all of the export batch), channels 0..1.
+  const proto::NodeDef* slice = FindNode(m.graph, "/sliced");
+  ASSERT_NE(slice, nullptr);
+  EXPECT_THAT(IntsOf(*slice, "axes"), ElementsAre(1));
+  // ConstantOfShape's equal slabs collapse to one that broadcasts over any batch.
+  EXPECT_THAT(FindTensor(m.graph, "scaled.constant")->shape(), ElementsAre(1, 2, 1, 1));
+  // The token's expand and the tile of the bias take the imported batch.
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/tokens"), "shape"), ElementsAre(5, 2, 3, 3));
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/biases"), "shape"), ElementsAre(5, 2, 3, 3));
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/f.reshape"), "shape"), ElementsAre(5, 18));
+  // At the export batch nothing is rewritten.
+  const ImportedModel same = Import(FixedBatchChain(), 2);
+  EXPECT_THAT(IntsOf(*FindNode(same.graph, "/g.reshape"), "shape"), ElementsAre(2, 2, 2, 3, 3));
+  EXPECT_THAT(FindTensor(same.graph, "scaled.constant")->shape(), ElementsAre(2, 2, 1, 1));
+}
+
+TEST(OnnxRebatchTest, ChannelShuffleExportedAtBatchOneTakesBatchEight) {
+  // shufflenet_v2's channel_shuffle as torch.onnx.export writes it for one 1x116x28x28 input.
+  OnnxModelBuilder b;
+  b.FixedInput("x", {1, 116, 28, 28})
+      .Weight("fc.weight", {10, 116})
+      .Ints("groups", {1, 2, 58, 28, 28})
+      .Ints("merged", {1, -1, 28, 28});
+  b.AddNode("Reshape", {"x", "groups"}, {"g"});
+  OnnxModelBuilder::SetInts(*b.AddNode("Transpose", {"g"}, {"t"}), "perm", {0, 2, 1, 3, 4});
+  b.AddNode("Reshape", {"t", "merged"}, {"shuffled"});
+  b.AddNode("GlobalAveragePool", {"shuffled"}, {"p"});
+  b.AddNode("Flatten", {"p"}, {"f"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Gemm", {"f", "fc.weight"}, {"logits"}), "transB", 1);
+  b.Output("logits");
+  const ImportedModel m = Import(b, 8);
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/g.reshape"), "shape"), ElementsAre(8, 2, 58, 28, 28));
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/shuffled.reshape"), "shape"),
+              ElementsAre(8, 116, 28, 28));
+  EXPECT_THAT(FindTensor(m.graph, "labels")->shape(), ElementsAre(8));
+}
+
+TEST(OnnxRebatchTest, AShapeThatCannotBeAttributedNamesTheNodeAndDynamicAxes) {
+  // [2, 4, 3, 3] -> [3, 24]: a row holds two thirds of a sample, so no axis holds the batch.
+  OnnxModelBuilder b;
+  b.FixedInput("images", {2, 4, 3, 3}).Ints("bad.shape", {3, 24});
+  b.AddNode("Reshape", {"images", "bad.shape"}, {"bad"});
+  b.Output("bad");
+  OnnxImportOptions options;
+  options.batch = 8;
+  absl::StatusOr<ImportedModel> m = ImportOnnx(b.Bytes(), options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("ONNX node '/bad' (Reshape)"));
+  EXPECT_THAT(m.status().message(), HasSubstr("[3,24] was exported for batch 2"));
+  EXPECT_THAT(m.status().message(), HasSubstr("mixes samples"));
+  EXPECT_THAT(m.status().message(), HasSubstr("dynamic_axes={'images': {0: 'batch'}}"));
+
+  // A known operand with a different value per exported sample.
+  OnnxModelBuilder c;
+  c.FixedInput("images", {2, 3});
+  TP* rows = OnnxModelBuilder::Attr(*c.AddNode("Constant", {}, {"per.sample"}), "value",
+                                    onnx::AttributeProto::TENSOR)
+                 ->mutable_t();
+  rows->set_data_type(TP::FLOAT);
+  rows->add_dims(2);
+  rows->add_dims(3);
+  for (float v : {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}) rows->add_float_data(v);
+  c.AddNode("Mul", {"images", "per.sample"}, {"logits"});
+  c.Output("logits");
+  m = ImportOnnx(c.Bytes(), options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("ONNX node '/logits' (Mul)"));
+  EXPECT_THAT(m.status().message(), HasSubstr("values per sample of the export batch"));
+}
+
+// ---- Inference-mode exports ------------------------------------------------------------------
+
+TEST(OnnxExportModeTest, ATrainingExportHasNoWarning) {
+  const ImportedModel m = Import(SmallCnn(), 4);
+  EXPECT_FALSE(m.inference_export);
+  EXPECT_TRUE(m.warnings.empty());
+}
+
+// SmallCnn with its batch norm as an inference export writes it: training_mode 0, one output.
+OnnxModelBuilder InferenceBatchNorm() {
+  OnnxModelBuilder b;
+  b.Input("images", {3, 8, 8})
+      .Weight("conv.weight", {8, 3, 3, 3})
+      .Weight("bn.weight", {8}, 1.0f)
+      .Weight("bn.bias", {8}, 0.0f)
+      .Weight("bn.running_mean", {8}, 0.0f)
+      .Weight("bn.running_var", {8}, 1.0f);
+  b.AddNode("Conv", {"images", "conv.weight"}, {"c"});
+  b.AddNode("BatchNormalization",
+            {"c", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}, {"n"});
+  b.AddNode("GlobalAveragePool", {"n"}, {"p"});
+  b.AddNode("Flatten", {"p"}, {"logits"});
+  b.Output("logits");
+  return b;
+}
+
+TEST(OnnxExportModeTest, InferenceBatchNormsAreNamedAndStrictRefusesThem) {
+  const ImportedModel m = Import(InferenceBatchNorm(), 4);
+  EXPECT_TRUE(m.inference_export);
+  ASSERT_EQ(m.warnings.size(), 1u);
+  EXPECT_THAT(m.warnings[0], HasSubstr("1 of its 1 batch norm(s) have training_mode 0"));
+  EXPECT_THAT(m.warnings[0], HasSubstr("the plan is for the exported inference graph"));
+  EXPECT_THAT(m.warnings[0], HasSubstr("training=torch.onnx.TrainingMode.TRAINING, "
+                                       "do_constant_folding=False"));
+  EXPECT_THAT(m.warnings[0], HasSubstr("graph_from_module"));
+  OnnxImportOptions strict;
+  strict.batch = 4;
+  strict.strict_training = true;
+  absl::StatusOr<ImportedModel> refused = ImportOnnx(InferenceBatchNorm().Bytes(), strict);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--strict-training"));
+  // Opset 9's inference batch norm has no training_mode, only a single output.
+  OnnxModelBuilder old(9);
+  old.Input("images", {8, 4, 4})
+      .Weight("s", {8}, 1.0f)
+      .Weight("b", {8}, 0.0f)
+      .Weight("m", {8}, 0.0f)
+      .Weight("v", {8}, 1.0f);
+  old.AddNode("BatchNormalization", {"images", "s", "b", "m", "v"}, {"n"});
+  old.AddNode("GlobalAveragePool", {"n"}, {"p"});
+  old.AddNode("Flatten", {"p"}, {"logits"});
+  old.Output("logits");
+  EXPECT_TRUE(Import(old, 4).inference_export);
+}
+
+TEST(OnnxExportModeTest, BatchNormFoldedIntoConvolutionsIsFound) {
+  // torch's eval export: no batch norm; the convolution's weight and bias are tensors the
+  // exporter computed ("onnx::Conv_*"), the bias read through an Identity alias.
+  OnnxModelBuilder b;
+  b.Input("images", {3, 8, 8})
+      .Weight("onnx::Conv_101", {8, 3, 3, 3})
+      .Weight("onnx::Conv_102", {8})
+      .Weight("features.0.weight", {8, 8, 1, 1})
+      .Weight("features.0.bias", {8});
+  b.AddNode("Identity", {"onnx::Conv_102"}, {"onnx::Conv_103"});
+  b.AddNode("Conv", {"images", "onnx::Conv_101", "onnx::Conv_103"}, {"c"});
+  // A convolution with its own module's bias (alexnet's, vgg's) is no sign.
+  b.AddNode("Conv", {"c", "features.0.weight", "features.0.bias"}, {"d"});
+  b.AddNode("GlobalAveragePool", {"d"}, {"p"});
+  b.AddNode("Flatten", {"p"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b, 4);
+  EXPECT_TRUE(m.inference_export);
+  ASSERT_EQ(m.warnings.size(), 1u);
+  EXPECT_THAT(m.warnings[0], HasSubstr("1 of its 2 convolution(s) have a weight and bias the "
+                                       "exporter computed"));
 }
 
 }  // namespace
