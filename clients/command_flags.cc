@@ -41,6 +41,9 @@ absl::Status CheckModelFlags(const ModelFlags& f) {
   if (Given(f.app, "--classes") && !f.graph.empty()) {
     return absl::InvalidArgumentError("--classes applies to --onnx and zoo models with classes");
   }
+  if (f.strict_training && f.onnx.empty()) {
+    return absl::InvalidArgumentError("--strict-training applies to --onnx");
+  }
   return absl::OkStatus();
 }
 
@@ -51,7 +54,13 @@ absl::StatusOr<graph::ImportedModel> ImportOnnx(const ModelFlags& f, bool with_v
   options.loss = f.loss;
   options.classes = static_cast<uint64_t>(f.classes);
   options.keep_values = with_values;
+  options.strict_training = f.strict_training;
   return graph::ImportOnnxFile(f.onnx, options);
+}
+
+ImportNotes NotesOf(const graph::ImportedModel& imported) {
+  return ImportNotes{
+      .onnx = true, .inference_export = imported.inference_export, .warnings = imported.warnings};
 }
 
 // Returns the zoo model --model names with --batch and the options given for it.
@@ -133,6 +142,11 @@ void AddModelFlags(CLI::App& command, ModelFlags& f) {
       ->capture_default_str()
       ->group("Model");
   command
+      .add_flag("--strict-training", f.strict_training,
+                "refuse an ONNX model exported for inference (batch norms in inference mode "
+                "or folded away) instead of warning")
+      ->group("Model");
+  command
       .add_option("--classes", f.classes,
                   "output classes: of a zoo model that has them, or checked against an ONNX "
                   "model's output (default: the model's)")
@@ -167,6 +181,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelFlags& f, bool with_values) {
     ASSIGN_OR_RETURN(model.graph, graph::ReadGraphFile(f.graph));
   } else if (!f.onnx.empty()) {
     ASSIGN_OR_RETURN(graph::ImportedModel imported, ImportOnnx(f, with_values));
+    model.notes = NotesOf(imported);
     model.graph = std::move(imported.graph);
     model.values = std::move(imported.values);
   } else {
@@ -176,18 +191,43 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelFlags& f, bool with_values) {
   return model;
 }
 
-absl::StatusOr<proto::ModelSource> ModelSourceOf(const ModelFlags& f) {
+absl::StatusOr<SourcedModel> ModelSourceOf(const ModelFlags& f) {
   RETURN_IF_ERROR(CheckModelFlags(f));
-  proto::ModelSource source;
+  SourcedModel model;
+  proto::ModelSource& source = model.source;
   if (!f.graph.empty()) {
     ASSIGN_OR_RETURN(*source.mutable_graph(), graph::ReadGraphFile(f.graph));
   } else if (!f.onnx.empty()) {
     ASSIGN_OR_RETURN(graph::ImportedModel imported, ImportOnnx(f, /*with_values=*/false));
+    model.notes = NotesOf(imported);
     *source.mutable_graph() = std::move(imported.graph);
   } else {
     ASSIGN_OR_RETURN(*source.mutable_zoo(), ZooModelOf(f));
   }
-  return source;
+  return model;
+}
+
+void PrintNotes(const ImportNotes& notes, std::ostream& out) {
+  for (const std::string& warning : notes.warnings) out << "warning: " << warning << "\n";
+}
+
+void WriteNotes(const ImportNotes& notes, JsonWriter& w) {
+  if (!notes.onnx) return;
+  w.Key("inference_export").Bool(notes.inference_export).Key("warnings").BeginArray();
+  for (const std::string& warning : notes.warnings) w.String(warning);
+  w.EndArray();
+}
+
+std::string WithNotes(const std::string& json, const ImportNotes& notes) {
+  if (!notes.onnx || json.size() < 2 || json.front() != '{') return json;
+  JsonWriter w;
+  w.BeginObject();
+  WriteNotes(notes, w);
+  w.EndObject();
+  std::string fields = w.str();  // {"inference_export":...,"warnings":[...]}
+  fields.pop_back();
+  const bool empty = json.find_first_not_of(" \n", 1) == json.rfind('}');
+  return fields + (empty ? "" : ",") + json.substr(1);
 }
 
 absl::StatusOr<proto::ModelSource> OnnxUploadSourceOf(const ModelFlags& f) {

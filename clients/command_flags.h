@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "proto/headroom.pb.h"
+#include "util/json_writer.h"
 
 namespace headroom::clients {
 
@@ -35,9 +37,27 @@ struct ModelFlags {
   int64_t classes = 0;
   // Every zoo model's options by name; only those given on the command line are sent.
   std::map<std::string, int64_t> zoo_options;
+  // --strict-training: refuse an ONNX export of the inference graph instead of warning.
+  bool strict_training = false;
   // The command the flags were declared on (to ask which were given).
   const CLI::App* app = nullptr;
 };
+
+// What importing --onnx found that people should know (graph::ImportedModel's warnings).
+struct ImportNotes {
+  // Whether the model came from --onnx (only then do the notes appear in JSON).
+  bool onnx = false;
+  // The model is an export of the inference graph (graph/onnx_export_mode.h).
+  bool inference_export = false;
+  std::vector<std::string> warnings;
+};
+
+// Prints each warning as "warning: ..." on its own line.
+void PrintNotes(const ImportNotes& notes, std::ostream& out);
+// Adds "inference_export" and "warnings" to an object being written (for --onnx only).
+void WriteNotes(const ImportNotes& notes, JsonWriter& w);
+// Returns `json` (one object, as ProtoJson prints it) with WriteNotes' keys first.
+std::string WithNotes(const std::string& json, const ImportNotes& notes);
 
 // A model as a command loads it: its description and, for --onnx, its weights.
 struct LoadedModel {
@@ -45,6 +65,13 @@ struct LoadedModel {
   // The ONNX initializers' values by tensor name (empty for --model and --graph, or when
   // not asked for).
   std::vector<proto::TensorValue> values;
+  ImportNotes notes;
+};
+
+// A model as the service takes it, with what its import found.
+struct SourcedModel {
+  proto::ModelSource source;
+  ImportNotes notes;
 };
 
 void AddModelFlags(CLI::App& command, ModelFlags& flags);
@@ -54,7 +81,7 @@ void AddModelFlags(CLI::App& command, ModelFlags& flags);
 absl::StatusOr<LoadedModel> LoadModel(const ModelFlags& flags, bool with_values);
 // Returns the model as the service takes it: the zoo model's name, batch and options, or
 // the --graph file's description, or the --onnx file imported here (its description only).
-absl::StatusOr<proto::ModelSource> ModelSourceOf(const ModelFlags& flags);
+absl::StatusOr<SourcedModel> ModelSourceOf(const ModelFlags& flags);
 // Returns the model of --onnx as UploadJob sends it: the import options (--batch, --loss,
 // --classes) alone, the file's bytes travelling in chunks beside it. The errors of
 // ModelSourceOf's checks. REQUIRES: --onnx is given.

@@ -14,10 +14,11 @@
 namespace headroom::clients {
 namespace {
 
-std::string SummaryJson(const graph::GraphSummary& s) {
+std::string SummaryJson(const graph::GraphSummary& s, const ImportNotes& notes) {
   JsonWriter w;
-  w.BeginObject()
-      .Key("name").String(s.name)
+  w.BeginObject();
+  WriteNotes(notes, w);
+  w.Key("name").String(s.name)
       .Key("num_nodes").Uint(s.num_nodes)
       .Key("num_tensors").Uint(s.num_tensors)
       .Key("num_parameters").Uint(s.num_parameters)
@@ -57,7 +58,9 @@ Command AddGraphCommand(CLI::App& headroom, const CommandIo& io) {
             if (!state->emit.empty())
               RETURN_IF_ERROR(graph::WriteGraphFile(g.ToProto(), state->emit));
             const graph::GraphSummary summary = graph::Summarize(g);
-            io.out << (state->json ? SummaryJson(summary) + "\n" : summary.DebugString());
+            PrintNotes(model.notes, io.err);
+            io.out << (state->json ? SummaryJson(summary, model.notes) + "\n"
+                                   : summary.DebugString());
             if (!state->emit.empty() && !state->json) io.out << "wrote " << state->emit << "\n";
             return absl::OkStatus();
           }};

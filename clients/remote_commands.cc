@@ -212,7 +212,10 @@ struct PlanCommand {
   std::string profile_path;
   std::string backend;
 
-  absl::StatusOr<proto::PlanRequest> Request() const {
+  // What importing --onnx found, set by Request().
+  ImportNotes notes;
+
+  absl::StatusOr<proto::PlanRequest> Request() {
     proto::PlanRequest request;
     ASSIGN_OR_RETURN(*request.mutable_options(), PlanOptionsOf(plan));
     request.mutable_options()->set_frontier(frontier);
@@ -226,7 +229,9 @@ struct PlanCommand {
       }
       *request.mutable_measured() = *std::move(measured);
     }
-    ASSIGN_OR_RETURN(*request.mutable_model(), ModelSourceOf(model));
+    ASSIGN_OR_RETURN(SourcedModel sourced, ModelSourceOf(model));
+    *request.mutable_model() = std::move(sourced.source);
+    notes = std::move(sourced.notes);
     return request;
   }
 
@@ -240,7 +245,9 @@ struct PlanCommand {
         proto::PlanResponse response,
         Call(*remote.stub, &Headroom::StubInterface::Plan, request,
              IsLocal(remote.service) ? kNoTimeout : kLongCallTimeout, remote.address()));
-    io.out << (remote.service.json ? ProtoJson(response) + "\n" : PlanText(response));
+    PrintNotes(notes, io.err);
+    io.out << (remote.service.json ? WithNotes(ProtoJson(response), notes) + "\n"
+                                   : PlanText(response));
     return absl::OkStatus();
   }
 };
@@ -267,7 +274,8 @@ struct SubmitCommand {
     train.set_seed(static_cast<uint64_t>(run.seed));
     train.set_checkpoint_interval_steps(static_cast<uint64_t>(checkpoint_every));
     if (model.onnx.empty()) {
-      ASSIGN_OR_RETURN(*spec.mutable_model(), ModelSourceOf(model));
+      ASSIGN_OR_RETURN(SourcedModel sourced, ModelSourceOf(model));
+      *spec.mutable_model() = std::move(sourced.source);
     } else {
       ASSIGN_OR_RETURN(*spec.mutable_model(), OnnxUploadSourceOf(model));
     }
@@ -568,7 +576,8 @@ absl::StatusOr<proto::ProfileRequest> ProfileRequestOf(const ModelFlags& model,
   request.set_seed(static_cast<uint64_t>(run.seed));
   request.set_backend(run.backend);
   request.set_trace(trace);
-  ASSIGN_OR_RETURN(*request.mutable_model(), ModelSourceOf(model));
+  ASSIGN_OR_RETURN(SourcedModel sourced, ModelSourceOf(model));
+  *request.mutable_model() = std::move(sourced.source);
   return request;
 }
 

@@ -46,6 +46,8 @@ struct TrainCommand {
   LocalPlanFlags local;
   bool json = false;
   std::string export_dir;
+  // What importing --onnx found (set by Run()).
+  ImportNotes notes;
 
   absl::Status Run(const CommandIo& io);
 
@@ -143,9 +145,9 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
     return;
   }
   JsonWriter w;
-  w.BeginObject()
-      .Key("summary").Bool(true)
-      .Key("model").String(g.name())
+  w.BeginObject().Key("summary").Bool(true);
+  WriteNotes(notes, w);
+  w.Key("model").String(g.name())
       .Key("backend").String(run.backend)
       .Key("steps").Int(run.steps)
       .Key("budget_bytes").Uint(t.budget)
@@ -174,6 +176,8 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
   // An ONNX model trains from its own weights.
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(model, /*with_values=*/true));
+  notes = loaded.notes;
+  PrintNotes(notes, io.err);
   for (const proto::TensorValue& v : loaded.values) {
     options.initial_values.push_back(executor::HostTensorFromValue(v));
   }
