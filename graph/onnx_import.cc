@@ -309,6 +309,56 @@ class Importer {
                   first_input_, "': {0: 'batch'}} so that the batch is symbolic)");
   }
 
+  // Returns an error naming `node` when it would combine different samples: a product
+  // contracting over the batch, or operands holding the batch on different axes (a wrong
+  // guess of where a batch of 1 went shows up here).
+  absl::Status CheckSamplesApart(const onnx::NodeProto& node) {
+    const std::string& op = node.op_type();
+    struct Operand {
+      std::string name;
+      int64_t rank;
+      BatchAxis batch;
+    };
+    std::vector<Operand> batched;
+    int64_t rank = 0;
+    for (const std::string& name : node.input()) {
+      auto it = values_.find(name);
+      if (name.empty() || it == values_.end()) continue;
+      rank = std::max<int64_t>(rank, it->second.shape.size());
+      if (it->second.batch.has_batch()) {
+        batched.push_back({name, static_cast<int64_t>(it->second.shape.size()), it->second.batch});
+      }
+    }
+    auto mixes = [&](const std::string& why) {
+      return Fail(node, StrCat(why, ", which mixes samples"));
+    };
+    if (op == "MatMul" || op == "Gemm") {
+      const bool gemm = op == "Gemm";
+      for (const Operand& o : batched) {
+        const bool is_b = o.name == node.input(1);
+        const int64_t contraction =
+            !is_b ? o.rank - 1
+                  : (gemm ? (OnnxIntAttr(node, "transB", 0) != 0 ? 1 : 0) : o.rank - 2);
+        if (o.batch.axis == contraction) {
+          return mixes(StrCat("it contracts over the batch axis of '", o.name, "' (",
+                              o.batch.DebugString(), ")"));
+        }
+      }
+    } else if (op != "Add" && op != "Sub" && op != "Mul" && op != "Div" && op != "Where" &&
+               op != "Concat") {
+      return absl::OkStatus();
+    }
+    for (size_t k = 1; k < batched.size(); ++k) {
+      const Operand &a = batched[0], &b = batched[k];
+      if (a.batch.axis + rank - a.rank != b.batch.axis + rank - b.rank ||
+          a.batch.outer != b.batch.outer || a.batch.inner != b.batch.inner) {
+        return mixes(StrCat("it combines '", a.name, "' (batch on ", a.batch.DebugString(),
+                            ") with '", b.name, "' (batch on ", b.batch.DebugString(), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Sets where the batch is in each computed output of `node` (after its converter ran),
   // from its first input that holds the batch: moved by a Transpose's permutation, followed
   // through a reshape's layout, kept where the output has the input's dim at the same axis,
@@ -323,6 +373,7 @@ class Importer {
       }
     }
     if (in == nullptr) return absl::OkStatus();
+    RETURN_IF_ERROR(CheckSamplesApart(node));
     const std::string& op = node.op_type();
     const BatchAxis b = in->batch;
     const Shape in_shape = in->shape;

@@ -37,6 +37,7 @@ std::optional<BatchAxis> ReshapeBatchAxis(const Shape& in, const BatchAxis& b, i
   const int64_t sample_stride = b.inner * Product(in, b.axis + 1, in.size());
   const int64_t above = b.outer * Product(in, 0, b.axis);
   if (sample_stride <= 0) return std::nullopt;
+  std::optional<BatchAxis> best;
   for (size_t j = 0; j < out.size(); ++j) {
     const int64_t stride = Product(out, j + 1, out.size());
     if (stride <= 0 || sample_stride % stride != 0) continue;
@@ -44,9 +45,12 @@ std::optional<BatchAxis> ReshapeBatchAxis(const Shape& in, const BatchAxis& b, i
     if (out[j] % (inner * batch) != 0) continue;
     const int64_t outer = out[j] / (inner * batch);
     if (Product(out, 0, j) * outer != above) continue;
-    return BatchAxis{static_cast<int64_t>(j), outer, inner};
+    // Several axes hold the sample index only where sizes are 1 around it (a batch of 1):
+    // the batch joins the smallest (torch's attention writes [L, B * heads, d] and
+    // [L * B, E], the batch merged into the smaller neighbour each time).
+    if (!best || out[j] < out[best->axis]) best = BatchAxis{static_cast<int64_t>(j), outer, inner};
   }
-  return std::nullopt;
+  return best;
 }
 
 absl::StatusOr<RebatchedReshape> RebatchReshape(const Shape& in, const BatchAxis& b,

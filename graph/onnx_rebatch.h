@@ -10,9 +10,10 @@
 // axis holding it is the one to scale (ReshapeBatchAxis). A reshape that would mix samples has
 // no such axis, and is an error for the caller to name.
 //
-// Limits: with an export batch of 1, a size-1 axis of the target could hold the batch as well
-// as any other; the outermost axis that keeps the samples' layout is taken (what
-// `x.view(x.size(0), ...)` writes). Pure functions; thread-safe.
+// Limits: with an export batch of 1 the batch can merge into either neighbour of the sample
+// index (torch's attention writes [L, B * heads, d], then [L * B, E]); the smallest axis that
+// keeps the samples' layout is taken, and a wrong choice shows as samples mixed later (an
+// error). Pure functions; thread-safe.
 #ifndef HEADROOM_GRAPH_ONNX_REBATCH_H_
 #define HEADROOM_GRAPH_ONNX_REBATCH_H_
 
@@ -47,9 +48,11 @@ struct BatchAxis {
 Shape WithBatch(const Shape& shape, const BatchAxis& b, int64_t from, int64_t to);
 
 // Returns where the batch lives after a row-major reshape of `in` (batch at `b`, `batch`
-// samples) to `out`: the outermost axis j of `out` whose layout holds the sample index whole
-// (the elements per sample a multiple of j's stride, and the axes before j holding exactly
-// the elements before the sample index). nullopt when none does: the reshape mixes samples.
+// samples) to `out`: an axis j of `out` whose layout holds the sample index whole (the
+// elements per sample a multiple of j's stride, and the axes before j holding exactly the
+// elements before the sample index); of several (only where sizes of 1 surround the sample
+// index, as with a batch of 1), the smallest, the first of equals. nullopt when none does:
+// the reshape mixes samples.
 std::optional<BatchAxis> ReshapeBatchAxis(const Shape& in, const BatchAxis& b, int64_t batch,
                                           const Shape& out);
 

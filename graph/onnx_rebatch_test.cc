@@ -25,6 +25,26 @@ TEST(ReshapeBatchAxisTest, AttentionHeadsJoinTheBatch) {
   EXPECT_EQ(*rows, (BatchAxis{0, 197, 1})) << rows->DebugString();
 }
 
+TEST(RebatchReshapeTest, AttentionExportedAtBatchOneFindsTheBatchInTheSmallerNeighbour) {
+  // At batch 1 [L, 1, E] -> [L, 1 * heads, d] could put the batch in L or in the heads; torch
+  // wrote bsz * num_heads.
+  absl::StatusOr<RebatchedReshape> q =
+      RebatchReshape({50, 8, 768}, BatchAxis{1, 1, 1}, 1, 8, {50, 12, 64}, false);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->shape, (Shape{50, 96, 64}));
+  // ... and back: [L, B * heads, d] -> [L * B, E] (tgt_len * bsz), not [L, B * E].
+  absl::StatusOr<RebatchedReshape> rows =
+      RebatchReshape({50, 96, 64}, q->batch, 1, 8, {50, 768}, false);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->shape, (Shape{400, 768}));
+  // ... and [L * B, E] -> [L, B, E].
+  absl::StatusOr<RebatchedReshape> out =
+      RebatchReshape({400, 768}, rows->batch, 1, 8, {50, 1, 768}, false);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape, (Shape{50, 8, 768}));
+  EXPECT_EQ(out->batch, (BatchAxis{1, 1, 1}));
+}
+
 TEST(ReshapeBatchAxisTest, MixingSamplesHasNoBatchAxis) {
   // [B, C] -> [C, B] as a reshape interleaves samples.
   EXPECT_FALSE(ReshapeBatchAxis({4, 6}, BatchAxis{0, 1, 1}, 4, {6, 4}).has_value());
