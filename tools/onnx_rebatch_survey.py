@@ -53,8 +53,9 @@ def export_fixed(model, out, name, size):
     scratch = os.path.join(out, "." + name + ".tmp")
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)
-    with torch.no_grad():
-        torch.onnx.export(model, torch.randn(1, 3, size, size), os.path.join(scratch, "model.onnx"))
+    # As the tutorial does it, gradients on: under torch.no_grad() torch 1.13's attention
+    # takes its fused inference path, which has no ONNX form.
+    torch.onnx.export(model, torch.randn(1, 3, size, size), os.path.join(scratch, "model.onnx"))
     export_onnx.remove(out, name)
     if os.listdir(scratch) == ["model.onnx"]:
         path = os.path.join(out, name + ".onnx")
@@ -131,6 +132,10 @@ def relative_error(ours, theirs):
 def survey_one(name, args, scratch):
     row = {"model": name}
     model = export_onnx.build(name, 0).eval()
+    # torchvision starts vit's head at zero, which would make every logit its bias.
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and not m.weight.detach().any():
+            torch.nn.init.normal_(m.weight, std=0.02)
     size = export_onnx.image_size(name, 0)
     try:
         path = export_fixed(model, scratch, name, size)
