@@ -643,6 +643,22 @@ TEST(OnnxRebatchTest, AShapeThatCannotBeAttributedNamesTheNodeAndDynamicAxes) {
   EXPECT_THAT(m.status().message(), HasSubstr("values per sample of the export batch"));
 }
 
+TEST(OnnxRebatchTest, AProductOverTheBatchAxisIsRefusedAsMixingSamples) {
+  // x^T x, [3, B] [B, 3]: a Gram matrix over the samples, whose shapes hold at any batch.
+  OnnxModelBuilder b;
+  b.FixedInput("x", {2, 3});
+  OnnxModelBuilder::SetInts(*b.AddNode("Transpose", {"x"}, {"xt"}), "perm", {1, 0});
+  b.AddNode("MatMul", {"xt", "x"}, {"logits"});
+  b.Output("logits");
+  OnnxImportOptions options;
+  options.batch = 8;
+  absl::StatusOr<ImportedModel> m = ImportOnnx(b.Bytes(), options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("ONNX node '/logits' (MatMul): it contracts over "
+                                              "the batch axis of 'xt' (axis 1), which mixes "
+                                              "samples"));
+}
+
 // ---- Inference-mode exports ------------------------------------------------------------------
 
 TEST(OnnxExportModeTest, ATrainingExportHasNoWarning) {
