@@ -66,6 +66,13 @@ struct Value {
   bool from_shape = false;
 };
 
+// Returns the product of `shape`'s dims.
+int64_t ElementsOf(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 // Returns the positive form of `axis` for a tensor of `rank` dims.
 absl::StatusOr<int64_t> NormalAxis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank) {
@@ -405,6 +412,17 @@ class Importer {
                              ") to ", ShapeString(out.shape), ", which mixes samples"));
         }
         out.batch = *mapped;
+      } else if (op == "Gather") {
+        // The index's dims replace the gathered axis (swin's qkv[0] drops one before the batch).
+        const int64_t rank = in_shape.size();
+        int64_t g = OnnxIntAttr(node, "axis", 0);
+        if (g < 0) g += rank;
+        const int64_t index_rank = values_.at(node.input(1)).shape.size();
+        const int64_t at = g < b.axis ? b.axis + index_rank - 1 : b.axis;
+        if (g != b.axis && at < static_cast<int64_t>(out.shape.size()) &&
+            out.shape[at] == in_shape[b.axis]) {
+          out.batch = BatchAxis{at, b.outer, b.inner};
+        }
       } else if (b.axis < static_cast<int64_t>(out.shape.size()) &&
                  out.shape[b.axis] == in_shape[b.axis]) {
         out.batch = b;
@@ -1136,6 +1154,13 @@ class Importer {
       literal = !values_.at(n.input(1)).from_shape;
     }
     const bool allow_zero = OnnxIntAttr(n, "allowzero", 0) != 0;
+    if (rebatch_ && !literal && (x->batch.has_batch() || x->batch_lost)) {
+      // Partly computed from shapes (swin's view(B, pad_H // 7, ...) after a Pad: B a literal,
+      // pad_H from the padded tensor's Shape): taken as it is when it fits, else re-batched
+      // as a literal, which holds when the computed elements do not depend on the batch.
+      absl::StatusOr<Shape> as_is = OnnxReshapeTarget(x->shape, target, allow_zero);
+      literal = !as_is.ok() || ElementsOf(*as_is) != ElementsOf(x->shape);
+    }
     if (rebatch_ && literal && (x->batch.has_batch() || x->batch_lost)) {
       // A shape the exporter wrote for the export batch: scaled where the batch is.
       const BatchAxis b = x->batch;

@@ -643,6 +643,39 @@ TEST(OnnxRebatchTest, AShapeThatCannotBeAttributedNamesTheNodeAndDynamicAxes) {
   EXPECT_THAT(m.status().message(), HasSubstr("values per sample of the export batch"));
 }
 
+TEST(OnnxRebatchTest, SwinsWindowsAndQkvSplitFollowTheBatch) {
+  // swin after a Pad: x.view(B, pad_H // 2, 2, W, C) with B a literal 1 and pad_H // 2 computed
+  // from the Shape; then a permute and qkv[0] (a Gather before the batch axis), a flatten to
+  // the literal [1, 16], and a classifier.
+  OnnxModelBuilder b;
+  b.FixedInput("x", {1, 4, 4, 2})
+      .Weight("fc.weight", {5, 16})
+      .Ints("one", {1})
+      .Ints("h.at", {1}, /*scalar=*/true)
+      .Ints("two", {2}, /*scalar=*/true)
+      .Ints("axes", {0})
+      .Ints("rest", {2, 4, 2})
+      .Ints("zero", {0}, /*scalar=*/true)
+      .Ints("flat", {1, 16});
+  b.AddNode("Shape", {"x"}, {"shape"});
+  b.AddNode("Gather", {"shape", "h.at"}, {"h"});
+  b.AddNode("Div", {"h", "two"}, {"half"});
+  b.AddNode("Unsqueeze", {"half", "axes"}, {"half.1"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Concat", {"one", "half.1", "rest"}, {"windows.shape"}),
+                           "axis", 0);
+  b.AddNode("Reshape", {"x", "windows.shape"}, {"windows"});
+  OnnxModelBuilder::SetInts(*b.AddNode("Transpose", {"windows"}, {"t"}), "perm", {1, 0, 2, 3, 4});
+  b.AddNode("Gather", {"t", "zero"}, {"first"});
+  b.AddNode("Reshape", {"first", "flat"}, {"f"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Gemm", {"f", "fc.weight"}, {"logits"}), "transB", 1);
+  b.Output("logits");
+  const ImportedModel m = Import(b, 3);
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/windows.reshape"), "shape"), ElementsAre(3, 2, 2, 4, 2));
+  EXPECT_THAT(IntsOf(*FindNode(m.graph, "/f.reshape"), "shape"), ElementsAre(3, 16));
+  EXPECT_THAT(FindTensor(m.graph, "labels")->shape(), ElementsAre(3));
+}
+
 TEST(OnnxRebatchTest, AProductOverTheBatchAxisIsRefusedAsMixingSamples) {
   // x^T x, [3, B] [B, 3]: a Gram matrix over the samples, whose shapes hold at any batch.
   OnnxModelBuilder b;
