@@ -232,6 +232,11 @@ std::string WithNotes(const std::string& json, const ImportNotes& notes) {
 
 absl::StatusOr<proto::ModelSource> OnnxUploadSourceOf(const ModelFlags& f) {
   RETURN_IF_ERROR(CheckModelFlags(f));
+  if (f.strict_training) {
+    return absl::InvalidArgumentError(
+        "--strict-training: headroomd imports an uploaded model itself; check it here first "
+        "with `headroom graph --onnx FILE --strict-training`");
+  }
   proto::ModelSource source;
   proto::OnnxImport& onnx = *source.mutable_onnx();
   onnx.set_batch(static_cast<uint64_t>(f.batch));

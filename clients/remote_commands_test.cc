@@ -316,6 +316,16 @@ TEST_F(RemoteCommandsTest, SubmitWithWatchFollowsTheNewJob) {
   EXPECT_THAT(r.out, HasSubstr("job job-3 SUCCEEDED: done"));
 }
 
+// headroomd imports an uploaded model itself, so --strict-training cannot be kept there.
+TEST_F(RemoteCommandsTest, SubmitOnnxRefusesStrictTraining) {
+  const std::string path = ::testing::TempDir() + "/strict.onnx";
+  std::ofstream(path, std::ios::binary) << "not read";
+  Result r = Call("submit", {"--onnx", path, "--batch", "2", "--strict-training"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--strict-training: headroomd imports an uploaded model"));
+  EXPECT_TRUE(fake_.uploads.empty());
+}
+
 // --onnx: the file itself travels through UploadJob (the spec and its size, then chunks of
 // at most server::kUploadChunkBytes), so the job trains from the model's own weights.
 TEST_F(RemoteCommandsTest, SubmitOnnxStreamsTheFileInChunksAfterTheSpec) {
