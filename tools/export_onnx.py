@@ -194,6 +194,13 @@ def export(model, out, name, size):
             dynamic_axes={source: {0: "batch"}, "logits": {0: "batch"}},
             opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
             do_constant_folding=False)
+    return place(scratch, out, name)
+
+
+def place(scratch, out, name):
+    """Moves the export torch wrote into `scratch` (model.onnx, and any external weight
+    files) to DIR/<name>.onnx, or to DIR/<name>/ where it has weight files beside it;
+    returns the model file's path."""
     remove(out, name)
     if os.listdir(scratch) == ["model.onnx"]:
         path = os.path.join(out, name + ".onnx")

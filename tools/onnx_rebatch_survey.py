@@ -56,14 +56,7 @@ def export_fixed(model, out, name, size):
     # As the tutorial does it, gradients on: under torch.no_grad() torch 1.13's attention
     # takes its fused inference path, which has no ONNX form.
     torch.onnx.export(model, torch.randn(1, 3, size, size), os.path.join(scratch, "model.onnx"))
-    export_onnx.remove(out, name)
-    if os.listdir(scratch) == ["model.onnx"]:
-        path = os.path.join(out, name + ".onnx")
-        os.rename(os.path.join(scratch, "model.onnx"), path)
-        os.rmdir(scratch)
-        return path
-    os.rename(scratch, os.path.join(out, name))
-    return os.path.join(out, name, "model.onnx")
+    return export_onnx.place(scratch, out, name)
 
 
 def run(cmd):
