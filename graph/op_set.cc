@@ -187,15 +187,19 @@ absl::Status InferGelu(InferenceContext& ctx) {
   return InferElementwise(ctx);
 }
 
-absl::Status InferHardSigmoid(InferenceContext& ctx) {
-  for (const char* name : {"alpha", "beta"}) {
-    const double v = ctx.attrs.Float(name);
-    if (!std::isfinite(v)) {
-      return InvalidArgumentError(
-          StrCat("attribute '", name, "' is ", v, ", needs a finite value"));
+// Returns the inference of a unary elementwise op whose float attributes `names` must be
+// finite: HardSigmoid, LeakyReLU, ELU, SELU.
+InferFn InferFiniteAttrs(std::vector<std::string> names) {
+  return [names = std::move(names)](InferenceContext& ctx) -> absl::Status {
+    for (const std::string& name : names) {
+      const double v = ctx.attrs.Float(name);
+      if (!std::isfinite(v)) {
+        return InvalidArgumentError(
+            StrCat("attribute '", name, "' is ", v, ", needs a finite value"));
+      }
     }
-  }
-  return InferElementwise(ctx);
+    return InferElementwise(ctx);
+  };
 }
 
 absl::Status InferDropout(InferenceContext& ctx) {
@@ -661,11 +665,30 @@ std::vector<OpSchema> BuildOpSet() {
                    InferLayerNorm, "normalises over the last dimension"));
   ops.push_back(Unary("ReLU", "max(x, 0)"));
   ops.push_back(Unary("ReLU6", "min(max(x, 0), 6)"));
-  ops.push_back(Unary("HardSigmoid", "max(0, min(1, alpha * x + beta)); the defaults are "
+  ops.push_back(Unary("HardSigmoid",
+                      "max(0, min(1, alpha * x + beta)); the defaults are "
                       "PyTorch's Hardsigmoid (ONNX's default alpha is 0.2)",
-                      InferHardSigmoid,
+                      InferFiniteAttrs({"alpha", "beta"}),
                       {FloatDefault("alpha", 1.0 / 6.0), FloatDefault("beta", 0.5)}));
   ops.push_back(Unary("HardSwish", "x * min(max(x + 3, 0), 6) / 6 (PyTorch's Hardswish)"));
+  ops.push_back(Unary("LeakyReLU",
+                      "x > 0 ? x : alpha * x; the gradient at 0 is alpha, as "
+                      "PyTorch's",
+                      InferFiniteAttrs({"alpha"}), {FloatDefault("alpha", 0.01)}));
+  ops.push_back(Unary("ELU", "x > 0 ? x : alpha * (exp(x) - 1)", InferFiniteAttrs({"alpha"}),
+                      {FloatDefault("alpha", 1.0)}));
+  ops.push_back(Unary("SELU",
+                      "gamma * (x > 0 ? x : alpha * (exp(x) - 1)); the defaults are "
+                      "PyTorch's and ONNX's constants",
+                      InferFiniteAttrs({"alpha", "gamma"}),
+                      {FloatDefault("alpha", 1.6732632423543772848170429916717),
+                       FloatDefault("gamma", 1.0507009873554804934193349852946)}));
+  ops.push_back(Unary("Softplus",
+                      "log(1 + exp(x)), and x where x > 20 (PyTorch's Softplus "
+                      "at beta 1, threshold 20)"));
+  ops.push_back(Unary("Sqrt", "sqrt(x)"));
+  ops.push_back(Unary("Erf", "the error function erf(x)"));
+  ops.push_back(Unary("Mish", "x * tanh(log(1 + exp(x)))"));
   ops.push_back(Unary("Sigmoid", "1 / (1 + exp(-x))"));
   ops.push_back(Unary("Tanh", "tanh(x)"));
   ops.push_back(Unary("GELU", "x * Phi(x); approximate 'tanh' as in GPT-2", InferGelu,

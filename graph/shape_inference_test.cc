@@ -194,7 +194,8 @@ TEST(ElementwiseShapeTest, BinaryOpsBroadcast) {
 
 TEST(ElementwiseShapeTest, UnaryOpsKeepTheShape) {
   for (const char* op :
-       {"ReLU", "ReLU6", "HardSigmoid", "HardSwish", "GELU", "Sigmoid", "Tanh", "Dropout"}) {
+       {"ReLU", "ReLU6", "HardSigmoid", "HardSwish", "GELU", "Sigmoid", "Tanh", "Dropout",
+        "LeakyReLU", "ELU", "SELU", "Softplus", "Sqrt", "Erf", "Mish"}) {
     EXPECT_EQ(OutShape(OneOp(op, {{{3, 5, 7}}})), Shape({3, 5, 7})) << op;
   }
 }
@@ -206,6 +207,21 @@ TEST(ElementwiseShapeTest, HardSigmoidTakesOnnxAttributesButNeedsFiniteOnes) {
   EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (HardSigmoid)"));
   EXPECT_THAT(g.status().message(), HasSubstr("attribute 'beta' is nan"));
   auto ints = OneOp("HardSwish", {{{4}, proto::DTYPE_INT64}});
+  ASSERT_FALSE(ints.ok());
+  EXPECT_THAT(ints.status().message(), HasSubstr("needs a floating-point type"));
+}
+
+TEST(ElementwiseShapeTest, OnnxActivationsNeedFiniteAttributesAndFloats) {
+  EXPECT_EQ(OutShape(OneOp("LeakyReLU", {{{2, 3}}}, {{"alpha", FloatAttr(0.2)}})), Shape({2, 3}));
+  EXPECT_EQ(OutShape(OneOp("SELU", {{{2}}}, {{"gamma", FloatAttr(1.0)}})), Shape({2}));
+  for (const auto& [op, attr] : std::vector<std::pair<std::string, std::string>>{
+           {"LeakyReLU", "alpha"}, {"ELU", "alpha"}, {"SELU", "alpha"}, {"SELU", "gamma"}}) {
+    auto g = OneOp(op, {{{4}}}, {{attr, FloatAttr(std::numeric_limits<double>::infinity())}});
+    ASSERT_FALSE(g.ok()) << op;
+    EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (" + op + ")"));
+    EXPECT_THAT(g.status().message(), HasSubstr("attribute '" + attr + "' is inf"));
+  }
+  auto ints = OneOp("Sqrt", {{{4}, proto::DTYPE_INT64}});
   ASSERT_FALSE(ints.ok());
   EXPECT_THAT(ints.status().message(), HasSubstr("needs a floating-point type"));
 }

@@ -60,6 +60,11 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
   if (op == "Sigmoid" || op == "Tanh") return 4 * in;
   if (op == "HardSigmoid") return 3 * in;  // Multiply, add, clamp.
   if (op == "HardSwish") return 5 * in;    // Add, clamp, multiply, divide.
+  if (op == "LeakyReLU") return 2 * in;    // Compare, multiply.
+  if (op == "ELU" || op == "SELU" || op == "Softplus") return 5 * in;  // An exp and a few.
+  if (op == "Sqrt") return in;
+  if (op == "Erf") return 10 * in;
+  if (op == "Mish") return 12 * in;  // exp, log1p, tanh, multiply.
   if (op == "MaxPool" || op == "AvgPool" || op == "GlobalAvgPool") return std::max(in, out);
   if (IsViewOp(g, f)) return 0;
   // Elementwise, copies and gathers (Transpose, Slice, Expand): about one operation per

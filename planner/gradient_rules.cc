@@ -12,8 +12,10 @@ GradientRead IfNeeds(int input, K kind, int index) { return {{kind, index}, inpu
 
 // A unary elementwise op whose backward reads one tensor, `reads`: the output y for ReLU
 // (y > 0), ReLU6 (0 < y < 6), HardSigmoid (alpha where 0 < y < 1), Sigmoid (y (1 - y)), Tanh
-// (1 - y^2) and Softmax; the input x where the derivative is not a function of y: GELU and
-// HardSwish (y is not monotonic in x on [-3, -1.5]). Both directions may run in place.
+// (1 - y^2), Sqrt (1 / 2y) and Softmax; the input x where the derivative is not a function of
+// y: GELU, HardSwish (y is not monotonic in x on [-3, -1.5]), Mish (nor on x < -1.19), LeakyReLU,
+// ELU and SELU (whose sign of y follows x only for a positive alpha), Softplus and Erf (as
+// PyTorch's backwards read). Both directions may run in place.
 GradientRule Elementwise(K reads) {
   GradientRule r;
   r.reads = {Always(reads, 0)};
@@ -47,10 +49,13 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
                 IfNeeds(0, K::kInput, 1)};
     ln.forward_inplace = true;
   }
-  for (const char* op : {"ReLU", "ReLU6", "HardSigmoid", "Sigmoid", "Tanh", "Softmax"}) {
+  for (const char* op : {"ReLU", "ReLU6", "HardSigmoid", "Sigmoid", "Tanh", "Sqrt", "Softmax"}) {
     rules[op] = Elementwise(K::kOutput);
   }
-  for (const char* op : {"GELU", "HardSwish"}) rules[op] = Elementwise(K::kInput);
+  for (const char* op :
+       {"GELU", "HardSwish", "LeakyReLU", "ELU", "SELU", "Softplus", "Erf", "Mish"}) {
+    rules[op] = Elementwise(K::kInput);
+  }
   {
     GradientRule& dropout = rules["Dropout"];  // dx = dy * mask / (1 - rate).
     dropout.saved = {{"mask", SavedState::ShapeOf::kOutput, proto::DTYPE_BOOL}};

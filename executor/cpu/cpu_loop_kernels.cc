@@ -325,6 +325,72 @@ struct HardSwishFn {
   }
 };
 
+// ---- Activations from ONNX as loops -------------------------------------------------------
+// PyTorch 1.13's CPU float formulas (aten's leaky_relu, elu, softplus, sqrt, erf, mish and
+// their backwards), so that values and the gradients at kinks match it.
+
+// aten's leaky_relu and leaky_relu_backward: the backward reads x, and at x == 0 is alpha dy.
+struct LeakyReluFn {
+  static constexpr bool kFromOutput = false;
+  explicit LeakyReluFn(const graph::Attrs& attrs)
+      : alpha(static_cast<float>(attrs.Float("alpha"))) {}
+  float Forward(float x) const { return x > 0.f ? x : x * alpha; }
+  float Backward(float dy, float x) const { return x > 0.f ? dy : dy * alpha; }
+  float alpha;
+};
+
+// aten's elu and elu_backward (is_result false): scale (x > 0) or scale alpha (exp(x) - 1);
+// ELU is scale 1, SELU scale gamma. The backward reads x, and at x == 0 is scale alpha dy.
+struct EluFn {
+  static constexpr bool kFromOutput = false;
+  explicit EluFn(const graph::Attrs& attrs)
+      : alpha(static_cast<float>(attrs.Float("alpha"))),
+        scale(attrs.values().count("gamma") ? static_cast<float>(attrs.Float("gamma")) : 1.f),
+        neg(alpha * scale) {}
+  float Forward(float x) const { return x <= 0.f ? (std::exp(x) - 1.f) * neg : x * scale; }
+  float Backward(float dy, float x) const { return x <= 0.f ? dy * neg * std::exp(x) : dy * scale; }
+  float alpha, scale, neg;
+};
+
+// aten's softplus and softplus_backward at beta 1, threshold 20; the backward reads x.
+struct SoftplusFn {
+  static constexpr bool kFromOutput = false;
+  explicit SoftplusFn(const graph::Attrs&) {}
+  float Forward(float x) const { return x > 20.f ? x : std::log1p(std::exp(x)); }
+  float Backward(float dy, float x) const {
+    const float z = std::exp(x);
+    return x > 20.f ? dy : dy * z / (z + 1.f);
+  }
+};
+
+// sqrt; the backward reads y: dy / (2 y), infinite at 0 as PyTorch's.
+struct SqrtFn {
+  static constexpr bool kFromOutput = true;
+  explicit SqrtFn(const graph::Attrs&) {}
+  float Forward(float x) const { return std::sqrt(x); }
+  float Backward(float dy, float y) const { return dy / (2.f * y); }
+};
+
+// erf; the backward reads x: 2 / sqrt(pi) exp(-x^2) dy.
+struct ErfFn {
+  static constexpr bool kFromOutput = false;
+  explicit ErfFn(const graph::Attrs&) {}
+  float Forward(float x) const { return std::erf(x); }
+  float Backward(float dy, float x) const { return 1.1283791670955126f * std::exp(-(x * x)) * dy; }
+};
+
+// aten's mish and mish_backward; the backward reads x.
+struct MishFn {
+  static constexpr bool kFromOutput = false;
+  explicit MishFn(const graph::Attrs&) {}
+  float Forward(float x) const { return x * std::tanh(std::log1p(std::exp(x))); }
+  float Backward(float dy, float x) const {
+    const float sigmoid = 1.f / (1.f + std::exp(-x));
+    const float tanh_softplus = std::tanh(std::log1p(std::exp(x)));
+    return dy * (tanh_softplus + x * sigmoid * (1.f - tanh_softplus * tanh_softplus));
+  }
+};
+
 // y = Fn.Forward(x) elementwise; y may be x.
 template <typename Fn>
 absl::Status PointwiseForward(CpuContext&, const ForwardArgs& args) {
@@ -1561,6 +1627,13 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>>(table,
                                                                               "HardSigmoid");
   Register<PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>>(table, "HardSwish");
+  Register<PointwiseForward<LeakyReluFn>, PointwiseBackward<LeakyReluFn>>(table, "LeakyReLU");
+  Register<PointwiseForward<EluFn>, PointwiseBackward<EluFn>>(table, "ELU");
+  Register<PointwiseForward<EluFn>, PointwiseBackward<EluFn>>(table, "SELU");
+  Register<PointwiseForward<SoftplusFn>, PointwiseBackward<SoftplusFn>>(table, "Softplus");
+  Register<PointwiseForward<SqrtFn>, PointwiseBackward<SqrtFn>>(table, "Sqrt");
+  Register<PointwiseForward<ErfFn>, PointwiseBackward<ErfFn>>(table, "Erf");
+  Register<PointwiseForward<MishFn>, PointwiseBackward<MishFn>>(table, "Mish");
   Register<DropoutForward, DropoutBackward>(table, "Dropout");
   Register<AddForward, AddBackward>(table, "Add");
   Register<MulForward, MulBackward, nullptr, MulBackwardScratch>(table, "Mul");

@@ -135,10 +135,13 @@ void ExpectNear(const std::vector<float>& actual, const std::vector<double>& exp
 }
 
 TEST_F(LoopKernelsTest, RegistersEveryNonDnnlOp) {
-  for (const char* op :
-       {"ReLU", "ReLU6", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "GELU", "Dropout", "Add",
-        "Mul", "LayerNorm", "Flatten", "Reshape", "Transpose", "Slice", "Expand", "Concat",
-        "Split", "Softmax", "Embedding", "SoftmaxCrossEntropy"}) {
+  for (const char* op : {"ReLU",      "ReLU6",     "HardSigmoid", "HardSwish",
+                         "LeakyReLU", "ELU",       "SELU",        "Softplus",
+                         "Sqrt",      "Erf",       "Mish",        "Sigmoid",
+                         "Tanh",      "GELU",      "Dropout",     "Add",
+                         "Mul",       "LayerNorm", "Flatten",     "Reshape",
+                         "Transpose", "Slice",     "Expand",      "Concat",
+                         "Split",     "Softmax",   "Embedding",   "SoftmaxCrossEntropy"}) {
     ASSERT_TRUE(table_.contains(op)) << op;
     EXPECT_NE(table_.at(op).forward, nullptr) << op;
     EXPECT_NE(table_.at(op).backward, nullptr) << op;
@@ -158,6 +161,10 @@ struct EltwiseCase {
 double GeluErf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double GeluTanhInner(double x) { return std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x); }
 double GeluTanh(double x) { return 0.5 * x * (1 + std::tanh(GeluTanhInner(x))); }
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluGamma = 1.0507009873554804934193349852946;
+double Selu(double x) { return kSeluGamma * (x > 0 ? x : kSeluAlpha * std::expm1(x)); }
+double Mish(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
 
 std::vector<EltwiseCase> EltwiseCases() {
   return {
@@ -180,6 +187,18 @@ std::vector<EltwiseCase> EltwiseCases() {
        [](double x) { return x > -3 && x < 3 ? 1.0 / 6 : 0.0; }},
       {"HardSwish", "", [](double x) { return x * std::min(std::max(x + 3, 0.0), 6.0) / 6; },
        [](double x) { return x < -3 ? 0.0 : x <= 3 ? x / 3 + 0.5 : 1.0; }, false},
+      // The activations imported from ONNX, at their defaults.
+      {"LeakyReLU", "", [](double x) { return x > 0 ? x : 0.01 * x; },
+       [](double x) { return x > 0 ? 1.0 : 0.01; }, false},
+      {"ELU", "", [](double x) { return x > 0 ? x : std::expm1(x); },
+       [](double x) { return x > 0 ? 1.0 : std::exp(x); }, false},
+      {"SELU", "", Selu,
+       [](double x) { return kSeluGamma * (x > 0 ? 1.0 : kSeluAlpha * std::exp(x)); }, false},
+      {"Softplus", "", [](double x) { return std::log1p(std::exp(x)); },
+       [](double x) { return 1 / (1 + std::exp(-x)); }, false},
+      {"Erf", "", [](double x) { return std::erf(x); },
+       [](double x) { return 2 / std::sqrt(M_PI) * std::exp(-x * x); }, false},
+      {"Mish", "", Mish, [](double x) { return (Mish(x + 1e-5) - Mish(x - 1e-5)) / 2e-5; }, false},
   };
 }
 
@@ -265,6 +284,76 @@ TEST_F(LoopKernelsTest, HardActivationsMatchPyTorchBitwiseAndAtTheirKinks) {
   EXPECT_EQ(dx.f()[3], 0.f);
   EXPECT_EQ(y.f()[6], 0.5f);  // x = 0.
   EXPECT_EQ(dx.f()[6], dy.f()[6] * 0.2f);
+}
+
+// What one unary forward and backward gave.
+struct UnaryRun {
+  std::vector<float> y, dx;
+};
+
+TEST_F(LoopKernelsTest, OnnxActivationsTakePyTorchsSideAtTheirKinks) {
+  // Runs op's forward on xs and its backward (reading x, or y where `from_y`) on dy.
+  auto RunUnary = [this](const std::string& op, const graph::Attrs& attrs,
+                         const std::vector<float>& xs, const std::vector<float>& dys,
+                         bool from_y = false) {
+    const int64_t n = static_cast<int64_t>(xs.size());
+    Tensor x = Tensor::Of({n}, xs), dy = Tensor::Of({n}, dys);
+    Tensor y({n}), dx({n});
+    EXPECT_TRUE(Forward(op, attrs, {x.view()}, {y.view()}).ok());
+    EXPECT_TRUE(Backward(op, attrs, {from_y ? x.absent() : x.view()},
+                         {from_y ? y.view() : y.absent()}, {}, {dy.view()}, {dx.view()})
+                    .ok());
+    return UnaryRun{y.values(), dx.values()};
+  };
+  const std::vector<float> xs = {-1.f, -0.f, 0.f, 1e-30f, 2.f};
+  const std::vector<float> dy = {1.f, 1.f, 1.f, 1.f, 1.f};
+  // LeakyReLU: x > 0 is the identity; at 0 (either sign) the gradient is alpha.
+  UnaryRun leaky =
+      RunUnary("LeakyReLU", MakeAttrs("LeakyReLU", {{"alpha", FloatAttr(0.2)}}), xs, dy);
+  EXPECT_EQ(leaky.y, (std::vector<float>{-0.2f, -0.f, 0.f, 1e-30f, 2.f}));
+  EXPECT_EQ(leaky.dx, (std::vector<float>{0.2f, 0.2f, 0.2f, 1.f, 1.f}));
+  // ELU: at 0 the gradient is alpha exp(0) = alpha (PyTorch's x <= 0 branch).
+  UnaryRun elu = RunUnary("ELU", MakeAttrs("ELU", {{"alpha", FloatAttr(0.5)}}), xs, dy);
+  EXPECT_FLOAT_EQ(elu.y[0], 0.5f * (std::exp(-1.f) - 1.f));
+  EXPECT_EQ(elu.y[2], 0.f);
+  EXPECT_EQ(elu.dx[2], 0.5f);
+  EXPECT_EQ(elu.dx[3], 1.f);
+  // SELU: gamma on the right, gamma alpha exp(x) on the left, gamma alpha at 0.
+  UnaryRun selu = RunUnary("SELU", MakeAttrs("SELU"), xs, dy);
+  EXPECT_FLOAT_EQ(selu.y[4], 2 * kSeluGamma);
+  EXPECT_FLOAT_EQ(selu.dx[2], kSeluGamma * kSeluAlpha);
+  EXPECT_FLOAT_EQ(selu.dx[4], kSeluGamma);
+  // Softplus: above threshold 20 it is x itself with gradient dy; below, log1p(exp(x)).
+  UnaryRun softplus = RunUnary("Softplus", MakeAttrs("Softplus"), {-100.f, 0.f, 20.f, 20.5f, 1e4f},
+                               {1.f, 1.f, 1.f, 1.f, 1.f});
+  EXPECT_EQ(softplus.y[0], std::log1p(std::exp(-100.f)));
+  EXPECT_FLOAT_EQ(softplus.y[1], std::log(2.f));
+  EXPECT_EQ(softplus.y[2], std::log1p(std::exp(20.f)));  // Not above the threshold.
+  EXPECT_EQ(softplus.y[3], 20.5f);
+  EXPECT_EQ(softplus.y[4], 1e4f);  // No overflow.
+  EXPECT_EQ(softplus.dx[1], 0.5f);
+  EXPECT_EQ(softplus.dx[3], 1.f);
+  EXPECT_EQ(softplus.dx[4], 1.f);
+  // Sqrt reads y: dy / (2 y); infinite at 0, NaN below, as PyTorch's.
+  UnaryRun sqrt = RunUnary("Sqrt", MakeAttrs("Sqrt"), {4.f, 0.25f, 0.f, -1.f}, {1.f, 3.f, 1.f, 1.f},
+                           /*from_y=*/true);
+  EXPECT_EQ(sqrt.y[0], 2.f);
+  EXPECT_EQ(sqrt.y[1], 0.5f);
+  EXPECT_EQ(sqrt.dx[0], 0.25f);
+  EXPECT_EQ(sqrt.dx[1], 3.f);
+  EXPECT_TRUE(std::isinf(sqrt.dx[2]));
+  EXPECT_TRUE(std::isnan(sqrt.y[3]));
+  // Erf at 0: 2 / sqrt(pi). Mish at 0: 0 with gradient tanh(log 2) = 0.6.
+  UnaryRun erf = RunUnary("Erf", MakeAttrs("Erf"), {0.f, 10.f}, {1.f, 1.f});
+  EXPECT_EQ(erf.y, (std::vector<float>{0.f, 1.f}));
+  EXPECT_FLOAT_EQ(erf.dx[0], 2 / std::sqrt(M_PI));
+  EXPECT_NEAR(erf.dx[1], 0.f, 1e-40);  // exp(-100) is a float denormal.
+  UnaryRun mish = RunUnary("Mish", MakeAttrs("Mish"), {0.f, -100.f, 100.f}, {1.f, 1.f, 1.f});
+  EXPECT_EQ(mish.y[0], 0.f);
+  EXPECT_FLOAT_EQ(mish.dx[0], 0.6f);
+  EXPECT_EQ(mish.y[2], 100.f);
+  EXPECT_EQ(mish.dx[2], 1.f);
+  EXPECT_NEAR(mish.y[1], 0.f, 1e-40);
 }
 
 TEST_F(LoopKernelsTest, EltwiseRejectsFloat16) {

@@ -206,6 +206,16 @@ std::vector<GradCase> ElementwiseLoopCases() {
                {{"alpha", F(0.2)}, {"beta", F(0.4)}},
                {AwayFrom({3, 7}, 59, -4, 4, {-2, 3})}});
   c.push_back({"HardSwish", "HardSwish", {}, {AwayFrom({3, 7}, 60, -5, 5, {-3, 3})}});
+  c.push_back({"LeakyReLU", "LeakyReLU", {}, {AwayFrom({3, 7}, 70, -2, 2, {0})}});
+  c.push_back(
+      {"LeakyReLUAlpha", "LeakyReLU", {{"alpha", F(0.3)}}, {AwayFrom({3, 7}, 71, -2, 2, {0})}});
+  c.push_back({"ELU", "ELU", {{"alpha", F(0.7)}}, {AwayFrom({3, 7}, 72, -3, 3, {0})}});
+  c.push_back({"SELU", "SELU", {}, {AwayFrom({3, 7}, 73, -3, 3, {0})}});
+  c.push_back({"Softplus", "Softplus", {}, {Uniform({3, 7}, 74, -4, 4)}});
+  c.push_back({"SoftplusPastThreshold", "Softplus", {}, {Uniform({3, 7}, 75, 20.5f, 24)}});
+  c.push_back({"Sqrt", "Sqrt", {}, {Uniform({3, 7}, 76, 0.5f, 3)}});
+  c.push_back({"Erf", "Erf", {}, {Uniform({3, 7}, 77, -2, 2)}});
+  c.push_back({"Mish", "Mish", {}, {Uniform({3, 7}, 78, -4, 4)}});
   c.push_back({"Sigmoid", "Sigmoid", {}, {Uniform({3, 7}, 33, -3, 3)}});
   c.push_back({"Tanh", "Tanh", {}, {Uniform({3, 7}, 34, -2, 2)}});
   c.push_back({"GELUErf", "GELU", {{"approximate", S("none")}}, {Uniform({3, 7}, 35, -3, 3)}});

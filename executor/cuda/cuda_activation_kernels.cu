@@ -1,6 +1,8 @@
 // The CUDA backend's activations that cuDNN does not have, as one kernel each with PyTorch's
-// float formulas: HardSigmoid (ONNX's alpha x + beta, clamped to [0, 1]; backward from y) and
-// HardSwish (aten's hardswish and hardswish_backward; backward from x). Both may run in place
+// float formulas: HardSigmoid (ONNX's alpha x + beta, clamped to [0, 1]; backward from y),
+// HardSwish (aten's hardswish and hardswish_backward; backward from x), and the activations
+// imported from ONNX as the CPU backend computes them: LeakyReLU, ELU and SELU, Softplus (beta 1,
+// threshold 20), Erf and Mish (backward from x), Sqrt (backward from y). All may run in place
 // (y over x, dx over dy): each element is read just before it is written.
 #include <cuda_runtime.h>
 
@@ -33,6 +35,65 @@ struct HardSwishFn {
   __device__ float Forward(float x) const { return x * Clamp(x + 3.0f, 0.0f, 6.0f) / 6.0f; }
   __device__ float Backward(float dy, float x) const {
     return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
+  }
+};
+
+struct LeakyReluFn {
+  static constexpr bool kFromOutput = false;
+  float alpha;
+  explicit LeakyReluFn(const graph::Attrs& attrs)
+      : alpha(static_cast<float>(attrs.Float("alpha"))) {}
+  __device__ float Forward(float x) const { return x > 0.0f ? x : x * alpha; }
+  __device__ float Backward(float dy, float x) const { return x > 0.0f ? dy : dy * alpha; }
+};
+
+// ELU is scale 1; SELU scale gamma.
+struct EluFn {
+  static constexpr bool kFromOutput = false;
+  float scale, neg;
+  explicit EluFn(const graph::Attrs& attrs)
+      : scale(attrs.values().count("gamma") ? static_cast<float>(attrs.Float("gamma")) : 1.0f),
+        neg(static_cast<float>(attrs.Float("alpha")) * scale) {}
+  __device__ float Forward(float x) const { return x <= 0.0f ? (expf(x) - 1.0f) * neg : x * scale; }
+  __device__ float Backward(float dy, float x) const {
+    return x <= 0.0f ? dy * neg * expf(x) : dy * scale;
+  }
+};
+
+struct SoftplusFn {
+  static constexpr bool kFromOutput = false;
+  explicit SoftplusFn(const graph::Attrs&) {}
+  __device__ float Forward(float x) const { return x > 20.0f ? x : log1pf(expf(x)); }
+  __device__ float Backward(float dy, float x) const {
+    const float z = expf(x);
+    return x > 20.0f ? dy : dy * z / (z + 1.0f);
+  }
+};
+
+struct SqrtFn {
+  static constexpr bool kFromOutput = true;
+  explicit SqrtFn(const graph::Attrs&) {}
+  __device__ float Forward(float x) const { return sqrtf(x); }
+  __device__ float Backward(float dy, float y) const { return dy / (2.0f * y); }
+};
+
+struct ErfFn {
+  static constexpr bool kFromOutput = false;
+  explicit ErfFn(const graph::Attrs&) {}
+  __device__ float Forward(float x) const { return erff(x); }
+  __device__ float Backward(float dy, float x) const {
+    return 1.1283791670955126f * expf(-(x * x)) * dy;
+  }
+};
+
+struct MishFn {
+  static constexpr bool kFromOutput = false;
+  explicit MishFn(const graph::Attrs&) {}
+  __device__ float Forward(float x) const { return x * tanhf(log1pf(expf(x))); }
+  __device__ float Backward(float dy, float x) const {
+    const float sigmoid = 1.0f / (1.0f + expf(-x));
+    const float tanh_softplus = tanhf(log1pf(expf(x)));
+    return dy * (tanh_softplus + x * sigmoid * (1.0f - tanh_softplus * tanh_softplus));
   }
 };
 
@@ -78,6 +139,13 @@ absl::Status PointwiseBackward(CudaContext& ctx, const BackwardArgs& args) {
 void RegisterActivationKernels(KernelTable* table) {
   (*table)["HardSigmoid"] = {PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>};
   (*table)["HardSwish"] = {PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>};
+  (*table)["LeakyReLU"] = {PointwiseForward<LeakyReluFn>, PointwiseBackward<LeakyReluFn>};
+  (*table)["ELU"] = {PointwiseForward<EluFn>, PointwiseBackward<EluFn>};
+  (*table)["SELU"] = {PointwiseForward<EluFn>, PointwiseBackward<EluFn>};
+  (*table)["Softplus"] = {PointwiseForward<SoftplusFn>, PointwiseBackward<SoftplusFn>};
+  (*table)["Sqrt"] = {PointwiseForward<SqrtFn>, PointwiseBackward<SqrtFn>};
+  (*table)["Erf"] = {PointwiseForward<ErfFn>, PointwiseBackward<ErfFn>};
+  (*table)["Mish"] = {PointwiseForward<MishFn>, PointwiseBackward<MishFn>};
 }
 
 }  // namespace headroom::executor::cuda

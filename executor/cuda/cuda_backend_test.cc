@@ -817,6 +817,53 @@ TEST_F(CudaBackendTest, HardSigmoidAndHardSwish) {
   }
 }
 
+TEST_F(CudaBackendTest, ActivationsFromOnnx) {
+  struct Case {
+    std::string name, op;
+    std::map<std::string, proto::AttrValue> attrs;
+    std::function<double(double)> f;
+    float lo, hi;
+  };
+  const double selu_alpha = 1.6732632423543772848170429916717;
+  const double selu_gamma = 1.0507009873554804934193349852946;
+  const std::vector<Case> cases = {
+      {"LeakyReLU", "LeakyReLU", {}, [](double v) { return v > 0 ? v : 0.01 * v; }, -5, 5},
+      {"LeakyReLU (alpha 0.2)",
+       "LeakyReLU",
+       {{"alpha", Float(0.2)}},
+       [](double v) { return v > 0 ? v : 0.2 * v; },
+       -5,
+       5},
+      {"ELU (alpha 0.5)",
+       "ELU",
+       {{"alpha", Float(0.5)}},
+       [](double v) { return v > 0 ? v : 0.5 * std::expm1(v); },
+       -5,
+       5},
+      {"SELU",
+       "SELU",
+       {},
+       [&](double v) { return selu_gamma * (v > 0 ? v : selu_alpha * std::expm1(v)); },
+       -5,
+       5},
+      {"Softplus",
+       "Softplus",
+       {},
+       [](double v) { return v > 20 ? v : std::log1p(std::exp(v)); },
+       -30,
+       30},
+      {"Sqrt", "Sqrt", {}, [](double v) { return std::sqrt(v); }, 0.1f, 5},
+      {"Erf", "Erf", {}, [](double v) { return std::erf(v); }, -3, 3},
+      {"Mish", "Mish", {}, [](double v) { return v * std::tanh(std::log1p(std::exp(v))); }, -6, 6},
+  };
+  for (const Case& act : cases) {
+    SCOPED_TRACE(act.name);
+    std::mt19937 rng(23);
+    CheckOp(ElementwiseCase(act.op, AttrsOf(act.op, act.attrs),
+                            AwayFromKinks(150, rng, act.lo, act.hi, {0, 20}), act.f));
+  }
+}
+
 TEST_F(CudaBackendTest, HardSwishAtItsKinksAndInPlace) {
   // PyTorch's hardswish_backward takes the middle piece x / 3 + 1/2 at x = -3 and x = 3.
   const std::vector<float> x = {-4, -3, -1.5f, 0, 3, 4}, dy = {1, 1, 1, 1, 1, 2};
