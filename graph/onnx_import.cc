@@ -855,6 +855,25 @@ class Importer {
   absl::Status Sigmoid(const onnx::NodeProto& n) { return Elementwise(n, "Sigmoid"); }
   absl::Status Tanh(const onnx::NodeProto& n) { return Elementwise(n, "Tanh"); }
   absl::Status HardSwish(const onnx::NodeProto& n) { return Elementwise(n, "HardSwish"); }
+  absl::Status LeakyRelu(const onnx::NodeProto& n) {
+    return Elementwise(n, "LeakyReLU", {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 0.01))}});
+  }
+  absl::Status Elu(const onnx::NodeProto& n) {
+    return Elementwise(n, "ELU", {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 1.0))}});
+  }
+  // ONNX's defaults are the float32 roundings of PyTorch's (and Headroom's) constants.
+  absl::Status Selu(const onnx::NodeProto& n) {
+    return Elementwise(
+        n, "SELU",
+        {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 1.67326319217681884765625))},
+         {"gamma", FloatAttr(OnnxFloatAttr(n, "gamma", 1.05070102214813232421875))}});
+  }
+  // ONNX's Softplus has no threshold; Headroom's returns x above 20, as PyTorch's, which
+  // differs from log(1 + exp(x)) there by under exp(-20) (below float32's rounding of x).
+  absl::Status Softplus(const onnx::NodeProto& n) { return Elementwise(n, "Softplus"); }
+  absl::Status Sqrt(const onnx::NodeProto& n) { return Elementwise(n, "Sqrt"); }
+  absl::Status Erf(const onnx::NodeProto& n) { return Elementwise(n, "Erf"); }
+  absl::Status Mish(const onnx::NodeProto& n) { return Elementwise(n, "Mish"); }
   absl::Status HardSigmoid(const onnx::NodeProto& n) {
     return Elementwise(n, "HardSigmoid", {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 0.2))},
                                           {"beta", FloatAttr(OnnxFloatAttr(n, "beta", 0.5))}});
@@ -1684,6 +1703,8 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Div", &Importer::Arithmetic},
       {"Dropout", &Importer::Dropout},
       {"Einsum", &Importer::Einsum},
+      {"Elu", &Importer::Elu},
+      {"Erf", &Importer::Erf},
       {"Expand", &Importer::Expand},
       {"Flatten", &Importer::Flatten},
       {"Gather", &Importer::Gather},
@@ -1693,17 +1714,22 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"HardSwish", &Importer::HardSwish},
       {"Identity", &Importer::Identity},
       {"LayerNormalization", &Importer::LayerNormalization},
+      {"LeakyRelu", &Importer::LeakyRelu},
       {"MatMul", &Importer::MatMul},
       {"MaxPool", &Importer::MaxPool},
+      {"Mish", &Importer::Mish},
       {"Mul", &Importer::Arithmetic},
       {"Pad", &Importer::Pad},
       {"ReduceMean", &Importer::ReduceMean},
       {"Relu", &Importer::Relu},
       {"Reshape", &Importer::Reshape},
+      {"Selu", &Importer::Selu},
       {"Sigmoid", &Importer::Sigmoid},
       {"Slice", &Importer::Slice},
       {"Softmax", &Importer::Softmax},
+      {"Softplus", &Importer::Softplus},
       {"Split", &Importer::Split},
+      {"Sqrt", &Importer::Sqrt},
       {"Squeeze", &Importer::Squeeze},
       {"Sub", &Importer::Arithmetic},
       {"Tanh", &Importer::Tanh},
