@@ -44,4 +44,6 @@ check transformer 6 --model transformer --batch 4 --layers 2 --d_model 64 --head
 # Expand, Slice, HardSwish, HardSigmoid; so small that its patch convolution's scratch at
 # the last node sets its smallest plan, which is then the plain step: 3 sections instead.
 SECTIONS=3 check tiny_vit 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_vit.pbtxt"
+# LeakyReLU, ELU, SELU, Softplus, Sqrt, Erf and Mish (the activations from ONNX).
+SECTIONS=2 check tiny_activations 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_activations.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"

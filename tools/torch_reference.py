@@ -241,6 +241,10 @@ def _ReadTensor(f, entry, tensor_def):
 # Each op takes (inputs, attrs, node) and returns one tensor or a list of tensors. Defaults
 # mirror graph/op_set.cc; the exporter fills every attribute, hand-written graphs need not.
 
+# PyTorch's SELU constants (torch.nn.SELU), Headroom's defaults.
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_GAMMA = 1.0507009873554804934193349852946
+
 OP_DEFAULTS = {
     "MatMul": {"transpose_a": False, "transpose_b": False},
     "Conv2D": {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1},
@@ -249,6 +253,9 @@ OP_DEFAULTS = {
     "ReLU": {}, "ReLU6": {}, "Sigmoid": {}, "Tanh": {},
     "HardSigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}, "HardSwish": {},
     "GELU": {"approximate": "none"},
+    "LeakyReLU": {"alpha": 0.01}, "ELU": {"alpha": 1.0},
+    "SELU": {"alpha": SELU_ALPHA, "gamma": SELU_GAMMA},
+    "Softplus": {}, "Sqrt": {}, "Erf": {}, "Mish": {},
     "Dropout": {"rate": 0.5},
     "Add": {}, "Mul": {},
     "MaxPool": {"stride": [], "padding": [0, 0], "ceil_mode": False},
@@ -380,6 +387,14 @@ def _Softmax(x, attrs, node):
     return F.softmax(y, dim=attrs["axis"])
 
 
+def _Selu(x, attrs, node):
+    """F.selu at PyTorch's constants (ONNX's, rounded to float32, count as them), else
+    gamma * elu(x, alpha)."""
+    if abs(attrs["alpha"] - SELU_ALPHA) < 1e-6 and abs(attrs["gamma"] - SELU_GAMMA) < 1e-6:
+        return F.selu(x[0])
+    return attrs["gamma"] * F.elu(x[0], alpha=attrs["alpha"])
+
+
 def _SoftmaxCrossEntropy(x, attrs, node):
     logits, labels = x
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
@@ -397,6 +412,13 @@ OPS = {
     "HardSigmoid": _HardSigmoid,
     "HardSwish": lambda x, a, n: F.hardswish(x[0]),
     "GELU": lambda x, a, n: F.gelu(x[0], approximate=a["approximate"]),
+    "LeakyReLU": lambda x, a, n: F.leaky_relu(x[0], a["alpha"]),
+    "ELU": lambda x, a, n: F.elu(x[0], alpha=a["alpha"]),
+    "SELU": _Selu,
+    "Softplus": lambda x, a, n: F.softplus(x[0]),  # beta 1, threshold 20.
+    "Sqrt": lambda x, a, n: torch.sqrt(x[0]),
+    "Erf": lambda x, a, n: torch.erf(x[0]),
+    "Mish": lambda x, a, n: F.mish(x[0]),
     "Dropout": _Dropout,
     "Add": lambda x, a, n: x[0] + x[1],
     "Mul": lambda x, a, n: x[0] * x[1],

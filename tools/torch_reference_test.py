@@ -364,6 +364,31 @@ class TorchReferenceTest(unittest.TestCase):
         big = ref.OPS["Expand"]([token], {"shape": [3, 2, 4]}, node)
         self.assertTrue(torch.equal(big, token.expand(3, 2, 4)))
 
+    def testOnnxActivationsMatchTheirDefinitions(self):
+        node = {"name": "n", "op": "X"}
+        x = torch.linspace(-4, 4, 17, dtype=torch.float64)  # Holds 0.
+
+        def Run(op, **attrs):
+            return ref.OPS[op]([x], dict(ref.OP_DEFAULTS[op], **attrs), node)
+
+        self.assertTrue(torch.equal(Run("LeakyReLU"), torch.where(x > 0, x, 0.01 * x)))
+        self.assertTrue(torch.equal(Run("LeakyReLU", alpha=0.2), torch.where(x > 0, x, 0.2 * x)))
+        self.assertTrue(torch.allclose(Run("ELU", alpha=0.5),
+                                       torch.where(x > 0, x, 0.5 * torch.expm1(x))))
+        selu = ref.SELU_GAMMA * torch.where(x > 0, x, ref.SELU_ALPHA * torch.expm1(x))
+        self.assertTrue(torch.allclose(Run("SELU"), selu))
+        # ONNX's float32 defaults count as PyTorch's; other values scale an elu.
+        self.assertTrue(torch.equal(Run("SELU", alpha=1.67326319217681884765625,
+                                        gamma=1.05070102214813232421875), F.selu(x)))
+        self.assertTrue(torch.allclose(Run("SELU", alpha=1.0, gamma=2.0),
+                                       2 * torch.where(x > 0, x, torch.expm1(x))))
+        self.assertTrue(torch.allclose(Run("Softplus"), torch.log1p(torch.exp(x))))
+        big = torch.tensor([20.5, 100.0])
+        self.assertTrue(torch.equal(ref.OPS["Softplus"]([big], {}, node), big))
+        self.assertTrue(torch.allclose(Run("Erf"), torch.erf(x)))
+        self.assertTrue(torch.allclose(Run("Mish"), x * torch.tanh(torch.log1p(torch.exp(x)))))
+        self.assertTrue(torch.equal(ref.OPS["Sqrt"]([x.abs()], {}, node), x.abs().sqrt()))
+
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))
         status, result, _ = RunReference(d, "--no-memory")
