@@ -20,8 +20,9 @@ Run it with Debian's interpreter, which has PyTorch 1.13 and torchvision 0.14:
 
 Besides torchvision's 80 names, --models takes small members of its families built with
 torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the same exported
-ops at a fraction of the size) and gpt2_test, a GPT-2-style language model (token ids in,
-logits [batch, 32, 512] out), for quick checks.
+ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token ids in,
+logits [batch, 32, 512] out), and activations_test, a small CNN through LeakyReLU, ELU, SELU,
+Softplus, Sqrt, Erf and Mish, for quick checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
 to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
@@ -109,6 +110,27 @@ class Gpt2(torch.nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
+class ActivationsNet(torch.nn.Module):
+    """A small CNN through the activations beyond torchvision's classifiers: LeakyReLU, ELU,
+    SELU, Softplus, sqrt, erf and Mish (which torch 1.13 exports at opset 17 as
+    x * tanh(softplus(x)))."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(16, 32)
+        self.head = torch.nn.Linear(32, classes)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        x = F.elu(F.leaky_relu(self.conv1(x), 0.2), alpha=0.5)
+        x = F.selu(self.conv2(x))
+        x = F.adaptive_avg_pool2d(x, 1).flatten(1)
+        h = self.fc(x)
+        return self.head(torch.sqrt(F.softplus(h)) + torch.erf(F.mish(h)))
+
+
 def small_models():
     """Small members of torchvision's families (and a GPT-2-style model) that export to the
     same ops as the full-size ones, for quick checks: name -> (builder, input size)."""
@@ -134,6 +156,7 @@ def small_models():
             block_setting=[convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, None, 1)],
             num_classes=10), 32),
         "gpt2_test": (Gpt2, 32),  # the size is the context, in tokens
+        "activations_test": (ActivationsNet, 32),
     }
 
 
