@@ -119,6 +119,17 @@ class Recurrent(nn.Module):
         return self.fc(torch.sin(out[:, -1]))
 
 
+class Elementwise(nn.Module):
+    """Calls `fn` on its input: torch.sqrt and friends as a module of a Sequential."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
 class TorchGraphTest(unittest.TestCase):
 
     def setUp(self):
@@ -198,6 +209,22 @@ class TorchGraphTest(unittest.TestCase):
         counts = ops(graph)
         self.assertEqual((counts["HardSwish"], counts["HardSigmoid"]), (19, 9))
         self.check_with_cli(model, graph, "mobilenet_v3_small.pb")
+
+    def test_onnx_activations(self):
+        model = nn.Sequential(nn.Linear(6, 8), nn.LeakyReLU(0.2), nn.ELU(0.5), nn.SELU(),
+                              nn.Softplus(), nn.Mish(), Elementwise(torch.sqrt),
+                              Elementwise(torch.erf), Elementwise(F.leaky_relu),
+                              nn.Linear(8, 4))
+        graph = graph_from_module(model, torch.randn(3, 6))
+        self.assertEqual(ops(graph), {
+            "MatMul": 2, "LeakyReLU": 2, "ELU": 1, "SELU": 1, "Softplus": 1, "Mish": 1,
+            "Sqrt": 1, "Erf": 1, "SoftmaxCrossEntropy": 1})
+        alphas = [n.attrs["alpha"].f for n in graph.nodes if n.op in ("LeakyReLU", "ELU")]
+        self.assertEqual([round(a, 6) for a in alphas], [0.2, 0.5, 0.01])
+        self.check_with_cli(model, graph, "activations.pbtxt")
+        with self.assertRaises(UnsupportedOpsError) as caught:
+            graph_from_module(nn.Sequential(nn.Softplus(beta=2)), torch.randn(3, 6))
+        self.assertIn("beta != 1", str(caught.exception))
 
     def test_integer_inputs_and_per_token_logits(self):
         model = Tagger()

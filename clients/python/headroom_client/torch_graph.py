@@ -18,6 +18,9 @@ shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
     nn.Linear                     MatMul(x, weight, bias, transpose_b=true)
     nn.ReLU, F.relu, .relu()      ReLU (likewise ReLU6, Sigmoid, Tanh, GELU)
     nn.Hardswish, nn.Hardsigmoid  HardSwish, HardSigmoid (and F.hardswish, F.hardsigmoid)
+    nn.LeakyReLU, nn.ELU, nn.SELU LeakyReLU, ELU, SELU (and F.leaky_relu, F.elu, F.selu)
+    nn.Softplus, nn.Mish          Softplus (beta 1, threshold 20 only), Mish (and F.*)
+    torch.sqrt, torch.erf         Sqrt, Erf
     nn.MaxPool2d, nn.AvgPool2d    MaxPool, AvgPool
     nn.AdaptiveAvgPool2d          GlobalAvgPool for (1, 1); AvgPool where the sizes divide
     torch.flatten, nn.Flatten     Flatten (Reshape where the result is not 2-D)
@@ -219,6 +222,11 @@ class _Converter:
             (nn.GELU, lambda n, m: self._unary(n, "GELU", approximate=m.approximate)),
             (nn.Hardswish, lambda n, m: self._unary(n, "HardSwish")),
             (nn.Hardsigmoid, lambda n, m: self._unary(n, "HardSigmoid")),
+            (nn.LeakyReLU, lambda n, m: self._unary(n, "LeakyReLU", alpha=m.negative_slope)),
+            (nn.ELU, lambda n, m: self._unary(n, "ELU", alpha=m.alpha)),
+            (nn.SELU, lambda n, m: self._unary(n, "SELU")),
+            (nn.Softplus, lambda n, m: self._softplus(n, m.beta, m.threshold)),
+            (nn.Mish, lambda n, m: self._unary(n, "Mish")),
             (nn.MaxPool2d, self._max_pool),
             (nn.AvgPool2d, self._avg_pool),
             (nn.AdaptiveAvgPool2d, lambda n, m: self._adaptive_avg_pool(n, m.output_size)),
@@ -240,6 +248,16 @@ class _Converter:
             torch.tanh: lambda n: self._unary(n, "Tanh"),
             F.hardswish: lambda n: self._unary(n, "HardSwish"),
             F.hardsigmoid: lambda n: self._unary(n, "HardSigmoid"),
+            F.leaky_relu: lambda n: self._unary(
+                n, "LeakyReLU", alpha=self._arg(n, 1, "negative_slope", 0.01)),
+            F.elu: lambda n: self._unary(n, "ELU", alpha=self._arg(n, 1, "alpha", 1.0)),
+            F.selu: lambda n: self._unary(n, "SELU"),
+            torch.selu: lambda n: self._unary(n, "SELU"),
+            F.softplus: lambda n: self._softplus(n, self._arg(n, 1, "beta", 1),
+                                                 self._arg(n, 2, "threshold", 20)),
+            F.mish: lambda n: self._unary(n, "Mish"),
+            torch.sqrt: lambda n: self._unary(n, "Sqrt"),
+            torch.erf: lambda n: self._unary(n, "Erf"),
             F.gelu: lambda n: self._unary(n, "GELU", approximate=self._arg(n, 1, "approximate",
                                                                            "none")),
             F.adaptive_avg_pool2d: lambda n: self._adaptive_avg_pool(
@@ -534,6 +552,12 @@ class _Converter:
 
     def _unary(self, node, op, **attrs):
         self._emit(node, op, [self._input(node)], **attrs)
+
+    def _softplus(self, node, beta, threshold):
+        """Headroom's Softplus is PyTorch's at beta 1, threshold 20."""
+        if beta != 1 or threshold != 20:
+            raise _Unsupported(f"{self._label(node)}(beta != 1 or threshold != 20)")
+        self._unary(node, "Softplus")
 
     def _binary(self, node, op):
         if node.kwargs.get("alpha", 1) != 1:
