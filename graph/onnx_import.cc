@@ -900,15 +900,12 @@ class Importer {
   }
 
   // Add, Sub, Mul, Div. A known operand becomes a float32 buffer (Sub and Div by a known
-  // value become Add and Mul of its negation and reciprocal); Add and Mul of two computed
+  // value become Add and Mul of its negation and reciprocal); the four of two computed
   // tensors are Headroom's own.
   absl::Status Arithmetic(const onnx::NodeProto& n) {
     const std::string& op = n.op_type();
     const bool known_a = Known(n.input(0)), known_b = Known(n.input(1));
     if (!known_a && !known_b) {
-      if (op == "Sub" || op == "Div") {
-        return Fail(n, "both operands are computed tensors; Headroom has no such op");
-      }
       if (op == "Add") {
         ASSIGN_OR_RETURN(bool fused, FuseBias(n));
         if (fused) return absl::OkStatus();

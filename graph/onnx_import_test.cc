@@ -284,14 +284,28 @@ TEST(OnnxImportTest, BadModelsAndOptionsAreNamed) {
   EXPECT_THAT(s.message(), HasSubstr("value 'n.mean' is read, but it is a batch norm's"));
 }
 
-TEST(OnnxImportTest, SubOfTwoComputedTensorsNamesTheNode) {
+TEST(OnnxImportTest, SubAndDivOfTwoComputedTensorsAreHeadroomOps) {
+  // (relu(x[N,2,6]) - w[6]) / sigmoid(w): the weight's side broadcasts, as numpy's rules
+  // (Add's and Mul's), and a weight is no known value: it trains.
   OnnxModelBuilder b;
-  b.Input("x", {6}).Weight("w", {6});
+  b.Input("x", {2, 6}).Weight("w", {6});
   b.AddNode("Relu", {"x"}, {"a"});
-  b.AddNode("Sub", {"a", "x"}, {"logits"});
+  b.AddNode("Sub", {"a", "w"}, {"d"});
+  b.AddNode("Sigmoid", {"w"}, {"s"});
+  b.AddNode("Div", {"d", "s"}, {"logits"});
   b.Output("logits");
-  absl::Status s = ImportOnnx(b.Bytes(), OnnxImportOptions{2}).status();
-  EXPECT_THAT(s.message(), HasSubstr("ONNX node '/logits' (Sub): both operands are computed"));
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph),
+            (std::map<std::string, int>{
+                {"ReLU", 1}, {"Sub", 1}, {"Sigmoid", 1}, {"Div", 1}, {"SoftmaxCrossEntropy", 1}}));
+  for (const auto& node : m.graph.nodes()) {
+    if (node.op() == "Sub") {
+      EXPECT_THAT(node.inputs(), ElementsAre("a", "w"));
+    } else if (node.op() == "Div") {
+      EXPECT_THAT(node.inputs(), ElementsAre("d", "s"));
+    }
+  }
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
 }
 
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {

@@ -697,6 +697,8 @@ std::vector<OpSchema> BuildOpSet() {
                       InferDropout, {FloatDefault("rate", 0.5)}));
   ops.push_back(Op("Add", {"a", "b"}, 0, {}, InferBinary, "a + b, numpy broadcasting"));
   ops.push_back(Op("Mul", {"a", "b"}, 0, {}, InferBinary, "a * b, numpy broadcasting"));
+  ops.push_back(Op("Sub", {"a", "b"}, 0, {}, InferBinary, "a - b, numpy broadcasting"));
+  ops.push_back(Op("Div", {"a", "b"}, 0, {}, InferBinary, "a / b, numpy broadcasting"));
   ops.push_back(Unary("MaxPool", "max over windows of x[N,C,H,W]", InferPool, PoolAttrs(false)));
   ops.push_back(Unary("AvgPool", "mean over windows of x[N,C,H,W]", InferPool, PoolAttrs(true)));
   ops.push_back(Unary("GlobalAvgPool", "x[N,C,H,W] -> mean over H,W as [N,C,1,1]",

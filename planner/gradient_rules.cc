@@ -74,6 +74,18 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
     mul.forward_inplace = true;
     mul.backward_inplace = true;
   }
+  {
+    GradientRule& sub = rules["Sub"];  // da = dy, db = -dy (summed over broadcast dims).
+    sub.forward_inplace = true;
+    sub.backward_inplace = true;
+  }
+  {
+    // da = dy / b, db = -dy (a / b) / b, as PyTorch computes them.
+    GradientRule& div = rules["Div"];
+    div.reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0), IfNeeds(1, K::kInput, 1)};
+    div.forward_inplace = true;
+    div.backward_inplace = true;
+  }
   rules["MaxPool"].reads = {Always(K::kInput, 0), Always(K::kOutput, 0)};  // Where the max was.
   rules["AvgPool"];        // dx spreads dy over each window: shapes only.
   rules["GlobalAvgPool"];  // dx = dy / (H W), broadcast.

@@ -616,6 +616,14 @@ absl::Status MulForward(CpuContext&, const ForwardArgs& args) {
   return BinaryForward(args, [](float u, float v) { return u * v; });
 }
 
+absl::Status SubForward(CpuContext&, const ForwardArgs& args) {
+  return BinaryForward(args, [](float u, float v) { return u - v; });
+}
+
+absl::Status DivForward(CpuContext&, const ForwardArgs& args) {
+  return BinaryForward(args, [](float u, float v) { return u / v; });
+}
+
 // Returns the order in which to write the two input gradients: the one that overwrites dy
 // (if any) last, so the other still reads dy intact.
 std::vector<int> BinaryGradOrder(const BackwardArgs& args) {
@@ -677,6 +685,67 @@ absl::Status MulBackward(CpuContext& ctx, const BackwardArgs& args) {
       BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, product, mul);
       ReduceToShape(product, out, d.f32(), args.inputs[i].shape);
     }
+  }
+  return absl::OkStatus();
+}
+
+// da = dy and db = -dy, each summed over its broadcast dims (negating the sum is exact, so
+// this equals PyTorch's sum of -dy).
+absl::Status SubBackward(CpuContext& ctx, const BackwardArgs& args) {
+  RETURN_IF_ERROR(AddBackward(ctx, args));
+  const TensorView& db = args.input_grads[1];
+  if (db.present() && args.output_grads[0].present()) {
+    float* d = db.f32();
+    const int64_t n = db.num_elements();
+    for (int64_t i = 0; i < n; ++i) d[i] = -d[i];
+  }
+  return absl::OkStatus();
+}
+
+// Div's gradients go through the scratch (a dy-sized product) where an input is broadcast,
+// and the divisor's always: its product reads a, b and dy before the gradient is written.
+absl::StatusOr<uint64_t> DivBackwardScratch(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dy = args.output_grads[0];
+  if (!dy.present()) return 0;
+  if (args.input_grads[1].present()) return dy.bytes();
+  const TensorView& da = args.input_grads[0];
+  return da.present() && da.num_elements() != dy.num_elements() ? dy.bytes() : 0;
+}
+
+// da = dy / b and db = -dy * ((a / b) / b), each summed over its broadcast dims: PyTorch
+// 1.13's div_tensor_self_backward and div_tensor_other_backward, in its order of rounding.
+absl::Status DivBackward(CpuContext& ctx, const BackwardArgs& args) {
+  RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, args.outputs[0]));
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& a = args.inputs[0];
+  const TensorView& b = args.inputs[1];
+  const Shape& out = args.outputs[0].shape;
+  auto div = [](float u, float v) { return u / v; };
+  for (int i : BinaryGradOrder(args)) {
+    const TensorView& d = args.input_grads[i];
+    if (!d.present()) continue;
+    RETURN_IF_ERROR(CheckElements(args.op, StrCat("gradient of ", InputName(args.op, i)), d,
+                                  args.inputs[i].num_elements()));
+    if (!dy.present()) {
+      Fill(d, 0.f);
+      continue;
+    }
+    RETURN_IF_ERROR(NeedData(args.op, InputName(args.op, 1), b));
+    if (i == 0 && d.num_elements() == dy.num_elements()) {
+      BroadcastBinary(out, dy.f32(), out, b.f32(), b.shape, d.f32(), div);
+      continue;
+    }
+    ASSIGN_OR_RETURN(char* scratch, ctx.Scratch(args.scratch, args.scratch_bytes, dy.bytes()));
+    float* t = reinterpret_cast<float*>(scratch);
+    if (i == 0) {
+      BroadcastBinary(out, dy.f32(), out, b.f32(), b.shape, t, div);
+    } else {
+      RETURN_IF_ERROR(NeedData(args.op, InputName(args.op, 0), a));
+      BroadcastBinary(out, a.f32(), a.shape, b.f32(), b.shape, t, div);
+      BroadcastBinary(out, t, out, b.f32(), b.shape, t, div);
+      BroadcastBinary(out, dy.f32(), out, t, out, t, [](float g, float q) { return -g * q; });
+    }
+    ReduceToShape(t, out, d.f32(), args.inputs[i].shape);
   }
   return absl::OkStatus();
 }
@@ -1637,6 +1706,8 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<DropoutForward, DropoutBackward>(table, "Dropout");
   Register<AddForward, AddBackward>(table, "Add");
   Register<MulForward, MulBackward, nullptr, MulBackwardScratch>(table, "Mul");
+  Register<SubForward, SubBackward>(table, "Sub");
+  Register<DivForward, DivBackward, nullptr, DivBackwardScratch>(table, "Div");
   Register<LayerNormForward, LayerNormBackward>(table, "LayerNorm");
   Register<ViewForward, ViewBackward>(table, "Flatten");
   Register<ViewForward, ViewBackward>(table, "Reshape");

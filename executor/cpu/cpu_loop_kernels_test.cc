@@ -497,7 +497,7 @@ size_t BroadcastIndex(const Shape& out, const Shape& in, size_t i) {
   return idx;
 }
 
-TEST_F(LoopKernelsTest, BroadcastAddAndMulForwardAndBackward) {
+TEST_F(LoopKernelsTest, BroadcastAddMulSubAndDivForwardAndBackward) {
   struct Case {
     Shape a, b, out;
   };
@@ -506,21 +506,26 @@ TEST_F(LoopKernelsTest, BroadcastAddAndMulForwardAndBackward) {
                                          {{4}, {2, 3, 4}, {2, 3, 4}},
                                          {{2, 1, 4}, {2, 3, 1}, {2, 3, 4}},
                                          {{5}, {5}, {5}}}) {
-    for (const std::string op : {"Add", "Mul"}) {
+    for (const std::string op : {"Add", "Mul", "Sub", "Div"}) {
       SCOPED_TRACE(op + " " + graph::ShapeString(c.a) + " " + graph::ShapeString(c.b));
       graph::Attrs attrs = MakeAttrs(op);
       Tensor a = Random(c.a, 8), b = Random(c.b, 9), y(c.out);
+      if (op == "Div") {
+        for (size_t k = 0; k < b.size(); ++k) b.f()[k] += b.f()[k] < 0 ? -0.5f : 0.5f;  // Off 0.
+      }
       ASSERT_TRUE(Forward(op, attrs, {a.view(), b.view()}, {y.view()}).ok());
       Tensor dy = Random(c.out, 10);
       std::vector<double> want_y(y.size()), want_da(a.size(), 0), want_db(b.size(), 0);
       for (size_t i = 0; i < y.size(); ++i) {
         const size_t ia = BroadcastIndex(c.out, c.a, i), ib = BroadcastIndex(c.out, c.b, i);
-        want_y[i] = op == "Add" ? a.f()[ia] + b.f()[ib] : a.f()[ia] * b.f()[ib];
-        want_da[ia] += op == "Add" ? dy.f()[i] : dy.f()[i] * b.f()[ib];
-        want_db[ib] += op == "Add" ? dy.f()[i] : dy.f()[i] * a.f()[ia];
+        const double u = a.f()[ia], v = b.f()[ib], g = dy.f()[i];
+        if (op == "Add") want_y[i] = u + v, want_da[ia] += g, want_db[ib] += g;
+        if (op == "Mul") want_y[i] = u * v, want_da[ia] += g * v, want_db[ib] += g * u;
+        if (op == "Sub") want_y[i] = u - v, want_da[ia] += g, want_db[ib] -= g;
+        if (op == "Div") want_y[i] = u / v, want_da[ia] += g / v, want_db[ib] -= g * u / (v * v);
       }
       ExpectNear(y.values(), want_y, 1e-6, "y");
-      const bool mul = op == "Mul";
+      const bool mul = op == "Mul" || op == "Div";  // Their gradients read the inputs.
       Tensor da(c.a), db(c.b);
       ASSERT_TRUE(Backward(op, attrs, {mul ? a.view() : a.absent(), mul ? b.view() : b.absent()},
                            {y.absent()}, {}, {dy.view()}, {da.view(), db.view()})
@@ -528,10 +533,11 @@ TEST_F(LoopKernelsTest, BroadcastAddAndMulForwardAndBackward) {
       ExpectNear(da.values(), want_da, 1e-5, "da");
       ExpectNear(db.values(), want_db, 1e-5, "db");
 
-      // Only one gradient needed: Mul gets only the other input.
+      // Only one gradient needed: Mul gets only the other input, Div's divisor both.
       Tensor db_only(c.b);
-      ASSERT_TRUE(Backward(op, attrs, {mul ? a.view() : a.absent(), b.absent()}, {y.absent()}, {},
-                           {dy.view()}, {a.absent(), db_only.view()})
+      ASSERT_TRUE(Backward(op, attrs,
+                           {mul ? a.view() : a.absent(), op == "Div" ? b.view() : b.absent()},
+                           {y.absent()}, {}, {dy.view()}, {a.absent(), db_only.view()})
                       .ok());
       EXPECT_EQ(db_only.values(), db.values());
 

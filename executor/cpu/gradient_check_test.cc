@@ -232,6 +232,11 @@ std::vector<GradCase> BroadcastAndLayoutCases() {
   c.push_back({"AddBothBroadcast", "Add", {}, {Uniform({1, 4}, 40), Uniform({3, 1}, 41)}});
   c.push_back({"MulBroadcast", "Mul", {}, {Uniform({2, 3, 4}, 42), Uniform({4}, 43)}});
   c.push_back({"MulBothBroadcast", "Mul", {}, {Uniform({2, 1, 4}, 44), Uniform({3, 1}, 45)}});
+  c.push_back({"SubBothBroadcast", "Sub", {}, {Uniform({2, 1, 4}, 144), Uniform({3, 1}, 145)}});
+  c.push_back(
+      {"DivBothBroadcast", "Div", {}, {Uniform({2, 1, 4}, 146), Uniform({3, 1}, 147, 0.5f, 2.f)}});
+  c.push_back(
+      {"DivSameShape", "Div", {}, {Uniform({2, 3}, 148), Uniform({2, 3}, 149, -2.f, -0.5f)}});
   c.push_back({"Flatten", "Flatten", {{"axis", I(2)}}, {Uniform({2, 3, 2, 2}, 46)}});
   c.push_back({"Reshape", "Reshape", {{"shape", Is({4, -1})}}, {Uniform({2, 3, 2}, 47)}});
   c.push_back({"Transpose", "Transpose", {{"perm", Is({1, 2, 0})}}, {Uniform({2, 3, 4}, 48)}});

@@ -421,8 +421,9 @@ Values RefSoftmax(const Values& x, int64_t outer, int64_t n, int64_t inner, doub
 }
 
 // Numpy broadcast of a and b into `out` (all shapes right-aligned).
-Values RefBinary(const Values& a, const Shape& as, const Values& b, const Shape& bs,
-                 const Shape& out, bool mul) {
+// y = a (op) b with numpy broadcasting, op one of Add, Mul, Sub, Div.
+Values RefArithmetic(const Values& a, const Shape& as, const Values& b, const Shape& bs,
+                     const Shape& out, const std::string& op) {
   const int r = static_cast<int>(out.size());
   Values y(Count(out));
   for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i) {
@@ -441,9 +442,15 @@ Values RefBinary(const Values& a, const Shape& as, const Values& b, const Shape&
         bstride *= bs[db];
       }
     }
-    y[i] = mul ? a[ai] * b[bi] : a[ai] + b[bi];
+    const double u = a[ai], v = b[bi];
+    y[i] = op == "Mul" ? u * v : op == "Sub" ? u - v : op == "Div" ? u / v : u + v;
   }
   return y;
+}
+
+Values RefBinary(const Values& a, const Shape& as, const Values& b, const Shape& bs,
+                 const Shape& out, bool mul) {
+  return RefArithmetic(a, as, b, bs, out, mul ? "Mul" : "Add");
 }
 
 // ---- Op tests ---------------------------------------------------------------------------
@@ -981,6 +988,53 @@ TEST_F(CudaBackendTest, AddAndMulBroadcast) {
     c.grad_inputs = {true, true};
     CheckOp(c);
   }
+}
+
+TEST_F(CudaBackendTest, SubAndDivBroadcast) {
+  // Both operands broadcast: [2, 1, 4] and [3, 1] into [2, 3, 4]; Div's divisor in [0.5, 1.5).
+  const Shape as = {2, 1, 4}, bs = {3, 1}, out = {2, 3, 4};
+  for (const std::string op : {"Sub", "Div"}) {
+    SCOPED_TRACE(op);
+    std::mt19937 rng(17);
+    OpCase c;
+    c.op = op;
+    c.attrs = AttrsOf(c.op);
+    c.input_shapes = {as, bs};
+    std::vector<float> b = Random(3, rng);
+    if (op == "Div") {
+      for (float& v : b) v = 1.0f + 0.5f * v;
+    }
+    c.inputs = {Random(8, rng), b};
+    c.output_shapes = {out};
+    c.reference = [&](const std::vector<Values>& in) {
+      return std::vector<Values>{RefArithmetic(in[0], as, in[1], bs, out, op)};
+    };
+    c.grad_inputs = {true, true};
+    CheckOp(c);
+  }
+}
+
+TEST_F(CudaBackendTest, DivBackwardWithGradientAliasingDy) {
+  // da aliases dy; db reduces over the broadcast dims and must read dy before da is written.
+  std::mt19937 rng(18);
+  graph::Attrs attrs = AttrsOf("Div");
+  std::vector<float> a = Random(6, rng), b = Random(3, rng), dy = Random(6, rng);
+  for (float& v : b) v = 1.0f + 0.5f * v;
+  BackwardArgs bwd;
+  bwd.op = "Div";
+  bwd.attrs = &attrs;
+  bwd.inputs = {Put({2, 3}, a), Put({3}, b)};
+  bwd.outputs = {TensorView{nullptr, {2, 3}}};
+  bwd.output_grads = {Put({2, 3}, dy)};
+  bwd.input_grads = {bwd.output_grads[0], Alloc({3})};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  Values da(6), db(3, 0.0);
+  for (int i = 0; i < 6; ++i) {
+    da[i] = dy[i] / b[i % 3];
+    db[i % 3] -= dy[i] * a[i] / (double{b[i % 3]} * b[i % 3]);
+  }
+  ExpectNear(Get(bwd.input_grads[0]), da, "da");
+  ExpectNear(Get(bwd.input_grads[1]), db, "db");
 }
 
 TEST_F(CudaBackendTest, MulBackwardWithGradientAliasingDy) {

@@ -225,37 +225,52 @@ __device__ OffsetPair OffsetsOf(int64_t i, int rank, const int64_t* dims, const 
   return base;
 }
 
-template <bool kMul>
+// The elementwise op of a binary kernel: the four arithmetic ops, and -a * b (Div's
+// divisor gradient, dy times (a / b) / b negated as PyTorch rounds it).
+enum class BinaryOp { kAdd, kMul, kSub, kDiv, kNegMul };
+
+template <BinaryOp kOp>
+__device__ float ApplyBinary(float u, float v) {
+  if constexpr (kOp == BinaryOp::kAdd) return u + v;
+  if constexpr (kOp == BinaryOp::kMul) return u * v;
+  if constexpr (kOp == BinaryOp::kSub) return u - v;
+  if constexpr (kOp == BinaryOp::kDiv) return u / v;
+  return -u * v;
+}
+
+template <BinaryOp kOp>
 __global__ void BroadcastBinaryKernel(const float* a, const float* b, float* out, int64_t n,
                                       BroadcastPlan p) {
   GRID_STRIDE_LOOP(i, n) {
     const OffsetPair at = OffsetsOf(i, p.rank, p.dims, p.a_strides, p.b_strides);
-    out[i] = kMul ? a[at.first] * b[at.second] : a[at.first] + b[at.second];
+    out[i] = ApplyBinary<kOp>(a[at.first], b[at.second]);
   }
 }
 
-template <bool kMul>
+template <BinaryOp kOp>
 __global__ void SameShapeBinaryKernel(const float* a, const float* b, float* out, int64_t n) {
-  GRID_STRIDE_LOOP(i, n) out[i] = kMul ? a[i] * b[i] : a[i] + b[i];
+  GRID_STRIDE_LOOP(i, n) out[i] = ApplyBinary<kOp>(a[i], b[i]);
 }
 
-// out = a (+ or *) b over out's shape, a and b broadcasting into it. out may alias an
-// operand of out's size (each element reads only its own index of that operand).
-template <bool kMul>
+// out = a (op) b over out's shape, a and b broadcasting into it. out may alias an operand
+// of out's size (each element reads only its own index of that operand).
+template <BinaryOp kOp>
 absl::Status LaunchBinary(CudaContext& ctx, const TensorView& a, const TensorView& b,
                           const TensorView& out) {
   const int64_t n = out.num_elements();
   if (a.shape == out.shape && b.shape == out.shape) {
-    SameShapeBinaryKernel<kMul>
+    SameShapeBinaryKernel<kOp>
         <<<GridFor(n), kThreads, 0, ctx.compute>>>(a.f32(), b.f32(), out.f32(), n);
   } else {
     ASSIGN_OR_RETURN(BroadcastPlan plan, MakeBroadcastPlan(out.shape, a.shape, b.shape));
-    BroadcastBinaryKernel<kMul>
+    BroadcastBinaryKernel<kOp>
         <<<GridFor(n), kThreads, 0, ctx.compute>>>(a.f32(), b.f32(), out.f32(), n, plan);
   }
   HR_CUDA_LAUNCHED("BroadcastBinaryKernel");
   return absl::OkStatus();
 }
+
+__global__ void NegateKernel(float* x, int64_t n) { GRID_STRIDE_LOOP(i, n) x[i] = -x[i]; }
 
 // How dy (over the output's dims) reduces to an input's shape: the dims kept (the input's
 // own, in order) and the dims summed over, with dy's strides and those of the other operand
@@ -335,7 +350,7 @@ absl::Status BinaryInputGrad(CudaContext& ctx, const TensorView& dy, const Tenso
     if (other == nullptr) return CopyIfDistinct(ctx, dx.data, dy.data, dx.bytes());
     TensorView out = dx;
     out.shape = dy.shape;
-    return LaunchBinary<true>(ctx, dy, *other, out);
+    return LaunchBinary<BinaryOp::kMul>(ctx, dy, *other, out);
   }
   const graph::Shape other_shape = other != nullptr ? other->shape : graph::Shape{};
   ASSIGN_OR_RETURN(ReducePlan plan, MakeReducePlan(dy.shape, dx.shape, other_shape));
@@ -355,28 +370,71 @@ absl::Status BinaryInputGrad(CudaContext& ctx, const TensorView& dy, const Tenso
   return CopyIfDistinct(ctx, dx.data, out, dx.bytes());
 }
 
-template <bool kMul>
+template <BinaryOp kOp>
 absl::Status BinaryForward(CudaContext& ctx, const ForwardArgs& args) {
   RETURN_IF_ERROR(RequireF32(args.inputs[0], "input 'a'"));
   RETURN_IF_ERROR(RequireF32(args.inputs[1], "input 'b'"));
-  return LaunchBinary<kMul>(ctx, args.inputs[0], args.inputs[1], args.outputs[0]);
+  return LaunchBinary<kOp>(ctx, args.inputs[0], args.inputs[1], args.outputs[0]);
 }
 
-template <bool kMul>
+// The order in which to write the two input gradients: the one that aliases dy (if one
+// does) goes last, so the other still reads dy intact.
+std::vector<int> BinaryGradOrder(const BackwardArgs& args) {
+  if (args.input_grads[0].data == args.output_grads[0].data) return {1, 0};
+  return {0, 1};
+}
+
+template <BinaryOp kOp>
 absl::Status BinaryBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& dy = args.output_grads[0];
-  // The gradient that aliases dy (if one does) goes last: the other still reads dy.
-  int order[2] = {0, 1};
-  if (args.input_grads[0].data == dy.data) std::swap(order[0], order[1]);
-  for (int i : order) {
+  for (int i : BinaryGradOrder(args)) {
     const TensorView& dx = args.input_grads[i];
     if (!dx.present()) continue;
     const TensorView* other = nullptr;
-    if (kMul) {
+    if (kOp == BinaryOp::kMul) {
       other = &args.inputs[1 - i];
       RETURN_IF_ERROR(RequireF32(*other, i == 0 ? "input 'b'" : "input 'a'"));
     }
     RETURN_IF_ERROR(BinaryInputGrad(ctx, dy, other, dx));
+    if (kOp == BinaryOp::kSub && i == 1) {
+      // -(sum of dy) equals PyTorch's sum of -dy: negation is exact.
+      const int64_t n = dx.num_elements();
+      NegateKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(dx.f32(), n);
+      HR_CUDA_LAUNCHED("NegateKernel");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// da = dy / b and db = -dy * ((a / b) / b), PyTorch 1.13's formulas, each staged over dy's
+// shape in the workspace (it reads a, b and dy before a gradient that aliases dy is written),
+// then summed over its broadcast dims.
+absl::Status DivBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& a = args.inputs[0];
+  const TensorView& b = args.inputs[1];
+  RETURN_IF_ERROR(RequireF32(b, "input 'b'"));
+  for (int i : BinaryGradOrder(args)) {
+    const TensorView& dx = args.input_grads[i];
+    if (!dx.present()) continue;
+    if (i == 0 && dx.num_elements() == dy.num_elements()) {
+      TensorView out = dx;
+      out.shape = dy.shape;
+      RETURN_IF_ERROR(LaunchBinary<BinaryOp::kDiv>(ctx, dy, b, out));
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(nullptr, 0, {dy.bytes()}));
+    TensorView t = dy;
+    t.data = scratch[0];
+    if (i == 0) {
+      RETURN_IF_ERROR(LaunchBinary<BinaryOp::kDiv>(ctx, dy, b, t));
+    } else {
+      RETURN_IF_ERROR(RequireF32(a, "input 'a'"));
+      RETURN_IF_ERROR(LaunchBinary<BinaryOp::kDiv>(ctx, a, b, t));
+      RETURN_IF_ERROR(LaunchBinary<BinaryOp::kDiv>(ctx, t, b, t));
+      RETURN_IF_ERROR(LaunchBinary<BinaryOp::kNegMul>(ctx, dy, t, t));
+    }
+    RETURN_IF_ERROR(BinaryInputGrad(ctx, t, nullptr, dx));
   }
   return absl::OkStatus();
 }
@@ -722,8 +780,10 @@ absl::Status ColumnSums(CudaContext& ctx, const float* in, int64_t rows, int64_t
 void RegisterElementwiseKernels(KernelTable* table) {
   (*table)["GELU"] = {GeluForward, GeluBackward};
   (*table)["Dropout"] = {DropoutForward, DropoutBackward};
-  (*table)["Add"] = {BinaryForward<false>, BinaryBackward<false>};
-  (*table)["Mul"] = {BinaryForward<true>, BinaryBackward<true>};
+  (*table)["Add"] = {BinaryForward<BinaryOp::kAdd>, BinaryBackward<BinaryOp::kAdd>};
+  (*table)["Mul"] = {BinaryForward<BinaryOp::kMul>, BinaryBackward<BinaryOp::kMul>};
+  (*table)["Sub"] = {BinaryForward<BinaryOp::kSub>, BinaryBackward<BinaryOp::kSub>};
+  (*table)["Div"] = {BinaryForward<BinaryOp::kDiv>, DivBackward};
   (*table)["Flatten"] = {ViewForward, ViewBackward};
   (*table)["Reshape"] = {ViewForward, ViewBackward};
   (*table)["Transpose"] = {TransposeForward, TransposeBackward};
