@@ -46,4 +46,6 @@ check transformer 6 --model transformer --batch 4 --layers 2 --d_model 64 --head
 SECTIONS=3 check tiny_vit 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_vit.pbtxt"
 # LeakyReLU, ELU, SELU, Softplus, Sqrt, Erf and Mish (the activations from ONNX).
 SECTIONS=2 check tiny_activations 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_activations.pbtxt"
+# Sub and Div of computed tensors, same-shape and broadcast over parameters.
+SECTIONS=2 check tiny_arithmetic 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_arithmetic.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"

@@ -257,7 +257,7 @@ OP_DEFAULTS = {
     "SELU": {"alpha": SELU_ALPHA, "gamma": SELU_GAMMA},
     "Softplus": {}, "Sqrt": {}, "Erf": {}, "Mish": {},
     "Dropout": {"rate": 0.5},
-    "Add": {}, "Mul": {},
+    "Add": {}, "Mul": {}, "Sub": {}, "Div": {},
     "MaxPool": {"stride": [], "padding": [0, 0], "ceil_mode": False},
     "AvgPool": {"stride": [], "padding": [0, 0], "ceil_mode": False, "count_include_pad": True},
     "GlobalAvgPool": {},
@@ -273,8 +273,8 @@ REQUIRED_ATTRS = {"MaxPool": ("kernel_size",), "AvgPool": ("kernel_size",),
                   "Expand": ("shape",)}
 # (fewest, most) inputs; None: any number.
 NUM_INPUTS = {"MatMul": (2, 3), "Conv2D": (2, 3), "BatchNorm": (5, 5), "LayerNorm": (3, 3),
-              "Add": (2, 2), "Mul": (2, 2), "Concat": (1, None), "Embedding": (2, 2),
-              "SoftmaxCrossEntropy": (2, 2)}
+              "Add": (2, 2), "Mul": (2, 2), "Sub": (2, 2), "Div": (2, 2), "Concat": (1, None),
+              "Embedding": (2, 2), "SoftmaxCrossEntropy": (2, 2)}
 
 
 def _Padding4(attrs):
@@ -422,6 +422,8 @@ OPS = {
     "Dropout": _Dropout,
     "Add": lambda x, a, n: x[0] + x[1],
     "Mul": lambda x, a, n: x[0] * x[1],
+    "Sub": lambda x, a, n: x[0] - x[1],
+    "Div": lambda x, a, n: x[0] / x[1],
     "MaxPool": _Pool,
     "AvgPool": _Pool,
     "GlobalAvgPool": lambda x, a, n: x[0].mean(dim=(2, 3), keepdim=True),

@@ -389,6 +389,19 @@ class TorchReferenceTest(unittest.TestCase):
         self.assertTrue(torch.allclose(Run("Mish"), x * torch.tanh(torch.log1p(torch.exp(x)))))
         self.assertTrue(torch.equal(ref.OPS["Sqrt"]([x.abs()], {}, node), x.abs().sqrt()))
 
+    def testSubAndDivBroadcast(self):
+        node = {"name": "n", "op": "X"}
+        a = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+        b = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+        self.assertEqual(ref.NUM_INPUTS["Sub"], (2, 2))
+        self.assertEqual(ref.NUM_INPUTS["Div"], (2, 2))
+        self.assertTrue(torch.equal(ref.OPS["Sub"]([a, b], {}, node),
+                                    torch.tensor([[-1.0, -1.0, -2.0], [2.0, 2.0, 1.0]],
+                                                 dtype=torch.float64)))
+        self.assertTrue(torch.equal(ref.OPS["Div"]([a, b], {}, node),
+                                    torch.tensor([[0.0, 0.5, 0.5], [3.0, 2.0, 1.25]],
+                                                 dtype=torch.float64)))
+
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))
         status, result, _ = RunReference(d, "--no-memory")
