@@ -166,11 +166,29 @@ class Importer {
   // to 17) and an output, so no converter or pattern reads past a node's lists.
   absl::Status CheckArity() const {
     static const auto* required = new absl::flat_hash_map<std::string, int>{
-        {"Add", 2},  {"BatchNormalization", 5}, {"Constant", 0}, {"Conv", 2},
-        {"Div", 2},  {"Equal", 2},  {"Expand", 2},  {"Gather", 2},  {"Gemm", 2},
-        {"Greater", 2}, {"LayerNormalization", 2}, {"Less", 2}, {"MatMul", 2}, {"Mul", 2},
-        {"Pad", 2},  {"Pow", 2},  {"Range", 3},  {"Reshape", 2}, {"Slice", 3}, {"Sub", 2},
-        {"Tile", 2}, {"Where", 3},
+        {"Add", 2},
+        {"BatchNormalization", 5},
+        {"Constant", 0},
+        {"Conv", 2},
+        {"Div", 2},
+        {"Equal", 2},
+        {"Expand", 2},
+        {"Gather", 2},
+        {"Gemm", 2},
+        {"Greater", 2},
+        {"LayerNormalization", 2},
+        {"Less", 2},
+        {"MatMul", 2},
+        {"Mul", 2},
+        {"Pad", 2},
+        {"Pow", 2},
+        {"PRelu", 2},
+        {"Range", 3},
+        {"Reshape", 2},
+        {"Slice", 3},
+        {"Sub", 2},
+        {"Tile", 2},
+        {"Where", 3},
     };
     for (const onnx::NodeProto& node : graph_.node()) {
       auto it = required->find(node.op_type());
@@ -855,6 +873,13 @@ class Importer {
   absl::Status Sigmoid(const onnx::NodeProto& n) { return Elementwise(n, "Sigmoid"); }
   absl::Status Tanh(const onnx::NodeProto& n) { return Elementwise(n, "Tanh"); }
   absl::Status HardSwish(const onnx::NodeProto& n) { return Elementwise(n, "HardSwish"); }
+  // PRelu(x, slope): torch's nn.PReLU(C) exports its weight [C] through an Unsqueeze to
+  // [C, 1, 1], which broadcasts over x[N, C, H, W]; the slope trains as a parameter.
+  absl::Status PRelu(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    ASSIGN_OR_RETURN(std::string slope, Tensor(n.input(1)));
+    return EmitFor(n, "PReLU", {x, slope});
+  }
   absl::Status LeakyRelu(const onnx::NodeProto& n) {
     return Elementwise(n, "LeakyReLU", {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 0.01))}});
   }
@@ -1712,6 +1737,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Identity", &Importer::Identity},
       {"LayerNormalization", &Importer::LayerNormalization},
       {"LeakyRelu", &Importer::LeakyRelu},
+      {"PRelu", &Importer::PRelu},
       {"MatMul", &Importer::MatMul},
       {"MaxPool", &Importer::MaxPool},
       {"Mish", &Importer::Mish},

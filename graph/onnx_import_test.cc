@@ -308,6 +308,29 @@ TEST(OnnxImportTest, SubAndDivOfTwoComputedTensorsAreHeadroomOps) {
   ASSERT_TRUE(Graph::FromProto(m.graph).ok());
 }
 
+TEST(OnnxImportTest, PReluTakesTorchsUnsqueezedSlope) {
+  // torch 1.13's nn.PReLU(4): PRelu(x, Unsqueeze(weight[4], [1, 2])).
+  OnnxModelBuilder b;
+  b.Input("x", {4, 5, 5}).Weight("act.weight", {4}, 0.25f).Ints("axes", {1, 2});
+  b.AddNode("Unsqueeze", {"act.weight", "axes"}, {"slope"});
+  b.AddNode("PRelu", {"x", "slope"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["PReLU"], 1);
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  // The slope is a trained parameter of 4 values, broadcast per channel.
+  int64_t slope_values = 0;
+  for (const auto& t : m.graph.tensors()) {
+    if (t.role() == proto::ROLE_PARAMETER) {
+      int64_t n = 1;
+      for (int64_t d : t.shape()) n *= d;
+      slope_values += n;
+    }
+  }
+  EXPECT_EQ(slope_values, 4);
+}
+
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
   // x[4,6,2] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): [4, 12].
   OnnxModelBuilder b;

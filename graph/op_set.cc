@@ -217,6 +217,20 @@ absl::Status InferBinary(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// PReLU: the slope broadcasts to x (PyTorch's per-channel slope is [C, 1, 1] beside x[N, C,
+// H, W]); y has x's shape.
+absl::Status InferPRelu(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectSameFloating(ctx));
+  ASSIGN_OR_RETURN(Shape out, BroadcastShapes(ctx, 0, 1));
+  if (out != ctx.input_shapes[0]) {
+    return InvalidArgumentError(StrCat(ctx.Input(1), " ", ShapeString(ctx.input_shapes[1]),
+                                       " does not broadcast to ", ctx.Input(0), " ",
+                                       ShapeString(ctx.input_shapes[0])));
+  }
+  SetOutput(ctx, std::move(out), ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
 absl::Status InferMatMul(InferenceContext& ctx) {
   RETURN_IF_ERROR(ExpectSameFloating(ctx));
   RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 2));
@@ -699,6 +713,8 @@ std::vector<OpSchema> BuildOpSet() {
   ops.push_back(Op("Mul", {"a", "b"}, 0, {}, InferBinary, "a * b, numpy broadcasting"));
   ops.push_back(Op("Sub", {"a", "b"}, 0, {}, InferBinary, "a - b, numpy broadcasting"));
   ops.push_back(Op("Div", {"a", "b"}, 0, {}, InferBinary, "a / b, numpy broadcasting"));
+  ops.push_back(Op("PReLU", {"x", "slope"}, 0, {}, InferPRelu,
+                   "x if x > 0, else slope * x; slope (a parameter) broadcasts to x"));
   ops.push_back(Unary("MaxPool", "max over windows of x[N,C,H,W]", InferPool, PoolAttrs(false)));
   ops.push_back(Unary("AvgPool", "mean over windows of x[N,C,H,W]", InferPool, PoolAttrs(true)));
   ops.push_back(Unary("GlobalAvgPool", "x[N,C,H,W] -> mean over H,W as [N,C,1,1]",

@@ -226,6 +226,16 @@ TEST(ElementwiseShapeTest, OnnxActivationsNeedFiniteAttributesAndFloats) {
   EXPECT_THAT(ints.status().message(), HasSubstr("needs a floating-point type"));
 }
 
+TEST(ElementwiseShapeTest, PReluSlopeBroadcastsToX) {
+  EXPECT_EQ(OutShape(OneOp("PReLU", {{{2, 4, 5, 5}}, {{4, 1, 1}}})), Shape({2, 4, 5, 5}));
+  EXPECT_EQ(OutShape(OneOp("PReLU", {{{2, 4, 5, 5}}, {{1}}})), Shape({2, 4, 5, 5}));
+  // A slope that would widen x is no PReLU.
+  auto g = OneOp("PReLU", {{{4, 1}}, {{4, 3}}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (PReLU)"));
+  EXPECT_THAT(g.status().message(), HasSubstr("[4,3] does not broadcast to input 'in0' [4,1]"));
+}
+
 TEST(NormShapeTest, BatchNormOverChannels) {
   EXPECT_EQ(OutShape(OneOp("BatchNorm", {{{2, 16, 4, 4}}, {{16}}, {{16}}, {{16}}, {{16}}})),
             Shape({2, 16, 4, 4}));

@@ -60,7 +60,7 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
   if (op == "Sigmoid" || op == "Tanh") return 4 * in;
   if (op == "HardSigmoid") return 3 * in;  // Multiply, add, clamp.
   if (op == "HardSwish") return 5 * in;    // Add, clamp, multiply, divide.
-  if (op == "LeakyReLU") return 2 * in;    // Compare, multiply.
+  if (op == "LeakyReLU" || op == "PReLU") return 2 * in;               // Compare, multiply.
   if (op == "ELU" || op == "SELU" || op == "Softplus") return 5 * in;  // An exp and a few.
   if (op == "Sqrt") return in;
   if (op == "Erf") return 10 * in;

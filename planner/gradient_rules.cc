@@ -86,6 +86,14 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
     div.forward_inplace = true;
     div.backward_inplace = true;
   }
+  {
+    // dx = dy where x > 0, else slope dy; dslope = x dy where x <= 0, summed over broadcast
+    // dims (PyTorch's: the slope's side at 0).
+    GradientRule& prelu = rules["PReLU"];
+    prelu.reads = {Always(K::kInput, 0), IfNeeds(0, K::kInput, 1)};
+    prelu.forward_inplace = true;
+    prelu.backward_inplace = true;
+  }
   rules["MaxPool"].reads = {Always(K::kInput, 0), Always(K::kOutput, 0)};  // Where the max was.
   rules["AvgPool"];        // dx spreads dy over each window: shapes only.
   rules["GlobalAvgPool"];  // dx = dy / (H W), broadcast.

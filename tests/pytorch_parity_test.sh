@@ -48,4 +48,6 @@ SECTIONS=3 check tiny_vit 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_vit.pbt
 SECTIONS=2 check tiny_activations 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_activations.pbtxt"
 # Sub and Div of computed tensors, same-shape and broadcast over parameters.
 SECTIONS=2 check tiny_arithmetic 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_arithmetic.pbtxt"
+# PReLU with a slope per feature and a shared one.
+SECTIONS=2 check tiny_prelu 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_prelu.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"

@@ -257,7 +257,7 @@ OP_DEFAULTS = {
     "SELU": {"alpha": SELU_ALPHA, "gamma": SELU_GAMMA},
     "Softplus": {}, "Sqrt": {}, "Erf": {}, "Mish": {},
     "Dropout": {"rate": 0.5},
-    "Add": {}, "Mul": {}, "Sub": {}, "Div": {},
+    "Add": {}, "Mul": {}, "Sub": {}, "Div": {}, "PReLU": {},
     "MaxPool": {"stride": [], "padding": [0, 0], "ceil_mode": False},
     "AvgPool": {"stride": [], "padding": [0, 0], "ceil_mode": False, "count_include_pad": True},
     "GlobalAvgPool": {},
@@ -273,7 +273,8 @@ REQUIRED_ATTRS = {"MaxPool": ("kernel_size",), "AvgPool": ("kernel_size",),
                   "Expand": ("shape",)}
 # (fewest, most) inputs; None: any number.
 NUM_INPUTS = {"MatMul": (2, 3), "Conv2D": (2, 3), "BatchNorm": (5, 5), "LayerNorm": (3, 3),
-              "Add": (2, 2), "Mul": (2, 2), "Sub": (2, 2), "Div": (2, 2), "Concat": (1, None),
+              "Add": (2, 2), "Mul": (2, 2), "Sub": (2, 2), "Div": (2, 2), "PReLU": (2, 2),
+              "Concat": (1, None),
               "Embedding": (2, 2), "SoftmaxCrossEntropy": (2, 2)}
 
 
@@ -395,6 +396,17 @@ def _Selu(x, attrs, node):
     return attrs["gamma"] * F.elu(x[0], alpha=attrs["alpha"])
 
 
+def _PRelu(x, attrs, node):
+    """F.prelu where the slope is one value or one per channel (axis 1) shaped [C, 1, ...]
+    as nn.PReLU's weight broadcasts; else its definition, x where x > 0, else slope * x."""
+    data, slope = x
+    c = data.shape[1] if data.dim() > 1 else 1
+    if slope.numel() == 1 or (slope.numel() == c and slope.dim() <= data.dim() - 1 and
+                              slope.shape[0] == c):
+        return F.prelu(data, slope.reshape(-1))
+    return torch.where(data > 0, data, slope * data)
+
+
 def _SoftmaxCrossEntropy(x, attrs, node):
     logits, labels = x
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
@@ -424,6 +436,7 @@ OPS = {
     "Mul": lambda x, a, n: x[0] * x[1],
     "Sub": lambda x, a, n: x[0] - x[1],
     "Div": lambda x, a, n: x[0] / x[1],
+    "PReLU": _PRelu,
     "MaxPool": _Pool,
     "AvgPool": _Pool,
     "GlobalAvgPool": lambda x, a, n: x[0].mean(dim=(2, 3), keepdim=True),

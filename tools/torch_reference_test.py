@@ -402,6 +402,16 @@ class TorchReferenceTest(unittest.TestCase):
                                     torch.tensor([[0.0, 0.5, 0.5], [3.0, 2.0, 1.25]],
                                                  dtype=torch.float64)))
 
+    def testPReluIsPyTorchsPerChannelAndScalar(self):
+        node = {"name": "n", "op": "PReLU"}
+        x = torch.linspace(-2, 2, 24, dtype=torch.float64).reshape(2, 3, 2, 2)
+        w = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+        self.assertEqual(ref.NUM_INPUTS["PReLU"], (2, 2))
+        self.assertTrue(torch.equal(ref.OPS["PReLU"]([x, w.reshape(3, 1, 1)], {}, node),
+                                    F.prelu(x, w)))
+        self.assertTrue(torch.equal(ref.OPS["PReLU"]([x, w[:1]], {}, node),
+                                    torch.where(x > 0, x, 0.1 * x)))
+
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))
         status, result, _ = RunReference(d, "--no-memory")

@@ -750,6 +750,105 @@ absl::Status DivBackward(CpuContext& ctx, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
+// ---- PReLU -------------------------------------------------------------------------------
+
+// Calls f(i, j) for each flat index i of `out` and j, the index of `in` (broadcast to out)
+// it reads.
+template <typename F>
+void ForEachBroadcast(const Shape& out, const Shape& in, F f) {
+  const int64_t n = static_cast<int64_t>(graph::NumElements(out));
+  if (out.empty()) {
+    f(0, 0);
+    return;
+  }
+  const std::vector<int64_t> si = BroadcastStrides(in, out);
+  const int rank = static_cast<int>(out.size());
+  const int64_t inner = out[rank - 1];
+  const int64_t rows = n / inner;
+  const int64_t step = si[rank - 1];
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, base = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      base += (rem % out[d]) * si[d];
+      rem /= out[d];
+    }
+    for (int64_t k = 0; k < inner; ++k) f(r * inner + k, base + k * step);
+  }
+}
+
+absl::Status CheckPRelu(const std::string& op, const std::vector<TensorView>& inputs) {
+  RETURN_IF_ERROR(CheckFloat(op, "input 'x'", inputs[0]));
+  RETURN_IF_ERROR(CheckFloat(op, "input 'slope'", inputs[1]));
+  const Shape& x = inputs[0].shape;
+  const Shape& s = inputs[1].shape;
+  bool fits = s.size() <= x.size();
+  for (size_t d = 0; fits && d < s.size(); ++d) {
+    fits = s[d] == 1 || s[d] == x[x.size() - s.size() + d];
+  }
+  if (!fits) {
+    return absl::InvalidArgumentError(StrCat("op '", op, "': input 'slope' ", ShapeString(s),
+                                             " does not broadcast to input 'x' ", ShapeString(x)));
+  }
+  return absl::OkStatus();
+}
+
+// y = x where x > 0, else slope * x (PyTorch's branch at 0: the slope's).
+absl::Status PReluForward(CpuContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckPRelu(args.op, args.inputs));
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckElements(args.op, "output 'y'", y, x.num_elements()));
+  BroadcastBinary(x.shape, x.f32(), x.shape, args.inputs[1].f32(), args.inputs[1].shape, y.f32(),
+                  [](float u, float w) { return u > 0 ? u : w * u; });
+  return absl::OkStatus();
+}
+
+// The slope's gradient x dy (0 where x > 0) is staged over x's shape, then summed.
+absl::StatusOr<uint64_t> PReluBackwardScratch(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dy = args.output_grads[0];
+  return dy.present() && args.input_grads[1].present() ? dy.bytes() : 0;
+}
+
+// dx = dy where x > 0, else slope * dy; dslope = sum of x * dy where x <= 0, PyTorch 1.13's
+// prelu backward. dslope first: dx may overwrite dy.
+absl::Status PReluBackward(CpuContext& ctx, const BackwardArgs& args) {
+  RETURN_IF_ERROR(CheckPRelu(args.op, args.inputs));
+  const TensorView& x = args.inputs[0];
+  const TensorView& slope = args.inputs[1];
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& ds = args.input_grads[1];
+  RETURN_IF_ERROR(NeedData(args.op, "input 'x'", x));
+  if (ds.present()) {
+    RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'slope'", ds, slope.num_elements()));
+    if (!dy.present()) {
+      Fill(ds, 0.f);
+    } else {
+      ASSIGN_OR_RETURN(char* scratch, ctx.Scratch(args.scratch, args.scratch_bytes, dy.bytes()));
+      float* t = reinterpret_cast<float*>(scratch);
+      BroadcastBinary(x.shape, x.f32(), x.shape, dy.f32(), x.shape, t,
+                      [](float u, float g) { return u > 0 ? 0.f : u * g; });
+      ReduceToShape(t, x.shape, ds.f32(), slope.shape);
+    }
+  }
+  if (dx.present()) {
+    RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx, x.num_elements()));
+    if (!dy.present()) {
+      Fill(dx, 0.f);
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(NeedData(args.op, "input 'slope'", slope));
+    const float* xs = x.f32();
+    const float* g = dy.f32();
+    const float* w = slope.f32();
+    float* d = dx.f32();
+    ForEachBroadcast(x.shape, slope.shape,
+                     [&](int64_t i, int64_t j) { d[i] = xs[i] > 0 ? g[i] : w[j] * g[i]; });
+  }
+  return absl::OkStatus();
+}
+
 // ---- LayerNorm ----------------------------------------------------------------------------
 
 absl::Status CheckLayerNorm(const std::string& op, const std::vector<TensorView>& inputs) {
@@ -1708,6 +1807,7 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<MulForward, MulBackward, nullptr, MulBackwardScratch>(table, "Mul");
   Register<SubForward, SubBackward>(table, "Sub");
   Register<DivForward, DivBackward, nullptr, DivBackwardScratch>(table, "Div");
+  Register<PReluForward, PReluBackward, nullptr, PReluBackwardScratch>(table, "PReLU");
   Register<LayerNormForward, LayerNormBackward>(table, "LayerNorm");
   Register<ViewForward, ViewBackward>(table, "Flatten");
   Register<ViewForward, ViewBackward>(table, "Reshape");

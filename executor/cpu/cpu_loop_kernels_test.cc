@@ -291,6 +291,34 @@ struct UnaryRun {
   std::vector<float> y, dx;
 };
 
+TEST_F(LoopKernelsTest, PReluPerChannelTakesTheSlopeAtZero) {
+  // x[1, 2, 3] with slope [2, 1]: channel 0's slope 0.25, channel 1's 0.5. PyTorch 1.13
+  // (F.prelu): y = 0 * slope at x = 0, dx = slope * dy there, dslope sums x * dy for x <= 0.
+  const Shape xs = {1, 2, 3}, ss = {2, 1};
+  Tensor x(xs), slope(ss), y(xs), dy(xs);
+  const std::vector<float> xv = {-2, 0, 3, -1, -0.f, 4}, dyv = {1, 2, 3, 4, 5, 6};
+  std::copy(xv.begin(), xv.end(), x.f());
+  std::copy(dyv.begin(), dyv.end(), dy.f());
+  slope.f()[0] = 0.25f;
+  slope.f()[1] = 0.5f;
+  graph::Attrs attrs = MakeAttrs("PReLU");
+  ASSERT_TRUE(Forward("PReLU", attrs, {x.view(), slope.view()}, {y.view()}).ok());
+  EXPECT_EQ(y.values(), (std::vector<float>{-0.5f, 0, 3, -0.5f, -0.f, 4}));
+  Tensor dx(xs), ds(ss);
+  ASSERT_TRUE(Backward("PReLU", attrs, {x.view(), slope.view()}, {y.absent()}, {}, {dy.view()},
+                       {dx.view(), ds.view()})
+                  .ok());
+  EXPECT_EQ(dx.values(), (std::vector<float>{0.25f, 0.5f, 3, 2, 2.5f, 6}));
+  EXPECT_EQ(ds.values(), (std::vector<float>{-2, -4}));  // -2 * 1 + 0 * 2; -1 * 4 + -0 * 5.
+  // In place: dx over dy, the slope's gradient read from dy first.
+  Tensor g = dy, ds2(ss);
+  ASSERT_TRUE(Backward("PReLU", attrs, {x.view(), slope.view()}, {y.absent()}, {}, {g.view()},
+                       {g.view(), ds2.view()})
+                  .ok());
+  EXPECT_EQ(g.values(), dx.values());
+  EXPECT_EQ(ds2.values(), ds.values());
+}
+
 TEST_F(LoopKernelsTest, OnnxActivationsTakePyTorchsSideAtTheirKinks) {
   // Runs op's forward on xs and its backward (reading x, or y where `from_y`) on dy.
   auto RunUnary = [this](const std::string& op, const graph::Attrs& attrs,

@@ -207,6 +207,10 @@ std::vector<GradCase> ElementwiseLoopCases() {
                {AwayFrom({3, 7}, 59, -4, 4, {-2, 3})}});
   c.push_back({"HardSwish", "HardSwish", {}, {AwayFrom({3, 7}, 60, -5, 5, {-3, 3})}});
   c.push_back({"LeakyReLU", "LeakyReLU", {}, {AwayFrom({3, 7}, 70, -2, 2, {0})}});
+  c.push_back({"PReLUPerChannel",
+               "PReLU",
+               {},
+               {AwayFrom({2, 3, 2, 2}, 170, -2, 2, {0}), Uniform({3, 1, 1}, 171, 0.1f, 0.5f)}});
   c.push_back(
       {"LeakyReLUAlpha", "LeakyReLU", {{"alpha", F(0.3)}}, {AwayFrom({3, 7}, 71, -2, 2, {0})}});
   c.push_back({"ELU", "ELU", {{"alpha", F(0.7)}}, {AwayFrom({3, 7}, 72, -3, 3, {0})}});

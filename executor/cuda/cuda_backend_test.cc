@@ -1014,6 +1014,27 @@ TEST_F(CudaBackendTest, SubAndDivBroadcast) {
   }
 }
 
+TEST_F(CudaBackendTest, PReluPerChannel) {
+  // x[2, 3, 2, 2] with slope [3, 1, 1], x away from the kink at 0.
+  const Shape xs = {2, 3, 2, 2}, ss = {3, 1, 1};
+  std::mt19937 rng(19);
+  OpCase c;
+  c.op = "PReLU";
+  c.attrs = AttrsOf(c.op);
+  c.input_shapes = {xs, ss};
+  std::vector<float> x = Random(24, rng);
+  for (float& v : x) v += v < 0 ? -0.2f : 0.2f;
+  c.inputs = {x, Random(3, rng, 0.1f, 0.5f)};
+  c.output_shapes = {xs};
+  c.reference = [&](const std::vector<Values>& in) {
+    Values y(24);
+    for (int i = 0; i < 24; ++i) y[i] = in[0][i] > 0 ? in[0][i] : in[1][(i / 4) % 3] * in[0][i];
+    return std::vector<Values>{y};
+  };
+  c.grad_inputs = {true, true};
+  CheckOp(c);
+}
+
 TEST_F(CudaBackendTest, DivBackwardWithGradientAliasingDy) {
   // da aliases dy; db reduces over the broadcast dims and must read dy before da is written.
   std::mt19937 rng(18);

@@ -439,6 +439,73 @@ absl::Status DivBackward(CudaContext& ctx, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
+// ---- PReLU ------------------------------------------------------------------------------
+
+// y = x where x > 0, else slope * x; the slope is read through `p`'s b strides.
+__global__ void PReluForwardKernel(const float* x, const float* slope, float* y, int64_t n,
+                                   BroadcastPlan p) {
+  GRID_STRIDE_LOOP(i, n) {
+    const OffsetPair at = OffsetsOf(i, p.rank, p.dims, p.a_strides, p.b_strides);
+    const float u = x[i];
+    y[i] = u > 0 ? u : slope[at.second] * u;
+  }
+}
+
+// dx = dy where x > 0, else slope * dy (dx may alias dy).
+__global__ void PReluInputGradKernel(const float* x, const float* slope, const float* dy, float* dx,
+                                     int64_t n, BroadcastPlan p) {
+  GRID_STRIDE_LOOP(i, n) {
+    const OffsetPair at = OffsetsOf(i, p.rank, p.dims, p.a_strides, p.b_strides);
+    dx[i] = x[i] > 0 ? dy[i] : slope[at.second] * dy[i];
+  }
+}
+
+// t = 0 where x > 0, else x * dy: the slope's gradient before it is summed.
+__global__ void PReluSlopeTermsKernel(const float* x, const float* dy, float* t, int64_t n) {
+  GRID_STRIDE_LOOP(i, n) t[i] = x[i] > 0 ? 0.0f : x[i] * dy[i];
+}
+
+absl::Status PReluForward(CudaContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& slope = args.inputs[1];
+  RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
+  RETURN_IF_ERROR(RequireF32(slope, "input 'slope'"));
+  ASSIGN_OR_RETURN(BroadcastPlan plan, MakeBroadcastPlan(x.shape, x.shape, slope.shape));
+  const int64_t n = x.num_elements();
+  PReluForwardKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(x.f32(), slope.f32(),
+                                                               args.outputs[0].f32(), n, plan);
+  HR_CUDA_LAUNCHED("PReluForwardKernel");
+  return absl::OkStatus();
+}
+
+// PyTorch 1.13's prelu backward; the slope's gradient first (staged over x's shape in the
+// workspace, then summed over the broadcast dims), since dx may overwrite dy.
+absl::Status PReluBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& slope = args.inputs[1];
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& ds = args.input_grads[1];
+  RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
+  const int64_t n = x.num_elements();
+  if (ds.present()) {
+    ASSIGN_OR_RETURN(std::vector<void*> scratch, ctx.Scratch(nullptr, 0, {dy.bytes()}));
+    TensorView t = dy;
+    t.data = scratch[0];
+    PReluSlopeTermsKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(x.f32(), dy.f32(), t.f32(), n);
+    HR_CUDA_LAUNCHED("PReluSlopeTermsKernel");
+    RETURN_IF_ERROR(BinaryInputGrad(ctx, t, nullptr, ds));
+  }
+  if (dx.present()) {
+    RETURN_IF_ERROR(RequireF32(slope, "input 'slope'"));
+    ASSIGN_OR_RETURN(BroadcastPlan plan, MakeBroadcastPlan(x.shape, x.shape, slope.shape));
+    PReluInputGradKernel<<<GridFor(n), kThreads, 0, ctx.compute>>>(x.f32(), slope.f32(), dy.f32(),
+                                                                   dx.f32(), n, plan);
+    HR_CUDA_LAUNCHED("PReluInputGradKernel");
+  }
+  return absl::OkStatus();
+}
+
 // dx = dy summed over the dims Expand broadcast x along: Add's reduction.
 absl::Status ExpandBackward(CudaContext& ctx, const BackwardArgs& args) {
   const TensorView& dx = args.input_grads[0];
@@ -784,6 +851,7 @@ void RegisterElementwiseKernels(KernelTable* table) {
   (*table)["Mul"] = {BinaryForward<BinaryOp::kMul>, BinaryBackward<BinaryOp::kMul>};
   (*table)["Sub"] = {BinaryForward<BinaryOp::kSub>, BinaryBackward<BinaryOp::kSub>};
   (*table)["Div"] = {BinaryForward<BinaryOp::kDiv>, DivBackward};
+  (*table)["PReLU"] = {PReluForward, PReluBackward};
   (*table)["Flatten"] = {ViewForward, ViewBackward};
   (*table)["Reshape"] = {ViewForward, ViewBackward};
   (*table)["Transpose"] = {TransposeForward, TransposeBackward};
