@@ -1,9 +1,9 @@
-// The CPU backend's Sub and Div against PyTorch 1.13's float32 values and autograd
+// The CPU backend's Sub, Div and PReLU against PyTorch 1.13's float32 values and autograd
 // gradients, written at build time by tools/torch_binary.py, same-shape and with both
-// operands broadcast. Prints each case's largest differences. y and the gradients are one
-// rounding of PyTorch's own formulas (db's is -dy * ((a / b) / b)), so bitwise where nothing
-// is summed; a gradient summed over broadcast dims (PyTorch in float, Headroom in double)
-// within 8 roundings of the sum of its terms' magnitudes.
+// operands broadcast (PReLU: a slope per channel, x with its kink at 0 and -0). Prints each case's
+// largest differences. y and the gradients are one rounding of PyTorch's own formulas (db's is -dy
+// * ((a / b) / b)), so bitwise where nothing is summed; a gradient summed over broadcast dims
+// (PyTorch in float, Headroom in double) within 8 roundings of the sum of its terms' magnitudes.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -86,6 +86,7 @@ double Compare(const std::vector<float>& got, const std::vector<float>& want,
     const double diff = std::fabs(double{got[i]} - want[i]);
     if (exact) {
       EXPECT_EQ(got[i], want[i]) << what << " at " << i;
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << what << " at " << i;
     } else {
       EXPECT_LE(diff, 8 * 1.1920929e-7 * scale[i])
           << what << " at " << i << ": " << got[i] << ", PyTorch's " << want[i];
@@ -122,9 +123,13 @@ TEST_P(BinaryParityTest, MatchesPyTorch) {
   std::vector<double> da_scale(da.size(), 0), db_scale(db.size(), 0);
   for (int64_t i = 0; i < Count(c.out); ++i) {
     const int64_t ia = BroadcastIndex(c.out, c.a, i), ib = BroadcastIndex(c.out, c.b, i);
-    const double g = std::fabs(double{ref.dy[i]}), v = ref.b[ib];
+    const double g = std::fabs(double{ref.dy[i]}), u = ref.a[ia], v = ref.b[ib];
     da_scale[ia] += c.op == "Div" ? g / std::fabs(v) : g;
-    db_scale[ib] += c.op == "Div" ? g * std::fabs(double{ref.a[ia]}) / (v * v) : g;
+    if (c.op == "PReLU") {
+      db_scale[ib] += u > 0 ? 0 : g * std::fabs(u);
+    } else {
+      db_scale[ib] += c.op == "Div" ? g * std::fabs(u) / (v * v) : g;
+    }
   }
   const double y_rel = Compare(y, ref.y, {}, true, "y");
   const double da_rel = Compare(da, ref.da, da_scale, c.a == c.out, "da");
@@ -138,7 +143,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"Sub_same", "Sub", {64, 64}, {64, 64}, {64, 64}},
                       Case{"Sub_broadcast", "Sub", {8, 1, 32}, {16, 1}, {8, 16, 32}},
                       Case{"Div_same", "Div", {64, 64}, {64, 64}, {64, 64}},
-                      Case{"Div_broadcast", "Div", {8, 1, 32}, {16, 1}, {8, 16, 32}}),
+                      Case{"Div_broadcast", "Div", {8, 1, 32}, {16, 1}, {8, 16, 32}},
+                      Case{"PReLU_channels", "PReLU", {4, 3, 5, 5}, {3, 1, 1}, {4, 3, 5, 5}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.file; });
 
 }  // namespace
