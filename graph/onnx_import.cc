@@ -880,6 +880,17 @@ class Importer {
     ASSIGN_OR_RETURN(std::string slope, Tensor(n.input(1)));
     return EmitFor(n, "PReLU", {x, slope});
   }
+  // Pow(x, c) of a computed x: c must be one known value (torch's x ** 2.0, x.pow(0.5)); a
+  // computed exponent is an error naming the node. (Pow of known values folds; GELU's and
+  // layer norm's Pow join their patterns first.)
+  absl::Status Pow(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "exponent"));
+    if (c->size() != 1) {
+      return Fail(n, StrCat("its exponent has ", c->size(),
+                            " values; Headroom's Pow takes one constant exponent"));
+    }
+    return Elementwise(n, "Pow", {{"exponent", FloatAttr(c->float_at(0))}});
+  }
   absl::Status LeakyRelu(const onnx::NodeProto& n) {
     return Elementwise(n, "LeakyReLU", {{"alpha", FloatAttr(OnnxFloatAttr(n, "alpha", 0.01))}});
   }
@@ -1738,6 +1749,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"LayerNormalization", &Importer::LayerNormalization},
       {"LeakyRelu", &Importer::LeakyRelu},
       {"PRelu", &Importer::PRelu},
+      {"Pow", &Importer::Pow},
       {"MatMul", &Importer::MatMul},
       {"MaxPool", &Importer::MaxPool},
       {"Mish", &Importer::Mish},

@@ -331,6 +331,30 @@ TEST(OnnxImportTest, PReluTakesTorchsUnsqueezedSlope) {
   EXPECT_EQ(slope_values, 4);
 }
 
+TEST(OnnxImportTest, PowOfAComputedTensorTakesAConstantExponent) {
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("two", 2.0f);
+  b.AddNode("Relu", {"x"}, {"a"});
+  b.AddNode("Pow", {"a", "two"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["Pow"], 1);
+  for (const auto& node : m.graph.nodes()) {
+    if (node.op() == "Pow") EXPECT_EQ(node.attrs().at("exponent").f(), 2.0);
+  }
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+
+  // A computed exponent names the node.
+  OnnxModelBuilder c;
+  c.Input("x", {6});
+  c.AddNode("Relu", {"x"}, {"a"});
+  c.AddNode("Pow", {"x", "a"}, {"logits"});
+  c.Output("logits");
+  absl::Status s = ImportOnnx(c.Bytes(), OnnxImportOptions{2}).status();
+  EXPECT_THAT(s.message(), HasSubstr("ONNX node '/logits' (Pow): its exponent (input 1) must "
+                                     "be known at import"));
+}
+
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
   // x[4,6,2] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): [4, 12].
   OnnxModelBuilder b;

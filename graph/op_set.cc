@@ -689,6 +689,10 @@ std::vector<OpSchema> BuildOpSet() {
                       "x > 0 ? x : alpha * x; the gradient at 0 is alpha, as "
                       "PyTorch's",
                       InferFiniteAttrs({"alpha"}), {FloatDefault("alpha", 0.01)}));
+  ops.push_back(Unary("Pow",
+                      "x ^ exponent, a constant (PyTorch's pow(x, scalar), with its exact "
+                      "forms at 0, 1, 2, 3, -1, -2, 0.5 and -0.5)",
+                      InferFiniteAttrs({"exponent"}), {FloatDefault("exponent", 1.0)}));
   ops.push_back(Unary("ELU", "x > 0 ? x : alpha * (exp(x) - 1)", InferFiniteAttrs({"alpha"}),
                       {FloatDefault("alpha", 1.0)}));
   ops.push_back(Unary("SELU",

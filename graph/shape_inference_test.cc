@@ -195,7 +195,7 @@ TEST(ElementwiseShapeTest, BinaryOpsBroadcast) {
 TEST(ElementwiseShapeTest, UnaryOpsKeepTheShape) {
   for (const char* op :
        {"ReLU", "ReLU6", "HardSigmoid", "HardSwish", "GELU", "Sigmoid", "Tanh", "Dropout",
-        "LeakyReLU", "ELU", "SELU", "Softplus", "Sqrt", "Erf", "Mish"}) {
+        "LeakyReLU", "ELU", "SELU", "Softplus", "Sqrt", "Erf", "Mish", "Pow"}) {
     EXPECT_EQ(OutShape(OneOp(op, {{{3, 5, 7}}})), Shape({3, 5, 7})) << op;
   }
 }
@@ -214,8 +214,12 @@ TEST(ElementwiseShapeTest, HardSigmoidTakesOnnxAttributesButNeedsFiniteOnes) {
 TEST(ElementwiseShapeTest, OnnxActivationsNeedFiniteAttributesAndFloats) {
   EXPECT_EQ(OutShape(OneOp("LeakyReLU", {{{2, 3}}}, {{"alpha", FloatAttr(0.2)}})), Shape({2, 3}));
   EXPECT_EQ(OutShape(OneOp("SELU", {{{2}}}, {{"gamma", FloatAttr(1.0)}})), Shape({2}));
-  for (const auto& [op, attr] : std::vector<std::pair<std::string, std::string>>{
-           {"LeakyReLU", "alpha"}, {"ELU", "alpha"}, {"SELU", "alpha"}, {"SELU", "gamma"}}) {
+  for (const auto& [op, attr] :
+       std::vector<std::pair<std::string, std::string>>{{"LeakyReLU", "alpha"},
+                                                        {"ELU", "alpha"},
+                                                        {"SELU", "alpha"},
+                                                        {"SELU", "gamma"},
+                                                        {"Pow", "exponent"}}) {
     auto g = OneOp(op, {{{4}}}, {{attr, FloatAttr(std::numeric_limits<double>::infinity())}});
     ASSERT_FALSE(g.ok()) << op;
     EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (" + op + ")"));

@@ -63,6 +63,7 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
   if (op == "LeakyReLU" || op == "PReLU") return 2 * in;               // Compare, multiply.
   if (op == "ELU" || op == "SELU" || op == "Softplus") return 5 * in;  // An exp and a few.
   if (op == "Sqrt") return in;
+  if (op == "Pow") return 10 * in;  // A general pow; its exact forms cost less.
   if (op == "Erf") return 10 * in;
   if (op == "Mish") return 12 * in;  // exp, log1p, tanh, multiply.
   if (op == "MaxPool" || op == "AvgPool" || op == "GlobalAvgPool") return std::max(in, out);

@@ -53,7 +53,7 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
     rules[op] = Elementwise(K::kOutput);
   }
   for (const char* op :
-       {"GELU", "HardSwish", "LeakyReLU", "ELU", "SELU", "Softplus", "Erf", "Mish"}) {
+       {"GELU", "HardSwish", "LeakyReLU", "ELU", "SELU", "Softplus", "Erf", "Mish", "Pow"}) {
     rules[op] = Elementwise(K::kInput);
   }
   {

@@ -7,7 +7,7 @@ Run with Debian's interpreter: /usr/bin/python3 tools/torch_activations.py --out
 For each case below, DIR/<case>.bin holds four float32 arrays of N little-endian values
 each: x, dy, y = op(x) and dx = dy * op'(x) from autograd. x covers [-30, 30] evenly, the
 kinks (0 and -0), Softplus's threshold 20 and its float neighbours, and values far out;
-for Sqrt, its absolute value.
+for Sqrt and Pow to 0.5 and 1.5, its absolute value.
 """
 
 import argparse
@@ -29,6 +29,11 @@ CASES = {
     "Sqrt": lambda x: torch.sqrt(x),
     "Erf": lambda x: torch.erf(x),
     "Mish": lambda x: F.mish(x),
+    "Pow_exponent2": lambda x: torch.pow(x, 2.0),
+    "Pow_exponent3": lambda x: torch.pow(x, 3.0),
+    "Pow_exponent0.5": lambda x: torch.pow(x, 0.5),
+    "Pow_exponent-1": lambda x: torch.pow(x, -1.0),
+    "Pow_exponent1.5": lambda x: torch.pow(x, 1.5),
 }
 
 
@@ -36,7 +41,7 @@ def inputs(case):
     special = [0.0, -0.0, 1e-30, -1e-30, 1e-7, -1e-7, 20.0, 19.999998, 20.000002, -20.0,
                -87.0, -100.0, 88.0, 100.0, 1e4, -1e4]
     x = torch.cat([torch.linspace(-30, 30, N - len(special)), torch.tensor(special)])
-    return x.abs() if case == "Sqrt" else x
+    return x.abs() if case in ("Sqrt", "Pow_exponent0.5", "Pow_exponent1.5") else x
 
 
 def main():

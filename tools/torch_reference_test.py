@@ -402,6 +402,12 @@ class TorchReferenceTest(unittest.TestCase):
                                     torch.tensor([[0.0, 0.5, 0.5], [3.0, 2.0, 1.25]],
                                                  dtype=torch.float64)))
 
+    def testPowTakesItsExponent(self):
+        x = torch.tensor([0.5, 2.0, 3.0], dtype=torch.float64)
+        node = {"name": "n", "op": "Pow"}
+        self.assertTrue(torch.equal(ref.OPS["Pow"]([x], {"exponent": 3.0}, node), x * x * x))
+        self.assertEqual(ref.OP_DEFAULTS["Pow"], {"exponent": 1.0})
+
     def testPReluIsPyTorchsPerChannelAndScalar(self):
         node = {"name": "n", "op": "PReLU"}
         x = torch.linspace(-2, 2, 24, dtype=torch.float64).reshape(2, 3, 2, 2)

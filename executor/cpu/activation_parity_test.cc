@@ -1,9 +1,9 @@
 // The CPU backend's activations imported from ONNX (LeakyReLU, ELU, SELU, Softplus, Sqrt,
-// Erf, Mish) against PyTorch 1.13's float32 values and autograd gradients, written at build
-// time by tools/torch_activations.py over [-30, 30], the kinks, Softplus's threshold and
-// values far out. Prints each case's largest differences; every value must be within 8
-// float32 roundings of PyTorch's, every gradient within 8 (or, where it cancels, 8 of its
-// terms'), and the branch taken at the kinks PyTorch's, bitwise.
+// Erf, Mish, Pow to a constant exponent) against PyTorch 1.13's float32 values and autograd
+// gradients, written at build time by tools/torch_activations.py over [-30, 30], the kinks,
+// Softplus's threshold and values far out. Prints each case's largest differences; every
+// value must be within 8 float32 roundings of PyTorch's, every gradient within 8 (or, where
+// it cancels, 8 of its terms'), and the branch taken at the kinks PyTorch's, bitwise.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -128,11 +128,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"LeakyReLU_alpha0.2", "LeakyReLU", {{"alpha", 0.2}}},
                       Case{"ELU", "ELU", {}}, Case{"ELU_alpha0.5", "ELU", {{"alpha", 0.5}}},
                       Case{"SELU", "SELU", {}}, Case{"Softplus", "Softplus", {}},
-                      Case{"Sqrt", "Sqrt", {}}, Case{"Erf", "Erf", {}}, Case{"Mish", "Mish", {}}),
+                      Case{"Sqrt", "Sqrt", {}}, Case{"Erf", "Erf", {}}, Case{"Mish", "Mish", {}},
+                      Case{"Pow_exponent2", "Pow", {{"exponent", 2}}},
+                      Case{"Pow_exponent3", "Pow", {{"exponent", 3}}},
+                      Case{"Pow_exponent0.5", "Pow", {{"exponent", 0.5}}},
+                      Case{"Pow_exponent-1", "Pow", {{"exponent", -1}}},
+                      Case{"Pow_exponent1.5", "Pow", {{"exponent", 1.5}}}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = info.param.file;
       for (char& ch : name) {
-        if (ch == '.') ch = '_';
+        if (ch == '.' || ch == '-') ch = '_';
       }
       return name;
     });

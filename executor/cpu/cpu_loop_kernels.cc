@@ -330,6 +330,31 @@ struct HardSwishFn {
 // their backwards), so that values and the gradients at kinks match it.
 
 // aten's leaky_relu and leaky_relu_backward: the backward reads x, and at x == 0 is alpha dy.
+// PyTorch 1.13's pow(x, scalar) on the CPU: exponent 0 fills 1, 1 copies, 0.5, -0.5 and -1
+// are sqrt, 1 / sqrt and 1 / x, 2, 3 and -2 are products; others std::pow in float.
+inline float TorchPow(float x, double c) {
+  if (c == 0) return 1.f;
+  if (c == 1) return x;
+  if (c == 0.5) return std::sqrt(x);
+  if (c == -0.5) return 1.f / std::sqrt(x);
+  if (c == -1) return 1.f / x;
+  if (c == 2) return x * x;
+  if (c == 3) return x * x * x;
+  if (c == -2) return 1.f / (x * x);
+  return std::pow(x, static_cast<float>(c));
+}
+
+// y = x ^ c; dx = dy * (c * x ^ (c - 1)) (0 for c = 0), as PyTorch's pow_backward.
+struct PowFn {
+  static constexpr bool kFromOutput = false;
+  explicit PowFn(const graph::Attrs& attrs) : c(attrs.Float("exponent")) {}
+  float Forward(float x) const { return TorchPow(x, c); }
+  float Backward(float dy, float x) const {
+    return c == 0 ? 0.f : dy * (static_cast<float>(c) * TorchPow(x, c - 1));
+  }
+  double c;
+};
+
 struct LeakyReluFn {
   static constexpr bool kFromOutput = false;
   explicit LeakyReluFn(const graph::Attrs& attrs)
@@ -1796,6 +1821,7 @@ void RegisterLoopKernels(KernelTable* table) {
                                                                               "HardSigmoid");
   Register<PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>>(table, "HardSwish");
   Register<PointwiseForward<LeakyReluFn>, PointwiseBackward<LeakyReluFn>>(table, "LeakyReLU");
+  Register<PointwiseForward<PowFn>, PointwiseBackward<PowFn>>(table, "Pow");
   Register<PointwiseForward<EluFn>, PointwiseBackward<EluFn>>(table, "ELU");
   Register<PointwiseForward<EluFn>, PointwiseBackward<EluFn>>(table, "SELU");
   Register<PointwiseForward<SoftplusFn>, PointwiseBackward<SoftplusFn>>(table, "Softplus");

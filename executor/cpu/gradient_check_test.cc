@@ -207,6 +207,9 @@ std::vector<GradCase> ElementwiseLoopCases() {
                {AwayFrom({3, 7}, 59, -4, 4, {-2, 3})}});
   c.push_back({"HardSwish", "HardSwish", {}, {AwayFrom({3, 7}, 60, -5, 5, {-3, 3})}});
   c.push_back({"LeakyReLU", "LeakyReLU", {}, {AwayFrom({3, 7}, 70, -2, 2, {0})}});
+  c.push_back({"PowCube", "Pow", {{"exponent", F(3)}}, {Uniform({3, 7}, 172)}});
+  c.push_back({"PowHalf", "Pow", {{"exponent", F(0.5)}}, {Uniform({3, 7}, 173, 0.5f, 2.f)}});
+  c.push_back({"PowGeneral", "Pow", {{"exponent", F(1.7)}}, {Uniform({3, 7}, 174, 0.5f, 2.f)}});
   c.push_back({"PReLUPerChannel",
                "PReLU",
                {},

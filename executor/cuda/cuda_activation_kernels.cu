@@ -2,7 +2,7 @@
 // float formulas: HardSigmoid (ONNX's alpha x + beta, clamped to [0, 1]; backward from y),
 // HardSwish (aten's hardswish and hardswish_backward; backward from x), and the activations
 // imported from ONNX as the CPU backend computes them: LeakyReLU, ELU and SELU, Softplus (beta 1,
-// threshold 20), Erf and Mish (backward from x), Sqrt (backward from y). All may run in place
+// threshold 20), Erf, Mish and Pow (backward from x), Sqrt (backward from y). All may run in place
 // (y over x, dx over dy): each element is read just before it is written.
 #include <cuda_runtime.h>
 
@@ -36,6 +36,31 @@ struct HardSwishFn {
   __device__ float Backward(float dy, float x) const {
     return x < -3.0f ? 0.0f : (x <= 3.0f ? dy * (x / 3.0f + 0.5f) : dy);
   }
+};
+
+// PyTorch 1.13's pow(x, scalar) as the CPU backend computes it: exponent 0 fills 1, 1 copies, 0.5,
+// -0.5 and -1 are sqrt, 1 / sqrt and 1 / x, 2, 3 and -2 are products; others std::pow in float.
+__device__ float TorchPow(float x, double c) {
+  if (c == 0) return 1.f;
+  if (c == 1) return x;
+  if (c == 0.5) return sqrtf(x);
+  if (c == -0.5) return 1.f / sqrtf(x);
+  if (c == -1) return 1.f / x;
+  if (c == 2) return x * x;
+  if (c == 3) return x * x * x;
+  if (c == -2) return 1.f / (x * x);
+  return powf(x, static_cast<float>(c));
+}
+
+// y = x ^ c; dx = dy * (c * x ^ (c - 1)) (0 for c = 0), as PyTorch's pow_backward.
+struct PowFn {
+  static constexpr bool kFromOutput = false;
+  explicit PowFn(const graph::Attrs& attrs) : c(attrs.Float("exponent")) {}
+  __device__ float Forward(float x) const { return TorchPow(x, c); }
+  __device__ float Backward(float dy, float x) const {
+    return c == 0 ? 0.f : dy * (static_cast<float>(c) * TorchPow(x, c - 1));
+  }
+  double c;
 };
 
 struct LeakyReluFn {
@@ -140,6 +165,7 @@ void RegisterActivationKernels(KernelTable* table) {
   (*table)["HardSigmoid"] = {PointwiseForward<HardSigmoidFn>, PointwiseBackward<HardSigmoidFn>};
   (*table)["HardSwish"] = {PointwiseForward<HardSwishFn>, PointwiseBackward<HardSwishFn>};
   (*table)["LeakyReLU"] = {PointwiseForward<LeakyReluFn>, PointwiseBackward<LeakyReluFn>};
+  (*table)["Pow"] = {PointwiseForward<PowFn>, PointwiseBackward<PowFn>};
   (*table)["ELU"] = {PointwiseForward<EluFn>, PointwiseBackward<EluFn>};
   (*table)["SELU"] = {PointwiseForward<EluFn>, PointwiseBackward<EluFn>};
   (*table)["Softplus"] = {PointwiseForward<SoftplusFn>, PointwiseBackward<SoftplusFn>};
