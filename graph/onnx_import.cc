@@ -874,10 +874,12 @@ class Importer {
   absl::Status Tanh(const onnx::NodeProto& n) { return Elementwise(n, "Tanh"); }
   absl::Status HardSwish(const onnx::NodeProto& n) { return Elementwise(n, "HardSwish"); }
   // PRelu(x, slope): torch's nn.PReLU(C) exports its weight [C] through an Unsqueeze to
-  // [C, 1, 1], which broadcasts over x[N, C, H, W]; the slope trains as a parameter.
+  // [C, 1, 1], which broadcasts over x[N, C, H, W]; the slope trains as a parameter, a
+  // shared one too (nn.PReLU()'s single value, which the importer holds as a known value
+  // and folds through the Unsqueeze, is no buffer).
   absl::Status PRelu(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
-    ASSIGN_OR_RETURN(std::string slope, Tensor(n.input(1)));
+    ASSIGN_OR_RETURN(std::string slope, Tensor(n.input(1), proto::ROLE_PARAMETER));
     return EmitFor(n, "PReLU", {x, slope});
   }
   // Pow(x, c) of a computed x: c must be one known value (torch's x ** 2.0, x.pow(0.5)); a

@@ -329,6 +329,22 @@ TEST(OnnxImportTest, PReluTakesTorchsUnsqueezedSlope) {
     }
   }
   EXPECT_EQ(slope_values, 4);
+
+  // nn.PReLU()'s one shared slope: a one-value initializer, folded through the Unsqueeze,
+  // still a parameter.
+  OnnxModelBuilder one;
+  one.Input("x", {4, 5, 5}).Weight("act.weight", {1}, 0.25f).Ints("axes", {1, 2});
+  one.AddNode("Unsqueeze", {"act.weight", "axes"}, {"slope"});
+  one.AddNode("PRelu", {"x", "slope"}, {"logits"});
+  one.Output("logits");
+  const ImportedModel shared = Import(one);
+  int parameters = 0, buffers = 0;
+  for (const auto& t : shared.graph.tensors()) {
+    parameters += t.role() == proto::ROLE_PARAMETER;
+    buffers += t.role() == proto::ROLE_BUFFER;
+  }
+  EXPECT_EQ(parameters, 1);
+  EXPECT_EQ(buffers, 0);
 }
 
 TEST(OnnxImportTest, PowOfAComputedTensorTakesAConstantExponent) {

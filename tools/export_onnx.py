@@ -21,8 +21,9 @@ Run it with Debian's interpreter, which has PyTorch 1.13 and torchvision 0.14:
 Besides torchvision's 80 names, --models takes small members of its families built with
 torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the same exported
 ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token ids in,
-logits [batch, 32, 512] out), and activations_test, a small CNN through LeakyReLU, ELU, SELU,
-Softplus, Sqrt, Erf and Mish, for quick checks.
+logits [batch, 32, 512] out), activations_test, a small CNN through LeakyReLU, ELU, SELU,
+Softplus, Sqrt, Erf and Mish, and arithmetic_test, one through PReLU, Sub, Div and Pow of
+computed tensors, for quick checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
 to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
@@ -131,6 +132,29 @@ class ActivationsNet(torch.nn.Module):
         return self.head(torch.sqrt(F.softplus(h)) + torch.erf(F.mish(h)))
 
 
+class ArithmeticNet(torch.nn.Module):
+    """A small CNN through PReLU (a slope per channel and a shared one), Sub and Div of two
+    computed tensors (broadcast too) and Pow to constant exponents."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.act1 = torch.nn.PReLU(8)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.act2 = torch.nn.PReLU()
+        self.fc = torch.nn.Linear(16, 32)
+        self.head = torch.nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.act1(self.conv1(x))
+        x = self.act2(self.conv2(x))
+        pooled = x.mean(dim=(2, 3), keepdim=True)
+        x = (x - pooled) / (torch.sigmoid(pooled) + torch.sigmoid(x))
+        x = x.mean(dim=(2, 3))
+        h = self.fc(x)
+        return self.head(torch.pow(torch.tanh(h), 3) - torch.sigmoid(h) ** 1.5)
+
+
 def small_models():
     """Small members of torchvision's families (and a GPT-2-style model) that export to the
     same ops as the full-size ones, for quick checks: name -> (builder, input size)."""
@@ -157,6 +181,7 @@ def small_models():
             num_classes=10), 32),
         "gpt2_test": (Gpt2, 32),  # the size is the context, in tokens
         "activations_test": (ActivationsNet, 32),
+        "arithmetic_test": (ArithmeticNet, 32),
     }
 
 
