@@ -226,6 +226,32 @@ class TorchGraphTest(unittest.TestCase):
             graph_from_module(nn.Sequential(nn.Softplus(beta=2)), torch.randn(3, 6))
         self.assertIn("beta != 1", str(caught.exception))
 
+    def test_arithmetic_and_prelu(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3, padding=1)
+                self.act = nn.PReLU(4)
+                self.shared = nn.PReLU()
+                self.fc = nn.Linear(4, 5)
+
+            def forward(self, x):
+                y = self.shared(self.act(self.conv(x)))
+                z = (y - torch.tanh(y)) / torch.sigmoid(y)
+                h = self.fc(torch.flatten(F.adaptive_avg_pool2d(z, 1), 1))
+                return torch.pow(h, 2) - h ** 3
+
+        model = Net()
+        graph = graph_from_module(model, torch.randn(2, 3, 6, 6))
+        counts = ops(graph)
+        self.assertEqual((counts["PReLU"], counts["Sub"], counts["Div"], counts["Pow"]),
+                         (2, 2, 1, 2))
+        exponents = sorted(n.attrs["exponent"].f for n in graph.nodes if n.op == "Pow")
+        self.assertEqual(exponents, [2.0, 3.0])
+        slopes = [n for n in graph.nodes if n.op == "Reshape" and n.inputs[0] == "act.weight"]
+        self.assertEqual(len(slopes), 1)
+        self.check_with_cli(model, graph, "arithmetic.pbtxt")
+
     def test_integer_inputs_and_per_token_logits(self):
         model = Tagger()
         graph = graph_from_module(model, torch.randint(0, 100, (4, 12)), classes=7)

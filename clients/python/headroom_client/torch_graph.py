@@ -26,6 +26,9 @@ shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
     torch.flatten, nn.Flatten     Flatten (Reshape where the result is not 2-D)
     .view, .reshape               Reshape to the traced shape
     +, torch.add, *, torch.mul    Add, Mul (of two tensors)
+    -, torch.sub, /, torch.div    Sub, Div (of two tensors; div without rounding_mode)
+    **, torch.pow                 Pow (of a tensor to a constant exponent)
+    nn.PReLU                      PReLU (the slope [C] reshaped to [C, 1, ...] for channels)
     nn.Dropout, F.dropout         Dropout (nothing when p is 0 or training is off)
     nn.LayerNorm (last dim)       LayerNorm
     nn.Softmax, F.softmax         Softmax
@@ -227,6 +230,7 @@ class _Converter:
             (nn.SELU, lambda n, m: self._unary(n, "SELU")),
             (nn.Softplus, lambda n, m: self._softplus(n, m.beta, m.threshold)),
             (nn.Mish, lambda n, m: self._unary(n, "Mish")),
+            (nn.PReLU, self._prelu),
             (nn.MaxPool2d, self._max_pool),
             (nn.AvgPool2d, self._avg_pool),
             (nn.AdaptiveAvgPool2d, lambda n, m: self._adaptive_avg_pool(n, m.output_size)),
@@ -271,6 +275,14 @@ class _Converter:
             operator.mul: lambda n: self._binary(n, "Mul"),
             operator.imul: lambda n: self._binary(n, "Mul"),
             torch.mul: lambda n: self._binary(n, "Mul"),
+            operator.sub: lambda n: self._binary(n, "Sub"),
+            operator.isub: lambda n: self._binary(n, "Sub"),
+            torch.sub: lambda n: self._binary(n, "Sub"),
+            operator.truediv: lambda n: self._binary(n, "Div"),
+            operator.itruediv: lambda n: self._binary(n, "Div"),
+            torch.div: lambda n: self._binary(n, "Div"),
+            operator.pow: self._pow,
+            torch.pow: self._pow,
             F.dropout: lambda n: self._dropout(n, self._arg(n, 1, "p", 0.5),
                                                self._arg(n, 2, "training", True)),
             F.softmax: lambda n: self._softmax(n, self._arg(n, 1, "dim")),
@@ -295,6 +307,11 @@ class _Converter:
             "add_": lambda n: self._binary(n, "Add"),
             "mul": lambda n: self._binary(n, "Mul"),
             "mul_": lambda n: self._binary(n, "Mul"),
+            "sub": lambda n: self._binary(n, "Sub"),
+            "sub_": lambda n: self._binary(n, "Sub"),
+            "div": lambda n: self._binary(n, "Div"),
+            "div_": lambda n: self._binary(n, "Div"),
+            "pow": self._pow,
             "softmax": lambda n: self._softmax(n, self._arg(n, 1, "dim")),
             "permute": lambda n: self._permute(n, self._method_dims(n)),
             "transpose": lambda n: self._transpose(n),
@@ -562,9 +579,33 @@ class _Converter:
     def _binary(self, node, op):
         if node.kwargs.get("alpha", 1) != 1:
             raise _Unsupported(f"{self._label(node)}(alpha != 1)")
+        if node.kwargs.get("rounding_mode") is not None:
+            raise _Unsupported(f"{self._label(node)}(rounding_mode)")
         a = self._input(node, 0, "input")
         b = self._input(node, 1, "other")
         self._emit(node, op, [a, b])
+
+    def _pow(self, node):
+        """x ** c of a traced tensor and a constant c; a traced exponent is unsupported."""
+        exponent = self._arg(node, 1, "exponent")
+        if isinstance(exponent, torch.fx.Node) or not isinstance(exponent, (int, float)):
+            raise _Unsupported(f"{self._label(node)}(a tensor exponent)")
+        self._emit(node, "Pow", [self._input(node, 0, "input")], exponent=float(exponent))
+
+    def _prelu(self, node, m):
+        """PReLU; a slope per channel [C] is reshaped to [C, 1, ...] to broadcast over axis 1
+        of x[N, C, ...], as torch applies it."""
+        slope = self._parameter(m.weight, "PReLU slope")
+        rank = len(self._in_shape(node))
+        if m.weight.numel() > 1 and rank > 2:
+            name = self._unique(f"{node.target}.slope")
+            shape = [m.weight.numel()] + [1] * (rank - 2)
+            nd = self.graph.nodes.add(name=name, op="Reshape", inputs=[slope], outputs=[name])
+            _set_attr(nd.attrs["shape"], shape)
+            self.graph.tensors.add(name=name, shape=shape, dtype=pb.DTYPE_FLOAT32,
+                                   role=pb.ROLE_ACTIVATION, doc=f"{node.target} slope per channel")
+            slope = name
+        self._emit(node, "PReLU", [self._input(node), slope])
 
     def _dropout(self, node, p, training):
         if not training or p == 0:
