@@ -938,8 +938,8 @@ class Importer {
   }
 
   // Add, Sub, Mul, Div. A known operand becomes a float32 buffer (Sub and Div by a known
-  // value become Add and Mul of its negation and reciprocal); the four of two computed
-  // tensors are Headroom's own.
+  // value become Add and Mul of its negation and reciprocal; a known value minus or over a
+  // computed tensor stays Sub or Div); the four of two computed tensors are Headroom's own.
   absl::Status Arithmetic(const onnx::NodeProto& n) {
     const std::string& op = n.op_type();
     const bool known_a = Known(n.input(0)), known_b = Known(n.input(1));
@@ -953,7 +953,17 @@ class Importer {
       return EmitFor(n, op, {a, b});
     }
     if ((op == "Sub" || op == "Div") && known_a) {
-      return Fail(n, "a known value minus or over a computed tensor; Headroom has no such op");
+      // A known value minus or over a computed tensor (torch's 1 - x, 1 / x): a float32
+      // buffer and Headroom's Sub or Div.
+      const std::string& data = n.input(1);
+      const OnnxTensor& c = *values_.at(n.input(0)).constant;
+      std::vector<double> values = c.floats();
+      Shape c_shape = c.shape();
+      if (rebatch_) RETURN_IF_ERROR(RebatchOperand(n, values_.at(data), values, c_shape));
+      ASSIGN_OR_RETURN(std::string x, Tensor(data));
+      ASSIGN_OR_RETURN(std::string k, FloatConstant(StrCat(n.output(0), ".constant"),
+                                                    OnnxTensor::Floats(values, c_shape)));
+      return EmitFor(n, op, {k, x});
     }
     const std::string& data = known_a ? n.input(1) : n.input(0);
     const OnnxTensor& c = *values_.at(known_a ? n.input(0) : n.input(1)).constant;

@@ -308,6 +308,27 @@ TEST(OnnxImportTest, SubAndDivOfTwoComputedTensorsAreHeadroomOps) {
   ASSERT_TRUE(Graph::FromProto(m.graph).ok());
 }
 
+TEST(OnnxImportTest, AKnownValueMinusOrOverAComputedTensorIsSubOrDiv) {
+  // 1 - sigmoid(x), then 2 / that: the known value is the first operand, a buffer.
+  OnnxModelBuilder b;
+  b.Input("x", {6}).Float("one", 1.0f).Float("two", 2.0f);
+  b.AddNode("Sigmoid", {"x"}, {"s"});
+  b.AddNode("Sub", {"one", "s"}, {"d"});
+  b.AddNode("Div", {"two", "d"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  const std::map<std::string, int> counts = OpCounts(m.graph);
+  EXPECT_EQ(counts.at("Sub"), 1);
+  EXPECT_EQ(counts.at("Div"), 1);
+  EXPECT_EQ(counts.count("Add") + counts.count("Mul"), 0u);
+  for (const auto& node : m.graph.nodes()) {
+    if (node.op() == "Sub" || node.op() == "Div") {
+      EXPECT_EQ(node.inputs(1), node.op() == "Sub" ? "s" : "d") << node.op();
+    }
+  }
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
 TEST(OnnxImportTest, PReluTakesTorchsUnsqueezedSlope) {
   // torch 1.13's nn.PReLU(4): PRelu(x, Unsqueeze(weight[4], [1, 2])).
   OnnxModelBuilder b;
