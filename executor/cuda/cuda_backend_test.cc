@@ -174,6 +174,23 @@ class CudaBackendTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s;
     return out;
   }
+  // Runs the backward of binary `op` on a [2, 3] and b [3] with da written over dy: db
+  // reduces over the broadcast dims and must read dy before da is written. Returns {da, db}.
+  std::pair<std::vector<float>, std::vector<float>> BinaryBackwardOverDy(
+      const std::string& op, const std::vector<float>& a, const std::vector<float>& b,
+      const std::vector<float>& dy) {
+    graph::Attrs attrs = AttrsOf(op);
+    BackwardArgs bwd;
+    bwd.op = op;
+    bwd.attrs = &attrs;
+    bwd.inputs = {Put({2, 3}, a), Put({3}, b)};
+    bwd.outputs = {TensorView{nullptr, {2, 3}}};
+    bwd.output_grads = {Put({2, 3}, dy)};
+    bwd.input_grads = {bwd.output_grads[0], Alloc({3})};
+    EXPECT_TRUE(backend_->Backward(bwd).ok());
+    return {Get(bwd.input_grads[0]), Get(bwd.input_grads[1])};
+  }
+
 
   std::vector<uint8_t> GetBytes(const TensorView& v) {
     std::vector<uint8_t> out(v.bytes());
@@ -1036,48 +1053,30 @@ TEST_F(CudaBackendTest, PReluPerChannel) {
 }
 
 TEST_F(CudaBackendTest, DivBackwardWithGradientAliasingDy) {
-  // da aliases dy; db reduces over the broadcast dims and must read dy before da is written.
   std::mt19937 rng(18);
-  graph::Attrs attrs = AttrsOf("Div");
   std::vector<float> a = Random(6, rng), b = Random(3, rng), dy = Random(6, rng);
   for (float& v : b) v = 1.0f + 0.5f * v;
-  BackwardArgs bwd;
-  bwd.op = "Div";
-  bwd.attrs = &attrs;
-  bwd.inputs = {Put({2, 3}, a), Put({3}, b)};
-  bwd.outputs = {TensorView{nullptr, {2, 3}}};
-  bwd.output_grads = {Put({2, 3}, dy)};
-  bwd.input_grads = {bwd.output_grads[0], Alloc({3})};
-  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  const auto [got_da, got_db] = BinaryBackwardOverDy("Div", a, b, dy);
   Values da(6), db(3, 0.0);
   for (int i = 0; i < 6; ++i) {
     da[i] = dy[i] / b[i % 3];
     db[i % 3] -= dy[i] * a[i] / (double{b[i % 3]} * b[i % 3]);
   }
-  ExpectNear(Get(bwd.input_grads[0]), da, "da");
-  ExpectNear(Get(bwd.input_grads[1]), db, "db");
+  ExpectNear(got_da, da, "da");
+  ExpectNear(got_db, db, "db");
 }
 
 TEST_F(CudaBackendTest, MulBackwardWithGradientAliasingDy) {
-  // da aliases dy; db reduces over the broadcast dims and must read dy before da is written.
   std::mt19937 rng(15);
-  graph::Attrs attrs = AttrsOf("Mul");
   const std::vector<float> a = Random(6, rng), b = Random(3, rng), dy = Random(6, rng);
-  BackwardArgs bwd;
-  bwd.op = "Mul";
-  bwd.attrs = &attrs;
-  bwd.inputs = {Put({2, 3}, a), Put({3}, b)};
-  bwd.outputs = {TensorView{nullptr, {2, 3}}};
-  bwd.output_grads = {Put({2, 3}, dy)};
-  bwd.input_grads = {bwd.output_grads[0], Alloc({3})};
-  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  const auto [got_da, got_db] = BinaryBackwardOverDy("Mul", a, b, dy);
   Values da(6), db(3, 0.0);
   for (int i = 0; i < 6; ++i) {
     da[i] = dy[i] * b[i % 3];
     db[i % 3] += dy[i] * a[i];
   }
-  ExpectNear(Get(bwd.input_grads[0]), da, "da");
-  ExpectNear(Get(bwd.input_grads[1]), db, "db");
+  ExpectNear(got_da, da, "da");
+  ExpectNear(got_db, db, "db");
 }
 
 TEST_F(CudaBackendTest, LayerNorm) {
