@@ -138,6 +138,28 @@ class SectionExpander {
       }
       previous = c;
     }
+    kept_.assign(g_.tensors().size(), false);
+    TensorId previous_kept = kNone;
+    for (TensorId t : cuts_.keep) {
+      if (t < 0 || t >= static_cast<TensorId>(g_.tensors().size())) {
+        return absl::InvalidArgumentError(absl::StrCat("keep of unknown tensor id ", t));
+      }
+      if (t <= previous_kept) {
+        return absl::InvalidArgumentError("tensors to keep must be in increasing id order");
+      }
+      previous_kept = t;
+      const TrainingTensor& tensor = g_.tensor(t);
+      const NodeId p = tensor.producer;
+      const bool in_rerun_section =
+          p != kNone && p < nf_ && p < (cuts_.cuts.empty() ? 0 : cuts_.cuts.back());
+      if (!in_rerun_section || tensor.persistent()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", tensor.name,
+            "' cannot be kept: only a tensor written by a forward node of a section that is "
+            "re-run (not the last) can"));
+      }
+      kept_[t] = true;
+    }
     return absl::OkStatus();
   }
 
@@ -171,7 +193,7 @@ class SectionExpander {
 
   // Whether readers in section `s`'s backward phase read the re-forward's copy of `t`.
   bool ReadsRecomputed(int32_t s, TensorId t) const {
-    return s != last() && ForwardSection(t) == s;
+    return s != last() && ForwardSection(t) == s && !kept_[t];
   }
 
   // For each section but the last: the forward nodes its backward needs re-run (those whose
@@ -194,7 +216,7 @@ class SectionExpander {
         if (!need) continue;
         recompute_[s].push_back(n);
         for (TensorId t : node.inputs) {
-          if (ForwardSection(t) == s) needed.insert(t);
+          if (ForwardSection(t) == s && !kept_[t]) needed.insert(t);
         }
       }
       std::reverse(recompute_[s].begin(), recompute_[s].end());
@@ -267,6 +289,24 @@ class SectionExpander {
     for (TensorId t = 0; t < static_cast<TensorId>(g_.tensors().size()); ++t) {
       if (Offloadable(t)) out.push_back(t);
     }
+    return out;
+  }
+
+  // Returns every tensor that can be kept under the cuts (with nothing kept yet): the
+  // non-persistent outputs of the nodes each re-run section recomputes, in id order.
+  absl::StatusOr<std::vector<TensorId>> KeepableTensors() {
+    RETURN_IF_ERROR(Validate());
+    Analyse();
+    std::vector<TensorId> out;
+    for (const std::vector<NodeId>& nodes : recompute_) {
+      for (NodeId n : nodes) {
+        for (TensorId t : g_.node(n).outputs) {
+          if (!g_.tensor(t).persistent()) out.push_back(t);
+        }
+      }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
 
@@ -408,8 +448,10 @@ class SectionExpander {
           t = recomputed->at(t);
           continue;
         }
+        // A tensor kept by its own section stays an activation; one read by a later
+        // section's re-run backward phase is that section's cached input.
         if (ForwardSection(t) >= 0 || g_.tensor(t).role == proto::ROLE_INPUT) {
-          cached_[t] = cached_[t] || s != last();
+          cached_[t] = cached_[t] || (s != last() && ForwardSection(t) != s);
         }
         if (auto it = prefetched.find(t); it != prefetched.end()) t = it->second;
       }
@@ -458,6 +500,10 @@ class SectionExpander {
         if (auto it = original_of.find(t); it != original_of.end()) t = it->second;
         if (IsCachedInputOf(s, t)) boundary[s].insert(t);
       }
+    }
+    for (TensorId t : cuts_.keep) {
+      step->sections[ForwardSection(t)].kept.push_back(
+          KeptTensor{t, g_.tensor(t).bytes, copies.contains(t)});
     }
     for (int32_t s = 0; s < num_sections(); ++s) {
       std::vector<TensorId> ids(boundary[s].begin(), boundary[s].end());
@@ -557,6 +603,8 @@ class SectionExpander {
   std::vector<int32_t> group_order_;
   // Indexed by original tensor: read from a recomputed section's backward phase.
   std::vector<bool> cached_;
+  // Indexed by original tensor: named in SectionCuts::keep.
+  std::vector<bool> kept_;
   // Indexed by expanded node: the section of a backward-phase node, else -1.
   std::vector<int32_t> expanded_section_;
   // Indexed by original tensor: the first backward-phase item reading it, or -1.
@@ -570,9 +618,17 @@ absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const S
 
 absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& graph,
                                                          const std::vector<int32_t>& cuts,
-                                                         const CostModel& cost) {
-  const SectionCuts section_cuts{cuts, {}};
+                                                         const CostModel& cost,
+                                                         const std::vector<TensorId>& keep) {
+  const SectionCuts section_cuts{cuts, {}, keep};
   return SectionExpander(graph, section_cuts, cost).OffloadableTensors();
+}
+
+absl::StatusOr<std::vector<TensorId>> KeepableTensors(const TrainingGraph& graph,
+                                                      const std::vector<int32_t>& cuts,
+                                                      const CostModel& cost) {
+  const SectionCuts section_cuts{cuts, {}, {}};
+  return SectionExpander(graph, section_cuts, cost).KeepableTensors();
 }
 
 }  // namespace headroom::planner

@@ -1,7 +1,8 @@
 // Sections: the training step with its forward schedule cut into sections. The forward pass
-// keeps only each section's cached inputs; the backward pass visits sections in reverse,
-// re-runs a section's forward from its cached inputs (only the nodes its backward needs),
-// then its backward. The last section is not re-run: its backward follows its forward.
+// keeps only each section's cached inputs (and the tensors named to keep); the backward pass
+// visits sections in reverse, re-runs a section's forward from its cached inputs (only the
+// nodes its backward needs that no kept tensor spares), then its backward. The last section
+// is not re-run: its backward follows its forward.
 // A cached input may be offloaded: copied to host memory after it is produced, its device
 // copy freed once that copy is done, and prefetched back while the section visited just
 // before its own runs backward.
@@ -24,14 +25,27 @@
 
 namespace headroom::planner {
 
-// Where the forward schedule is cut, and which cached inputs go to host memory.
+// Where the forward schedule is cut, which tensors inside re-run sections are kept rather
+// than recomputed, and which go to host memory.
 struct SectionCuts {
   // Forward positions where a section starts, increasing, each in (0, number of forward
   // nodes). Empty: one section, the plain training step.
   std::vector<int32_t> cuts;
-  // Tensors (by training-graph id) to offload. Each must be a cached input whose first
-  // backward-phase reader is not the first section visited backward.
+  // Tensors (by training-graph id) to offload. Each must be a cached input (or a kept
+  // tensor) whose first backward-phase reader is not the first section visited backward.
   std::vector<TensorId> offload;
+  // Tensors (by training-graph id, increasing) that a re-run section keeps from the forward
+  // pass for its backward phase instead of recomputing them: each must be written by a
+  // forward node of a section that is not the last. Its backward reads the forward's copy,
+  // and its re-forward runs only what the rest still needs. Empty: recompute all it needs.
+  std::vector<TensorId> keep;
+};
+
+// A tensor of a re-run section kept from the forward pass (SectionCuts::keep).
+struct KeptTensor {
+  TensorId tensor = kNone;
+  uint64_t bytes = 0;
+  bool offloaded = false;
 };
 
 // A cached input of a section: produced before the section (or a graph input), read by the
@@ -61,6 +75,8 @@ struct SectionInfo {
   uint64_t recompute_flops = 0;
   // Its cached inputs, in tensor-id order.
   std::vector<CachedInput> boundary;
+  // Its own tensors kept for its backward phase instead of recomputed, in tensor-id order.
+  std::vector<KeptTensor> kept;
   // First position of its backward-phase group (re-forward, then backward); -1 if it has none.
   Position backward_position = -1;
 };
@@ -92,16 +108,26 @@ struct SectionedStep {
 };
 
 // Returns the expanded step of training graph `graph` under `cuts`, with times from
-// `cost`; InvalidArgument for an inference graph, cuts out of order or range, or an
-// offload request that is not an offloadable cached input.
+// `cost`; InvalidArgument for an inference graph, cuts out of order or range, an offload
+// request that is not an offloadable cached input, or a kept tensor that is not written in a
+// re-run section.
 absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
                                              const CostModel& cost);
 
-// Returns the tensors SectionCuts::offload may name under `cuts` (cached inputs first read
-// backward after the first section visited), in id order; InvalidArgument for bad cuts.
+// Returns the tensors SectionCuts::offload may name under `cuts` and `keep` (cached inputs and
+// kept tensors first read backward after the first section visited), in id order;
+// InvalidArgument for bad cuts or kept tensors.
 absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& graph,
                                                          const std::vector<int32_t>& cuts,
-                                                         const CostModel& cost);
+                                                         const CostModel& cost,
+                                                         const std::vector<TensorId>& keep = {});
+
+// Returns the tensors SectionCuts::keep may name under `cuts`: those written by a forward node
+// of a section that is not the last and read by its backward phase or re-forward (recomputed
+// now), in id order; InvalidArgument for bad cuts.
+absl::StatusOr<std::vector<TensorId>> KeepableTensors(const TrainingGraph& graph,
+                                                      const std::vector<int32_t>& cuts,
+                                                      const CostModel& cost);
 
 // Returns the number of forward nodes of `graph` (they are its first nodes).
 int32_t NumForwardNodes(const TrainingGraph& graph);

@@ -147,6 +147,81 @@ TEST(SectionsTest, ReForwardSkipsNodesTheBackwardDoesNotRead) {
   EXPECT_EQ(step.sections[0].recompute_nodes, 2);
 }
 
+TEST(SectionsTest, AKeptTensorSparesItsProducersReForward) {
+  const TrainingGraph t = Training(Chain());
+  // Cuts {2, 4} with fc2's output kept: section 1's backward reads the forward's copy, so
+  // only r2 is re-run (from it), and fc2 is not.
+  const TensorId fc2 = t.node(t.FindNode("fc2")).outputs[0];
+  const SectionedStep step = Expand(t, {{2, 4}, {}, {fc2}});
+  EXPECT_EQ(Order(step),
+            "fc1 r1 fc2 r2 fc3 loss loss.seed loss.backward fc3.backward "
+            "r2.recompute r2.backward fc2.backward "
+            "fc1.recompute r1.recompute r1.backward fc1.backward");
+  EXPECT_EQ(step.sections[1].recompute_nodes, 1);
+  ASSERT_EQ(step.sections[1].kept.size(), 1u);
+  EXPECT_EQ(step.sections[1].kept[0].tensor, fc2);
+  EXPECT_EQ(step.sections[1].kept[0].bytes, 1024u);
+  EXPECT_TRUE(step.sections[0].kept.empty());
+  // The kept tensor stays an activation, live from fc2 to r2.recompute, its last reader.
+  EXPECT_EQ(step.graph.tensor(fc2).role, proto::ROLE_ACTIVATION);
+  EXPECT_EQ(step.graph.tensor(fc2).consumers.back(), step.graph.FindNode("r2.recompute"));
+  // Keeping r2 as well spares the whole re-forward of section 1.
+  const TensorId r2 = t.FindTensor("r2");
+  const SectionedStep both = Expand(t, {{2, 4}, {}, {fc2, r2}});
+  EXPECT_FALSE(both.sections[1].recomputed);
+  EXPECT_EQ(both.sections[1].recompute_nodes, 0);
+  EXPECT_EQ(both.recompute_flops, 20u);  // Section 0 alone: fc1 and r1.
+  // Exact peaks: keeping holds more than recomputing, never less.
+  const absl::StatusOr<MemoryPlan> none = PlanScheduledGraph(
+      Expand(t, {{2, 4}, {}}).graph, Expand(t, {{2, 4}, {}}).schedule, 256, DefaultStrategies());
+  const absl::StatusOr<MemoryPlan> kept =
+      PlanScheduledGraph(both.graph, both.schedule, 256, DefaultStrategies());
+  ASSERT_TRUE(none.ok() && kept.ok());
+  EXPECT_LE(none->arena_bytes, kept->arena_bytes);
+}
+
+TEST(SectionsTest, KeepableTensorsAreWhatReRunSectionsRecompute) {
+  const TrainingGraph t = Training(Chain());
+  const UnitCostModel cost(0);
+  absl::StatusOr<std::vector<TensorId>> keepable = KeepableTensors(t, {2, 4}, cost);
+  ASSERT_TRUE(keepable.ok()) << keepable.status();
+  std::vector<std::string> names;
+  for (TensorId id : *keepable) names.push_back(t.tensor(id).name);
+  // Section 0 re-runs fc1 and r1, section 1 fc2 and r2; the last is not re-run.
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_THAT(names, ::testing::Contains("r1"));
+  EXPECT_THAT(names, ::testing::Contains("r2"));
+  // A kept tensor read by a later section can go to host memory like a cached input; one
+  // read only by its own section's backward is first read in the group visited after the
+  // one before it, so it can too.
+  const TensorId fc2 = t.node(t.FindNode("fc2")).outputs[0];
+  absl::StatusOr<std::vector<TensorId>> offloadable = OffloadableTensors(t, {2, 4}, cost, {fc2});
+  ASSERT_TRUE(offloadable.ok());
+  EXPECT_THAT(*offloadable, ::testing::Contains(fc2));
+  const SectionedStep step = Expand(t, {{2, 4}, {fc2}, {fc2}}, 0.5 / 1024);
+  ASSERT_EQ(step.sections[1].kept.size(), 1u);
+  EXPECT_TRUE(step.sections[1].kept[0].offloaded);
+  EXPECT_NE(step.graph.FindNode(t.tensor(fc2).name + ".prefetch"), kNone);
+}
+
+TEST(SectionsTest, BadKeepsAreErrors) {
+  const TrainingGraph t = Training(Chain());
+  const UnitCostModel cost(0);
+  // fc3 is in the last section, which is not re-run; x is written by no node.
+  const TensorId fc3 = t.node(t.FindNode("fc3")).outputs[0];
+  EXPECT_THAT(ExpandSections(t, {{2, 4}, {}, {fc3}}, cost).status().message(),
+              HasSubstr("cannot be kept"));
+  EXPECT_THAT(ExpandSections(t, {{2, 4}, {}, {t.FindTensor("x")}}, cost).status().message(),
+              HasSubstr("cannot be kept"));
+  EXPECT_THAT(ExpandSections(t, {{}, {}, {t.FindTensor("r1")}}, cost).status().message(),
+              HasSubstr("cannot be kept"));
+  const TensorId r1 = t.FindTensor("r1"), r2 = t.FindTensor("r2");
+  EXPECT_THAT(ExpandSections(t, {{2, 4}, {}, {r2, r1}}, cost).status().message(),
+              HasSubstr("increasing"));
+  EXPECT_THAT(ExpandSections(t, {{2, 4}, {}, {99999}}, cost).status().message(),
+              HasSubstr("unknown tensor"));
+}
+
 TEST(SectionsTest, OffloadCopiesOutAndPrefetchesWhileTheSectionBeforeRunsBackward) {
   const TrainingGraph t = Training(Chain());
   // r1 (1024 bytes) is copied out after r1 (step 1, done at 2 + 0.5 s): its device copy is
@@ -239,13 +314,11 @@ TEST(SectionsTest, EveryZooModelExpandsToAValidVerifiedPlan) {
   }
 }
 
-
 // Declares `bytes` of scratch for every forward and backward node of a MatMul.
 class MatMulScratch : public ScratchModel {
  public:
   explicit MatMulScratch(uint64_t bytes) : bytes_(bytes) {}
-  absl::StatusOr<uint64_t> NodeScratchBytes(const graph::Graph& forward,
-                                            const TrainingGraph& graph,
+  absl::StatusOr<uint64_t> NodeScratchBytes(const graph::Graph& forward, const TrainingGraph& graph,
                                             NodeId id) const override {
     const TrainingNode& node = graph.node(id);
     if (node.forward_node == kNone) return 0;
