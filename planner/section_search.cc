@@ -410,7 +410,7 @@ struct SectionSearch::Candidate {
 
 SectionSearch::SectionSearch(const TrainingGraph& graph, const CostModel& cost,
                              const SearchOptions& options)
-    : graph_(graph), cost_(cost), options_(options) {}
+    : graph_(graph), cost_(cost), options_(options), node_costs_(ComputeNodeCosts(graph, cost)) {}
 
 absl::StatusOr<std::unique_ptr<SectionSearch>> SectionSearch::Create(
     const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options) {
@@ -532,7 +532,8 @@ absl::Status SectionSearch::Descend() {
     improved = false;
     for (const std::vector<int32_t>& m : moves(cuts)) {
       RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
-      absl::StatusOr<SectionedStep> step = ExpandSections(graph_, SectionCuts{m, {}}, cost_);
+      absl::StatusOr<SectionedStep> step =
+          ExpandSections(graph_, SectionCuts{m, {}}, cost_, &node_costs_);
       if (!step.ok()) continue;
       const uint64_t b = ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes);
       if (b >= bound) continue;
@@ -575,9 +576,12 @@ void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<
         section_cuts.offload.end());
   }
   for (const Candidate& c : pool_) {
-    if (c.cuts.cuts == section_cuts.cuts && c.cuts.offload == section_cuts.offload) return;
+    if (c.cuts.cuts == section_cuts.cuts && c.cuts.offload == section_cuts.offload &&
+        c.cuts.keep.empty()) {
+      return;
+    }
   }
-  absl::StatusOr<SectionedStep> step = ExpandSections(graph_, section_cuts, cost_);
+  absl::StatusOr<SectionedStep> step = ExpandSections(graph_, section_cuts, cost_, &node_costs_);
   if (!step.ok()) return;  // An offload the expansion refuses: the candidate is not valid.
   Candidate c;
   c.strategy = strategy;
@@ -629,10 +633,318 @@ absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
     for (int index : by_time_) {
       if (BudgetLowerBound(index) > budget_bytes) continue;
       ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
-      if (BudgetBytes(plan) <= budget_bytes) return plan;
+      if (BudgetBytes(plan) > budget_bytes) continue;
+      if (!options_.refine) return plan;
+      ASSIGN_OR_RETURN(const int refined, Refine(index, budget_bytes));
+      return Evaluate(refined);
     }
   }
   return Infeasible(budget_bytes);
+}
+
+// ---- Refinement -------------------------------------------------------------------------
+
+namespace {
+
+std::string CutsKey(const SectionCuts& c) {
+  return absl::StrCat(absl::StrJoin(c.cuts, ","), "|", absl::StrJoin(c.keep, ","), "|",
+                      absl::StrJoin(c.offload, ","));
+}
+
+// Returns `set` (increasing) with `t` added if it was absent, removed if present.
+std::vector<TensorId> Toggled(std::vector<TensorId> set, TensorId t) {
+  const auto it = std::lower_bound(set.begin(), set.end(), t);
+  if (it != set.end() && *it == t) {
+    set.erase(it);
+  } else {
+    set.insert(it, t);
+  }
+  return set;
+}
+
+bool Contains(const std::vector<TensorId>& set, TensorId t) {
+  return std::binary_search(set.begin(), set.end(), t);
+}
+
+// Graphs with more forward nodes than this try adding a cut only where a layer begins.
+constexpr int32_t kAddCutEverywhereMaxNodes = 256;
+// Moves chained onto one another in a round, most time saved per byte first.
+constexpr size_t kChainLength = 64;
+// A move joins a chain only if it saves at least this share of the time per byte it saved
+// on its own.
+constexpr double kChainGainShare = 0.5;
+// Candidates of the pool a refinement climbs from.
+constexpr size_t kStarts = 4;
+// Single moves planned exactly when no prefix of the chain fits.
+constexpr int kSinglesPerRound = 8;
+// Work units an exact plan costs, in expanded nodes (it takes several times an expansion).
+constexpr int64_t kPlanWorkPerNode = 8;
+
+}  // namespace
+
+// A move: keep or recompute one tensor, offload one or keep it on the device, or new cuts.
+struct SectionSearch::Move {
+  enum Kind { kKeep, kOffload, kCuts };
+  Kind kind = kKeep;
+  TensorId tensor = kNone;
+  std::vector<int32_t> cuts;
+};
+
+std::vector<SectionSearch::Move> SectionSearch::Moves(const SectionCuts& from) {
+  // Refine() takes only faster moves: recomputing a kept tensor, or offloading one more,
+  // never is, so those moves are not made.
+  std::vector<Move> out;
+  if (absl::StatusOr<std::vector<TensorId>> keepable = KeepableTensors(graph_, from.cuts, cost_);
+      keepable.ok()) {
+    for (TensorId t : *keepable) {
+      if (!Contains(from.keep, t)) out.push_back({Move::kKeep, t, {}});
+    }
+  }
+  for (TensorId t : from.offload) out.push_back({Move::kOffload, t, {}});
+  const int32_t nf = NumForwardNodes(graph_);
+  const std::vector<int32_t>& cuts = from.cuts;
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    std::vector<int32_t> removed = cuts;
+    removed.erase(removed.begin() + k);
+    out.push_back({Move::kCuts, kNone, std::move(removed)});
+    for (int32_t delta : {-2, -1, 1, 2}) {
+      std::vector<int32_t> moved = cuts;
+      moved[k] += delta;
+      if (moved[k] > (k == 0 ? 0 : moved[k - 1]) &&
+          moved[k] < (k + 1 == moved.size() ? nf : moved[k + 1])) {
+        out.push_back({Move::kCuts, kNone, std::move(moved)});
+      }
+    }
+  }
+  std::vector<int32_t> positions;
+  if (nf <= kAddCutEverywhereMaxNodes) {
+    for (int32_t p = 1; p < nf; ++p) positions.push_back(p);
+  } else {
+    positions = LayerCuts(graph_);
+  }
+  for (int32_t p : positions) {
+    if (std::binary_search(cuts.begin(), cuts.end(), p)) continue;
+    std::vector<int32_t> added = cuts;
+    added.insert(std::upper_bound(added.begin(), added.end(), p), p);
+    out.push_back({Move::kCuts, kNone, std::move(added)});
+  }
+  return out;
+}
+
+std::optional<SectionCuts> SectionSearch::Apply(const SectionCuts& from, const Move& move) {
+  SectionCuts m;
+  switch (move.kind) {
+    case Move::kKeep:
+      m = from;
+      m.keep = Toggled(m.keep, move.tensor);
+      // A tensor recomputed again cannot stay offloaded (unless another section caches it:
+      // the expansion says so, and the move is simply not taken).
+      if (!Contains(m.keep, move.tensor) && Contains(m.offload, move.tensor)) {
+        m.offload = Toggled(m.offload, move.tensor);
+      }
+      return m;
+    case Move::kOffload:
+      m = from;
+      m.offload = Toggled(m.offload, move.tensor);
+      return m;
+    case Move::kCuts: {
+      // Kept tensors that end up in the last section, and offloads the new cuts do not
+      // allow, are dropped.
+      m.cuts = move.cuts;
+      const int32_t last_begin = m.cuts.empty() ? 0 : m.cuts.back();
+      for (TensorId t : from.keep) {
+        if (graph_.tensor(t).producer < last_begin) m.keep.push_back(t);
+      }
+      if (!from.offload.empty()) {
+        absl::StatusOr<std::vector<TensorId>> allowed =
+            OffloadableTensors(graph_, m.cuts, cost_, m.keep);
+        if (!allowed.ok()) return std::nullopt;
+        for (TensorId t : from.offload) {
+          if (Contains(*allowed, t)) m.offload.push_back(t);
+        }
+      }
+      return m;
+    }
+  }
+  return std::nullopt;
+}
+
+int SectionSearch::AddExpanded(const std::string& strategy, const SectionCuts& cuts,
+                               std::shared_ptr<const SectionedStep> step) {
+  for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
+    const SectionCuts& c = pool_[i].cuts;
+    if (c.cuts == cuts.cuts && c.offload == cuts.offload && c.keep == cuts.keep) return i;
+  }
+  Candidate c;
+  c.strategy = strategy;
+  c.cuts = cuts;
+  c.step = std::move(step);
+  pool_.push_back(std::move(c));
+  return static_cast<int>(pool_.size()) - 1;
+}
+
+absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
+  if (auto it = refined_.find(budget_bytes); it != refined_.end()) return it->second;
+  const uint64_t alignment = options_.alignment_bytes;
+  auto host_bytes = [&](const SectionedStep& step) {
+    return options_.host_pool_in_budget ? HostPoolBytes(step, alignment) : 0;
+  };
+  int64_t work = 0;
+  int plans = 0;
+  auto out_of_work = [&] {
+    return work >= options_.refine_max_work || plans >= options_.refine_max_plans;
+  };
+  // A configuration predicted: its expanded step and the lower bound of what it holds.
+  struct Predicted {
+    SectionCuts cuts;
+    std::string key;
+    std::shared_ptr<const SectionedStep> step;
+    uint64_t bound = 0;
+  };
+  // Returns `m` predicted if it is faster than `than` seconds and could fit the budget.
+  auto predict = [&](SectionCuts m, double than) -> absl::StatusOr<std::optional<Predicted>> {
+    RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
+    std::string key = CutsKey(m);
+    const double faster_than = than * (1 - 1e-12);
+    auto [it, fresh] = known_.try_emplace(key);
+    Known& known = it->second;
+    if (!fresh) {
+      const bool rejected = known.step_seconds >= faster_than ||
+                            known.budget_lower_bound > budget_bytes ||
+                            (known.budget_bytes != 0 && known.budget_bytes > budget_bytes);
+      if (rejected) return std::nullopt;
+    }
+    absl::StatusOr<SectionedStep> step = ExpandSections(graph_, m, cost_, &node_costs_);
+    if (!step.ok()) {
+      known.step_seconds = std::numeric_limits<double>::infinity();
+      return std::nullopt;
+    }
+    work += static_cast<int64_t>(step->graph.nodes().size());
+    known.step_seconds = step->step_seconds;
+    if (known.step_seconds >= faster_than) return std::nullopt;
+    known.budget_lower_bound =
+        ScheduledLowerBound(step->graph, step->schedule, alignment) + host_bytes(*step);
+    if (known.budget_lower_bound > budget_bytes) return std::nullopt;
+    return Predicted{std::move(m), std::move(key),
+                     std::make_shared<const SectionedStep>(*std::move(step)),
+                     known.budget_lower_bound};
+  };
+  // Plans `p` exactly; returns its pool index if it fits the budget, else -1.
+  auto fits = [&](const Predicted& p) -> absl::StatusOr<int> {
+    Known& known = known_[p.key];
+    if (known.budget_bytes != 0 && known.budget_bytes > budget_bytes) return -1;
+    ++plans;
+    work += kPlanWorkPerNode * static_cast<int64_t>(p.step->graph.nodes().size());
+    ASSIGN_OR_RETURN(MemoryPlan memory, PlanScheduledGraph(p.step->graph, p.step->schedule,
+                                                           alignment, DefaultStrategies()));
+    known.budget_bytes = memory.arena_bytes + host_bytes(*p.step);
+    if (known.budget_bytes > budget_bytes) return -1;
+    const int index = AddExpanded("refined", p.cuts, p.step);
+    pool_[index].memory = std::make_shared<const MemoryPlan>(std::move(memory));
+    pool_[index].lower_bound_bytes = p.bound - host_bytes(*p.step);
+    return index;
+  };
+
+  // One round from candidate `current`: returns the candidate it moves to, or -1.
+  auto round = [&](int current, size_t chain_length) -> absl::StatusOr<int> {
+    const SectionCuts from = pool_[current].cuts;
+    const double seconds = pool_[current].step->step_seconds;
+    const uint64_t bound = BudgetLowerBound(current);
+    // Every move predicted faster whose lower bound fits, most time saved per byte first.
+    struct Better {
+      Move move;
+      Predicted predicted;
+      double gain = 0;
+    };
+    std::vector<Better> better;
+    for (const Move& move : Moves(from)) {
+      if (out_of_work()) break;
+      std::optional<SectionCuts> m = Apply(from, move);
+      if (!m) continue;
+      ASSIGN_OR_RETURN(std::optional<Predicted> p, predict(*std::move(m), seconds));
+      if (!p) continue;
+      const double added = p->bound > bound ? static_cast<double>(p->bound - bound) : 0.0;
+      const double gain = (seconds - p->step->step_seconds) / (added + 4096);
+      better.push_back({move, *std::move(p), gain});
+    }
+    if (better.empty()) return -1;
+    std::stable_sort(better.begin(), better.end(),
+                     [](const Better& a, const Better& b) { return a.gain > b.gain; });
+    // Chain the moves in that order, each onto the last one taken while it still predicts
+    // faster and its lower bound fits; then plan exactly the longest prefix that fits.
+    std::vector<Predicted> chain = {better[0].predicted};
+    for (size_t i = 1; i < better.size() && chain.size() < chain_length; ++i) {
+      if (out_of_work()) break;
+      std::optional<SectionCuts> m = Apply(chain.back().cuts, better[i].move);
+      if (!m) continue;
+      const Predicted& last = chain.back();
+      ASSIGN_OR_RETURN(std::optional<Predicted> p, predict(*std::move(m), last.step->step_seconds));
+      if (!p) continue;
+      // Taken only while it still saves at least half the time per byte it did alone: moves
+      // interact, and a poor one would spend memory a later, better one needs.
+      const double added = p->bound > last.bound ? static_cast<double>(p->bound - last.bound) : 0;
+      const double gain = (last.step->step_seconds - p->step->step_seconds) / (added + 4096);
+      if (gain >= kChainGainShare * better[i].gain) chain.push_back(*std::move(p));
+    }
+    int next = -1;
+    ASSIGN_OR_RETURN(next, fits(chain.back()));
+    if (next < 0 && chain.size() > 1) {
+      // The longest fitting prefix, by bisection: chain[low - 1] fits (or low is 0), chain[high -
+      // 1] does not.
+      size_t low = 0, high = chain.size();
+      while (high - low > 1 && !out_of_work()) {
+        const size_t mid = (low + high) / 2;
+        ASSIGN_OR_RETURN(const int index, fits(chain[mid - 1]));
+        if (index >= 0) {
+          low = mid;
+          next = index;
+        } else {
+          high = mid;
+        }
+      }
+    }
+    // No prefix fits: the next single moves, one at a time.
+    for (size_t i = 1; next < 0 && i < better.size() && i <= kSinglesPerRound; ++i) {
+      if (out_of_work()) break;
+      ASSIGN_OR_RETURN(next, fits(better[i].predicted));
+    }
+    return next;
+  };
+  // Climbs from `from`: long chains first, which climb fast, then one move a round, which
+  // climbs finely; or one move a round only.
+  auto climb = [&](int from, bool chains) -> absl::StatusOr<int> {
+    int current = from;
+    for (size_t chain_length : {kChainLength, size_t{1}}) {
+      if (chain_length > 1 && !chains) continue;
+      while (!out_of_work()) {
+        ASSIGN_OR_RETURN(const int next, round(current, chain_length));
+        if (next < 0) break;
+        current = next;
+      }
+    }
+    return current;
+  };
+  // Local optima differ by where the climb starts and how it steps: climb from the fastest
+  // candidates of the pool that fit, both ways from the fastest, and keep the best found.
+  std::vector<int> starts = {start};
+  for (int index : by_time_) {
+    if (starts.size() >= kStarts) break;
+    if (index == start || BudgetLowerBound(index) > budget_bytes) continue;
+    ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
+    if (BudgetBytes(plan) <= budget_bytes) starts.push_back(index);
+  }
+  int best = start;
+  for (size_t i = 0; i < starts.size() && !out_of_work(); ++i) {
+    for (bool chains : {true, false}) {
+      if (i > 0 && !chains) continue;
+      ASSIGN_OR_RETURN(const int found, climb(starts[i], chains));
+      if (pool_[found].step->step_seconds < pool_[best].step->step_seconds) best = found;
+    }
+  }
+  const int current = best;
+  SortByTime();
+  refined_[budget_bytes] = current;
+  return current;
 }
 
 absl::StatusOr<SectionPlan> SectionSearch::Unconstrained() { return Evaluate(0); }
@@ -805,6 +1117,10 @@ std::string SectionPlan::DebugString() const {
       absl::StrAppendFormat(&out, "       cached %-32s %10s  %s\n", g.tensor(c.tensor).name,
                             HumanBytes(c.bytes), c.offloaded ? "host" : "device");
     }
+    for (const KeptTensor& k : info.kept) {
+      absl::StrAppendFormat(&out, "       kept   %-32s %10s  %s\n", g.tensor(k.tensor).name,
+                            HumanBytes(k.bytes), k.offloaded ? "host" : "device");
+    }
   }
   return out;
 }
@@ -822,12 +1138,13 @@ absl::StatusOr<ExhaustiveResult> ExhaustiveSearch(const TrainingGraph& graph,
   ExhaustiveResult best;
   best.step_seconds = std::numeric_limits<double>::infinity();
   const uint64_t sets = uint64_t{1} << (nf - 1);
+  const NodeCosts node_costs = ComputeNodeCosts(graph, cost);
   for (uint64_t mask = 0; mask < sets; ++mask) {
     SectionCuts cuts;
     for (int32_t p = 1; p < nf; ++p) {
       if (mask >> (p - 1) & 1) cuts.cuts.push_back(p);
     }
-    ASSIGN_OR_RETURN(SectionedStep step, ExpandSections(graph, cuts, cost));
+    ASSIGN_OR_RETURN(SectionedStep step, ExpandSections(graph, cuts, cost, &node_costs));
     ++best.evaluated;
     if (step.step_seconds >= best.step_seconds) continue;
     if (ScheduledLowerBound(step.graph, step.schedule, alignment_bytes) > budget_bytes) continue;

@@ -12,6 +12,7 @@
 #define HEADROOM_PLANNER_SECTION_SEARCH_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,16 @@ struct SearchOptions {
   int32_t refine_max_forward_nodes = 64;
   // Arena alignment. Default 256.
   uint64_t alignment_bytes = kDefaultAlignmentBytes;
+  // Refine the fastest candidate that fits each budget Plan() is asked for by local moves,
+  // each planned exactly: keep a tensor its section recomputes, keep an offloaded tensor on
+  // the device, add, drop or move a cut. Default true.
+  bool refine = true;
+  // Exact memory plans one refinement may make. Default 200.
+  int refine_max_plans = 200;
+  // Work one refinement may do, in nodes of expanded steps: each move predicted counts its
+  // expanded step's nodes, each exact plan eight times as many. Bounds its time on large
+  // graphs (on the 2-core build machine about 1 to 4 us a unit). Default 1,000,000.
+  int64_t refine_max_work = 1000000;
   // Checked between pieces of work (each row of the dynamic program, each candidate planned,
   // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
   // once it fails. Borrowed; it must outlive the search. Default none: no limit.
@@ -54,7 +65,7 @@ bool HostPoolInBudget(proto::HostMemory host_memory, bool host_is_device_memory)
 
 // One candidate, planned.
 struct SectionPlan {
-  // "search", "no_sections", "sqrt_n" or "every_layer".
+  // "search", "refined", "no_sections", "sqrt_n" or "every_layer".
   std::string strategy;
   SectionCuts cuts;
   // The expanded step and its exact memory plan.
@@ -97,7 +108,9 @@ class SectionSearch {
   // Returns the candidate with the least predicted step time whose exact peak is at most
   // `budget_bytes`, or FailedPrecondition stating the smallest budget any candidate fits and
   // what its peak is made of. When no candidate of the pool fits, a local descent in memory
-  // (Descend) adds smaller ones first.
+  // (Descend) adds smaller ones first. With SearchOptions::refine, the fastest candidate that
+  // fits is then improved by local moves (Refine), and what they find joins the pool, so a
+  // later Plan() for a larger budget is never slower.
   absl::StatusOr<SectionPlan> Plan(uint64_t budget_bytes);
 
   // Returns the plain step (no sections).
@@ -150,15 +163,44 @@ class SectionSearch {
   absl::Status Descend();
   // Sorts by_time_ again after candidates were added.
   void SortByTime();
+  struct Move;
+  // Hill-climbs from candidate `start` (which fits `budget_bytes`) to faster plans that fit.
+  // Each round predicts every move from the current plan (its time, and its lower bound),
+  // chains the faster ones that could fit in order of time saved per byte added, each
+  // applied on top of the last, and plans exactly the longest prefix of the chain that fits
+  // (by bisection; else single moves). Stops when no move helps or a limit of SearchOptions
+  // is reached. Returns the index of the fastest candidate found (added to the pool).
+  absl::StatusOr<int> Refine(int start, uint64_t budget_bytes);
+  // Returns the moves from `from` that can be faster: keep a tensor a re-run section
+  // recomputes, keep an offloaded tensor on the device, drop or move a cut by up to two
+  // positions, add one (where a layer begins, on large graphs).
+  std::vector<Move> Moves(const SectionCuts& from);
+  // Returns `move` applied to `from`, or nothing where it does not apply.
+  std::optional<SectionCuts> Apply(const SectionCuts& from, const Move& move);
+  // Adds `cuts`, already expanded into `step`, to the pool unless it is there; returns its
+  // index.
+  int AddExpanded(const std::string& strategy, const SectionCuts& cuts,
+                  std::shared_ptr<const SectionedStep> step);
 
   const TrainingGraph& graph_;
   const CostModel& cost_;
   const SearchOptions options_;
+  const NodeCosts node_costs_;
   std::unique_ptr<Estimator> estimator_;
   std::vector<Candidate> pool_;
   // Indices into pool_, fastest first.
   std::vector<int> by_time_;
   bool descended_ = false;
+  // Refine()'s answer by budget asked for, and what it learnt of each configuration it
+  // predicted, by a key of its cuts: its time, and what it holds against a budget.
+  std::map<uint64_t, int> refined_;
+  struct Known {
+    double step_seconds = 0;
+    uint64_t budget_lower_bound = 0;
+    // Exact, once planned; 0 until then.
+    uint64_t budget_bytes = 0;
+  };
+  std::map<std::string, Known> known_;
 };
 
 // Returns the forward positions where "layers" begin: where the layer key of consecutive

@@ -92,11 +92,16 @@ struct Copies {
 // Emit() (the expanded graph), Simulate() (its predicted time).
 class SectionExpander {
  public:
-  SectionExpander(const TrainingGraph& graph, const SectionCuts& cuts, const CostModel& cost)
-      : g_(graph), cuts_(cuts), cost_(cost) {}
+  SectionExpander(const TrainingGraph& graph, const SectionCuts& cuts, const CostModel& cost,
+                  const NodeCosts* node_costs = nullptr)
+      : g_(graph), cuts_(cuts), cost_(cost), node_costs_(node_costs) {}
 
   absl::StatusOr<SectionedStep> Expand() {
     RETURN_IF_ERROR(Validate());
+    if (node_costs_ == nullptr) {
+      own_costs_ = ComputeNodeCosts(g_, cost_);
+      node_costs_ = &own_costs_;
+    }
     Analyse();
     RETURN_IF_ERROR(CheckOffloads());
     std::vector<TensorId> wanted = cuts_.offload;
@@ -335,7 +340,7 @@ class SectionExpander {
   absl::flat_hash_map<TensorId, Copies> PlaceCopies(const std::vector<TensorId>& offload) {
     std::vector<double> start(items_.size() + 1, 0);
     for (size_t k = 0; k < items_.size(); ++k) {
-      start[k + 1] = start[k] + cost_.NodeSeconds(g_, items_[k].node);
+      start[k + 1] = start[k] + node_costs_->seconds[items_[k].node];
     }
     std::vector<TensorId> order = offload;  // Copies out are issued as tensors are written.
     auto issued_after = [&](TensorId t) {
@@ -366,6 +371,9 @@ class SectionExpander {
 
   SectionedStep Emit(const absl::flat_hash_map<TensorId, Copies>& copies) {
     TrainingGraph out;
+    out.tensors_.reserve(g_.tensors().size() * 2);
+    out.nodes_.reserve(items_.size() + 2 * cuts_.offload.size());
+    origin_.reserve(out.nodes_.capacity());
     out.loss_ = g_.loss_;
     out.inference_ = false;
     out.final_gradient_ = g_.final_gradient_;
@@ -393,6 +401,7 @@ class SectionExpander {
       node.outputs = std::move(outputs);
       out.AppendNode(std::move(node));
       expanded_section_.push_back(-1);
+      origin_.push_back(kNone);
     };
     for (int32_t k = 0; k < static_cast<int32_t>(items_.size()); ++k) {
       for (TensorId t : offload_at[k]) {
@@ -407,6 +416,7 @@ class SectionExpander {
       }
       out.AppendNode(EmitItem(items_[k], &recomputed, prefetched, &out));
       expanded_section_.push_back(BackwardSection(items_[k]));
+      origin_.push_back(items_[k].node);
     }
     for (TensorId t = 0; t < static_cast<TensorId>(g_.tensors().size()); ++t) {
       if (cached_[t] && out.tensors_[t].role == proto::ROLE_ACTIVATION) {
@@ -494,7 +504,7 @@ class SectionExpander {
       if (node.kind == NodeKind::kRecompute) {
         info.recomputed = true;
         ++info.recompute_nodes;
-        info.recompute_flops += cost_.NodeFlops(out, n);
+        info.recompute_flops += node_costs_->flops[origin_[n]];
       }
       for (TensorId t : node.inputs) {
         if (auto it = original_of.find(t); it != original_of.end()) t = it->second;
@@ -577,7 +587,8 @@ class SectionExpander {
         if (auto it = done.find(t); it != done.end()) wait = std::max(wait, it->second);
       }
       step.stall_seconds += wait - compute;
-      const double seconds = cost_.NodeSeconds(out, n);
+      const double seconds =
+          origin_[n] != kNone ? node_costs_->seconds[origin_[n]] : cost_.NodeSeconds(out, n);
       compute = wait + seconds;
       if (node.kind == NodeKind::kRecompute) step.recompute_seconds += seconds;
       for (TensorId t : node.outputs) {
@@ -591,6 +602,8 @@ class SectionExpander {
   const TrainingGraph& g_;
   const SectionCuts& cuts_;
   const CostModel& cost_;
+  const NodeCosts* node_costs_;
+  NodeCosts own_costs_;  // When none are given.
   int32_t nf_ = 0;
   // Indexed by original node: its section.
   std::vector<int32_t> section_of_;
@@ -607,13 +620,26 @@ class SectionExpander {
   std::vector<bool> kept_;
   // Indexed by expanded node: the section of a backward-phase node, else -1.
   std::vector<int32_t> expanded_section_;
+  // Indexed by expanded node: the original node it runs, or kNone for a copy node.
+  std::vector<NodeId> origin_;
   // Indexed by original tensor: the first backward-phase item reading it, or -1.
   std::vector<int32_t> first_backward_read_;
 };
 
+NodeCosts ComputeNodeCosts(const TrainingGraph& graph, const CostModel& cost) {
+  NodeCosts costs;
+  costs.seconds.reserve(graph.nodes().size());
+  costs.flops.reserve(graph.nodes().size());
+  for (NodeId n = 0; n < static_cast<NodeId>(graph.nodes().size()); ++n) {
+    costs.seconds.push_back(cost.NodeSeconds(graph, n));
+    costs.flops.push_back(cost.NodeFlops(graph, n));
+  }
+  return costs;
+}
+
 absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
-                                             const CostModel& cost) {
-  return SectionExpander(graph, cuts, cost).Expand();
+                                             const CostModel& cost, const NodeCosts* node_costs) {
+  return SectionExpander(graph, cuts, cost, node_costs).Expand();
 }
 
 absl::StatusOr<std::vector<TensorId>> OffloadableTensors(const TrainingGraph& graph,

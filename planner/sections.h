@@ -107,12 +107,23 @@ struct SectionedStep {
   std::vector<TensorId> offload_dropped;
 };
 
+// The cost of each node of a training graph, by node id. An expanded step's nodes cost what
+// the nodes they run cost (a re-forward node what its forward node does, as every CostModel
+// here prices them), so a search expanding many steps computes these once.
+struct NodeCosts {
+  std::vector<double> seconds;
+  std::vector<uint64_t> flops;
+};
+NodeCosts ComputeNodeCosts(const TrainingGraph& graph, const CostModel& cost);
+
 // Returns the expanded step of training graph `graph` under `cuts`, with times from
-// `cost`; InvalidArgument for an inference graph, cuts out of order or range, an offload
+// `cost` (node costs from `node_costs` where given, which must be ComputeNodeCosts(graph,
+// cost)); InvalidArgument for an inference graph, cuts out of order or range, an offload
 // request that is not an offloadable cached input, or a kept tensor that is not written in a
 // re-run section.
 absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
-                                             const CostModel& cost);
+                                             const CostModel& cost,
+                                             const NodeCosts* node_costs = nullptr);
 
 // Returns the tensors SectionCuts::offload may name under `cuts` and `keep` (cached inputs and
 // kept tensors first read backward after the first section visited), in id order;

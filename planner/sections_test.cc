@@ -41,7 +41,8 @@ class UnitCostModel : public CostModel {
     }
   }
   uint64_t NodeFlops(const TrainingGraph& graph, NodeId id) const override {
-    return graph.node(id).kind == NodeKind::kRecompute ? 10 : 0;
+    const NodeKind kind = graph.node(id).kind;
+    return kind == NodeKind::kForward || kind == NodeKind::kRecompute ? 10 : 0;
   }
   double CopySeconds(uint64_t bytes) const override { return per_byte_ * bytes; }
 
