@@ -97,7 +97,8 @@ std::string SummaryLines(const proto::PlanSummary& s) {
   return out;
 }
 
-// Each section: its nodes, whether its forward is recomputed, the tensors it caches.
+// Each section: its nodes, whether its forward is recomputed, the tensors it caches and those
+// of its own it keeps rather than recompute.
 std::string SectionsText(const proto::PlanResponse& plan) {
   std::string out = absl::StrFormat("sections (%d):\n", plan.sections_size());
   for (const proto::Section& s : plan.sections()) {
@@ -107,6 +108,10 @@ std::string SectionsText(const proto::PlanResponse& plan) {
                               : "kept");
     for (const proto::BoundaryTensor& b : s.boundary()) {
       absl::StrAppendFormat(&out, "        caches %-32s %11s  %s\n", b.tensor(),
+                            HumanBytes(b.bytes()), PlacementName(b.placement()));
+    }
+    for (const proto::BoundaryTensor& b : s.kept()) {
+      absl::StrAppendFormat(&out, "        keeps  %-32s %11s  %s\n", b.tensor(),
                             HumanBytes(b.bytes()), PlacementName(b.placement()));
     }
   }
@@ -189,6 +194,7 @@ std::string PlanBrief(const proto::PlanResponse& plan) {
     recomputed += s.recompute_flops() > 0;
     for (const proto::BoundaryTensor& b : s.boundary())
       offloaded += b.placement() == proto::PLACEMENT_HOST;
+    for (const proto::BoundaryTensor& b : s.kept()) offloaded += b.placement() == proto::PLACEMENT_HOST;
   }
   const proto::PlanSummary& s = plan.summary();
   std::string out = SummaryLines(s);

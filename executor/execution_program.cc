@@ -85,20 +85,21 @@ absl::Status AssignBuffers(const planner::SectionedStep& step, const planner::Me
   return absl::OkStatus();
 }
 
-// Gives each offloaded section input a host slot and schedules its copy out and back.
+// Gives each offloaded section input (or kept tensor) a host slot and schedules its copy out
+// and back.
 void AssignHostSlots(const planner::SectionedStep& step, uint64_t align, ExecutionProgram& p) {
   p.host_offset.assign(step.graph.tensors().size(), std::nullopt);
   for (const planner::SectionInfo& section : step.sections) {
-    for (const planner::CachedInput& c : section.boundary) {
+    for (const planner::CachedInput* c : section.Held()) {
       // A tensor cached by several sections is copied out and prefetched once: the planner
       // gives each section's entry the same copy and prefetch.
-      if (!c.offloaded || p.host_offset[c.tensor].has_value()) continue;
-      p.host_offset[c.tensor] = p.host_pool_bytes;
-      p.host_pool_bytes += AlignUp(c.bytes, align);
-      (c.copy_out_after_position < 0 ? p.copy_out_first
-                                     : p.nodes[c.copy_out_after_position].copy_out_after)
-          .push_back(c.tensor);
-      p.nodes[c.prefetch_position].prefetch_source = c.tensor;
+      if (!c->offloaded || p.host_offset[c->tensor].has_value()) continue;
+      p.host_offset[c->tensor] = p.host_pool_bytes;
+      p.host_pool_bytes += AlignUp(c->bytes, align);
+      (c->copy_out_after_position < 0 ? p.copy_out_first
+                                      : p.nodes[c->copy_out_after_position].copy_out_after)
+          .push_back(c->tensor);
+      p.nodes[c->prefetch_position].prefetch_source = c->tensor;
     }
   }
 }

@@ -68,9 +68,11 @@ void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
 }
 
 void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
-                                    proto::Optimizer::Kind optimizer) {
+                                    proto::Optimizer::Kind optimizer, bool keep = false) {
   const TrainRun plain = Train(g, steps, std::nullopt, optimizer);
-  const TrainRun sectioned = Train(g, steps, SqrtCutsWithOffload(g, optimizer), optimizer);
+  const TrainRun sectioned =
+      Train(g, steps, keep ? SqrtCutsKeepingHalf(g, optimizer) : SqrtCutsWithOffload(g, optimizer),
+            optimizer);
   ASSERT_GT(sectioned.sections, 1) << g.name();
   ASSERT_GT(sectioned.recomputed_nodes, 0) << g.name();
   EXPECT_LT(sectioned.predicted_peak_bytes, plain.predicted_peak_bytes) << g.name();
@@ -106,6 +108,17 @@ TEST(ExecutorTest, TransformerSectionsAndOffloadGiveBitwiseSameParameters) {
   // The zoo transformer has dropout: a re-forward must replay the same masks.
   ExpectPlansChangeMemoryNotMath(ZooGraph("transformer", 2), 2,
                                  proto::Optimizer::KIND_SGD_MOMENTUM);
+}
+
+// Sections that keep some of the tensors they would recompute, some of them offloaded.
+TEST(ExecutorTest, Resnet18KeptTensorsGiveBitwiseSameParameters) {
+  ExpectPlansChangeMemoryNotMath(ZooGraph("resnet18", 2, {{"image_size", 32}}), 2,
+                                 proto::Optimizer::KIND_SGD_MOMENTUM, /*keep=*/true);
+}
+
+TEST(ExecutorTest, TransformerKeptTensorsGiveBitwiseSameParameters) {
+  ExpectPlansChangeMemoryNotMath(ZooGraph("transformer", 2), 2, proto::Optimizer::KIND_ADAM,
+                                 /*keep=*/true);
 }
 
 TEST(ExecutorTest, LossFallsOnTheSyntheticTask) {

@@ -56,6 +56,24 @@ inline planner::SectionCuts SqrtCutsWithOffload(
   return cuts;
 }
 
+// The same cuts, keeping every other tensor the re-run sections would recompute (the
+// planner's per-tensor choice), and offloading every cached input and kept tensor that can go.
+inline planner::SectionCuts SqrtCutsKeepingHalf(
+    const graph::Graph& forward,
+    proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
+  planner::TrainingOptions options;
+  options.optimizer = optimizer;
+  planner::TrainingGraph training = planner::TrainingGraph::Build(forward, options).value();
+  const planner::RooflineCostModel cost(forward, planner::DevicePreset("cpu").value());
+  planner::SectionCuts cuts;
+  cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
+  const std::vector<planner::TensorId> keepable =
+      planner::KeepableTensors(training, cuts.cuts, cost).value();
+  for (size_t i = 0; i < keepable.size(); i += 2) cuts.keep.push_back(keepable[i]);
+  cuts.offload = planner::OffloadableTensors(training, cuts.cuts, cost, cuts.keep).value();
+  return cuts;
+}
+
 }  // namespace headroom::executor
 
 #endif  // HEADROOM_EXECUTOR_EXECUTOR_TESTING_H_

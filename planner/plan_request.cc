@@ -170,8 +170,7 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
     section->set_recompute_flops(info.recompute_flops);
     section->set_recomputed(info.recomputed);
     section->set_recompute_nodes(info.recompute_nodes);
-    for (const CachedInput& c : info.boundary) {
-      proto::BoundaryTensor* b = section->add_boundary();
+    auto describe = [&](const CachedInput& c, proto::BoundaryTensor* b) {
       b->set_tensor(step.graph.tensor(c.tensor).name);
       b->set_bytes(c.bytes);
       b->set_placement(c.offloaded ? proto::PLACEMENT_HOST : proto::PLACEMENT_DEVICE);
@@ -181,7 +180,9 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
         b->set_prefetch_issued_at(NodeName(step, c.prefetch_position));
         b->set_prefetch_awaited_before(NodeName(step, c.first_use_position));
       }
-    }
+    };
+    for (const CachedInput& c : info.boundary) describe(c, section->add_boundary());
+    for (const CachedInput& c : info.kept) describe(c, section->add_kept());
   }
   return response;
 }

@@ -410,7 +410,11 @@ struct SectionSearch::Candidate {
 
 SectionSearch::SectionSearch(const TrainingGraph& graph, const CostModel& cost,
                              const SearchOptions& options)
-    : graph_(graph), cost_(cost), options_(options), node_costs_(ComputeNodeCosts(graph, cost)) {}
+    : graph_(graph),
+      cost_(cost),
+      options_(options),
+      node_costs_(ComputeNodeCosts(graph, cost)),
+      work_limit_(options.refine_max_work) {}
 
 absl::StatusOr<std::unique_ptr<SectionSearch>> SectionSearch::Create(
     const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options) {
@@ -792,7 +796,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   int64_t work = 0;
   int plans = 0;
   auto out_of_work = [&] {
-    return work >= options_.refine_max_work || plans >= options_.refine_max_plans;
+    return work >= work_limit_ || plans >= options_.refine_max_plans;
   };
   // A configuration predicted: its expanded step and the lower bound of what it holds.
   struct Predicted {
@@ -1058,6 +1062,24 @@ absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {
 }
 
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
+  ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, PoolFrontier());
+  if (!options_.refine || frontier.size() < 2) return frontier;
+  // Refine at each point's peak, the points sharing one refinement's work; then the frontier
+  // of the pool the refinements grew.
+  const int64_t work_limit = work_limit_;
+  work_limit_ = std::max<int64_t>(options_.refine_max_work / frontier.size(), 1);
+  for (const TradeOffPoint& point : frontier) {
+    absl::StatusOr<SectionPlan> plan = Plan(point.peak_bytes);
+    if (!plan.ok()) {
+      work_limit_ = work_limit;
+      return plan.status();
+    }
+  }
+  work_limit_ = work_limit;
+  return PoolFrontier();
+}
+
+absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::PoolFrontier() {
   RETURN_IF_ERROR(Descend());  // The frontier ends at the smallest plan.
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
@@ -1085,7 +1107,7 @@ absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Baselines() {
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
-    if (pool_[i].strategy == "search") continue;
+    if (pool_[i].strategy == "search" || pool_[i].strategy == "refined") continue;
     RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
     points.push_back(point);
@@ -1117,7 +1139,7 @@ std::string SectionPlan::DebugString() const {
       absl::StrAppendFormat(&out, "       cached %-32s %10s  %s\n", g.tensor(c.tensor).name,
                             HumanBytes(c.bytes), c.offloaded ? "host" : "device");
     }
-    for (const KeptTensor& k : info.kept) {
+    for (const CachedInput& k : info.kept) {
       absl::StrAppendFormat(&out, "       kept   %-32s %10s  %s\n", g.tensor(k.tensor).name,
                             HumanBytes(k.bytes), k.offloaded ? "host" : "device");
     }

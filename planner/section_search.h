@@ -117,7 +117,9 @@ class SectionSearch {
   absl::StatusOr<SectionPlan> Unconstrained();
 
   // Returns the Pareto frontier of (peak, time) over all candidates (Descend()'s too), from
-  // the largest peak down to the smallest, each point faster than every point after it.
+  // the largest peak down to the smallest, each point faster than every point after it. With
+  // SearchOptions::refine, each point of the pool's frontier is refined first (at its peak,
+  // the points sharing one refinement's work).
   absl::StatusOr<std::vector<TradeOffPoint>> Frontier();
 
   // Returns each baseline's point: "no_sections", "sqrt_n", "every_layer".
@@ -161,6 +163,8 @@ class SectionSearch {
   // move helps. Guided by lower bounds, not plans; run once, for budgets no candidate of the
   // pool meets. The status of options_.cancel (checked at each move) once it fails.
   absl::Status Descend();
+  // Frontier() of the pool as it is.
+  absl::StatusOr<std::vector<TradeOffPoint>> PoolFrontier();
   // Sorts by_time_ again after candidates were added.
   void SortByTime();
   struct Move;
@@ -194,6 +198,8 @@ class SectionSearch {
   // Refine()'s answer by budget asked for, and what it learnt of each configuration it
   // predicted, by a key of its cuts: its time, and what it holds against a budget.
   std::map<uint64_t, int> refined_;
+  // The work a refinement may do now (SearchOptions::refine_max_work, less for a frontier).
+  int64_t work_limit_;
   struct Known {
     double step_seconds = 0;
     uint64_t budget_lower_bound = 0;

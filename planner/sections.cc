@@ -25,8 +25,10 @@ uint64_t HostPoolBytes(const SectionedStep& step, uint64_t alignment_bytes) {
   absl::flat_hash_set<TensorId> seen;
   uint64_t bytes = 0;
   for (const SectionInfo& section : step.sections) {
-    for (const CachedInput& c : section.boundary) {
-      if (c.offloaded && seen.insert(c.tensor).second) bytes += (c.bytes + align - 1) / align * align;
+    for (const CachedInput* c : section.Held()) {
+      if (c->offloaded && seen.insert(c->tensor).second) {
+        bytes += (c->bytes + align - 1) / align * align;
+      }
     }
   }
   return bytes;
@@ -511,28 +513,27 @@ class SectionExpander {
         if (IsCachedInputOf(s, t)) boundary[s].insert(t);
       }
     }
-    for (TensorId t : cuts_.keep) {
-      step->sections[ForwardSection(t)].kept.push_back(
-          KeptTensor{t, g_.tensor(t).bytes, copies.contains(t)});
-    }
+    // A tensor's entry, with where its copies go if it is offloaded.
+    auto entry = [&](TensorId t) {
+      CachedInput c;
+      c.tensor = t;
+      c.bytes = g_.tensor(t).bytes;
+      if (copies.contains(t)) {
+        c.offloaded = true;
+        const NodeId p = out.tensor(t).producer;
+        c.copy_out_after_position = p == kNone ? -1 : p;
+        c.copy_out_await_position = out.tensor(t).consumers.back();
+        const TensorId device = prefetched.at(t);
+        c.prefetch_position = out.tensor(device).producer;
+        c.first_use_position = out.tensor(device).consumers.front();
+      }
+      return c;
+    };
+    for (TensorId t : cuts_.keep) step->sections[ForwardSection(t)].kept.push_back(entry(t));
     for (int32_t s = 0; s < num_sections(); ++s) {
       std::vector<TensorId> ids(boundary[s].begin(), boundary[s].end());
       std::sort(ids.begin(), ids.end());
-      for (TensorId t : ids) {
-        CachedInput c;
-        c.tensor = t;
-        c.bytes = g_.tensor(t).bytes;
-        if (copies.contains(t)) {
-          c.offloaded = true;
-          const NodeId p = out.tensor(t).producer;
-          c.copy_out_after_position = p == kNone ? -1 : p;
-          c.copy_out_await_position = out.tensor(t).consumers.back();
-          const TensorId device = prefetched.at(t);
-          c.prefetch_position = out.tensor(device).producer;
-          c.first_use_position = out.tensor(device).consumers.front();
-        }
-        step->sections[s].boundary.push_back(c);
-      }
+      for (TensorId t : ids) step->sections[s].boundary.push_back(entry(t));
     }
   }
 
@@ -559,8 +560,8 @@ class SectionExpander {
     absl::flat_hash_map<TensorId, double> copied_out, prefetched;
     std::vector<TensorId> offloaded;
     for (const SectionInfo& s : step.sections) {
-      for (const CachedInput& c : s.boundary) {
-        if (c.offloaded) offloaded.push_back(c.tensor);
+      for (const CachedInput* c : s.Held()) {
+        if (c->offloaded) offloaded.push_back(c->tensor);
       }
     }
     std::sort(offloaded.begin(), offloaded.end());

@@ -41,15 +41,9 @@ struct SectionCuts {
   std::vector<TensorId> keep;
 };
 
-// A tensor of a re-run section kept from the forward pass (SectionCuts::keep).
-struct KeptTensor {
-  TensorId tensor = kNone;
-  uint64_t bytes = 0;
-  bool offloaded = false;
-};
 
 // A cached input of a section: produced before the section (or a graph input), read by the
-// section's re-forward or backward.
+// section's re-forward or backward; or a tensor of its own that it keeps (SectionCuts::keep).
 struct CachedInput {
   TensorId tensor = kNone;
   uint64_t bytes = 0;
@@ -76,7 +70,15 @@ struct SectionInfo {
   // Its cached inputs, in tensor-id order.
   std::vector<CachedInput> boundary;
   // Its own tensors kept for its backward phase instead of recomputed, in tensor-id order.
-  std::vector<KeptTensor> kept;
+  std::vector<CachedInput> kept;
+
+  // Returns its cached inputs, then its kept tensors: every tensor that may be offloaded.
+  std::vector<const CachedInput*> Held() const {
+    std::vector<const CachedInput*> held;
+    for (const CachedInput& c : boundary) held.push_back(&c);
+    for (const CachedInput& c : kept) held.push_back(&c);
+    return held;
+  }
   // First position of its backward-phase group (re-forward, then backward); -1 if it has none.
   Position backward_position = -1;
 };
