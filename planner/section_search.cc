@@ -871,7 +871,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
       const double gain = (seconds - p->step->step_seconds) / (added + 4096);
       better.push_back({move, *std::move(p), gain});
     }
-    if (better.empty()) return -1;
+    if (better.empty() || out_of_work()) return -1;
     std::stable_sort(better.begin(), better.end(),
                      [](const Better& a, const Better& b) { return a.gain > b.gain; });
     // Chain the moves in that order, each onto the last one taken while it still predicts
