@@ -697,12 +697,19 @@ struct SectionSearch::Move {
 std::vector<SectionSearch::Move> SectionSearch::Moves(const SectionCuts& from) {
   // Refine() takes only faster moves: recomputing a kept tensor, or offloading one more,
   // never is, so those moves are not made.
+  // Where the work runs out mid-scan (large graphs), the likeliest moves come first: keeps
+  // by the seconds of their producer per byte kept.
   std::vector<Move> out;
   if (absl::StatusOr<std::vector<TensorId>> keepable = KeepableTensors(graph_, from.cuts, cost_);
       keepable.ok()) {
+    std::vector<std::pair<double, TensorId>> keeps;
     for (TensorId t : *keepable) {
-      if (!Contains(from.keep, t)) out.push_back({Move::kKeep, t, {}});
+      if (Contains(from.keep, t)) continue;
+      const TrainingTensor& tensor = graph_.tensor(t);
+      keeps.push_back({-node_costs_.seconds[tensor.producer] / (tensor.bytes + 1.0), t});
     }
+    std::sort(keeps.begin(), keeps.end());
+    for (const auto& [unused, t] : keeps) out.push_back({Move::kKeep, t, {}});
   }
   for (TensorId t : from.offload) out.push_back({Move::kOffload, t, {}});
   const int32_t nf = NumForwardNodes(graph_);
@@ -871,7 +878,9 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
       const double gain = (seconds - p->step->step_seconds) / (added + 4096);
       better.push_back({move, *std::move(p), gain});
     }
-    if (better.empty() || out_of_work()) return -1;
+    // A round that ran out of work mid-scan still plans what it found (a chain and its
+    // bisection at most): on large graphs one scan is all the work allows.
+    if (better.empty()) return -1;
     std::stable_sort(better.begin(), better.end(),
                      [](const Better& a, const Better& b) { return a.gain > b.gain; });
     // Chain the moves in that order, each onto the last one taken while it still predicts
