@@ -683,6 +683,8 @@ constexpr size_t kStarts = 4;
 constexpr int kSinglesPerRound = 8;
 // Work units an exact plan costs, in expanded nodes (it takes several times an expansion).
 constexpr int64_t kPlanWorkPerNode = 8;
+// A refinement runs only if its work limit allows this many expansions of the step.
+constexpr int64_t kMinRefineSteps = 64;
 
 }  // namespace
 
@@ -796,6 +798,13 @@ int SectionSearch::AddExpanded(const std::string& strategy, const SectionCuts& c
 
 absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   if (auto it = refined_.find(budget_bytes); it != refined_.end()) return it->second;
+  // A graph too large for the work limit to allow a few rounds is not refined: a single
+  // exact plan of it may take seconds.
+  const int64_t step_nodes = static_cast<int64_t>(pool_[start].step->graph.nodes().size());
+  if (step_nodes * kMinRefineSteps > work_limit_) {
+    refined_[budget_bytes] = start;
+    return start;
+  }
   const uint64_t alignment = options_.alignment_bytes;
   auto host_bytes = [&](const SectionedStep& step) {
     return options_.host_pool_in_budget ? HostPoolBytes(step, alignment) : 0;

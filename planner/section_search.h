@@ -51,7 +51,8 @@ struct SearchOptions {
   int refine_max_plans = 200;
   // Work one refinement may do, in nodes of expanded steps: each move predicted counts its
   // expanded step's nodes, each exact plan eight times as many. Bounds its time on large
-  // graphs (on the 2-core build machine about 1 to 4 us a unit). Default 1,000,000.
+  // graphs (on the 2-core build machine about 1 to 4 us a unit); a step too large for 64
+  // expansions within it is not refined. Default 1,000,000.
   int64_t refine_max_work = 1000000;
   // Checked between pieces of work (each row of the dynamic program, each candidate planned,
   // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
