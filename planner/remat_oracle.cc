@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -237,6 +238,24 @@ int64_t RecomputeSchedule::num_recomputes() const {
   return n;
 }
 
+struct ScheduleEvaluator::Times : NodeTimes {};
+
+ScheduleEvaluator::ScheduleEvaluator(const TrainingGraph& graph, const CostModel& cost,
+                                     uint64_t alignment_bytes)
+    : graph_(graph), alignment_bytes_(alignment_bytes) {
+  auto times = std::make_unique<Times>();
+  static_cast<NodeTimes&>(*times) = TimeNodes(graph, cost);
+  times_ = std::move(times);
+}
+
+ScheduleEvaluator::~ScheduleEvaluator() = default;
+
+absl::StatusOr<ScheduleCost> ScheduleEvaluator::Evaluate(const RecomputeSchedule& schedule) const {
+  return planner::Evaluate(graph_, *times_, schedule, alignment_bytes_);
+}
+
+double ScheduleEvaluator::rerun_seconds(NodeId k) const { return times_->rerun_seconds[k]; }
+
 absl::StatusOr<ScheduleCost> EvaluateRecomputeSchedule(const TrainingGraph& graph,
                                                        const CostModel& cost,
                                                        const RecomputeSchedule& schedule,
@@ -461,26 +480,33 @@ std::unique_ptr<RematOracle::Program::Built> RematOracle::Program::Build(
     std::optional<uint64_t> budget_bytes) const {
   auto built = std::make_unique<Built>();
   Built& b = *built;
-  b.model = Cbc_newModel();
-  Cbc_Model* m = b.model;
+  // Columns and rows are collected, then loaded at once (CBC's one-at-a-time calls copy).
+  std::vector<double> col_lower, col_upper, objective;
+  std::vector<int32_t> integers;
+  std::vector<std::vector<std::pair<int32_t, double>>> column_entries;
+  std::vector<double> row_lower, row_upper;
   auto add_col = [&](double lb, double ub, double obj, bool integer) {
-    Cbc_addCol(m, "", lb, ub, obj, integer ? 1 : 0, 0, nullptr, nullptr);
+    col_lower.push_back(lb);
+    col_upper.push_back(ub);
+    objective.push_back(obj);
+    column_entries.emplace_back();
+    if (integer) integers.push_back(b.num_cols);
     b.num_binaries += integer ? 1 : 0;
     return b.num_cols++;
   };
   auto add_row = [&](const Expr& e, char sense, double rhs) {
-    std::vector<int> cols;
-    std::vector<double> coefs;
     std::map<int32_t, double> merged;
     for (const auto& [c, v] : e.terms) merged[c] += v;
+    bool any = false;
     for (const auto& [c, v] : merged) {
       if (v == 0) continue;
-      cols.push_back(c);
-      coefs.push_back(v);
+      column_entries[c].push_back({b.num_rows, v});
+      any = true;
     }
+    if (!any) return;  // Constant rows hold by construction (checked by callers).
     const double right = rhs - e.constant;
-    if (cols.empty()) return;  // Constant rows hold by construction (checked by callers).
-    Cbc_addRow(m, "", static_cast<int>(cols.size()), cols.data(), coefs.data(), sense, right);
+    row_lower.push_back(sense == 'E' ? right : -std::numeric_limits<double>::max());
+    row_upper.push_back(right);
     ++b.num_rows;
   };
   const bool least_peak = !budget_bytes.has_value();
@@ -695,6 +721,21 @@ std::unique_ptr<RematOracle::Program::Built> RematOracle::Program::Build(
       previous_k = k;
     }
   }
+  std::vector<CoinBigIndex> starts = {0};
+  std::vector<int> index;
+  std::vector<double> value;
+  for (const auto& entries : column_entries) {
+    for (const auto& [row, v] : entries) {
+      index.push_back(row);
+      value.push_back(v);
+    }
+    starts.push_back(static_cast<CoinBigIndex>(index.size()));
+  }
+  b.model = Cbc_newModel();
+  Cbc_loadProblem(b.model, b.num_cols, b.num_rows, starts.data(), index.data(), value.data(),
+                  col_lower.data(), col_upper.data(), objective.data(), row_lower.data(),
+                  row_upper.data());
+  for (int32_t c : integers) Cbc_setInteger(b.model, c);
   return built;
 }
 

@@ -67,6 +67,27 @@ struct ScheduleCost {
   NodeId peak_node = 0;
 };
 
+// Costs schedules of one graph (EvaluateRecomputeSchedule, with the node times computed once).
+// Keeps a reference to `graph`, which must outlive it. Immutable after construction.
+class ScheduleEvaluator {
+ public:
+  ScheduleEvaluator(const TrainingGraph& graph, const CostModel& cost,
+                    uint64_t alignment_bytes = kDefaultAlignmentBytes);
+  ~ScheduleEvaluator();
+
+  // Returns what EvaluateRecomputeSchedule(graph, cost, schedule, alignment_bytes) returns.
+  absl::StatusOr<ScheduleCost> Evaluate(const RecomputeSchedule& schedule) const;
+
+  // Returns the seconds of running forward node `k` again (Headroom's re-forward node).
+  double rerun_seconds(NodeId k) const;
+
+ private:
+  struct Times;
+  const TrainingGraph& graph_;
+  const uint64_t alignment_bytes_;
+  std::unique_ptr<const Times> times_;
+};
+
 // Returns the cost of running `graph` with `schedule`, or InvalidArgument for a schedule that
 // re-runs a node that is not a forward node, out of order, at or after its stage, or reads a
 // tensor no earlier node of the schedule wrote. A re-run node reads the latest copy of each
