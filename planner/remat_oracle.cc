@@ -839,6 +839,7 @@ absl::StatusOr<OracleResult> RematOracle::Run(std::optional<uint64_t> budget_byt
   Cbc_Model* m = built->model;
   Cbc_setLogLevel(m, options_.log_level);
   Cbc_setMaximumSeconds(m, options_.time_limit_seconds);
+  Cbc_setParameter(m, "timeMode", "elapsed");  // Wall-clock, not CPU, seconds.
   Cbc_setAllowableFractionGap(m, options_.relative_gap);
   Cbc_setAllowableGap(m, budget_bytes ? 1e-3 : 0.25);
   // Start from the best schedule offered that fits.

@@ -51,6 +51,19 @@ std::string Proven(const OracleResult& r) {
   return r.proven_optimal ? "optimal" : "best found";
 }
 
+// Returns "fc1 x2, relu1 x1" for the forward nodes `schedule` runs again, or "none".
+std::string ReRuns(const TrainingGraph& t, const RecomputeSchedule& schedule) {
+  std::map<NodeId, int> count;
+  for (const auto& stage : schedule.recompute) {
+    for (NodeId k : stage) ++count[k];
+  }
+  std::string out;
+  for (const auto& [k, c] : count) {
+    absl::StrAppendFormat(&out, "%s%s x%d", out.empty() ? "" : ", ", t.node(k).name, c);
+  }
+  return out.empty() ? "none" : out;
+}
+
 void Run(const Model& m, double seconds, bool cold) {
   const graph::Graph forward =
       OrDie(graph::Graph::FromProto(
@@ -93,14 +106,21 @@ void Run(const Model& m, double seconds, bool cold) {
       gap_best = absl::StrFormat("%.2f%%", 100 * (ours->step_seconds / r.step_seconds - 1));
       gap_bound = absl::StrFormat("%.2f%%", 100 * (ours->step_seconds / r.bound_step_seconds - 1));
     }
-    std::printf("  %3d%% %12s | %9s %9s | %9s %9.4f %-10s %7.1f | %8s %8s\n", f,
+    std::printf("  %3d%% %12s | %9s %9s | %9s %9s %-10s %7.1f | %8s %8s\n", f,
                 HumanBytes(budget).c_str(), headroom.c_str(), sections.c_str(),
                 r.feasible ? absl::StrFormat("%.4f", r.overhead_ratio).c_str() : "-",
-                r.bound_overhead_ratio, Proven(r).c_str(), r.solve_seconds, gap_best.c_str(),
-                gap_bound.c_str());
+                r.proven_infeasible ? "-" : absl::StrFormat("%.4f", r.bound_overhead_ratio).c_str(),
+                Proven(r).c_str(), r.solve_seconds, gap_best.c_str(), gap_bound.c_str());
+    if (r.feasible) std::printf("        oracle re-runs: %s\n", ReRuns(t, r.schedule).c_str());
   }
   const uint64_t headroom_min = OrDie(search->MinimumPeakBytes(), "minimum");
-  const OracleResult least = OrDie(oracle->LeastPeak(), "least peak");
+  OracleOptions o = options;
+  if (!cold) {
+    const SectionPlan smallest = OrDie(search->Plan(headroom_min), "smallest plan");
+    o.start = OrDie(RecomputeScheduleOf(t, *smallest.step), "schedule of the smallest plan");
+  }
+  const OracleResult least =
+      OrDie(OrDie(RematOracle::Create(t, cost, o), "oracle")->LeastPeak(), "least peak");
   std::printf(
       "  least peak: headroom %s (%llu B); oracle %s (%llu B, %s, bound %llu B, %.1f s, "
       "overhead %.3f); headroom / oracle %.4f\n",
