@@ -31,11 +31,8 @@ int32_t CountForwardNodes(const TrainingGraph& graph) {
   return n;
 }
 
-// The seconds of each node, and of each forward node run again. Headroom's re-forward node
-// (kRecompute) drops running-statistics updates, so its time can differ from the forward's;
-// it is read from a sectioned step with a cut at every node, where every forward node whose
-// backward reads its own outputs runs again (the others fall back to the forward's time, as
-// they have nothing that differs).
+// The seconds of each node, and of each forward node run again: what the forward node costs,
+// as Headroom prices its re-forward nodes (planner/sections.h, NodeCosts).
 struct NodeTimes {
   std::vector<double> seconds;
   std::vector<double> rerun_seconds;
@@ -43,21 +40,10 @@ struct NodeTimes {
 
 NodeTimes TimeNodes(const TrainingGraph& graph, const CostModel& cost) {
   NodeTimes times;
-  const int32_t n = static_cast<int32_t>(graph.nodes().size());
-  const int32_t nf = CountForwardNodes(graph);
-  for (NodeId k = 0; k < n; ++k) times.seconds.push_back(cost.NodeSeconds(graph, k));
-  times.rerun_seconds.assign(times.seconds.begin(), times.seconds.begin() + nf);
-  if (nf < 2 || graph.inference()) return times;
-  std::map<graph::NodeId, NodeId> training_of;
-  for (NodeId k = 0; k < nf; ++k) training_of[graph.node(k).forward_node] = k;
-  absl::StatusOr<SectionedStep> step = ExpandSections(graph, {EvenCuts(nf, nf), {}}, cost);
-  if (!step.ok()) return times;
-  for (NodeId e = 0; e < static_cast<NodeId>(step->graph.nodes().size()); ++e) {
-    const TrainingNode& node = step->graph.node(e);
-    if (node.kind != NodeKind::kRecompute) continue;
-    auto it = training_of.find(node.forward_node);
-    if (it != training_of.end()) times.rerun_seconds[it->second] = cost.NodeSeconds(step->graph, e);
-  }
+  const NodeCosts costs = ComputeNodeCosts(graph, cost);
+  times.seconds = costs.seconds;
+  times.rerun_seconds.assign(times.seconds.begin(),
+                             times.seconds.begin() + CountForwardNodes(graph));
   return times;
 }
 

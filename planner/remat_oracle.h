@@ -78,7 +78,7 @@ class ScheduleEvaluator {
   // Returns what EvaluateRecomputeSchedule(graph, cost, schedule, alignment_bytes) returns.
   absl::StatusOr<ScheduleCost> Evaluate(const RecomputeSchedule& schedule) const;
 
-  // Returns the seconds of running forward node `k` again (Headroom's re-forward node).
+  // Returns the seconds of running forward node `k` again.
   double rerun_seconds(NodeId k) const;
 
  private:
@@ -91,8 +91,8 @@ class ScheduleEvaluator {
 // Returns the cost of running `graph` with `schedule`, or InvalidArgument for a schedule that
 // re-runs a node that is not a forward node, out of order, at or after its stage, or reads a
 // tensor no earlier node of the schedule wrote. A re-run node reads the latest copy of each
-// input and writes fresh copies of its outputs, as a Headroom re-forward does; its time is
-// that of Headroom's re-forward of the node (no running-statistics update).
+// input and writes fresh copies of its outputs, as a Headroom re-forward does, and costs what
+// Headroom's re-forward does: the forward node's time (NodeCosts).
 absl::StatusOr<ScheduleCost> EvaluateRecomputeSchedule(
     const TrainingGraph& graph, const CostModel& cost, const RecomputeSchedule& schedule,
     uint64_t alignment_bytes = kDefaultAlignmentBytes);
