@@ -8,6 +8,7 @@
 //   bazel run -c opt //planner:remat_oracle_bench [-- --seconds 10] [-- --cold]
 //
 // --seconds: CBC's limit per solve (default 10). --cold: no MIP start from Headroom's plan.
+// --only: the models whose label contains this ("mlp", "small_cnn", "transformer").
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
@@ -51,15 +53,17 @@ std::string Proven(const OracleResult& r) {
   return r.proven_optimal ? "optimal" : "best found";
 }
 
-// Returns "fc1 x2, relu1 x1" for the forward nodes `schedule` runs again, or "none".
+// Returns "fc1 before fc2.backward, relu1 before ..." for the forward nodes `schedule` runs
+// again and the stage each re-run precedes, or "none".
 std::string ReRuns(const TrainingGraph& t, const RecomputeSchedule& schedule) {
-  std::map<NodeId, int> count;
-  for (const auto& stage : schedule.recompute) {
-    for (NodeId k : stage) ++count[k];
-  }
   std::string out;
-  for (const auto& [k, c] : count) {
-    absl::StrAppendFormat(&out, "%s%s x%d", out.empty() ? "" : ", ", t.node(k).name, c);
+  for (NodeId stage = 0; stage < static_cast<NodeId>(schedule.recompute.size()); ++stage) {
+    if (schedule.recompute[stage].empty()) continue;
+    std::string nodes;
+    for (NodeId k : schedule.recompute[stage]) {
+      absl::StrAppend(&nodes, nodes.empty() ? "" : " ", t.node(k).name);
+    }
+    absl::StrAppend(&out, out.empty() ? "" : "; ", nodes, " before ", t.node(stage).name);
   }
   return out.empty() ? "none" : out;
 }
@@ -137,13 +141,17 @@ void Run(const Model& m, double seconds, bool cold) {
 int main(int argc, char** argv) {
   double seconds = 10;
   bool cold = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--cold") == 0) {
       cold = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: remat_oracle_bench [--seconds S] [--cold]\n");
+      std::fprintf(stderr,
+                   "usage: remat_oracle_bench [--seconds S] [--cold] [--only LABEL_PART]\n");
       return 2;
     }
   }
@@ -166,6 +174,8 @@ int main(int argc, char** argv) {
       "recompute oracle (CBC, %.0f s per solve%s) against SectionSearch (h100 preset, "
       "recompute only); budget = persistent + f x (plain peak - persistent)\n",
       seconds, cold ? ", cold" : ", started from Headroom's plan");
-  for (const Model& m : models) headroom::planner::Run(m, seconds, cold);
+  for (const Model& m : models) {
+    if (m.label.find(only) != std::string::npos) headroom::planner::Run(m, seconds, cold);
+  }
   return 0;
 }
