@@ -2,7 +2,8 @@
 // memory budget, as a mixed-integer program (Checkmate: Jain et al., MLSys 2020) solved by
 // COIN-OR CBC, to measure how far Headroom's section search is from the best any
 // recompute-only schedule can do. A test and benchmark tool: its size grows as (nodes x forward
-// nodes), and CBC proves optimality in seconds only on graphs of a few dozen forward nodes.
+// nodes), and CBC proves optimality within seconds only on graphs of about 10 to 30 forward
+// nodes (docs/sections.md, "The oracle", has the figures).
 //
 // The model. Stage t runs node t of the training graph (in node order: forward, loss seed,
 // backward, accumulations, updates), and before it, in node order, any forward nodes chosen
@@ -99,7 +100,9 @@ absl::StatusOr<ScheduleCost> EvaluateRecomputeSchedule(
 
 // Returns the schedule of a sectioned step of `graph` (ExpandSections): each re-forward node
 // in the stage of the backward-phase node after it. InvalidArgument if the step offloads
-// (the oracle models recompute only) or is not an expansion of `graph`.
+// (the oracle models recompute only) or is not an expansion of `graph`. With
+// SectionCuts::keep, a kept output of a node that runs again for another output is read from
+// the re-run here, not from the kept copy as in the step.
 absl::StatusOr<RecomputeSchedule> RecomputeScheduleOf(const TrainingGraph& graph,
                                                       const SectionedStep& step);
 
