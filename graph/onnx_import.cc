@@ -1375,8 +1375,8 @@ class Importer {
                    static_cast<int>(pieces));
   }
 
-  // Slice of a computed tensor with positive steps: Headroom's Slice, or nothing when it
-  // keeps everything.
+  // Slice of a computed tensor (any nonzero steps; a negative one reverses, as torch.flip
+  // and x[::-1] export): Headroom's Slice, or nothing when it keeps everything.
   absl::Status Slice(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
     std::vector<const OnnxTensor*> bounds = {nullptr};
@@ -1394,12 +1394,13 @@ class Importer {
     std::vector<int64_t> out_axes, out_starts, out_ends, out_steps;
     for (int64_t axis = 0; axis < static_cast<int64_t>(ranges->size()); ++axis) {
       const SliceRange& r = (*ranges)[axis];
-      if (r.step < 0) return Fail(n, "a reversing slice (negative step) of a computed tensor");
       if (r.count == 0) return Fail(n, "an empty slice");
       if (r.start == 0 && r.step == 1 && r.count == x->shape[axis]) continue;  // all of it
       out_axes.push_back(axis);
       out_starts.push_back(r.start);
-      out_ends.push_back(r.start + (r.count - 1) * r.step + 1);
+      // Just past the last element taken, on the step's side: -1 for a reversal through 0.
+      const int64_t last = r.start + (r.count - 1) * r.step;
+      out_ends.push_back(r.step > 0 ? last + 1 : last - 1);
       out_steps.push_back(r.step);
     }
     if (out_axes.empty()) return Alias(n, n.input(0));

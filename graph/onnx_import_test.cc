@@ -2,6 +2,7 @@
 // models are checked end to end in tests/onnx_import_test.
 #include "graph/onnx_import.h"
 
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -390,6 +391,40 @@ TEST(OnnxImportTest, PowOfAComputedTensorTakesAConstantExponent) {
   absl::Status s = ImportOnnx(c.Bytes(), OnnxImportOptions{2}).status();
   EXPECT_THAT(s.message(), HasSubstr("ONNX node '/logits' (Pow): its exponent (input 1) must "
                                      "be known at import"));
+}
+
+TEST(OnnxImportTest, ANegativeStepSliceOfAComputedTensorReverses) {
+  // torch.flip(x, [1]) and x[:, :, ::-2] at opset 17: Slice(x, [-1], [INT64_MIN], [1], [-1]).
+  OnnxModelBuilder b;
+  b.Input("x", {5, 6})
+      .Ints("starts", {-1})
+      .Ints("ends", {std::numeric_limits<int64_t>::min()})
+      .Ints("axes", {1})
+      .Ints("steps", {-1})
+      .Ints("axes2", {2})
+      .Ints("steps2", {-2});
+  b.AddNode("Relu", {"x"}, {"r"});
+  b.AddNode("Slice", {"r", "starts", "ends", "axes", "steps"}, {"flipped"});
+  b.AddNode("Slice", {"flipped", "starts", "ends", "axes2", "steps2"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["Slice"], 2);
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<std::vector<int64_t>> ends, steps;
+  std::string out_name;
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() != "Slice") continue;
+    out_name = n.outputs(0);
+    const auto& a = n.attrs();
+    ends.emplace_back(a.at("ends").ints().values().begin(), a.at("ends").ints().values().end());
+    steps.emplace_back(a.at("steps").ints().values().begin(), a.at("steps").ints().values().end());
+  }
+  // The flip runs through element 0 (end -1); ::-2 of 6 columns takes 5, 3, 1 (end 0).
+  EXPECT_THAT(ends, ElementsAre(ElementsAre(-1), ElementsAre(0)));
+  EXPECT_THAT(steps, ElementsAre(ElementsAre(-1), ElementsAre(-2)));
+  const Tensor& out = g->tensor(g->FindTensor(out_name));
+  EXPECT_EQ(out.shape, Shape({4, 5, 3}));
 }
 
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {

@@ -329,6 +329,10 @@ TEST(LayoutShapeTest, SliceCutsEachListedAxis) {
             Shape({2, 3, 4, 96}));
   // A negative axis counts from the end.
   EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({-1}, {2}, {5}))), Shape({4, 3}));
+  // torch.flip and x[:, ::-1]: from the last element through element 0 (end -1).
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({1}, {5}, {-1}, {-1}))), Shape({4, 6}));
+  // x[:, 4:0:-2] on 6 columns: columns 4, 2.
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({1}, {4}, {0}, {-2}))), Shape({4, 2}));
 }
 
 // An ints attribute that is set but holds no values.
@@ -354,6 +358,10 @@ TEST(LayoutShapeTest, SliceRejectsEachBadAttribute) {
       {SliceAttrs({1}, {-1}, {2}), "give [-1, 2) on axis 1"},
       {SliceAttrs({2}, {0}, {7}), "needs 0 <= start < end <= 6 (dim 2 of input 'in0' [4,5,6])"},
       {SliceAttrs({0}, {0}, {4}, {0}), "attribute 'steps' [0] has 0 for axis 0"},
+      {SliceAttrs({1}, {5}, {-1}, {-1}),
+       "give start 5, end -1 with step -1 on axis 1; a negative step needs -1 <= end < start < 5"},
+      {SliceAttrs({1}, {2}, {3}, {-1}), "a negative step needs -1 <= end < start < 5"},
+      {SliceAttrs({1}, {2}, {-2}, {-1}), "a negative step needs -1 <= end < start < 5"},
   };
   for (const Bad& c : cases) {
     auto g = OneOp("Slice", {{{4, 5, 6}}}, c.attrs);

@@ -252,6 +252,13 @@ std::vector<GradCase> BroadcastAndLayoutCases() {
                {{"axes", Is({1, 2})}, {"starts", Is({1, 0})}, {"ends", Is({5, 6})},
                 {"steps", Is({2, 3})}},
                {Uniform({2, 5, 6}, 61)}});
+  c.push_back({"SliceReversed",
+               "Slice",
+               {{"axes", Is({1, 2})},
+                {"starts", Is({4, 5})},
+                {"ends", Is({-1, 0})},
+                {"steps", Is({-1, -2})}},
+               {Uniform({2, 5, 6}, 65)}});
   c.push_back({"SliceNegativeAxis",
                "Slice",
                {{"axes", Is({-1})}, {"starts", Is({1})}, {"ends", Is({3})}},
