@@ -1187,6 +1187,27 @@ class Importer {
     return Reshaped(n, pooled[0], {x->shape[0], x->shape[1]});
   }
 
+  // ReduceSum (axes an input from opset 13), ReduceMax and ReduceMin (from opset 18) of a
+  // computed tensor: Headroom's reductions. No axes reduce all of them, unless
+  // noop_with_empty_axes makes the node an identity.
+  absl::Status Reduction(const onnx::NodeProto& n, const std::string& op, int axes_input_since) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, Axes(n, axes_input_since, /*input_optional=*/true));
+    if (axes.empty() && OnnxIntAttr(n, "noop_with_empty_axes", 0) != 0) {
+      return Alias(n, n.input(0));
+    }
+    for (int64_t& a : axes) {
+      ASSIGN_OR_RETURN(a, NormalAxis(a, x->shape.size()));
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    AttrList attrs = {{"keepdims", BoolAttr(OnnxIntAttr(n, "keepdims", 1) != 0)}};
+    if (!axes.empty()) attrs.push_back({"axes", IntsAttr(axes)});  // Else the default: all.
+    return EmitFor(n, op, {input}, attrs);
+  }
+  absl::Status ReduceSum(const onnx::NodeProto& n) { return Reduction(n, "ReduceSum", 13); }
+  absl::Status ReduceMax(const onnx::NodeProto& n) { return Reduction(n, "ReduceMax", 18); }
+  absl::Status ReduceMin(const onnx::NodeProto& n) { return Reduction(n, "ReduceMin", 18); }
+
   // Binds the node's output to `input` reshaped (a view), or to `input` when the shape holds.
   absl::Status Reshaped(const onnx::NodeProto& n, const std::string& input, const Shape& shape) {
     if (shapes_.at(input).first == shape) {
@@ -1769,6 +1790,9 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Mul", &Importer::Arithmetic},
       {"Pad", &Importer::Pad},
       {"ReduceMean", &Importer::ReduceMean},
+      {"ReduceSum", &Importer::ReduceSum},
+      {"ReduceMax", &Importer::ReduceMax},
+      {"ReduceMin", &Importer::ReduceMin},
       {"Relu", &Importer::Relu},
       {"Reshape", &Importer::Reshape},
       {"Selu", &Importer::Selu},

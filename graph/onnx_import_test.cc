@@ -143,6 +143,11 @@ const proto::TensorDef* FindTensor(const proto::GraphDef& g, const std::string& 
   return nullptr;
 }
 
+std::vector<int64_t> IntsOf(const proto::NodeDef& n, const std::string& attr) {
+  const auto& ints = n.attrs().at(attr).ints().values();
+  return std::vector<int64_t>(ints.begin(), ints.end());
+}
+
 // images[4,3,8,8] -> Conv(8, 3x3, pad 1) -> BatchNormalization -> Relu -> GlobalAveragePool
 // -> Flatten -> Gemm(10): a small classification network as torch exports it.
 OnnxModelBuilder SmallCnn() {
@@ -427,6 +432,44 @@ TEST(OnnxImportTest, ANegativeStepSliceOfAComputedTensorReverses) {
   EXPECT_EQ(out.shape, Shape({4, 5, 3}));
 }
 
+TEST(OnnxImportTest, ReduceSumMaxAndMinOfComputedTensorsAreHeadroomReductions) {
+  // Opset 17: ReduceSum takes its axes as an input, ReduceMax and ReduceMin as an attribute.
+  OnnxModelBuilder b;
+  b.Input("x", {3, 4, 5}).Ints("axes", {-1});
+  b.AddNode("Relu", {"x"}, {"r"});
+  OnnxModelBuilder::SetInt(*b.AddNode("ReduceSum", {"r", "axes"}, {"s"}), "keepdims", 0);
+  onnx::NodeProto* max = b.AddNode("ReduceMax", {"s"}, {"m"});
+  OnnxModelBuilder::SetInts(*max, "axes", {1});
+  onnx::NodeProto* min = b.AddNode("ReduceMin", {"r"}, {"all"});  // No axes: all of them.
+  OnnxModelBuilder::SetInt(*min, "keepdims", 0);
+  // noop_with_empty_axes and no axes: an identity.
+  OnnxModelBuilder::SetInt(*b.AddNode("ReduceSum", {"m"}, {"same"}), "noop_with_empty_axes", 1);
+  b.AddNode("Add", {"same", "all"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph), (std::map<std::string, int>{{"ReLU", 1},
+                                                           {"ReduceSum", 1},
+                                                           {"ReduceMax", 1},
+                                                           {"ReduceMin", 1},
+                                                           {"Add", 1},
+                                                           {"SoftmaxCrossEntropy", 1}}));
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() == "ReduceSum") {
+      EXPECT_THAT(IntsOf(n, "axes"), ElementsAre(3));  // -1 of [4,3,4,5].
+      EXPECT_FALSE(n.attrs().at("keepdims").b());
+      EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({4, 3, 4}));
+    } else if (n.op() == "ReduceMax") {
+      EXPECT_THAT(IntsOf(n, "axes"), ElementsAre(1));
+      EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({4, 1, 4}));
+    } else if (n.op() == "ReduceMin") {
+      EXPECT_EQ(n.attrs().count("axes"), 0u);  // The default: every axis.
+      EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({}));
+    }
+  }
+}
+
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
   // x[4,6,2] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): [4, 12].
   OnnxModelBuilder b;
@@ -678,11 +721,6 @@ const proto::NodeDef* FindNode(const proto::GraphDef& g, const std::string& name
     if (n.name() == name) return &n;
   }
   return nullptr;
-}
-
-std::vector<int64_t> IntsOf(const proto::NodeDef& n, const std::string& attr) {
-  const auto& ints = n.attrs().at(attr).ints().values();
-  return std::vector<int64_t>(ints.begin(), ints.end());
 }
 
 // x[2, 4, 3, 3] exported at batch 2, every shape written as a literal for that batch:

@@ -531,6 +531,40 @@ absl::Status InferSlice(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// ReduceSum, ReduceMax, ReduceMin: over the distinct axes in [-rank, rank) (all axes when
+// none are listed), each kept as size 1 when keepdims holds, else dropped.
+absl::Status InferReduce(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectFloating(ctx, 0));
+  const Shape& x = ctx.input_shapes[0];
+  const int rank = static_cast<int>(x.size());
+  const std::vector<int64_t> axes = ctx.attrs.Ints("axes");
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int64_t a : axes) {
+    if (a < -rank || a >= rank) {
+      return InvalidArgumentError(StrCat("attribute 'axes' [", absl::StrJoin(axes, ","), "] holds ",
+                                         a, ", outside [", -rank, ", ", rank, ") for ",
+                                         ctx.Input(0), " ", ShapeString(x)));
+    }
+    const int axis = static_cast<int>(a < 0 ? a + rank : a);
+    if (reduced[axis]) {
+      return InvalidArgumentError(
+          StrCat("attribute 'axes' [", absl::StrJoin(axes, ","), "] names axis ", axis, " twice"));
+    }
+    reduced[axis] = true;
+  }
+  const bool keepdims = ctx.attrs.Bool("keepdims");
+  Shape out;
+  for (int d = 0; d < rank; ++d) {
+    if (!reduced[d]) {
+      out.push_back(x[d]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
+  }
+  SetOutput(ctx, std::move(out), ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
 absl::Status InferExpand(InferenceContext& ctx) {
   const Shape& x = ctx.input_shapes[0];
   const Shape target = ctx.attrs.Ints("shape");
@@ -767,6 +801,18 @@ std::vector<OpSchema> BuildOpSet() {
                       InferSoftmax,
                       {IntDefault("axis", -1), FloatDefault("scale", 1.0),
                        BoolDefault("causal", false)}));
+  for (const auto& [name, doc] : std::vector<std::pair<const char*, const char*>>{
+           {"ReduceSum", "sum of x over axes"},
+           {"ReduceMax",
+            "max of x over axes; the gradient is shared evenly among ties (PyTorch's amax)"},
+           {"ReduceMin",
+            "min of x over axes; the gradient is shared evenly among ties (PyTorch's amin)"}}) {
+    ops.push_back(Unary(name,
+                        StrCat(doc,
+                               "; axes in [-rank, rank), distinct, empty for all; keepdims "
+                               "keeps each as size 1, else drops it"),
+                        InferReduce, {IntsDefault("axes", {}), BoolDefault("keepdims", true)}));
+  }
   ops.push_back(Op("Embedding", {"ids", "table"}, 0, {}, InferEmbedding,
                    "rows of table[V,D] at integer ids: ids.shape + [D]"));
   ops.push_back(Op("SoftmaxCrossEntropy", {"logits", "labels"}, 0, {}, InferSoftmaxCrossEntropy,

@@ -372,6 +372,36 @@ TEST(LayoutShapeTest, SliceRejectsEachBadAttribute) {
   }
 }
 
+TEST(LayoutShapeTest, ReductionsKeepOrDropTheirAxes) {
+  for (const char* op : {"ReduceSum", "ReduceMax", "ReduceMin"}) {
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3, 4}}}, {{"axes", IntsAttr({1, -1})}})), Shape({2, 1, 1}))
+        << op;
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3, 4}}},
+                             {{"axes", IntsAttr({-1, 0})}, {"keepdims", BoolAttr(false)}})),
+              Shape({3}))
+        << op;
+    // No axes: all of them.
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3}}}, {{"keepdims", BoolAttr(false)}})), Shape({})) << op;
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3}}})), Shape({1, 1})) << op;
+  }
+  struct Bad {
+    AttrList attrs;
+    std::string message;
+  };
+  for (const Bad& c : std::vector<Bad>{
+           {{{"axes", IntsAttr({3})}}, "attribute 'axes' [3] holds 3, outside [-3, 3)"},
+           {{{"axes", IntsAttr({1, -2})}}, "attribute 'axes' [1,-2] names axis 1 twice"},
+       }) {
+    auto g = OneOp("ReduceMax", {{{4, 5, 6}}}, c.attrs);
+    ASSERT_FALSE(g.ok()) << c.message;
+    EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (ReduceMax)"));
+    EXPECT_THAT(g.status().message(), HasSubstr(c.message));
+  }
+  auto ints = OneOp("ReduceSum", {{{4}, proto::DTYPE_INT64}});
+  ASSERT_FALSE(ints.ok());
+  EXPECT_THAT(ints.status().message(), HasSubstr("needs a floating-point type"));
+}
+
 TEST(LayoutShapeTest, ExpandBroadcastsToTheShape) {
   // vit's class_token.expand(8, -1, -1), with -1 resolved by the caller.
   EXPECT_EQ(OutShape(OneOp("Expand", {{{1, 1, 768}}}, {{"shape", IntsAttr({8, 1, 768})}})),

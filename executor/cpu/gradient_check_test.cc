@@ -302,10 +302,27 @@ std::vector<GradCase> RowLoopCases() {
   return c;
 }
 
+// Reductions over axes. Max and min on distinct values, away from ties (where the gradient
+// is shared and no derivative exists).
+std::vector<GradCase> ReductionCases() {
+  std::vector<GradCase> c;
+  c.push_back({"ReduceSumKeepDims",
+               "ReduceSum",
+               {{"axes", Is({1, -1})}, {"keepdims", B(true)}},
+               {Uniform({2, 3, 2, 4}, 180)}});
+  c.push_back({"ReduceSumAll", "ReduceSum", {{"keepdims", B(false)}}, {Uniform({3, 4}, 181)}});
+  c.push_back({"ReduceMax",
+               "ReduceMax",
+               {{"axes", Is({0, 2})}, {"keepdims", B(false)}},
+               {Uniform({3, 2, 4}, 182)}});
+  c.push_back({"ReduceMin", "ReduceMin", {{"axes", Is({-1})}}, {Uniform({3, 5}, 183)}});
+  return c;
+}
+
 std::vector<GradCase> Cases() {
   std::vector<GradCase> all;
   for (std::vector<GradCase> (*group)() :
-       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases}) {
+       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases, ReductionCases}) {
     for (GradCase& c : group()) all.push_back(std::move(c));
   }
   return all;

@@ -1052,6 +1052,39 @@ TEST_F(CudaBackendTest, PReluPerChannel) {
   CheckOp(c);
 }
 
+TEST_F(CudaBackendTest, ReductionsOverAxes) {
+  // x[2, 3, 4] reduced over axes 0 and -1 to [3]: sum, max and min of 8 values each.
+  std::mt19937 rng(20);
+  const std::vector<float> x = Random(24, rng);
+  for (const char* op : {"ReduceSum", "ReduceMax", "ReduceMin"}) {
+    OpCase c;
+    c.op = op;
+    proto::AttrValue keep;
+    keep.set_b(false);
+    c.attrs = AttrsOf(op, {{"axes", Ints({0, -1})}, {"keepdims", keep}});
+    c.input_shapes = {{2, 3, 4}};
+    c.inputs = {x};
+    c.output_shapes = {{3}};
+    const std::string name = op;
+    c.reference = [name](const std::vector<Values>& in) {
+      Values y(3);
+      for (int j = 0; j < 3; ++j) {
+        y[j] = name == "ReduceSum" ? 0.0 : in[0][j * 4];
+        for (int i = 0; i < 2; ++i)
+          for (int k = 0; k < 4; ++k) {
+            const double v = in[0][(i * 3 + j) * 4 + k];
+            if (name == "ReduceSum") y[j] += v;
+            if (name == "ReduceMax") y[j] = std::max(y[j], v);
+            if (name == "ReduceMin") y[j] = std::min(y[j], v);
+          }
+      }
+      return std::vector<Values>{y};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
+}
+
 TEST_F(CudaBackendTest, DivBackwardWithGradientAliasingDy) {
   std::mt19937 rng(18);
   std::vector<float> a = Random(6, rng), b = Random(3, rng), dy = Random(6, rng);
