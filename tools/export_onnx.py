@@ -23,7 +23,8 @@ torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the 
 ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token ids in,
 logits [batch, 32, 512] out), activations_test, a small CNN through LeakyReLU, ELU, SELU,
 Softplus, Sqrt, Erf and Mish, and arithmetic_test, one through PReLU, Sub, Div and Pow of
-computed tensors, for quick checks.
+computed tensors, and reduce_test, one through torch.flip, amax, amin and sum over axes, for
+quick checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
 to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
@@ -155,6 +156,27 @@ class ArithmeticNet(torch.nn.Module):
         return self.head(torch.pow(torch.tanh(h), 3) - torch.sigmoid(h) ** 1.5)
 
 
+class ReduceNet(torch.nn.Module):
+    """A small CNN through torch.flip (a Slice with step -1), torch.amax, torch.amin and
+    torch.sum over axes (ReduceMax, ReduceMin, ReduceSum) of computed tensors."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(48, 32)
+        self.head = torch.nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(torch.flip(x, [3])))
+        peak = torch.amax(x, dim=(2, 3))
+        floor = torch.amin(torch.tanh(self.conv2.bias.view(1, -1, 1, 1) - x), dim=3).sum(dim=2)
+        total = torch.sum(x, dim=(2, 3), keepdim=True).flatten(1)
+        h = torch.tanh(self.fc(torch.cat([peak, floor, total * 0.01], 1)))
+        return self.head(torch.flip(h, [1]))
+
+
 def small_models():
     """Small members of torchvision's families (and a GPT-2-style model) that export to the
     same ops as the full-size ones, for quick checks: name -> (builder, input size)."""
@@ -182,6 +204,7 @@ def small_models():
         "gpt2_test": (Gpt2, 32),  # the size is the context, in tokens
         "activations_test": (ActivationsNet, 32),
         "arithmetic_test": (ArithmeticNet, 32),
+        "reduce_test": (ReduceNet, 32),
     }
 
 
