@@ -1087,12 +1087,38 @@ class Importer {
     return Tensor(name);
   }
 
+  // numpy's matmul of a 1-D operand: a [K] is the row [1, K], b [K] the column [K, 1], and
+  // the product drops the dim each added: Reshapes (views) around a MatMul.
+  absl::Status VectorMatMul(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
+    ASSIGN_OR_RETURN(std::string b, Tensor(n.input(1)));
+    const Shape as = shapes_.at(a).first, bs = shapes_.at(b).first;
+    if (as.empty() || bs.empty()) return Fail(n, "a matrix product of a scalar");
+    if (as.size() == 1 && bs.size() == 1) return Fail(n, "a dot product of two vectors (a scalar)");
+    std::string* operands[2] = {&a, &b};
+    const Shape matrices[2] = {as.size() == 1 ? Shape{1, as[0]} : as,
+                               bs.size() == 1 ? Shape{bs[0], 1} : bs};
+    for (int k = 0; k < 2; ++k) {
+      if (matrices[k] == shapes_.at(*operands[k]).first) continue;
+      ASSIGN_OR_RETURN(
+          std::vector<std::string> out,
+          Emit("Reshape", StrCat(NodeName(n), k == 0 ? ".row" : ".column"), {*operands[k]},
+               {UniqueTensor(StrCat(n.input(k), ".matrix"))}, {{"shape", IntsAttr(matrices[k])}}));
+      *operands[k] = out[0];
+    }
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> product,
+        Emit("MatMul", NodeName(n), {a, b}, {UniqueTensor(StrCat(n.output(0), ".matrix"))}));
+    Shape out = shapes_.at(product[0]).first;
+    if (bs.size() == 1) out.erase(out.end() - 1);
+    if (as.size() == 1) out.erase(out.end() - (bs.size() == 1 ? 1 : 2));
+    return Reshaped(n, product[0], out);
+  }
+
   absl::Status MatMul(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * av, Find(n.input(0)));
     ASSIGN_OR_RETURN(Value * bv, Find(n.input(1)));
-    if (av->shape.size() < 2 || bv->shape.size() < 2) {
-      return Fail(n, "Headroom's MatMul takes operands of at least 2 dims");
-    }
+    if (av->shape.size() < 2 || bv->shape.size() < 2) return VectorMatMul(n);
     ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
     bool transpose_b = false;
     ASSIGN_OR_RETURN(std::string b, MatMulOperand(n.input(1), transpose_b));

@@ -470,6 +470,40 @@ TEST(OnnxImportTest, ReduceSumMaxAndMinOfComputedTensorsAreHeadroomReductions) {
   }
 }
 
+TEST(OnnxImportTest, MatMulOfVectorsAndBroadcastBatchesFollowsNumpy) {
+  // x[4,2,1,3,5] x w[2,5,6] broadcasts batch dims to [4,2,2,3,6]; times v[6] (a column) drops
+  // the last dim: [4,2,2,3]; u[2] (a row) times that ([4,2] matrices [2,3]) drops the row:
+  // [4,2,3].
+  OnnxModelBuilder b;
+  b.Input("x", {2, 1, 3, 5}).Weight("w", {2, 5, 6}).Weight("v", {6}).Weight("u", {2});
+  b.AddNode("Relu", {"x"}, {"r"});
+  b.AddNode("MatMul", {"r", "w"}, {"h"});
+  b.AddNode("MatMul", {"h", "v"}, {"hv"});
+  b.AddNode("MatMul", {"u", "hv"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["MatMul"], 3);
+  EXPECT_EQ(OpCounts(m.graph)["Reshape"], 4);  // v to a column, u to a row, two results back.
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<Shape> products;
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() == "MatMul") products.push_back(g->tensor(g->FindTensor(n.outputs(0))).shape);
+  }
+  EXPECT_THAT(products,
+              ElementsAre(Shape({4, 2, 2, 3, 6}), Shape({4, 2, 2, 3, 1}), Shape({4, 2, 1, 3})));
+  // Two vectors would make a scalar, which Headroom's logits cannot be.
+  OnnxModelBuilder dot;
+  dot.Input("x", {3}).Weight("v", {3});
+  dot.AddNode("Relu", {"x"}, {"r"});
+  dot.AddNode("Flatten", {"r"}, {"f"});
+  dot.AddNode("MatMul", {"v", "v"}, {"logits"});
+  dot.Output("logits");
+  absl::StatusOr<ImportedModel> bad = ImportOnnx(dot.Bytes(), OnnxImportOptions{4});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("a dot product of two vectors"));
+}
+
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
   // x[4,6,2] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): [4, 12].
   OnnxModelBuilder b;

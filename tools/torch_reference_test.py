@@ -438,6 +438,14 @@ class TorchReferenceTest(unittest.TestCase):
             self.assertEqual(list(every.shape), [1, 1, 1])
             self.assertTrue(torch.equal(every.reshape(()), fn(x)))
 
+    def testMatMulBroadcastsBatchDimsAsNumpy(self):
+        node = {"name": "n", "op": "MatMul"}
+        a = torch.randn(2, 1, 3, 4, dtype=torch.float64)
+        b = torch.randn(5, 4, 6, dtype=torch.float64)
+        y = ref.OPS["MatMul"]([a, b], dict(ref.OP_DEFAULTS["MatMul"]), node)
+        self.assertEqual(list(y.shape), [2, 5, 3, 6])
+        self.assertTrue(torch.allclose(y[1, 3], a[1, 0] @ b[3]))
+
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))
         status, result, _ = RunReference(d, "--no-memory")

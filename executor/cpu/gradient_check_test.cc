@@ -149,6 +149,20 @@ std::vector<GradCase> DnnlCases() {
                "MatMul",
                {{"transpose_b", B(true)}},
                {Uniform({2, 2, 3, 4}, 67), Uniform({1, 5, 4}, 68), Uniform({5}, 69)}});
+  // Batch dims broadcast both ways ([B,1,M,K] x [1,H,K,N]), a single a against a batched b,
+  // ranks that differ, transposes and a bias: each gradient sums over the products it fed.
+  c.push_back({"MatMulBatchBroadcastBothWays",
+               "MatMul",
+               {},
+               {Uniform({2, 1, 3, 4}, 190), Uniform({1, 3, 4, 5}, 191)}});
+  c.push_back({"MatMulOneMatrixTimesBatch",
+               "MatMul",
+               {{"transpose_a", B(true)}},
+               {Uniform({4, 3}, 192), Uniform({2, 4, 5}, 193)}});
+  c.push_back({"MatMulBatchBroadcastTransposedBias",
+               "MatMul",
+               {{"transpose_b", B(true)}},
+               {Uniform({3, 1, 2, 4}, 194), Uniform({2, 5, 4}, 195), Uniform({5}, 196)}});
   c.push_back({"Conv2DGroupedStridedBias",
                "Conv2D",
                {{"stride", Is({2, 2})}, {"padding", Is({1, 1})}, {"groups", I(2)}},
