@@ -46,13 +46,17 @@ absl::StatusOr<StridedWalk> SliceWalk(const graph::Attrs& attrs, const Shape& x,
   std::vector<bool> seen(rank, false);
   for (size_t i = 0; valid && i < axes.size(); ++i) {
     const int64_t axis = axes[i] < 0 ? axes[i] + rank : axes[i];
-    valid = axis >= 0 && axis < rank && !seen[axis] && 0 <= starts[i] && starts[i] < ends[i] &&
-            ends[i] <= x[axis] && steps[i] >= 1;
+    valid = axis >= 0 && axis < rank && !seen[axis] &&
+            (steps[i] >= 1
+                 ? 0 <= starts[i] && starts[i] < ends[i] && ends[i] <= x[axis]
+                 : steps[i] <= -1 && -1 <= ends[i] && ends[i] < starts[i] && starts[i] < x[axis]);
     if (!valid) break;
     seen[axis] = true;
+    // A negative step walks backwards from start: a negative stride.
     walk.offset += starts[i] * walk.strides[axis];
     walk.strides[axis] *= steps[i];
-    walk.dims[axis] = (ends[i] - starts[i] + steps[i] - 1) / steps[i];
+    walk.dims[axis] = steps[i] > 0 ? (ends[i] - starts[i] + steps[i] - 1) / steps[i]
+                                   : (starts[i] - ends[i] - steps[i] - 1) / -steps[i];
   }
   if (!valid || walk.dims != y) {
     return absl::InvalidArgumentError(absl::StrCat(

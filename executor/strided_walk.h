@@ -33,7 +33,8 @@ StridedWalk TransposeWalk(const graph::Shape& x, const std::vector<int64_t>& per
 
 // Returns the walk over x that Slice's output y follows, or InvalidArgument (naming the
 // attributes and both shapes) unless `attrs` (axes, starts, ends, steps) cut x to y under
-// the op set's rules: distinct axes in [-rank, rank), 0 <= start < end <= dim, step >= 1.
+// the op set's rules: distinct axes in [-rank, rank), and 0 <= start < end <= dim with
+// step >= 1 or -1 <= end < start < dim with step <= -1 (a negative stride from start).
 absl::StatusOr<StridedWalk> SliceWalk(const graph::Attrs& attrs, const graph::Shape& x,
                                       const graph::Shape& y);
 

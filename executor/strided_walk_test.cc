@@ -54,15 +54,32 @@ TEST(StridedWalkTest, SliceStartsAtTheFirstElementAndStepsOver) {
   EXPECT_EQ(w->offset, 768);
 }
 
+TEST(StridedWalkTest, SliceWithNegativeStepsWalksBackwards) {
+  // x[:, ::-1] on [2,5,3] (strides [15,3,1]): start 4, end -1 (through element 0), step -1:
+  // offset 4 * 3, stride -3.
+  absl::StatusOr<StridedWalk> w = SliceWalk(SliceAttrs({1}, {4}, {-1}, {-1}), {2, 5, 3}, {2, 5, 3});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_THAT(w->strides, ElementsAre(15, -3, 1)) << w->DebugString();
+  EXPECT_EQ(w->offset, 12);
+  // x[:, 4:0:-2, ::-2] on [2,5,3]: rows 4, 2 (ceil(4/2)); columns 2, 0 (ceil(3/2)).
+  w = SliceWalk(SliceAttrs({1, 2}, {4, 2}, {0, -1}, {-2, -2}), {2, 5, 3}, {2, 2, 2});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_THAT(w->strides, ElementsAre(15, -6, -2)) << w->DebugString();
+  EXPECT_EQ(w->offset, 4 * 3 + 2);
+}
+
 TEST(StridedWalkTest, SliceRejectsAttributesThatDoNotCutXToY) {
   const Shape x = {4, 6};
   for (const auto& [attrs, y] : std::vector<std::pair<graph::Attrs, Shape>>{
-           {SliceAttrs({1}, {0}, {3}), {4, 2}},           // Cuts to [4,3], not [4,2].
-           {SliceAttrs({1}, {2}, {7}), {4, 5}},           // End past the dim.
-           {SliceAttrs({1}, {3}, {3}), {4, 1}},           // Empty range.
+           {SliceAttrs({1}, {0}, {3}), {4, 2}},            // Cuts to [4,3], not [4,2].
+           {SliceAttrs({1}, {2}, {7}), {4, 5}},            // End past the dim.
+           {SliceAttrs({1}, {3}, {3}), {4, 1}},            // Empty range.
            {SliceAttrs({1, -1}, {0, 0}, {3, 3}), {4, 3}},  // Axis 1 twice.
-           {SliceAttrs({2}, {0}, {1}), {4, 6}},           // No axis 2.
-           {SliceAttrs({1}, {0}, {6}, {0}), {4, 6}},      // Step 0.
+           {SliceAttrs({2}, {0}, {1}), {4, 6}},            // No axis 2.
+           {SliceAttrs({1}, {0}, {6}, {0}), {4, 6}},       // Step 0.
+           {SliceAttrs({1}, {6}, {-1}, {-1}), {4, 6}},     // Negative step from past the dim.
+           {SliceAttrs({1}, {2}, {2}, {-1}), {4, 1}},      // Negative step, empty range.
+           {SliceAttrs({1}, {3}, {-2}, {-1}), {4, 5}},     // Negative step, end before -1.
        }) {
     absl::StatusOr<StridedWalk> w = SliceWalk(attrs, x, y);
     ASSERT_FALSE(w.ok()) << w->DebugString();

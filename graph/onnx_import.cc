@@ -1087,12 +1087,38 @@ class Importer {
     return Tensor(name);
   }
 
+  // numpy's matmul of a 1-D operand: a [K] is the row [1, K], b [K] the column [K, 1], and
+  // the product drops the dim each added: Reshapes (views) around a MatMul.
+  absl::Status VectorMatMul(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
+    ASSIGN_OR_RETURN(std::string b, Tensor(n.input(1)));
+    const Shape as = shapes_.at(a).first, bs = shapes_.at(b).first;
+    if (as.empty() || bs.empty()) return Fail(n, "a matrix product of a scalar");
+    if (as.size() == 1 && bs.size() == 1) return Fail(n, "a dot product of two vectors (a scalar)");
+    std::string* operands[2] = {&a, &b};
+    const Shape matrices[2] = {as.size() == 1 ? Shape{1, as[0]} : as,
+                               bs.size() == 1 ? Shape{bs[0], 1} : bs};
+    for (int k = 0; k < 2; ++k) {
+      if (matrices[k] == shapes_.at(*operands[k]).first) continue;
+      ASSIGN_OR_RETURN(
+          std::vector<std::string> out,
+          Emit("Reshape", StrCat(NodeName(n), k == 0 ? ".row" : ".column"), {*operands[k]},
+               {UniqueTensor(StrCat(n.input(k), ".matrix"))}, {{"shape", IntsAttr(matrices[k])}}));
+      *operands[k] = out[0];
+    }
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> product,
+        Emit("MatMul", NodeName(n), {a, b}, {UniqueTensor(StrCat(n.output(0), ".matrix"))}));
+    Shape out = shapes_.at(product[0]).first;
+    if (bs.size() == 1) out.erase(out.end() - 1);
+    if (as.size() == 1) out.erase(out.end() - (bs.size() == 1 ? 1 : 2));
+    return Reshaped(n, product[0], out);
+  }
+
   absl::Status MatMul(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * av, Find(n.input(0)));
     ASSIGN_OR_RETURN(Value * bv, Find(n.input(1)));
-    if (av->shape.size() < 2 || bv->shape.size() < 2) {
-      return Fail(n, "Headroom's MatMul takes operands of at least 2 dims");
-    }
+    if (av->shape.size() < 2 || bv->shape.size() < 2) return VectorMatMul(n);
     ASSIGN_OR_RETURN(std::string a, Tensor(n.input(0)));
     bool transpose_b = false;
     ASSIGN_OR_RETURN(std::string b, MatMulOperand(n.input(1), transpose_b));
@@ -1186,6 +1212,27 @@ class Importer {
                      Emit("GlobalAvgPool", NodeName(n), {input}, {UniqueTensor(n.output(0) + ".pooled")}));
     return Reshaped(n, pooled[0], {x->shape[0], x->shape[1]});
   }
+
+  // ReduceSum (axes an input from opset 13), ReduceMax and ReduceMin (from opset 18) of a
+  // computed tensor: Headroom's reductions. No axes reduce all of them, unless
+  // noop_with_empty_axes makes the node an identity.
+  absl::Status Reduction(const onnx::NodeProto& n, const std::string& op, int axes_input_since) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, Axes(n, axes_input_since, /*input_optional=*/true));
+    if (axes.empty() && OnnxIntAttr(n, "noop_with_empty_axes", 0) != 0) {
+      return Alias(n, n.input(0));
+    }
+    for (int64_t& a : axes) {
+      ASSIGN_OR_RETURN(a, NormalAxis(a, x->shape.size()));
+    }
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    AttrList attrs = {{"keepdims", BoolAttr(OnnxIntAttr(n, "keepdims", 1) != 0)}};
+    if (!axes.empty()) attrs.push_back({"axes", IntsAttr(axes)});  // Else the default: all.
+    return EmitFor(n, op, {input}, attrs);
+  }
+  absl::Status ReduceSum(const onnx::NodeProto& n) { return Reduction(n, "ReduceSum", 13); }
+  absl::Status ReduceMax(const onnx::NodeProto& n) { return Reduction(n, "ReduceMax", 18); }
+  absl::Status ReduceMin(const onnx::NodeProto& n) { return Reduction(n, "ReduceMin", 18); }
 
   // Binds the node's output to `input` reshaped (a view), or to `input` when the shape holds.
   absl::Status Reshaped(const onnx::NodeProto& n, const std::string& input, const Shape& shape) {
@@ -1375,8 +1422,8 @@ class Importer {
                    static_cast<int>(pieces));
   }
 
-  // Slice of a computed tensor with positive steps: Headroom's Slice, or nothing when it
-  // keeps everything.
+  // Slice of a computed tensor (any nonzero steps; a negative one reverses, as torch.flip
+  // and x[::-1] export): Headroom's Slice, or nothing when it keeps everything.
   absl::Status Slice(const onnx::NodeProto& n) {
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
     std::vector<const OnnxTensor*> bounds = {nullptr};
@@ -1394,12 +1441,13 @@ class Importer {
     std::vector<int64_t> out_axes, out_starts, out_ends, out_steps;
     for (int64_t axis = 0; axis < static_cast<int64_t>(ranges->size()); ++axis) {
       const SliceRange& r = (*ranges)[axis];
-      if (r.step < 0) return Fail(n, "a reversing slice (negative step) of a computed tensor");
       if (r.count == 0) return Fail(n, "an empty slice");
       if (r.start == 0 && r.step == 1 && r.count == x->shape[axis]) continue;  // all of it
       out_axes.push_back(axis);
       out_starts.push_back(r.start);
-      out_ends.push_back(r.start + (r.count - 1) * r.step + 1);
+      // Just past the last element taken, on the step's side: -1 for a reversal through 0.
+      const int64_t last = r.start + (r.count - 1) * r.step;
+      out_ends.push_back(r.step > 0 ? last + 1 : last - 1);
       out_steps.push_back(r.step);
     }
     if (out_axes.empty()) return Alias(n, n.input(0));
@@ -1768,6 +1816,9 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Mul", &Importer::Arithmetic},
       {"Pad", &Importer::Pad},
       {"ReduceMean", &Importer::ReduceMean},
+      {"ReduceSum", &Importer::ReduceSum},
+      {"ReduceMax", &Importer::ReduceMax},
+      {"ReduceMin", &Importer::ReduceMin},
       {"Relu", &Importer::Relu},
       {"Reshape", &Importer::Reshape},
       {"Selu", &Importer::Selu},

@@ -2,6 +2,7 @@
 // models are checked end to end in tests/onnx_import_test.
 #include "graph/onnx_import.h"
 
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -140,6 +141,11 @@ const proto::TensorDef* FindTensor(const proto::GraphDef& g, const std::string& 
     if (t.name() == name) return &t;
   }
   return nullptr;
+}
+
+std::vector<int64_t> IntsOf(const proto::NodeDef& n, const std::string& attr) {
+  const auto& ints = n.attrs().at(attr).ints().values();
+  return std::vector<int64_t>(ints.begin(), ints.end());
 }
 
 // images[4,3,8,8] -> Conv(8, 3x3, pad 1) -> BatchNormalization -> Relu -> GlobalAveragePool
@@ -390,6 +396,112 @@ TEST(OnnxImportTest, PowOfAComputedTensorTakesAConstantExponent) {
   absl::Status s = ImportOnnx(c.Bytes(), OnnxImportOptions{2}).status();
   EXPECT_THAT(s.message(), HasSubstr("ONNX node '/logits' (Pow): its exponent (input 1) must "
                                      "be known at import"));
+}
+
+TEST(OnnxImportTest, ANegativeStepSliceOfAComputedTensorReverses) {
+  // torch.flip(x, [1]) and x[:, :, ::-2] at opset 17: Slice(x, [-1], [INT64_MIN], [1], [-1]).
+  OnnxModelBuilder b;
+  b.Input("x", {5, 6})
+      .Ints("starts", {-1})
+      .Ints("ends", {std::numeric_limits<int64_t>::min()})
+      .Ints("axes", {1})
+      .Ints("steps", {-1})
+      .Ints("axes2", {2})
+      .Ints("steps2", {-2});
+  b.AddNode("Relu", {"x"}, {"r"});
+  b.AddNode("Slice", {"r", "starts", "ends", "axes", "steps"}, {"flipped"});
+  b.AddNode("Slice", {"flipped", "starts", "ends", "axes2", "steps2"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["Slice"], 2);
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<std::vector<int64_t>> ends, steps;
+  std::string out_name;
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() != "Slice") continue;
+    out_name = n.outputs(0);
+    const auto& a = n.attrs();
+    ends.emplace_back(a.at("ends").ints().values().begin(), a.at("ends").ints().values().end());
+    steps.emplace_back(a.at("steps").ints().values().begin(), a.at("steps").ints().values().end());
+  }
+  // The flip runs through element 0 (end -1); ::-2 of 6 columns takes 5, 3, 1 (end 0).
+  EXPECT_THAT(ends, ElementsAre(ElementsAre(-1), ElementsAre(0)));
+  EXPECT_THAT(steps, ElementsAre(ElementsAre(-1), ElementsAre(-2)));
+  const Tensor& out = g->tensor(g->FindTensor(out_name));
+  EXPECT_EQ(out.shape, Shape({4, 5, 3}));
+}
+
+TEST(OnnxImportTest, ReduceSumMaxAndMinOfComputedTensorsAreHeadroomReductions) {
+  // Opset 17: ReduceSum takes its axes as an input, ReduceMax and ReduceMin as an attribute.
+  OnnxModelBuilder b;
+  b.Input("x", {3, 4, 5}).Ints("axes", {-1});
+  b.AddNode("Relu", {"x"}, {"r"});
+  OnnxModelBuilder::SetInt(*b.AddNode("ReduceSum", {"r", "axes"}, {"s"}), "keepdims", 0);
+  onnx::NodeProto* max = b.AddNode("ReduceMax", {"s"}, {"m"});
+  OnnxModelBuilder::SetInts(*max, "axes", {1});
+  onnx::NodeProto* min = b.AddNode("ReduceMin", {"r"}, {"all"});  // No axes: all of them.
+  OnnxModelBuilder::SetInt(*min, "keepdims", 0);
+  // noop_with_empty_axes and no axes: an identity.
+  OnnxModelBuilder::SetInt(*b.AddNode("ReduceSum", {"m"}, {"same"}), "noop_with_empty_axes", 1);
+  b.AddNode("Add", {"same", "all"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph), (std::map<std::string, int>{{"ReLU", 1},
+                                                           {"ReduceSum", 1},
+                                                           {"ReduceMax", 1},
+                                                           {"ReduceMin", 1},
+                                                           {"Add", 1},
+                                                           {"SoftmaxCrossEntropy", 1}}));
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() == "ReduceSum") {
+      EXPECT_THAT(IntsOf(n, "axes"), ElementsAre(3));  // -1 of [4,3,4,5].
+      EXPECT_FALSE(n.attrs().at("keepdims").b());
+      EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({4, 3, 4}));
+    } else if (n.op() == "ReduceMax") {
+      EXPECT_THAT(IntsOf(n, "axes"), ElementsAre(1));
+      EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({4, 1, 4}));
+    } else if (n.op() == "ReduceMin") {
+      EXPECT_EQ(n.attrs().count("axes"), 0u);  // The default: every axis.
+      EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({}));
+    }
+  }
+}
+
+TEST(OnnxImportTest, MatMulOfVectorsAndBroadcastBatchesFollowsNumpy) {
+  // x[4,2,1,3,5] x w[2,5,6] broadcasts batch dims to [4,2,2,3,6]; times v[6] (a column) drops
+  // the last dim: [4,2,2,3]; u[2] (a row) times that ([4,2] matrices [2,3]) drops the row:
+  // [4,2,3].
+  OnnxModelBuilder b;
+  b.Input("x", {2, 1, 3, 5}).Weight("w", {2, 5, 6}).Weight("v", {6}).Weight("u", {2});
+  b.AddNode("Relu", {"x"}, {"r"});
+  b.AddNode("MatMul", {"r", "w"}, {"h"});
+  b.AddNode("MatMul", {"h", "v"}, {"hv"});
+  b.AddNode("MatMul", {"u", "hv"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  EXPECT_EQ(OpCounts(m.graph)["MatMul"], 3);
+  EXPECT_EQ(OpCounts(m.graph)["Reshape"], 4);  // v to a column, u to a row, two results back.
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<Shape> products;
+  for (const proto::NodeDef& n : m.graph.nodes()) {
+    if (n.op() == "MatMul") products.push_back(g->tensor(g->FindTensor(n.outputs(0))).shape);
+  }
+  EXPECT_THAT(products,
+              ElementsAre(Shape({4, 2, 2, 3, 6}), Shape({4, 2, 2, 3, 1}), Shape({4, 2, 1, 3})));
+  // Two vectors would make a scalar, which Headroom's logits cannot be.
+  OnnxModelBuilder dot;
+  dot.Input("x", {3}).Weight("v", {3});
+  dot.AddNode("Relu", {"x"}, {"r"});
+  dot.AddNode("Flatten", {"r"}, {"f"});
+  dot.AddNode("MatMul", {"v", "v"}, {"logits"});
+  dot.Output("logits");
+  absl::StatusOr<ImportedModel> bad = ImportOnnx(dot.Bytes(), OnnxImportOptions{4});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("a dot product of two vectors"));
 }
 
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {
@@ -643,11 +755,6 @@ const proto::NodeDef* FindNode(const proto::GraphDef& g, const std::string& name
     if (n.name() == name) return &n;
   }
   return nullptr;
-}
-
-std::vector<int64_t> IntsOf(const proto::NodeDef& n, const std::string& attr) {
-  const auto& ints = n.attrs().at(attr).ints().values();
-  return std::vector<int64_t>(ints.begin(), ints.end());
 }
 
 // x[2, 4, 3, 3] exported at batch 2, every shape written as a literal for that batch:

@@ -454,6 +454,12 @@ absl::Status InferTranspose(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// Returns how many elements start, start + step, ... take before reaching end (either sign
+// of step).
+int64_t SliceCount(int64_t start, int64_t end, int64_t step) {
+  return step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
+}
+
 // The checked attributes of one Slice node, one entry per sliced axis.
 struct SliceSpec {
   std::vector<int> axes;  // In [0, rank).
@@ -461,8 +467,9 @@ struct SliceSpec {
 };
 
 // Returns Slice's attributes checked against input 0: equal lengths (steps may be empty),
-// distinct axes in [-rank, rank) (negative ones normalised), 0 <= start < end <= dim and
-// step >= 1.
+// distinct axes in [-rank, rank) (negative ones normalised), nonzero steps, and 0 <= start <
+// end <= dim for a positive step or -1 <= end < start < dim for a negative one (an end of -1
+// runs through element 0).
 absl::StatusOr<SliceSpec> CheckSlice(const InferenceContext& ctx) {
   const Shape& x = ctx.input_shapes[0];
   const int rank = static_cast<int>(x.size());
@@ -493,16 +500,22 @@ absl::StatusOr<SliceSpec> CheckSlice(const InferenceContext& ctx) {
     }
     seen[axis] = true;
     s.axes.push_back(axis);
-    if (!(0 <= s.starts[i] && s.starts[i] < s.ends[i] && s.ends[i] <= x[axis])) {
+    if (s.steps[i] == 0) {
+      return InvalidArgumentError(StrCat("attribute 'steps' [", absl::StrJoin(s.steps, ","),
+                                         "] has 0 for axis ", axis,
+                                         "; every step must be nonzero"));
+    }
+    if (s.steps[i] > 0 && !(0 <= s.starts[i] && s.starts[i] < s.ends[i] && s.ends[i] <= x[axis])) {
       return InvalidArgumentError(StrCat(
           "attributes 'starts', 'ends' give [", s.starts[i], ", ", s.ends[i], ") on axis ", axis,
           "; needs 0 <= start < end <= ", x[axis], " (dim ", axis, " of ", ctx.Input(0), " ",
           ShapeString(x), ")"));
     }
-    if (s.steps[i] < 1) {
-      return InvalidArgumentError(StrCat("attribute 'steps' [", absl::StrJoin(s.steps, ","),
-                                         "] has ", s.steps[i], " for axis ", axis,
-                                         "; every step must be at least 1"));
+    if (s.steps[i] < 0 && !(-1 <= s.ends[i] && s.ends[i] < s.starts[i] && s.starts[i] < x[axis])) {
+      return InvalidArgumentError(StrCat(
+          "attributes 'starts', 'ends' give start ", s.starts[i], ", end ", s.ends[i],
+          " with step ", s.steps[i], " on axis ", axis, "; a negative step needs -1 <= end < ",
+          "start < ", x[axis], " (dim ", axis, " of ", ctx.Input(0), " ", ShapeString(x), ")"));
     }
   }
   return s;
@@ -512,7 +525,41 @@ absl::Status InferSlice(InferenceContext& ctx) {
   ASSIGN_OR_RETURN(const SliceSpec s, CheckSlice(ctx));
   Shape out = ctx.input_shapes[0];
   for (size_t i = 0; i < s.axes.size(); ++i) {
-    out[s.axes[i]] = (s.ends[i] - s.starts[i] + s.steps[i] - 1) / s.steps[i];
+    out[s.axes[i]] = SliceCount(s.starts[i], s.ends[i], s.steps[i]);
+  }
+  SetOutput(ctx, std::move(out), ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
+// ReduceSum, ReduceMax, ReduceMin: over the distinct axes in [-rank, rank) (all axes when
+// none are listed), each kept as size 1 when keepdims holds, else dropped.
+absl::Status InferReduce(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectFloating(ctx, 0));
+  const Shape& x = ctx.input_shapes[0];
+  const int rank = static_cast<int>(x.size());
+  const std::vector<int64_t> axes = ctx.attrs.Ints("axes");
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int64_t a : axes) {
+    if (a < -rank || a >= rank) {
+      return InvalidArgumentError(StrCat("attribute 'axes' [", absl::StrJoin(axes, ","), "] holds ",
+                                         a, ", outside [", -rank, ", ", rank, ") for ",
+                                         ctx.Input(0), " ", ShapeString(x)));
+    }
+    const int axis = static_cast<int>(a < 0 ? a + rank : a);
+    if (reduced[axis]) {
+      return InvalidArgumentError(
+          StrCat("attribute 'axes' [", absl::StrJoin(axes, ","), "] names axis ", axis, " twice"));
+    }
+    reduced[axis] = true;
+  }
+  const bool keepdims = ctx.attrs.Bool("keepdims");
+  Shape out;
+  for (int d = 0; d < rank; ++d) {
+    if (!reduced[d]) {
+      out.push_back(x[d]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
   }
   SetOutput(ctx, std::move(out), ctx.input_dtypes[0]);
   return absl::OkStatus();
@@ -731,7 +778,8 @@ std::vector<OpSchema> BuildOpSet() {
                       {Required("perm", AttrType::kInts)}));
   ops.push_back(Unary("Slice",
                       "x[start:end:step] along each of axes (negative axes count from the "
-                      "end); needs 0 <= start < end <= dim and step >= 1; empty steps are 1s",
+                      "end); needs 0 <= start < end <= dim for step >= 1, -1 <= end < start < "
+                      "dim for step <= -1 (end -1 runs through element 0); empty steps are 1s",
                       InferSlice,
                       {Required("axes", AttrType::kInts), Required("starts", AttrType::kInts),
                        Required("ends", AttrType::kInts), IntsDefault("steps", {})}));
@@ -753,6 +801,18 @@ std::vector<OpSchema> BuildOpSet() {
                       InferSoftmax,
                       {IntDefault("axis", -1), FloatDefault("scale", 1.0),
                        BoolDefault("causal", false)}));
+  for (const auto& [name, doc] : std::vector<std::pair<const char*, const char*>>{
+           {"ReduceSum", "sum of x over axes"},
+           {"ReduceMax",
+            "max of x over axes; the gradient is shared evenly among ties (PyTorch's amax)"},
+           {"ReduceMin",
+            "min of x over axes; the gradient is shared evenly among ties (PyTorch's amin)"}}) {
+    ops.push_back(Unary(name,
+                        StrCat(doc,
+                               "; axes in [-rank, rank), distinct, empty for all; keepdims "
+                               "keeps each as size 1, else drops it"),
+                        InferReduce, {IntsDefault("axes", {}), BoolDefault("keepdims", true)}));
+  }
   ops.push_back(Op("Embedding", {"ids", "table"}, 0, {}, InferEmbedding,
                    "rows of table[V,D] at integer ids: ids.shape + [D]"));
   ops.push_back(Op("SoftmaxCrossEntropy", {"logits", "labels"}, 0, {}, InferSoftmaxCrossEntropy,

@@ -329,6 +329,10 @@ TEST(LayoutShapeTest, SliceCutsEachListedAxis) {
             Shape({2, 3, 4, 96}));
   // A negative axis counts from the end.
   EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({-1}, {2}, {5}))), Shape({4, 3}));
+  // torch.flip and x[:, ::-1]: from the last element through element 0 (end -1).
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({1}, {5}, {-1}, {-1}))), Shape({4, 6}));
+  // x[:, 4:0:-2] on 6 columns: columns 4, 2.
+  EXPECT_EQ(OutShape(OneOp("Slice", {{{4, 6}}}, SliceAttrs({1}, {4}, {0}, {-2}))), Shape({4, 2}));
 }
 
 // An ints attribute that is set but holds no values.
@@ -354,6 +358,10 @@ TEST(LayoutShapeTest, SliceRejectsEachBadAttribute) {
       {SliceAttrs({1}, {-1}, {2}), "give [-1, 2) on axis 1"},
       {SliceAttrs({2}, {0}, {7}), "needs 0 <= start < end <= 6 (dim 2 of input 'in0' [4,5,6])"},
       {SliceAttrs({0}, {0}, {4}, {0}), "attribute 'steps' [0] has 0 for axis 0"},
+      {SliceAttrs({1}, {5}, {-1}, {-1}),
+       "give start 5, end -1 with step -1 on axis 1; a negative step needs -1 <= end < start < 5"},
+      {SliceAttrs({1}, {2}, {3}, {-1}), "a negative step needs -1 <= end < start < 5"},
+      {SliceAttrs({1}, {2}, {-2}, {-1}), "a negative step needs -1 <= end < start < 5"},
   };
   for (const Bad& c : cases) {
     auto g = OneOp("Slice", {{{4, 5, 6}}}, c.attrs);
@@ -362,6 +370,36 @@ TEST(LayoutShapeTest, SliceRejectsEachBadAttribute) {
     EXPECT_THAT(message, HasSubstr("node 'node' (Slice)"));
     EXPECT_THAT(message, HasSubstr(c.message));
   }
+}
+
+TEST(LayoutShapeTest, ReductionsKeepOrDropTheirAxes) {
+  for (const char* op : {"ReduceSum", "ReduceMax", "ReduceMin"}) {
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3, 4}}}, {{"axes", IntsAttr({1, -1})}})), Shape({2, 1, 1}))
+        << op;
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3, 4}}},
+                             {{"axes", IntsAttr({-1, 0})}, {"keepdims", BoolAttr(false)}})),
+              Shape({3}))
+        << op;
+    // No axes: all of them.
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3}}}, {{"keepdims", BoolAttr(false)}})), Shape({})) << op;
+    EXPECT_EQ(OutShape(OneOp(op, {{{2, 3}}})), Shape({1, 1})) << op;
+  }
+  struct Bad {
+    AttrList attrs;
+    std::string message;
+  };
+  for (const Bad& c : std::vector<Bad>{
+           {{{"axes", IntsAttr({3})}}, "attribute 'axes' [3] holds 3, outside [-3, 3)"},
+           {{{"axes", IntsAttr({1, -2})}}, "attribute 'axes' [1,-2] names axis 1 twice"},
+       }) {
+    auto g = OneOp("ReduceMax", {{{4, 5, 6}}}, c.attrs);
+    ASSERT_FALSE(g.ok()) << c.message;
+    EXPECT_THAT(g.status().message(), HasSubstr("node 'node' (ReduceMax)"));
+    EXPECT_THAT(g.status().message(), HasSubstr(c.message));
+  }
+  auto ints = OneOp("ReduceSum", {{{4}, proto::DTYPE_INT64}});
+  ASSERT_FALSE(ints.ok());
+  EXPECT_THAT(ints.status().message(), HasSubstr("needs a floating-point type"));
 }
 
 TEST(LayoutShapeTest, ExpandBroadcastsToTheShape) {

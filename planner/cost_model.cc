@@ -67,6 +67,7 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
   if (op == "Erf") return 10 * in;
   if (op == "Mish") return 12 * in;  // exp, log1p, tanh, multiply.
   if (op == "MaxPool" || op == "AvgPool" || op == "GlobalAvgPool") return std::max(in, out);
+  if (op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin") return in;  // One per read.
   if (IsViewOp(g, f)) return 0;
   // Elementwise, copies and gathers (Transpose, Slice, Expand): about one operation per
   // element written.

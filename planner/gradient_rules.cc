@@ -106,6 +106,12 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
   rules["Expand"];     // dx = dy summed over the broadcast dims: shapes only.
   rules["Concat"];     // dx_i = slices of dy.
   rules["Split"];      // dx = concat(dy_i), zeros for unused pieces.
+  rules["ReduceSum"];  // dx = dy broadcast over the reduced axes: shapes only.
+  // dx = dy / count where x equals y (its max or min), else 0; count is the ties in each
+  // reduced set: PyTorch 1.13's amax and amin backward.
+  for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    rules[op].reads = {Always(K::kInput, 0), Always(K::kOutput, 0)};
+  }
   rules["Embedding"].reads = {Always(K::kInput, 0)};  // Scatter-add rows of dy at the ids.
   // dlogits = (softmax(logits) - onehot(labels)) dloss / N: recomputes the softmax from the
   // logits rather than saving probabilities, which would be as large.

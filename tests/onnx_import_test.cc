@@ -141,9 +141,9 @@ TEST_P(OnnxForwardTest, LogitsMatchPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Exports, OnnxForwardTest,
                          ::testing::Values("resnet18", "mobilenet_v3_small", "shufflenet_v2_x0_5",
                                            "efficientnet_b0", "squeezenet1_1", "mnasnet0_5",
-                                           "vit_test", "swin_test", "maxvit_test",
-                                           "convnext_test", "gpt2_test", "activations_test",
-                                           "arithmetic_test"),
+                                           "vit_test", "swin_test", "maxvit_test", "convnext_test",
+                                           "gpt2_test", "activations_test", "arithmetic_test",
+                                           "reduce_test", "matmul_test"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

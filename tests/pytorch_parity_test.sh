@@ -50,4 +50,8 @@ SECTIONS=2 check tiny_activations 6 --graph "$TEST_SRCDIR/headroom/examples/tiny
 SECTIONS=2 check tiny_arithmetic 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_arithmetic.pbtxt"
 # PReLU with a slope per feature and a shared one.
 SECTIONS=2 check tiny_prelu 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_prelu.pbtxt"
+# ReduceSum, ReduceMax, ReduceMin (ties among ReLU's zeros) and a reversing Slice.
+SECTIONS=2 check tiny_reduce 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_reduce.pbtxt"
+# MatMul with batch dims broadcast both ways, and one matrix against a batch.
+SECTIONS=2 check tiny_matmul 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_matmul.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"

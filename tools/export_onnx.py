@@ -23,7 +23,9 @@ torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the 
 ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token ids in,
 logits [batch, 32, 512] out), activations_test, a small CNN through LeakyReLU, ELU, SELU,
 Softplus, Sqrt, Erf and Mish, and arithmetic_test, one through PReLU, Sub, Div and Pow of
-computed tensors, for quick checks.
+computed tensors, reduce_test, one through torch.flip, amax, amin and sum over axes, and
+matmul_test, one through torch.matmul with broadcast batch dims and 1-D operands, for quick
+checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
 to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
@@ -155,6 +157,48 @@ class ArithmeticNet(torch.nn.Module):
         return self.head(torch.pow(torch.tanh(h), 3) - torch.sigmoid(h) ** 1.5)
 
 
+class ReduceNet(torch.nn.Module):
+    """A small CNN through torch.flip (a Slice with step -1), torch.amax, torch.amin and
+    torch.sum over axes (ReduceMax, ReduceMin, ReduceSum) of computed tensors."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(48, 32)
+        self.head = torch.nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(torch.flip(x, [3])))
+        peak = torch.amax(x, dim=(2, 3))
+        floor = torch.amin(torch.tanh(self.conv2.bias.view(1, -1, 1, 1) - x), dim=3).sum(dim=2)
+        total = torch.sum(x, dim=(2, 3), keepdim=True).flatten(1)
+        h = torch.tanh(self.fc(torch.cat([peak, floor, total * 0.01], 1)))
+        return self.head(torch.flip(h, [1]))
+
+
+class MatMulNet(torch.nn.Module):
+    """A small CNN through torch.matmul with broadcast batch dims ([N,1,6,4] x [3,4,5]) and
+    1-D operands on either side (a vector as b, then as a)."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(8, 24)
+        self.mix = torch.nn.Parameter(0.5 * torch.randn(3, 4, 5))
+        self.column = torch.nn.Parameter(0.5 * torch.randn(5))
+        self.row = torch.nn.Parameter(0.5 * torch.randn(3))
+        self.head = torch.nn.Linear(6, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x)).mean(dim=(2, 3))
+        rows = torch.tanh(self.fc(x)).view(x.size(0), 1, 6, 4)
+        mixed = torch.tanh(torch.matmul(rows, self.mix))  # [N, 3, 6, 5]
+        scores = torch.matmul(mixed, self.column)  # [N, 3, 6]
+        return self.head(torch.matmul(self.row, scores))  # [N, 6]
+
+
 def small_models():
     """Small members of torchvision's families (and a GPT-2-style model) that export to the
     same ops as the full-size ones, for quick checks: name -> (builder, input size)."""
@@ -182,6 +226,8 @@ def small_models():
         "gpt2_test": (Gpt2, 32),  # the size is the context, in tokens
         "activations_test": (ActivationsNet, 32),
         "arithmetic_test": (ArithmeticNet, 32),
+        "reduce_test": (ReduceNet, 32),
+        "matmul_test": (MatMulNet, 32),
     }
 
 

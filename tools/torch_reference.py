@@ -265,6 +265,8 @@ OP_DEFAULTS = {
     "Flatten": {"axis": 1},
     "Reshape": {}, "Transpose": {}, "Concat": {}, "Split": {},
     "Slice": {"steps": []}, "Expand": {},
+    "ReduceSum": {"axes": [], "keepdims": True}, "ReduceMax": {"axes": [], "keepdims": True},
+    "ReduceMin": {"axes": [], "keepdims": True},
     "Softmax": {"axis": -1, "scale": 1.0, "causal": False},
     "Embedding": {}, "SoftmaxCrossEntropy": {},
 }
@@ -368,16 +370,33 @@ def _HardSigmoid(x, attrs, node):
 
 
 def _Slice(x, attrs, node):
-    """x[start:end:step] along each listed axis (negative axes count from the end)."""
+    """x[start:end:step] along each listed axis (negative axes count from the end). A
+    negative step (end -1 runs through element 0) is torch.flip of the axis, then the
+    mirrored positive slice, as torch has no negative-step indexing."""
     axes, starts, ends = attrs["axes"], attrs["starts"], attrs["ends"]
     steps = list(attrs["steps"]) or [1] * len(axes)
     if not len(axes) == len(starts) == len(ends) == len(steps):
         raise ExportError("node '%s' (Slice): axes %s, starts %s, ends %s and steps %s need "
                           "one value per axis" % (node["name"], axes, starts, ends, steps))
-    index = [slice(None)] * x[0].dim()
+    y = x[0]
+    index = [slice(None)] * y.dim()
+    flips = []
     for axis, start, end, step in zip(axes, starts, ends, steps):
+        if step < 0:
+            dim = y.shape[axis]
+            flips.append(axis)
+            start, end, step = dim - 1 - start, dim - 1 - end, -step
         index[axis] = slice(start, end, step)
-    return x[0][tuple(index)]
+    if flips:
+        y = torch.flip(y, flips)
+    return y[tuple(index)]
+
+
+def _Reduce(x, attrs, node):
+    """torch.sum, torch.amax or torch.amin over the listed axes (all when none are listed)."""
+    axes = tuple(attrs["axes"]) or tuple(range(x[0].dim()))
+    fn = {"ReduceSum": torch.sum, "ReduceMax": torch.amax, "ReduceMin": torch.amin}[node["op"]]
+    return fn(x[0], dim=axes, keepdim=bool(attrs["keepdims"]))
 
 
 def _Softmax(x, attrs, node):
@@ -447,6 +466,9 @@ OPS = {
     "Transpose": lambda x, a, n: x[0].permute(list(a["perm"])),
     "Slice": _Slice,
     "Expand": lambda x, a, n: x[0].expand(list(a["shape"])),
+    "ReduceSum": _Reduce,
+    "ReduceMax": _Reduce,
+    "ReduceMin": _Reduce,
     "Concat": lambda x, a, n: torch.cat(x, dim=a["axis"]),
     "Split": lambda x, a, n: list(torch.split(x[0], list(a["sizes"]), dim=a["axis"])),
     "Softmax": _Softmax,

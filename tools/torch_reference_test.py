@@ -418,6 +418,34 @@ class TorchReferenceTest(unittest.TestCase):
         self.assertTrue(torch.equal(ref.OPS["PReLU"]([x, w[:1]], {}, node),
                                     torch.where(x > 0, x, 0.1 * x)))
 
+    def testNegativeStepSlicesWalkBackwards(self):
+        node = {"name": "n", "op": "Slice"}
+        x = torch.arange(30, dtype=torch.float64).reshape(2, 3, 5)
+        # x[:, ::-1, 4:0:-2] in numpy's terms: end -1 runs through element 0.
+        y = ref.OPS["Slice"]([x], {"axes": [1, 2], "starts": [2, 4], "ends": [-1, 0],
+                                   "steps": [-1, -2]}, node)
+        want = torch.from_numpy(x.numpy()[:, ::-1, 4:0:-2].copy())
+        self.assertTrue(torch.equal(y, want))
+
+    def testReductionsAreSumAmaxAndAmin(self):
+        x = torch.randn(2, 3, 4, dtype=torch.float64)
+        for op, fn in (("ReduceSum", torch.sum), ("ReduceMax", torch.amax),
+                       ("ReduceMin", torch.amin)):
+            node = {"name": "n", "op": op}
+            y = ref.OPS[op]([x], {"axes": [0, -1], "keepdims": False}, node)
+            self.assertTrue(torch.equal(y, fn(x, dim=(0, 2))))
+            every = ref.OPS[op]([x], dict(ref.OP_DEFAULTS[op]), node)
+            self.assertEqual(list(every.shape), [1, 1, 1])
+            self.assertTrue(torch.equal(every.reshape(()), fn(x)))
+
+    def testMatMulBroadcastsBatchDimsAsNumpy(self):
+        node = {"name": "n", "op": "MatMul"}
+        a = torch.randn(2, 1, 3, 4, dtype=torch.float64)
+        b = torch.randn(5, 4, 6, dtype=torch.float64)
+        y = ref.OPS["MatMul"]([a, b], dict(ref.OP_DEFAULTS["MatMul"]), node)
+        self.assertEqual(list(y.shape), [2, 5, 3, 6])
+        self.assertTrue(torch.allclose(y[1, 3], a[1, 0] @ b[3]))
+
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))
         status, result, _ = RunReference(d, "--no-memory")

@@ -252,6 +252,41 @@ class TorchGraphTest(unittest.TestCase):
         self.assertEqual(len(slopes), 1)
         self.check_with_cli(model, graph, "arithmetic.pbtxt")
 
+    def test_reductions_flip_and_broadcast_matmul(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3, padding=1)
+                self.one = nn.Conv2d(4, 1, 1)
+                self.mix = nn.Parameter(torch.randn(3, 6, 5))
+                self.column = nn.Parameter(torch.randn(5))
+                self.row = nn.Parameter(torch.randn(3))
+                self.fc = nn.Linear(14, 5)
+
+            def forward(self, x):
+                y = torch.flip(torch.relu(self.conv(x)), [3])       # [N, 4, 6, 6]
+                peak = torch.amax(y, dim=(2, 3))                     # [N, 4]
+                floor = torch.sum(y.amin(dim=-1), 2)                 # [N, 4]
+                m = torch.matmul(self.one(y), self.mix)              # [N,1,6,6] x [3,6,5]
+                s = self.row @ (m @ self.column)                     # [N, 6]
+                return self.fc(torch.cat([peak, floor, s.sum(1, keepdim=True) * s], 1))
+
+        model = Net()
+        graph = graph_from_module(model, torch.randn(2, 3, 6, 6))
+        counts = ops(graph)
+        self.assertEqual((counts["ReduceMax"], counts["ReduceMin"], counts["ReduceSum"]),
+                         (1, 1, 2))
+        flip = [n for n in graph.nodes if n.op == "Slice" and list(n.attrs["steps"].ints.values)]
+        self.assertEqual([list(n.attrs["steps"].ints.values) for n in flip], [[-1]])
+        self.assertEqual(list(flip[0].attrs["starts"].ints.values), [5])
+        self.assertEqual(list(flip[0].attrs["ends"].ints.values), [-1])
+        # Three products (and the Linear); the vectors become a column and a row.
+        self.assertEqual(counts["MatMul"], 4)
+        reshapes = sorted(n.name for n in graph.nodes if n.op == "Reshape"
+                          and (n.name.endswith(".row") or n.name.endswith(".column")))
+        self.assertEqual(len(reshapes), 2)
+        self.check_with_cli(model, graph, "reductions.pbtxt")
+
     def test_integer_inputs_and_per_token_logits(self):
         model = Tagger()
         graph = graph_from_module(model, torch.randint(0, 100, (4, 12)), classes=7)

@@ -88,6 +88,9 @@ void RegisterDnnlKernels(KernelTable* table);
 // primitive, softmax through oneDNN's softmax, the rest as loops).
 void RegisterLoopKernels(KernelTable* table);
 
+// cpu_reduce_kernels.cc: ReduceSum, ReduceMax, ReduceMin.
+void RegisterReduceKernels(KernelTable* table);
+
 // cpu_loop_kernels.cc: optimizer steps and gradient sums.
 absl::Status RunUpdate(CpuContext& ctx, const UpdateArgs& args);
 // out = a + b elementwise, same shapes; out may alias a or b.

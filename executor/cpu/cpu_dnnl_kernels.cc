@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "executor/cpu/cpu_context.h"
+#include "executor/matmul_batches.h"
 #include "oneapi/dnnl/dnnl.hpp"
 #include "util/check.h"
 #include "util/status_macros.h"
@@ -871,6 +872,25 @@ struct MatMulGeometry {
   }
   // a's rows may be stacked into one [batch*M, K] matrix when b is shared and a not transposed.
   bool Collapsible() const { return b_batch == 1 && !ta; }
+
+  // Any other broadcast of batch dims ([B,1,M,K] x [1,H,K,N], [M,K] x [B,K,N]): one product
+  // per output matrix, pairing a's and b's matrices as numpy does (a_batch_count and
+  // b_batch_count matrices each).
+  std::optional<MatMulBatches> pairs;
+  int64_t a_batch_count = 1, b_batch_count = 1;
+
+  // Returns the number of output matrices.
+  int64_t out_batch() const { return pairs.has_value() ? pairs->size() : batch; }
+  // a's matrix i as a logical [1, M, K] operand.
+  MatView AOne(const float* a, int64_t i) const {
+    const float* at = a + i * m * k;
+    return ta ? MatView::Plain(at, 1, k, m).T() : MatView::Plain(at, 1, m, k);
+  }
+  // b's matrix i as a logical [1, K, N] operand.
+  MatView BOne(const float* b, int64_t i) const {
+    const float* at = b + i * k * n;
+    return tb ? MatView::Plain(at, 1, n, k).T() : MatView::Plain(at, 1, k, n);
+  }
 };
 
 absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const graph::Attrs& attrs,
@@ -915,10 +935,16 @@ absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const gra
   } else if (b_batch == a_batch) {
     g.b_batch = g.batch;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "CPU ", op, ": a ", ShapeStr(a.shape), " x b ", ShapeStr(b.shape),
-        ": only a b with one matrix (2-D, or batch dims all 1) or identical batch dims are "
-        "supported, not other broadcast batch dims"));
+    absl::StatusOr<MatMulBatches> pairs = BroadcastMatMulBatches(a_batch, b_batch);
+    if (!pairs.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": a ", ShapeStr(a.shape), " x b ",
+                                                     ShapeStr(b.shape), ": ",
+                                                     pairs.status().message()));
+    }
+    g.a_batch_count = g.batch;
+    for (int64_t d : b_batch) g.b_batch_count *= d;
+    out = pairs->dims;
+    g.pairs = *std::move(pairs);
   }
   out.push_back(g.m);
   out.push_back(g.n);
@@ -941,17 +967,38 @@ GemmCall MatMulForwardCall(const MatMulGeometry& g, const ForwardArgs& args) {
   return {a, g.B(args.inputs[1].f32()), args.inputs.size() == 3};
 }
 
+// The product of one output matrix of a broadcast MatMul forward (the same primitive for
+// every i).
+GemmCall BroadcastForwardCall(const MatMulGeometry& g, const ForwardArgs& args, int64_t i) {
+  return {g.AOne(args.inputs[0].f32(), g.pairs->a_of[i]),
+          g.BOne(args.inputs[1].f32(), g.pairs->b_of[i]), args.inputs.size() == 3};
+}
+
 absl::StatusOr<uint64_t> MatMulForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g,
       MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
   ScratchLayout layout;
-  layout.Scratchpad(GemmFor(ctx, MatMulForwardCall(g, args)).pd);
+  layout.Scratchpad(
+      GemmFor(ctx, g.pairs ? BroadcastForwardCall(g, args, 0) : MatMulForwardCall(g, args)).pd);
   return layout.bytes();
 }
 
 absl::Status MatMulForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g,
       MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  if (g.pairs) {
+    // One product per output matrix, in order.
+    ScratchLayout layout;
+    layout.Scratchpad(GemmFor(ctx, BroadcastForwardCall(g, args, 0)).pd);
+    ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, layout.bytes()));
+    const ScratchSpace scratch(ctx.engine, base, layout);
+    const float* bias = args.inputs.size() == 3 ? args.inputs[2].f32() : nullptr;
+    for (int64_t i = 0; i < g.pairs->size(); ++i) {
+      Gemm(ctx, BroadcastForwardCall(g, args, i), bias, args.outputs[0].f32() + i * g.m * g.n,
+           scratch);
+    }
+    return absl::OkStatus();
+  }
   const GemmCall call = MatMulForwardCall(g, args);
   ScratchLayout layout;
   layout.Scratchpad(GemmFor(ctx, call).pd);
@@ -1045,15 +1092,83 @@ MatMulBackwardPlan PlanMatMulBackward(CpuContext& ctx, const MatMulGeometry& g,
   return plan;
 }
 
+// The backward of a broadcast MatMul: for each output matrix i, da's matrix a_of[i] gets
+// dy_i b_{b_of[i]}^T (transpose_a: b dy_i^T) and db's matrix b_of[i] gets a_{a_of[i]}^T dy_i
+// (transpose_b: dy_i^T a), each product staged in scratch and summed into its matrix in the
+// order of i, as PyTorch sums the gradient of an expanded operand over its broadcast dims.
+struct BroadcastBackwardPlan {
+  uint64_t product_offset = 0;  // One staged product matrix (the larger of da's and db's).
+  ScratchLayout layout;
+};
+
+// Returns the da product for output matrix i, written row-major as a's matrix is stored.
+GemmCall BroadcastDaCall(const MatMulGeometry& g, const BackwardArgs& args, int64_t i) {
+  const MatView dy = MatView::Plain(args.output_grads[0].f32() + i * g.m * g.n, 1, g.m, g.n);
+  const MatView b = g.BOne(args.inputs[1].f32(), g.pairs->b_of[i]);
+  return g.ta ? GemmCall{b, dy.T()} : GemmCall{dy, b.T()};
+}
+
+// Returns the db product for output matrix i, written row-major as b's matrix is stored.
+GemmCall BroadcastDbCall(const MatMulGeometry& g, const BackwardArgs& args, int64_t i) {
+  const MatView dy = MatView::Plain(args.output_grads[0].f32() + i * g.m * g.n, 1, g.m, g.n);
+  const MatView a = g.AOne(args.inputs[0].f32(), g.pairs->a_of[i]);
+  return g.tb ? GemmCall{dy.T(), a} : GemmCall{a.T(), dy};
+}
+
+BroadcastBackwardPlan PlanBroadcastBackward(CpuContext& ctx, const MatMulGeometry& g,
+                                            const BackwardArgs& args) {
+  BroadcastBackwardPlan plan;
+  plan.product_offset = plan.layout.Stage(std::max(g.m * g.k, g.k * g.n) * sizeof(float));
+  if (args.input_grads[0].present())
+    plan.layout.Scratchpad(GemmFor(ctx, BroadcastDaCall(g, args, 0)).pd);
+  if (args.input_grads[1].present())
+    plan.layout.Scratchpad(GemmFor(ctx, BroadcastDbCall(g, args, 0)).pd);
+  return plan;
+}
+
+// d[matrix of_[i]] = sum over i of product(i), in the order of i; matrices no i uses are 0.
+template <typename Call>
+void SumProducts(CpuContext& ctx, const ScratchSpace& scratch, float* staged, float* d,
+                 int64_t matrices, int64_t size, const std::vector<int64_t>& of, Call call) {
+  std::fill(d, d + matrices * size, 0.f);
+  for (size_t i = 0; i < of.size(); ++i) {
+    Gemm(ctx, call(static_cast<int64_t>(i)), nullptr, staged, scratch);
+    float* target = d + of[i] * size;
+    for (int64_t e = 0; e < size; ++e) target[e] += staged[e];
+  }
+}
+
+absl::Status BroadcastMatMulBackward(CpuContext& ctx, const MatMulGeometry& g,
+                                     const BackwardArgs& args) {
+  BroadcastBackwardPlan plan = PlanBroadcastBackward(ctx, g, args);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, plan.layout.bytes()));
+  const ScratchSpace scratch(ctx.engine, base, plan.layout);
+  float* staged = static_cast<float*>(scratch.At(plan.product_offset));
+  if (args.input_grads[0].present()) {
+    SumProducts(ctx, scratch, staged, args.input_grads[0].f32(), g.a_batch_count, g.m * g.k,
+                g.pairs->a_of, [&](int64_t i) { return BroadcastDaCall(g, args, i); });
+  }
+  if (args.input_grads[1].present()) {
+    SumProducts(ctx, scratch, staged, args.input_grads[1].f32(), g.b_batch_count, g.k * g.n,
+                g.pairs->b_of, [&](int64_t i) { return BroadcastDbCall(g, args, i); });
+  }
+  if (args.input_grads.size() == 3 && args.input_grads[2].present()) {
+    SumRows(args.output_grads[0].f32(), g.out_batch() * g.m, g.n, args.input_grads[2].f32());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> MatMulBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g, MatMulBackwardGeometry(args));
   if (!GradientFlows(args)) return 0;
+  if (g.pairs) return PlanBroadcastBackward(ctx, g, args).layout.bytes();
   return PlanMatMulBackward(ctx, g, args).layout.bytes();
 }
 
 absl::Status MatMulBackward(CpuContext& ctx, const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const MatMulGeometry g, MatMulBackwardGeometry(args));
   if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  if (g.pairs) return BroadcastMatMulBackward(ctx, g, args);
   MatMulBackwardPlan plan = PlanMatMulBackward(ctx, g, args);
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, plan.layout.bytes()));
   const ScratchSpace scratch(ctx.engine, base, plan.layout);

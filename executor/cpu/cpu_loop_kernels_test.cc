@@ -761,6 +761,29 @@ TEST_F(LoopKernelsTest, SliceTakesStridedElementsAndItsBackwardScattersThem) {
   EXPECT_EQ(dx.values(), std::vector<float>(x.size(), 0.f));
 }
 
+TEST_F(LoopKernelsTest, SliceWithNegativeStepsReversesAndItsBackwardScattersBack) {
+  // x[:, ::-1, 4::-2] on [2, 3, 5] (torch.flip of dim 1, every other column from the last).
+  graph::Attrs attrs = MakeAttrs("Slice", {{"axes", IntsAttr({1, 2})},
+                                           {"starts", IntsAttr({2, 4})},
+                                           {"ends", IntsAttr({-1, -1})},
+                                           {"steps", IntsAttr({-1, -2})}});
+  Tensor x = Random({2, 3, 5}, 33), y({2, 3, 3});
+  ASSERT_TRUE(Forward("Slice", attrs, {x.view()}, {y.view()}).ok());
+  auto x_at = [](int n, int h, int w) { return (n * 3 + h) * 5 + w; };
+  auto y_at = [](int n, int h, int w) { return (n * 3 + h) * 3 + w; };
+  for (int n = 0; n < 2; ++n)
+    for (int h = 0; h < 3; ++h)
+      for (int w = 0; w < 3; ++w) ASSERT_EQ(y.f()[y_at(n, h, w)], x.f()[x_at(n, 2 - h, 4 - 2 * w)]);
+  Tensor dy = Random(y.shape, 34), dx = Random(x.shape, 35);
+  ASSERT_TRUE(
+      Backward("Slice", attrs, {x.absent()}, {y.absent()}, {}, {dy.view()}, {dx.view()}).ok());
+  std::vector<double> want(x.size(), 0.0);
+  for (int n = 0; n < 2; ++n)
+    for (int h = 0; h < 3; ++h)
+      for (int w = 0; w < 3; ++w) want[x_at(n, 2 - h, 4 - 2 * w)] = dy.f()[y_at(n, h, w)];
+  ExpectNear(dx.values(), want, 0, "dx");
+}
+
 TEST_F(LoopKernelsTest, SliceCopiesAnyDtypeAndRejectsAttributesThatDoNotFit) {
   // x[:, 1:3] of int64 [2, 4] (torch.chunk's pieces).
   graph::Attrs attrs = MakeAttrs("Slice", {{"axes", IntsAttr({1})}, {"starts", IntsAttr({1})},

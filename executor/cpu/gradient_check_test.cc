@@ -149,6 +149,20 @@ std::vector<GradCase> DnnlCases() {
                "MatMul",
                {{"transpose_b", B(true)}},
                {Uniform({2, 2, 3, 4}, 67), Uniform({1, 5, 4}, 68), Uniform({5}, 69)}});
+  // Batch dims broadcast both ways ([B,1,M,K] x [1,H,K,N]), a single a against a batched b,
+  // ranks that differ, transposes and a bias: each gradient sums over the products it fed.
+  c.push_back({"MatMulBatchBroadcastBothWays",
+               "MatMul",
+               {},
+               {Uniform({2, 1, 3, 4}, 190), Uniform({1, 3, 4, 5}, 191)}});
+  c.push_back({"MatMulOneMatrixTimesBatch",
+               "MatMul",
+               {{"transpose_a", B(true)}},
+               {Uniform({4, 3}, 192), Uniform({2, 4, 5}, 193)}});
+  c.push_back({"MatMulBatchBroadcastTransposedBias",
+               "MatMul",
+               {{"transpose_b", B(true)}},
+               {Uniform({3, 1, 2, 4}, 194), Uniform({2, 5, 4}, 195), Uniform({5}, 196)}});
   c.push_back({"Conv2DGroupedStridedBias",
                "Conv2D",
                {{"stride", Is({2, 2})}, {"padding", Is({1, 1})}, {"groups", I(2)}},
@@ -252,6 +266,13 @@ std::vector<GradCase> BroadcastAndLayoutCases() {
                {{"axes", Is({1, 2})}, {"starts", Is({1, 0})}, {"ends", Is({5, 6})},
                 {"steps", Is({2, 3})}},
                {Uniform({2, 5, 6}, 61)}});
+  c.push_back({"SliceReversed",
+               "Slice",
+               {{"axes", Is({1, 2})},
+                {"starts", Is({4, 5})},
+                {"ends", Is({-1, 0})},
+                {"steps", Is({-1, -2})}},
+               {Uniform({2, 5, 6}, 65)}});
   c.push_back({"SliceNegativeAxis",
                "Slice",
                {{"axes", Is({-1})}, {"starts", Is({1})}, {"ends", Is({3})}},
@@ -295,10 +316,27 @@ std::vector<GradCase> RowLoopCases() {
   return c;
 }
 
+// Reductions over axes. Max and min on distinct values, away from ties (where the gradient
+// is shared and no derivative exists).
+std::vector<GradCase> ReductionCases() {
+  std::vector<GradCase> c;
+  c.push_back({"ReduceSumKeepDims",
+               "ReduceSum",
+               {{"axes", Is({1, -1})}, {"keepdims", B(true)}},
+               {Uniform({2, 3, 2, 4}, 180)}});
+  c.push_back({"ReduceSumAll", "ReduceSum", {{"keepdims", B(false)}}, {Uniform({3, 4}, 181)}});
+  c.push_back({"ReduceMax",
+               "ReduceMax",
+               {{"axes", Is({0, 2})}, {"keepdims", B(false)}},
+               {Uniform({3, 2, 4}, 182)}});
+  c.push_back({"ReduceMin", "ReduceMin", {{"axes", Is({-1})}}, {Uniform({3, 5}, 183)}});
+  return c;
+}
+
 std::vector<GradCase> Cases() {
   std::vector<GradCase> all;
   for (std::vector<GradCase> (*group)() :
-       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases}) {
+       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases, ReductionCases}) {
     for (GradCase& c : group()) all.push_back(std::move(c));
   }
   return all;

@@ -677,15 +677,31 @@ TEST_F(CudaBackendTest, MatMulEqualBatchDimsAllTransposes) {
   }
 }
 
-TEST_F(CudaBackendTest, MatMulBroadcastBatchIsUnimplemented) {
-  graph::Attrs attrs = AttrsOf("MatMul");
-  ForwardArgs fwd;
-  fwd.op = "MatMul";
-  fwd.attrs = &attrs;
-  fwd.inputs = {Alloc({2, 3, 4}), Alloc({3, 4, 5})};
-  fwd.inputs[0].shape = {1, 3, 4};  // [1,3,4] x [3,4,5]: a broadcasts along the batch.
-  fwd.outputs = {Alloc({3, 3, 5})};
-  EXPECT_EQ(backend_->Forward(fwd).code(), absl::StatusCode::kUnimplemented);
+TEST_F(CudaBackendTest, MatMulBroadcastBatchDims) {
+  // [2,1,M,K] x [1,3,K,N] -> [2,3,M,N]: output matrix (i, j) is a's matrix i times b's j; the
+  // gradients sum over the products each matrix fed (checked by finite differences).
+  std::mt19937 rng(21);
+  const int64_t m = 3, k = 4, n = 5;
+  OpCase c;
+  c.op = "MatMul";
+  c.attrs = AttrsOf("MatMul");
+  c.input_shapes = {{2, 1, m, k}, {1, 3, k, n}};
+  c.inputs = {Random(2 * m * k, rng), Random(3 * k * n, rng)};
+  c.output_shapes = {{2, 3, m, n}};
+  c.reference = [&](const std::vector<Values>& in) {
+    Values y;
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < 3; ++j) {
+        const Values ai(in[0].begin() + i * m * k, in[0].begin() + (i + 1) * m * k);
+        const Values bj(in[1].begin() + j * k * n, in[1].begin() + (j + 1) * k * n);
+        const Values yij = RefMatMul(ai, bj, nullptr, 1, false, m, k, n, false, false);
+        y.insert(y.end(), yij.begin(), yij.end());
+      }
+    }
+    return std::vector<Values>{y};
+  };
+  c.grad_inputs = {true, true};
+  CheckOp(c);
 }
 
 struct PoolCase {
@@ -1050,6 +1066,39 @@ TEST_F(CudaBackendTest, PReluPerChannel) {
   };
   c.grad_inputs = {true, true};
   CheckOp(c);
+}
+
+TEST_F(CudaBackendTest, ReductionsOverAxes) {
+  // x[2, 3, 4] reduced over axes 0 and -1 to [3]: sum, max and min of 8 values each.
+  std::mt19937 rng(20);
+  const std::vector<float> x = Random(24, rng);
+  for (const char* op : {"ReduceSum", "ReduceMax", "ReduceMin"}) {
+    OpCase c;
+    c.op = op;
+    proto::AttrValue keep;
+    keep.set_b(false);
+    c.attrs = AttrsOf(op, {{"axes", Ints({0, -1})}, {"keepdims", keep}});
+    c.input_shapes = {{2, 3, 4}};
+    c.inputs = {x};
+    c.output_shapes = {{3}};
+    const std::string name = op;
+    c.reference = [name](const std::vector<Values>& in) {
+      Values y(3);
+      for (int j = 0; j < 3; ++j) {
+        y[j] = name == "ReduceSum" ? 0.0 : in[0][j * 4];
+        for (int i = 0; i < 2; ++i)
+          for (int k = 0; k < 4; ++k) {
+            const double v = in[0][(i * 3 + j) * 4 + k];
+            if (name == "ReduceSum") y[j] += v;
+            if (name == "ReduceMax") y[j] = std::max(y[j], v);
+            if (name == "ReduceMin") y[j] = std::min(y[j], v);
+          }
+      }
+      return std::vector<Values>{y};
+    };
+    c.grad_inputs = {true};
+    CheckOp(c);
+  }
 }
 
 TEST_F(CudaBackendTest, DivBackwardWithGradientAliasingDy) {

@@ -1,7 +1,10 @@
 // The CUDA backend's MatMul: a[..., M, K] x b[..., K, N] (+ bias[N]) with transpose_a and
 // transpose_b, on cuBLAS (row-major tensors seen as transposed column-major matrices).
-// Batch dims: b 2-D (or batch dims all 1), any-rank a; or a and b with equal batch dims.
-// Other broadcasts are Unimplemented.
+// Batch dims: b 2-D (or batch dims all 1), any-rank a; or a and b with equal batch dims, as
+// strided batches. Any other broadcast of batch dims ([B,1,M,K] x [1,H,K,N], [M,K] x [B,K,N])
+// runs one GEMM per output matrix, pairing the operands' matrices as
+// executor/matmul_batches.h decides; each operand's gradient is summed over the products that
+// used its matrix, in their order (beta 1 after the first), so it is deterministic.
 //
 // cuBLAS's workspace is the node's scratch: each MatMul declares CudaContext's
 // cublas_workspace_bytes (NVIDIA's recommendation for the device) through ScratchBytes() and
@@ -12,11 +15,13 @@
 
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "executor/cuda/cuda_context.h"
 #include "executor/cuda/cuda_device_utils.h"
+#include "executor/matmul_batches.h"
 
 namespace headroom::executor::cuda {
 namespace {
@@ -69,6 +74,8 @@ struct MatMulShape {
   int64_t m = 0, k = 0, n = 0;
   int64_t batch = 1;    // Of a (and of the output).
   bool b_2d = false;    // b's batch dims hold one matrix: it is shared by every batch.
+  // Any other broadcast: which of a's and b's matrices each output matrix pairs.
+  std::optional<MatMulBatches> pairs;
 };
 
 absl::StatusOr<MatMulShape> ShapeOf(const TensorView& a, const TensorView& b,
@@ -89,9 +96,13 @@ absl::StatusOr<MatMulShape> ShapeOf(const TensorView& a, const TensorView& b,
   const graph::Shape a_batch_dims(a.shape.begin(), a.shape.end() - 2);
   const graph::Shape b_batch_dims(b.shape.begin(), b.shape.end() - 2);
   if (!s.b_2d && a_batch_dims != b_batch_dims) {
-    return absl::UnimplementedError(absl::StrCat(
-        "batch dims of a ", graph::ShapeString(a.shape), " and b ", graph::ShapeString(b.shape),
-        " broadcast; the CUDA backend takes b 2-D or equal batch dims"));
+    absl::StatusOr<MatMulBatches> pairs = BroadcastMatMulBatches(a_batch_dims, b_batch_dims);
+    if (!pairs.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("a ", graph::ShapeString(a.shape), " x b ",
+                                                     graph::ShapeString(b.shape), ": ",
+                                                     pairs.status().message()));
+    }
+    s.pairs = *std::move(pairs);
   }
   return s;
 }
@@ -123,7 +134,13 @@ absl::Status MatMulForward(CudaContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(MatMulShape s, ShapeOf(a, b, *args.attrs));
   RETURN_IF_ERROR(SetCublasWorkspace(ctx, args));
   const int64_t mk = s.m * s.k, kn = s.k * s.n, mn = s.m * s.n;
-  if (s.b_2d && !s.ta) {
+  if (s.pairs) {
+    for (int64_t i = 0; i < s.pairs->size(); ++i) {
+      RETURN_IF_ERROR(Gemm(ctx, {a.f32() + s.pairs->a_of[i] * mk, s.ta, 0},
+                           {b.f32() + s.pairs->b_of[i] * kn, s.tb, 0}, y.f32() + i * mn, 0, s.m,
+                           s.n, s.k, 1, 0.0f));
+    }
+  } else if (s.b_2d && !s.ta) {
     // Every batch of a stacked into one [batch * M, K] matrix.
     RETURN_IF_ERROR(Gemm(ctx, {a.f32(), false, 0}, {b.f32(), s.tb, 0}, y.f32(), 0,
                          s.batch * s.m, s.n, s.k, 1, 0.0f));
@@ -141,16 +158,57 @@ absl::Status MatMulForward(CudaContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
-// With A = op(a) [M, K], B = op(b) [K, N], C = A B: dA = dC B^T, dB = A^T dC. A gradient of
-// a transposed input is the transpose: da = (dA)^T = B dC^T, db = (dB)^T = dC^T A.
-absl::Status MatMulBackward(CudaContext& ctx, const BackwardArgs& args) {
-  const TensorView& a = args.inputs[0];
-  const TensorView& b = args.inputs[1];
-  const TensorView& dy = args.output_grads[0];
-  const TensorView& da = args.input_grads[0];
-  const TensorView& db = args.input_grads[1];
-  ASSIGN_OR_RETURN(MatMulShape s, ShapeOf(a, b, *args.attrs));
-  RETURN_IF_ERROR(SetCublasWorkspace(ctx, args));
+// The gradients of a broadcast MatMul: output matrix i adds dy_i op(b_j)^T to da's matrix
+// a_of[i] and op(a_j)^T dy_i to db's matrix b_of[i] (transposed for a transposed operand),
+// each matrix's first product written with beta 0, the rest added with beta 1, in order.
+absl::Status BroadcastBackward(CudaContext& ctx, const MatMulShape& s, const TensorView& a,
+                               const TensorView& b, const TensorView& dy, const TensorView& da,
+                               const TensorView& db) {
+  const int64_t m = s.m, k = s.k, n = s.n;
+  const int64_t mk = m * k, kn = k * n, mn = m * n;
+  if (da.present()) {
+    RETURN_IF_ERROR(RequireF32(b, "input 'b'"));
+    std::vector<bool> written(a.num_elements() / mk, false);
+    for (int64_t i = 0; i < s.pairs->size(); ++i) {
+      const int64_t ai = s.pairs->a_of[i];
+      const float beta = written[ai] ? 1.0f : 0.0f;
+      written[ai] = true;
+      const float* bj = b.f32() + s.pairs->b_of[i] * kn;
+      const float* dyi = dy.f32() + i * mn;
+      if (!s.ta) {
+        RETURN_IF_ERROR(
+            Gemm(ctx, {dyi, false, 0}, {bj, !s.tb, 0}, da.f32() + ai * mk, 0, m, k, n, 1, beta));
+      } else {
+        RETURN_IF_ERROR(
+            Gemm(ctx, {bj, s.tb, 0}, {dyi, true, 0}, da.f32() + ai * mk, 0, k, m, n, 1, beta));
+      }
+    }
+  }
+  if (db.present()) {
+    RETURN_IF_ERROR(RequireF32(a, "input 'a'"));
+    std::vector<bool> written(b.num_elements() / kn, false);
+    for (int64_t i = 0; i < s.pairs->size(); ++i) {
+      const int64_t bi = s.pairs->b_of[i];
+      const float beta = written[bi] ? 1.0f : 0.0f;
+      written[bi] = true;
+      const float* aj = a.f32() + s.pairs->a_of[i] * mk;
+      const float* dyi = dy.f32() + i * mn;
+      if (!s.tb) {
+        RETURN_IF_ERROR(
+            Gemm(ctx, {aj, !s.ta, 0}, {dyi, false, 0}, db.f32() + bi * kn, 0, k, n, m, 1, beta));
+      } else {
+        RETURN_IF_ERROR(
+            Gemm(ctx, {dyi, true, 0}, {aj, s.ta, 0}, db.f32() + bi * kn, 0, n, k, m, 1, beta));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The gradients where b is shared or the batch dims are equal (strided batches).
+absl::Status PairedBackward(CudaContext& ctx, const MatMulShape& s, const TensorView& a,
+                            const TensorView& b, const TensorView& dy, const TensorView& da,
+                            const TensorView& db) {
   const int64_t m = s.m, k = s.k, n = s.n;
   const int64_t mk = m * k, kn = k * n, mn = m * n;
   if (da.present()) {
@@ -200,6 +258,25 @@ absl::Status MatMulBackward(CudaContext& ctx, const BackwardArgs& args) {
         }
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+// With A = op(a) [M, K], B = op(b) [K, N], C = A B: dA = dC B^T, dB = A^T dC. A gradient of
+// a transposed input is the transpose: da = (dA)^T = B dC^T, db = (dB)^T = dC^T A.
+absl::Status MatMulBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& a = args.inputs[0];
+  const TensorView& b = args.inputs[1];
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& da = args.input_grads[0];
+  const TensorView& db = args.input_grads[1];
+  ASSIGN_OR_RETURN(MatMulShape s, ShapeOf(a, b, *args.attrs));
+  RETURN_IF_ERROR(SetCublasWorkspace(ctx, args));
+  const int64_t n = s.n;
+  if (s.pairs) {
+    RETURN_IF_ERROR(BroadcastBackward(ctx, s, a, b, dy, da, db));
+  } else {
+    RETURN_IF_ERROR(PairedBackward(ctx, s, a, b, dy, da, db));
   }
   if (args.input_grads.size() > 2 && args.input_grads[2].present()) {
     RETURN_IF_ERROR(

@@ -162,6 +162,9 @@ void RegisterActivationKernels(KernelTable* table);
 // cuda_row_kernels.cu: LayerNorm, Softmax, Embedding, SoftmaxCrossEntropy.
 void RegisterRowKernels(KernelTable* table);
 
+// cuda_reduce_kernels.cu: ReduceSum, ReduceMax, ReduceMin.
+void RegisterReduceKernels(KernelTable* table);
+
 // cuda_elementwise_kernels.cu: optimizer steps, gradient sums and fills.
 absl::Status RunUpdate(CudaContext& ctx, const UpdateArgs& args);
 absl::Status RunAccumulate(CudaContext& ctx, const TensorView& out, const TensorView& a,

@@ -28,6 +28,12 @@ shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
     +, torch.add, *, torch.mul    Add, Mul (of two tensors)
     -, torch.sub, /, torch.div    Sub, Div (of two tensors; div without rounding_mode)
     **, torch.pow                 Pow (of a tensor to a constant exponent)
+    torch.sum, .sum               ReduceSum (over dims or all of them; keepdim; no dtype)
+    torch.amax, torch.amin        ReduceMax, ReduceMin (and .amax, .amin; ties share the
+                                  gradient, as PyTorch's)
+    torch.flip, .flip             Slice with step -1 along each flipped dim
+    @, torch.matmul, .matmul      MatMul (batch dims broadcast; a 1-D operand through Reshape
+                                  to a row or a column, as numpy's matmul)
     nn.PReLU                      PReLU (the slope [C] reshaped to [C, 1, ...] for channels)
     nn.Dropout, F.dropout         Dropout (nothing when p is 0 or training is off)
     nn.LayerNorm (last dim)       LayerNorm
@@ -288,6 +294,12 @@ class _Converter:
             F.softmax: lambda n: self._softmax(n, self._arg(n, 1, "dim")),
             torch.softmax: lambda n: self._softmax(n, self._arg(n, 1, "dim")),
             torch.cat: self._concat,
+            torch.sum: lambda n: self._reduce(n, "ReduceSum"),
+            torch.amax: lambda n: self._reduce(n, "ReduceMax"),
+            torch.amin: lambda n: self._reduce(n, "ReduceMin"),
+            torch.flip: lambda n: self._flip(n, self._arg(n, 1, "dims")),
+            operator.matmul: self._matmul,
+            torch.matmul: self._matmul,
             torch.permute: lambda n: self._permute(n, self._arg(n, 1, "dims")),
             torch.transpose: lambda n: self._transpose(n),
         }
@@ -316,6 +328,11 @@ class _Converter:
             "permute": lambda n: self._permute(n, self._method_dims(n)),
             "transpose": lambda n: self._transpose(n),
             "contiguous": self._alias,
+            "sum": lambda n: self._reduce(n, "ReduceSum"),
+            "amax": lambda n: self._reduce(n, "ReduceMax"),
+            "amin": lambda n: self._reduce(n, "ReduceMin"),
+            "flip": lambda n: self._flip(n, self._method_dims(n)),
+            "matmul": self._matmul,
         }
 
     # -- The walk --
@@ -591,6 +608,65 @@ class _Converter:
         if isinstance(exponent, torch.fx.Node) or not isinstance(exponent, (int, float)):
             raise _Unsupported(f"{self._label(node)}(a tensor exponent)")
         self._emit(node, "Pow", [self._input(node, 0, "input")], exponent=float(exponent))
+
+    def _reduce(self, node, op):
+        """torch.sum, amax or amin over `dim` (an int, a list, or none for every dim)."""
+        if node.kwargs.get("dtype") is not None:
+            raise _Unsupported(f"{self._label(node)}(dtype)")
+        dim = self._arg(node, 1, "dim", None)
+        keepdim = self._arg(node, 2, "keepdim", False)
+        if not isinstance(keepdim, bool) or not (dim is None or isinstance(dim, (int, list, tuple))):
+            raise _Unsupported(f"{self._label(node)} with traced dim or keepdim")
+        axes = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+        attrs = {"keepdims": keepdim}
+        if axes:
+            attrs["axes"] = axes
+        self._emit(node, op, [self._input(node)], **attrs)
+
+    def _flip(self, node, dims):
+        """torch.flip: each dim read from its last element through its first (step -1)."""
+        shape = self._in_shape(node)
+        axes = [d + len(shape) if d < 0 else d for d in ([dims] if isinstance(dims, int)
+                                                         else list(dims))]
+        if not axes:
+            return self._alias(node)
+        self._emit(node, "Slice", [self._input(node)], axes=axes,
+                   starts=[shape[d] - 1 for d in axes], ends=[-1] * len(axes),
+                   steps=[-1] * len(axes))
+
+    def _matmul(self, node):
+        """torch.matmul with numpy's rules: batch dims broadcast (Headroom's MatMul does that),
+        a 1-D a is a row [1, K] and a 1-D b a column [K, 1], reshaped back after."""
+        a = self._input(node, 0, "input")
+        b = self._input(node, 1, "other")
+        a_shape, b_shape = self._in_shape(node, 0), self._in_shape(node, 1)
+        if len(a_shape) == 0 or len(b_shape) == 0 or (len(a_shape) == 1 and len(b_shape) == 1):
+            raise _Unsupported(f"{self._label(node)} of a scalar or of two vectors")
+        if len(a_shape) >= 2 and len(b_shape) >= 2:
+            return self._emit(node, "MatMul", [a, b])
+        name = self._node_name(node)
+        if len(a_shape) == 1:
+            a = self._reshape_to(f"{name}.row", a, [1, a_shape[0]], "a vector as a row")
+        if len(b_shape) == 1:
+            b = self._reshape_to(f"{name}.column", b, [b_shape[0], 1], "a vector as a column")
+        a_full = [1, a_shape[0]] if len(a_shape) == 1 else a_shape
+        b_full = [b_shape[0], 1] if len(b_shape) == 1 else b_shape
+        batch = list(torch.broadcast_shapes(torch.Size(a_full[:-2]), torch.Size(b_full[:-2])))
+        product = self._unique(f"{name}.matrix")
+        self.graph.nodes.add(name=product, op="MatMul", inputs=[a, b], outputs=[product])
+        self.graph.tensors.add(name=product, shape=batch + [a_full[-2], b_full[-1]],
+                               dtype=pb.DTYPE_FLOAT32, role=pb.ROLE_ACTIVATION,
+                               doc=self._label(node))
+        self._emit(node, "Reshape", [product], shape=list(self._meta(node).shape))
+
+    def _reshape_to(self, base, tensor, shape, doc):
+        """Adds a Reshape of `tensor` to `shape`; returns its output's name."""
+        name = self._unique(base)
+        nd = self.graph.nodes.add(name=name, op="Reshape", inputs=[tensor], outputs=[name])
+        _set_attr(nd.attrs["shape"], shape)
+        self.graph.tensors.add(name=name, shape=shape, dtype=pb.DTYPE_FLOAT32,
+                               role=pb.ROLE_ACTIVATION, doc=doc)
+        return name
 
     def _prelu(self, node, m):
         """PReLU; a slope per channel [C] is reshaped to [C, 1, ...] to broadcast over axis 1
