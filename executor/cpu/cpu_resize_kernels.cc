@@ -1,10 +1,11 @@
 // The CPU backend's Resize kernels: nearest and bilinear interpolation of x[N,C,H,W], forward
-// and backward, with PyTorch 1.13's source pixels and weights (executor/resize_math.h) and its
-// CPU kernels' order of operations: the forward blends each row along w, then the two rows
-// along h; the backward walks the output pixels row by row and adds each one's share to its
-// input pixels in PyTorch's order (upsample_bilinear2d_backward: top-left, top-right,
-// bottom-left, bottom-right), so every input pixel's gradient is summed in float in the
-// order PyTorch sums it. Parallel over the N*C planes only, so deterministic. No scratch.
+// and backward, with PyTorch 1.13's source pixels, weights and roundings
+// (executor/resize_math.h) and its CPU kernels' order of operations: the forward blends each
+// row along w, then the two rows along h; the backward walks the output pixels row by row and
+// adds each one's share to its input pixels in PyTorch's order (upsample_bilinear2d_backward:
+// top-left, top-right, bottom-left, bottom-right), so every input pixel's gradient is summed
+// in float in the order PyTorch sums it. Parallel over the N*C planes only, so deterministic.
+// No scratch.
 
 #include <algorithm>
 #include <cstring>
@@ -125,10 +126,10 @@ void BilinearBackward(const ResizeGeometry& g, const float* dy, float* dx) {
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
         const LinearTaps w = LinearSource(ow, g.in_w, g.out_w, g.step_w, g.align_corners);
         const float d = out[oh * g.out_w + ow];
-        r0[w.i0] += (h.w0 * w.w0) * d;
-        r0[w.i1] += (h.w0 * w.w1) * d;
-        r1[w.i0] += (h.w1 * w.w0) * d;
-        r1[w.i1] += (h.w1 * w.w1) * d;
+        r0[w.i0] = BilinearGradTerm(r0[w.i0], h.w0, w.w0, d);
+        r0[w.i1] = BilinearGradTerm(r0[w.i1], h.w0, w.w1, d);
+        r1[w.i0] = BilinearGradTerm(r1[w.i0], h.w1, w.w0, d);
+        r1[w.i1] = BilinearGradTerm(r1[w.i1], h.w1, w.w1, d);
       }
     }
   }
