@@ -50,4 +50,6 @@ SECTIONS=2 check tiny_activations 6 --graph "$TEST_SRCDIR/headroom/examples/tiny
 SECTIONS=2 check tiny_arithmetic 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_arithmetic.pbtxt"
 # PReLU with a slope per feature and a shared one.
 SECTIONS=2 check tiny_prelu 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_prelu.pbtxt"
+# ConvTranspose2D (strided, grouped, output padding) and Resize (bilinear both ways, nearest).
+SECTIONS=2 check tiny_upsample 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_upsample.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"
