@@ -22,7 +22,8 @@ Besides torchvision's 80 names, --models takes small members of its families bui
 torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the same exported
 ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token ids in,
 logits [batch, 32, 512] out), activations_test, a small CNN through LeakyReLU, ELU, SELU,
-Softplus, Sqrt, Erf and Mish, and arithmetic_test, one through PReLU, Sub, Div and Pow of
+Softplus, Sqrt, Erf and Mish, upsample_test, a small segmentation-style net through
+ConvTranspose and Resize, and arithmetic_test, one through PReLU, Sub, Div and Pow of
 computed tensors, for quick checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
@@ -155,6 +156,34 @@ class ArithmeticNet(torch.nn.Module):
         return self.head(torch.pow(torch.tanh(h), 3) - torch.sigmoid(h) ** 1.5)
 
 
+class UpsampleNet(torch.nn.Module):
+    """A small segmentation-style net: a strided encoder, nn.ConvTranspose2d (grouped, with
+    output padding), nn.Upsample (nearest, scale 2), F.interpolate by 0.5 with
+    align_corners=True, and back to the input's size as torchvision's segmentation heads do
+    (F.interpolate(x, size=input_shape[-2:], mode="bilinear", align_corners=False), sizes that
+    torch 1.13 writes through Shape, Gather, Slice and Concat); then a classification head."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1,
+                                           groups=2)
+        self.upsample = torch.nn.Upsample(scale_factor=2, mode="nearest")
+        self.classifier = torch.nn.Conv2d(8, 4, 1)
+        self.head = torch.nn.Linear(4, classes)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        input_shape = x.shape[-2:]
+        f = F.relu(self.conv2(F.relu(self.conv1(x))))
+        f = self.upsample(F.relu(self.up(f)))
+        f = F.interpolate(f, scale_factor=0.5, mode="bilinear", align_corners=True)
+        f = self.classifier(f)
+        f = F.interpolate(f, size=input_shape, mode="bilinear", align_corners=False)
+        return self.head(torch.sigmoid(f).mean(dim=(2, 3)))
+
+
 def small_models():
     """Small members of torchvision's families (and a GPT-2-style model) that export to the
     same ops as the full-size ones, for quick checks: name -> (builder, input size)."""
@@ -182,6 +211,7 @@ def small_models():
         "gpt2_test": (Gpt2, 32),  # the size is the context, in tokens
         "activations_test": (ActivationsNet, 32),
         "arithmetic_test": (ArithmeticNet, 32),
+        "upsample_test": (UpsampleNet, 32),
     }
 
 
