@@ -282,7 +282,9 @@ class TorchGraphTest(unittest.TestCase):
         self.assertEqual([list(n.attrs["size"].ints.values) for n in resizes],
                          [[20, 20], [10, 10], [10, 10]])
         self.assertEqual([n.attrs["mode"].s for n in resizes], ["nearest", "bilinear", "bilinear"])
-        self.assertEqual([n.attrs["scale_h"].f for n in resizes], [2.0, 0.5, 0.0])
+        # A size (here through x.shape) sets no scale: the coordinates use in / out.
+        self.assertEqual([n.attrs["scale_h"].f if "scale_h" in n.attrs else None
+                          for n in resizes], [2.0, 0.5, None])
         self.assertEqual([n.attrs["align_corners"].b for n in resizes[1:]], [True, False])
         self.check_with_cli(model, graph, "upsampling.pbtxt")
         with self.assertRaises(UnsupportedOpsError) as caught:
