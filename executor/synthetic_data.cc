@@ -46,7 +46,9 @@ float InitBound(const graph::Graph& g, graph::TensorId t, float* constant, bool*
       *constant = (pos == 1 || pos == 4) ? 1.0f : 0.0f;
       return 0;
     }
-    if (op == "Conv2D" && pos >= 1) {
+    // PyTorch's fan-in of a ConvTranspose2d weight [C_in, C_out/groups, kh, kw] is the same
+    // product of dims 1 to 3.
+    if ((op == "Conv2D" || op == "ConvTranspose2D") && pos >= 1) {
       const graph::Shape& w = g.tensor(node.inputs[1]).shape;
       return 1.0f / std::sqrt(static_cast<float>(w[1] * w[2] * w[3]));
     }

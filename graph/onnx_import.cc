@@ -170,6 +170,7 @@ class Importer {
         {"BatchNormalization", 5},
         {"Constant", 0},
         {"Conv", 2},
+        {"ConvTranspose", 2},
         {"Div", 2},
         {"Equal", 2},
         {"Expand", 2},
@@ -184,6 +185,7 @@ class Importer {
         {"Pow", 2},
         {"PRelu", 2},
         {"Range", 3},
+        {"Resize", 1},
         {"Reshape", 2},
         {"Slice", 3},
         {"Sub", 2},
@@ -825,6 +827,162 @@ class Importer {
     return EmitFor(n, "Conv2D", inputs,
                    {{"stride", IntsAttr(strides)}, {"padding", IntsAttr(pads)},
                     {"dilation", IntsAttr(dilations)}, {"groups", IntAttr(OnnxIntAttr(n, "group", 1))}});
+  }
+
+  // ConvTranspose(x, w[C_in, C_out/group, kh, kw], bias) as torch exports nn.ConvTranspose2d:
+  // pads, output_padding, strides, dilations and group carry over; an output_shape must be the
+  // one they give, and auto_pad is refused (torch writes neither).
+  absl::Status ConvTranspose(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    const Shape& xs = shapes_.at(x).first;
+    if (xs.size() != 4) {
+      return Fail(n, StrCat("input ", ShapeString(xs), ": Headroom has 2-D convolutions only"));
+    }
+    ASSIGN_OR_RETURN(std::string w, Tensor(n.input(1)));
+    const Shape& ws = shapes_.at(w).first;
+    if (ws.size() != 4) return Fail(n, StrCat("weight ", ShapeString(ws), ": needs 4 dims"));
+    if (const std::string mode = OnnxStringAttr(n, "auto_pad", "NOTSET"); mode != "NOTSET") {
+      return Fail(n, StrCat("auto_pad '", mode, "': give pads (as torch.onnx writes them)"));
+    }
+    ASSIGN_OR_RETURN(const std::vector<int64_t> pads, IntsOfLength(n, "pads", 4, {0, 0, 0, 0}));
+    ASSIGN_OR_RETURN(const std::vector<int64_t> strides, IntsOfLength(n, "strides", 2, {1, 1}));
+    ASSIGN_OR_RETURN(const std::vector<int64_t> dilations,
+                     IntsOfLength(n, "dilations", 2, {1, 1}));
+    ASSIGN_OR_RETURN(const std::vector<int64_t> out_pad,
+                     IntsOfLength(n, "output_padding", 2, {0, 0}));
+    const std::vector<int64_t> output_shape = OnnxIntsAttr(n, "output_shape", {});
+    if (!output_shape.empty()) {
+      for (int d = 0; d < 2; ++d) {
+        const int64_t given =
+            output_shape.size() >= 2 ? output_shape[output_shape.size() - 2 + d] : -1;
+        const int64_t made = (xs[2 + d] - 1) * strides[d] - pads[d] - pads[d + 2] +
+                             dilations[d] * (ws[2 + d] - 1) + out_pad[d] + 1;
+        if (given != made) {
+          return Fail(n, StrCat("output_shape [", absl::StrJoin(output_shape, ","),
+                                "] differs from what its pads give (", made,
+                                " in dim ", 2 + d, "); Headroom takes pads only"));
+        }
+      }
+    }
+    std::vector<std::string> inputs = {x, w};
+    if (n.input_size() > 2 && !n.input(2).empty()) {
+      ASSIGN_OR_RETURN(std::string b, Tensor(n.input(2)));
+      inputs.push_back(b);
+    }
+    return EmitFor(n, "ConvTranspose2D", inputs,
+                   {{"stride", IntsAttr(strides)},
+                    {"padding", IntsAttr(pads)},
+                    {"output_padding", IntsAttr(out_pad)},
+                    {"dilation", IntsAttr(dilations)},
+                    {"groups", IntAttr(OnnxIntAttr(n, "group", 1))}});
+  }
+
+  // Resize (opset 11 on) as torch 1.13 writes F.interpolate and nn.Upsample at opset 17:
+  // mode 'nearest' with coordinate_transformation_mode 'asymmetric' and nearest_mode 'floor'
+  // (PyTorch's nearest); 'linear' with 'half_pixel' or 'pytorch_half_pixel' (bilinear,
+  // align_corners=False) or 'align_corners'. The output size comes from known sizes (often
+  // folded from Shape, Gather, Slice and Concat) or known scales (scale_factor, which PyTorch
+  // also uses for the coordinates). Anything else (cubic, other coordinate modes, a computed
+  // size) is an error naming the node.
+  absl::Status Resize(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    const Shape& xs = shapes_.at(x).first;
+    if (xs.size() != 4) {
+      return Fail(n, StrCat("input ", ShapeString(xs), ": Headroom resizes NCHW images only"));
+    }
+    const std::string mode = OnnxStringAttr(n, "mode", "nearest");
+    const std::string coords = OnnxStringAttr(n, "coordinate_transformation_mode", "half_pixel");
+    if (OnnxIntAttr(n, "antialias", 0) != 0) return Fail(n, "antialias is not supported");
+    // Step 1: the output's height and width, and the scale factors if given.
+    std::vector<int64_t> size(2);
+    double scale[2] = {0, 0};
+    if (n.input_size() > 3 && !n.input(3).empty()) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 3, "sizes"));
+      if (c->size() != 4 || c->int_at(1) != xs[1]) {
+        return Fail(n, StrCat("sizes of ", c->size(), " values must be [N, ", xs[1],
+                              ", H, W] for input ", ShapeString(xs)));
+      }
+      size = {c->int_at(2), c->int_at(3)};
+    } else {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 2, "scales"));
+      if (c->size() != 4 || c->float_at(0) != 1 || c->float_at(1) != 1) {
+        return Fail(n, StrCat("scales of ", c->size(),
+                              " values must be [1, 1, h, w]: only H and W are resized"));
+      }
+      for (int d = 0; d < 2; ++d) {
+        scale[d] = c->float_at(2 + d);
+        size[d] = static_cast<int64_t>(std::floor(xs[2 + d] * scale[d]));
+      }
+    }
+    // Step 2: the mode, as PyTorch's.
+    AttrList attrs = {{"size", IntsAttr(size)}};
+    if (mode == "nearest") {
+      const std::string rounding = OnnxStringAttr(n, "nearest_mode", "round_prefer_floor");
+      if (coords != "asymmetric" || rounding != "floor") {
+        return Fail(n, StrCat("mode 'nearest' with coordinate_transformation_mode '", coords,
+                              "' and nearest_mode '", rounding,
+                              "': Headroom's is PyTorch's nearest ('asymmetric', 'floor')"));
+      }
+      attrs.push_back({"mode", StringAttr("nearest")});
+    } else if (mode == "linear") {
+      if (coords != "align_corners" && coords != "half_pixel" && coords != "pytorch_half_pixel") {
+        return Fail(n, StrCat("mode 'linear' with coordinate_transformation_mode '", coords,
+                              "': Headroom's bilinear is PyTorch's ('half_pixel', ",
+                              "'pytorch_half_pixel' or 'align_corners')"));
+      }
+      // pytorch_half_pixel reads pixel 0 for an output of one pixel; PyTorch (and
+      // half_pixel) read the middle.
+      for (int d = 0; coords == "pytorch_half_pixel" && d < 2; ++d) {
+        if (size[d] == 1 && xs[2 + d] > 1) {
+          return Fail(n, "coordinate_transformation_mode 'pytorch_half_pixel' to an output of "
+                         "one pixel is not PyTorch's bilinear");
+        }
+      }
+      attrs.push_back({"mode", StringAttr("bilinear")});
+      attrs.push_back({"align_corners", BoolAttr(coords == "align_corners")});
+    } else {
+      return Fail(n, StrCat("mode '", mode, "': Headroom's Resize is 'nearest' or 'linear' ",
+                            "(bilinear) only"));
+    }
+    if (scale[0] > 0) {
+      attrs.push_back({"scale_h", FloatAttr(scale[0])});
+      attrs.push_back({"scale_w", FloatAttr(scale[1])});
+    }
+    return EmitFor(n, "Resize", {x}, attrs);
+  }
+
+  // Upsample (opsets 7 to 9, deprecated): nearest only, with scales (an attribute before
+  // opset 9, input 1 from it); its 'linear' is asymmetric, which no PyTorch mode is.
+  absl::Status Upsample(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(std::string x, Tensor(n.input(0)));
+    const Shape& xs = shapes_.at(x).first;
+    const std::string mode = OnnxStringAttr(n, "mode", "nearest");
+    if (mode != "nearest") {
+      return Fail(n, StrCat("mode '", mode, "': Upsample's is asymmetric, not PyTorch's ",
+                            "bilinear; export at opset 11 or later for Resize"));
+    }
+    if (xs.size() != 4) {
+      return Fail(n, StrCat("input ", ShapeString(xs), ": Headroom resizes NCHW images only"));
+    }
+    std::vector<double> scales;
+    if (n.input_size() > 1 && !n.input(1).empty()) {
+      ASSIGN_OR_RETURN(auto c, KnownInput(n, 1, "scales"));
+      for (int64_t i = 0; i < c->size(); ++i) scales.push_back(c->float_at(i));
+    } else {
+      for (const onnx::AttributeProto& a : n.attribute()) {
+        if (a.name() == "scales") scales.assign(a.floats().begin(), a.floats().end());
+      }
+    }
+    if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1) {
+      return Fail(n, "scales must be [1, 1, h, w]: only H and W are resized");
+    }
+    const std::vector<int64_t> size = {static_cast<int64_t>(std::floor(xs[2] * scales[2])),
+                                       static_cast<int64_t>(std::floor(xs[3] * scales[3]))};
+    return EmitFor(n, "Resize", {x},
+                   {{"size", IntsAttr(size)},
+                    {"mode", StringAttr("nearest")},
+                    {"scale_h", FloatAttr(scales[2])},
+                    {"scale_w", FloatAttr(scales[3])}});
   }
 
   // Fills `pads` for auto_pad SAME_UPPER / SAME_LOWER / VALID.
@@ -1793,6 +1951,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Clip", &Importer::Clip},
       {"Concat", &Importer::Concat},
       {"Conv", &Importer::Conv},
+      {"ConvTranspose", &Importer::ConvTranspose},
       {"Div", &Importer::Arithmetic},
       {"Dropout", &Importer::Dropout},
       {"Einsum", &Importer::Einsum},
@@ -1820,6 +1979,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"ReduceMax", &Importer::ReduceMax},
       {"ReduceMin", &Importer::ReduceMin},
       {"Relu", &Importer::Relu},
+      {"Resize", &Importer::Resize},
       {"Reshape", &Importer::Reshape},
       {"Selu", &Importer::Selu},
       {"Sigmoid", &Importer::Sigmoid},
@@ -1834,6 +1994,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"Tile", &Importer::Tile},
       {"Transpose", &Importer::Transpose},
       {"Unsqueeze", &Importer::Unsqueeze},
+      {"Upsample", &Importer::Upsample},
       {"Where", &Importer::Where},
   };
   return *converters;

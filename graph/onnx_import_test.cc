@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "graph/graph.h"
@@ -75,6 +76,14 @@ class OnnxModelBuilder {
     for (int64_t v : values) t->add_int64_data(v);
     return *this;
   }
+  OnnxModelBuilder& Floats(const std::string& name, std::vector<float> values) {
+    onnx::NodeProto* n = AddNode("Constant", {}, {name});
+    TP* t = Attr(*n, "value", onnx::AttributeProto::TENSOR)->mutable_t();
+    t->set_data_type(TP::FLOAT);
+    t->add_dims(values.size());
+    for (float v : values) t->add_float_data(v);
+    return *this;
+  }
   OnnxModelBuilder& Float(const std::string& name, float value) {
     onnx::NodeProto* n = AddNode("Constant", {}, {name});
     TP* t = Attr(*n, "value", onnx::AttributeProto::TENSOR)->mutable_t();
@@ -105,6 +114,9 @@ class OnnxModelBuilder {
   }
   static void SetInt(onnx::NodeProto& n, const std::string& name, int64_t v) {
     Attr(n, name, onnx::AttributeProto::INT)->set_i(v);
+  }
+  static void SetString(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+    Attr(n, name, onnx::AttributeProto::STRING)->set_s(v);
   }
   static void SetFloat(onnx::NodeProto& n, const std::string& name, float v) {
     Attr(n, name, onnx::AttributeProto::FLOAT)->set_f(v);
@@ -502,6 +514,103 @@ TEST(OnnxImportTest, MatMulOfVectorsAndBroadcastBatchesFollowsNumpy) {
   absl::StatusOr<ImportedModel> bad = ImportOnnx(dot.Bytes(), OnnxImportOptions{4});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("a dot product of two vectors"));
+// x[4,3,8,8] -> Resize(x, scales [1,1,0.5,0.5]) as F.interpolate(scale_factor=0.5) writes it
+// ("small", [4,3,4,4]) -> Resize to x's own H and W (torchvision's segmentation heads:
+// F.interpolate(size=input_shape[-2:], mode="bilinear")) through Shape, Gather, Slice,
+// Unsqueeze, Concat and Cast -> Flatten. `big_mode` and `big_coords` set the second Resize.
+OnnxModelBuilder SegmentationResize(const std::string& big_mode, const std::string& big_coords) {
+  OnnxModelBuilder b;
+  b.Input("x", {3, 8, 8}).Floats("scales", {1, 1, 0.5f, 0.5f});
+  b.Ints("two", {2}, /*scalar=*/true).Ints("three", {3}, /*scalar=*/true).Ints("axes", {0});
+  b.Ints("zero1", {0}).Ints("two1", {2});
+  onnx::NodeProto* small = b.AddNode("Resize", {"x", "", "scales"}, {"small"});
+  OnnxModelBuilder::SetString(*small, "mode", "nearest");
+  OnnxModelBuilder::SetString(*small, "coordinate_transformation_mode", "asymmetric");
+  OnnxModelBuilder::SetString(*small, "nearest_mode", "floor");
+  b.AddNode("Shape", {"x"}, {"xs"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Gather", {"xs", "two"}, {"h"}), "axis", 0);
+  OnnxModelBuilder::SetInt(*b.AddNode("Gather", {"xs", "three"}, {"w"}), "axis", 0);
+  b.AddNode("Unsqueeze", {"h", "axes"}, {"h1"});
+  b.AddNode("Unsqueeze", {"w", "axes"}, {"w1"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Concat", {"h1", "w1"}, {"hw"}), "axis", 0);
+  OnnxModelBuilder::SetInt(*b.AddNode("Cast", {"hw"}, {"hw64"}), "to", TP::INT64);
+  b.AddNode("Shape", {"small"}, {"ss"});
+  b.AddNode("Slice", {"ss", "zero1", "two1", "zero1"}, {"nc"});
+  OnnxModelBuilder::SetInt(*b.AddNode("Concat", {"nc", "hw64"}, {"sizes"}), "axis", 0);
+  onnx::NodeProto* big = b.AddNode("Resize", {"small", "", "", "sizes"}, {"big"});
+  OnnxModelBuilder::SetString(*big, "mode", big_mode);
+  OnnxModelBuilder::SetString(*big, "coordinate_transformation_mode", big_coords);
+  OnnxModelBuilder::SetString(*big, "nearest_mode", "floor");
+  OnnxModelBuilder::SetInt(*b.AddNode("Flatten", {"big"}, {"logits"}), "axis", 1);
+  b.Output("logits");
+  return b;
+}
+
+TEST(OnnxImportTest, ResizeTakesScalesAndSizesFoldedFromShapes) {
+  const ImportedModel m = Import(SegmentationResize("linear", "half_pixel"));
+  EXPECT_EQ(OpCounts(m.graph)["Resize"], 2);
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const proto::NodeDef& small = m.graph.nodes(0);
+  EXPECT_EQ(small.op(), "Resize");
+  EXPECT_THAT(small.attrs().at("size").ints().values(), ElementsAre(4, 4));
+  EXPECT_EQ(small.attrs().at("mode").s(), "nearest");
+  EXPECT_EQ(small.attrs().at("scale_h").f(), 0.5);
+  const proto::NodeDef& big = m.graph.nodes(1);
+  EXPECT_EQ(big.op(), "Resize");
+  EXPECT_THAT(big.attrs().at("size").ints().values(), ElementsAre(8, 8));
+  EXPECT_EQ(big.attrs().at("mode").s(), "bilinear");
+  EXPECT_FALSE(big.attrs().at("align_corners").b());
+  EXPECT_EQ(big.attrs().count("scale_h"), 0u);  // From sizes: in / out.
+  EXPECT_EQ(g->tensor(g->FindTensor(big.outputs(0))).shape, Shape({4, 3, 8, 8}));
+  // align_corners carries over.
+  const ImportedModel corners = Import(SegmentationResize("linear", "align_corners"));
+  EXPECT_TRUE(corners.graph.nodes(1).attrs().at("align_corners").b());
+}
+
+TEST(OnnxImportTest, ResizeModesPyTorchHasNotAreErrorsNamingTheNode) {
+  for (const auto& [mode, coords, says] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"cubic", "half_pixel", "mode 'cubic': Headroom's Resize is 'nearest' or 'linear'"},
+           {"nearest", "half_pixel", "with coordinate_transformation_mode 'half_pixel'"},
+           {"linear", "asymmetric", "mode 'linear' with coordinate_transformation_mode "
+                                    "'asymmetric'"}}) {
+    absl::StatusOr<ImportedModel> m =
+        ImportOnnx(SegmentationResize(mode, coords).Bytes(), OnnxImportOptions{4});
+    ASSERT_FALSE(m.ok()) << mode << " " << coords;
+    EXPECT_THAT(m.status().message(), HasSubstr("'/big'")) << m.status();
+    EXPECT_THAT(m.status().message(), HasSubstr(says)) << m.status();
+  }
+}
+
+TEST(OnnxImportTest, ConvTransposeKeepsTorchsWeightLayoutAndOutputPadding) {
+  // nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2) on
+  // x[4, 4, 5, 5]: weight [4, 3, 3, 3], y [4, 6, 10, 10].
+  OnnxModelBuilder b;
+  b.Input("x", {4, 5, 5}).Weight("up.weight", {4, 3, 3, 3}).Weight("up.bias", {6});
+  onnx::NodeProto* up = b.AddNode("ConvTranspose", {"x", "up.weight", "up.bias"}, {"up"});
+  OnnxModelBuilder::SetInts(*up, "strides", {2, 2});
+  OnnxModelBuilder::SetInts(*up, "pads", {1, 1, 1, 1});
+  OnnxModelBuilder::SetInts(*up, "output_padding", {1, 1});
+  OnnxModelBuilder::SetInts(*up, "kernel_shape", {3, 3});
+  OnnxModelBuilder::SetInt(*up, "group", 2);
+  OnnxModelBuilder::SetInt(*b.AddNode("Flatten", {"up"}, {"logits"}), "axis", 1);
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  absl::StatusOr<Graph> g = Graph::FromProto(m.graph);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const proto::NodeDef& n = m.graph.nodes(0);
+  EXPECT_EQ(n.op(), "ConvTranspose2D");
+  EXPECT_THAT(n.attrs().at("output_padding").ints().values(), ElementsAre(1, 1));
+  EXPECT_EQ(n.attrs().at("groups").i(), 2);
+  EXPECT_EQ(g->tensor(g->FindTensor(n.outputs(0))).shape, Shape({4, 6, 10, 10}));
+  EXPECT_EQ(m.stats.parameter_elements, 4u * 27 + 6);
+  // An output_shape that its pads do not give is refused, naming the node.
+  OnnxModelBuilder::SetInts(*up, "output_shape", {11, 11});
+  absl::StatusOr<ImportedModel> bad = ImportOnnx(b.Bytes(), OnnxImportOptions{4});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("'/up'"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("output_shape [11,11] differs"));
 }
 
 TEST(OnnxImportTest, ShapeArithmeticFoldsIntoAReshape) {

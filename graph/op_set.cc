@@ -315,6 +315,95 @@ absl::Status InferConv2D(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// ConvTranspose2D: the gradient of a Conv2D with respect to its input, as a layer
+// (PyTorch's nn.ConvTranspose2d, ONNX's ConvTranspose). weight [C_in, C_out/groups, kh, kw];
+// each output dim is (in - 1) stride - pad_begin - pad_end + dilation (k - 1) +
+// output_padding + 1.
+absl::Status InferConvTranspose2D(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectSameFloating(ctx));
+  RETURN_IF_ERROR(ExpectRank(ctx, 0, 4));
+  RETURN_IF_ERROR(ExpectRank(ctx, 1, 4));
+  ASSIGN_OR_RETURN(std::vector<int64_t> stride, ListAttr(ctx, "stride", {2}, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> dilation, ListAttr(ctx, "dilation", {2}, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> out_pad, ListAttr(ctx, "output_padding", {2}, 0));
+  ASSIGN_OR_RETURN(std::vector<int64_t> pad, Padding4(ctx));
+  const int64_t groups = ctx.attrs.Int("groups");
+  const Shape& x = ctx.input_shapes[0];
+  const Shape& w = ctx.input_shapes[1];
+  if (groups < 1 || x[1] % groups != 0) {
+    return InvalidArgumentError(StrCat("attribute 'groups' is ", groups,
+                                       "; it must be positive and divide the input channels (",
+                                       x[1], ")"));
+  }
+  if (w[0] != x[1]) {
+    return InvalidArgumentError(StrCat(
+        ctx.Input(1), " has shape ", ShapeString(w), ": dim 0 must be the input channels ", x[1],
+        " of ", ctx.Input(0), " ", ShapeString(x), " (weight [C_in, C_out/groups, kh, kw])"));
+  }
+  for (int d = 0; d < 2; ++d) {
+    // PyTorch's rule: the extra rows must be fewer than the stride or the dilation.
+    if (out_pad[d] >= stride[d] && out_pad[d] >= dilation[d]) {
+      return InvalidArgumentError(
+          StrCat("attribute 'output_padding' [", absl::StrJoin(out_pad, ","),
+                 "] must be smaller than either stride [", absl::StrJoin(stride, ","),
+                 "] or dilation [", absl::StrJoin(dilation, ","), "]"));
+    }
+  }
+  Shape out = {x[0], w[1] * groups, 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    out[2 + d] = (x[2 + d] - 1) * stride[d] - pad[d] - pad[d + 2] + dilation[d] * (w[2 + d] - 1) +
+                 out_pad[d] + 1;
+    if (out[2 + d] <= 0) {
+      return InvalidArgumentError(
+          StrCat("padding [", absl::StrJoin(pad, ","), "] leaves no output of ", ctx.Input(0), " ",
+                 ShapeString(x), " and kernel ", ShapeString({w[2], w[3]})));
+    }
+  }
+  if (ctx.input_shapes.size() == 3) RETURN_IF_ERROR(ExpectShape(ctx, 2, {out[1]}));
+  SetOutput(ctx, std::move(out), ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
+// Resize: x[N,C,H,W] to [N,C,size[0],size[1]] by nearest or bilinear interpolation, as
+// PyTorch 1.13's F.interpolate. scale_h and scale_w, when positive, are F.interpolate's
+// scale_factor (the coordinates then use 1 / scale, not in / out); size must then be
+// floor(in * scale).
+absl::Status InferResize(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectFloating(ctx, 0));
+  RETURN_IF_ERROR(ExpectRank(ctx, 0, 4));
+  const std::string& mode = ctx.attrs.String("mode");
+  if (mode != "nearest" && mode != "bilinear") {
+    return InvalidArgumentError(StrCat("attribute 'mode' is '", mode,
+                                       "', needs 'nearest' or 'bilinear' (no bicubic, area or "
+                                       "nearest-exact)"));
+  }
+  if (mode == "nearest" && ctx.attrs.Bool("align_corners")) {
+    return InvalidArgumentError(
+        "attribute 'align_corners' is true, but mode 'nearest' has no corners to align "
+        "(PyTorch refuses it too)");
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> size, ListAttr(ctx, "size", {2}, 1));
+  const Shape& x = ctx.input_shapes[0];
+  const char* scale_names[2] = {"scale_h", "scale_w"};
+  for (int d = 0; d < 2; ++d) {
+    const double scale = ctx.attrs.Float(scale_names[d]);
+    if (scale == 0) continue;
+    if (!(std::isfinite(scale) && scale > 0)) {
+      return InvalidArgumentError(StrCat("attribute '", scale_names[d], "' is ", scale,
+                                         ", needs 0 (from the sizes) or a positive scale"));
+    }
+    const int64_t expect = static_cast<int64_t>(std::floor(x[2 + d] * scale));
+    if (size[d] != expect) {
+      return InvalidArgumentError(StrCat("attribute 'size' [", absl::StrJoin(size, ","),
+                                         "] does not fit ", ctx.Input(0), " ", ShapeString(x),
+                                         " at ", scale_names[d], " ", scale, ": dim ", 2 + d,
+                                         " needs floor(", x[2 + d], " * ", scale, ") = ", expect));
+    }
+  }
+  SetOutput(ctx, {x[0], x[1], size[0], size[1]}, ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
 absl::Status InferPool(InferenceContext& ctx) {
   RETURN_IF_ERROR(ExpectFloating(ctx, 0));
   RETURN_IF_ERROR(ExpectRank(ctx, 0, 4));
@@ -719,6 +808,14 @@ std::vector<OpSchema> BuildOpSet() {
                    InferConv2D,
                    "x[N,C,H,W] * weight[O,C/groups,kh,kw] (+ bias[O]); padding is [h,w] or "
                    "[top,left,bottom,right]"));
+  ops.push_back(Op("ConvTranspose2D", {"x", "weight", "bias"}, 1,
+                   {IntsDefault("stride", {1, 1}), IntsDefault("padding", {0, 0}),
+                    IntsDefault("output_padding", {0, 0}), IntsDefault("dilation", {1, 1}),
+                    IntDefault("groups", 1)},
+                   InferConvTranspose2D,
+                   "transposed convolution (PyTorch's ConvTranspose2d): x[N,C,H,W] with "
+                   "weight[C,O/groups,kh,kw] (+ bias[O]); padding is [h,w] or "
+                   "[top,left,bottom,right]; output_padding adds rows at the bottom and right"));
   ops.push_back(Op("BatchNorm", {"x", "weight", "bias", "running_mean", "running_var"}, 0,
                    {FloatDefault("epsilon", 1e-5), FloatDefault("momentum", 0.1)},
                    InferBatchNorm, "normalises x[N,C(,H,W)] per channel"));
@@ -768,6 +865,14 @@ std::vector<OpSchema> BuildOpSet() {
                    "x if x > 0, else slope * x; slope (a parameter) broadcasts to x"));
   ops.push_back(Unary("MaxPool", "max over windows of x[N,C,H,W]", InferPool, PoolAttrs(false)));
   ops.push_back(Unary("AvgPool", "mean over windows of x[N,C,H,W]", InferPool, PoolAttrs(true)));
+  ops.push_back(Unary("Resize",
+                      "x[N,C,H,W] to [N,C,size[0],size[1]], nearest (floor of out * scale) or "
+                      "bilinear (align_corners as PyTorch's); scale_h/scale_w are "
+                      "F.interpolate's scale_factor, 0 for in/out",
+                      InferResize,
+                      {Required("size", AttrType::kInts), StringDefault("mode", "nearest"),
+                       BoolDefault("align_corners", false), FloatDefault("scale_h", 0.0),
+                       FloatDefault("scale_w", 0.0)}));
   ops.push_back(Unary("GlobalAvgPool", "x[N,C,H,W] -> mean over H,W as [N,C,1,1]",
                       InferGlobalAvgPool));
   ops.push_back(Unary("Flatten", "[d0..dk-1, dk..] -> [prod(d0..dk-1), prod(dk..)], k = axis",

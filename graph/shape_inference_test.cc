@@ -465,5 +465,88 @@ TEST(DTypeInferenceTest, OutputsTakeTheFloatInputsType) {
   EXPECT_EQ(e->tensor(e->FindTensor("out0")).dtype, proto::DTYPE_FLOAT16);
 }
 
+TEST(ConvTranspose2DShapeTest, StridedGroupedWithOutputPadding) {
+  // torch: nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1, groups=2) on
+  // [2, 8, 5, 7] gives [2, 6, 10, 14]; its weight is [8, 3, 3, 3].
+  EXPECT_EQ(OutShape(OneOp("ConvTranspose2D", {{{2, 8, 5, 7}}, {{8, 3, 3, 3}}, {{6}}},
+                           {{"stride", IntsAttr({2, 2})},
+                            {"padding", IntsAttr({1, 1})},
+                            {"output_padding", IntsAttr({1, 1})},
+                            {"groups", IntAttr(2)}})),
+            Shape({2, 6, 10, 14}));
+  // nn.ConvTranspose2d(4, 2, (2, 3), dilation=(2, 1), output_padding=(1, 0)): output padding
+  // below the dilation, not the stride.
+  EXPECT_EQ(OutShape(OneOp("ConvTranspose2D", {{{1, 4, 4, 4}}, {{4, 2, 2, 3}}},
+                           {{"dilation", IntsAttr({2, 1})}, {"output_padding", IntsAttr({1, 0})}})),
+            Shape({1, 2, 7, 6}));
+}
+
+TEST(ConvTranspose2DShapeTest, ErrorsNameTheFault) {
+  auto bad_out_pad = OneOp("ConvTranspose2D", {{{1, 4, 4, 4}}, {{4, 2, 3, 3}}},
+                           {{"stride", IntsAttr({2, 2})}, {"output_padding", IntsAttr({2, 0})}});
+  ASSERT_FALSE(bad_out_pad.ok());
+  EXPECT_THAT(bad_out_pad.status().message(), HasSubstr("node 'node' (ConvTranspose2D)"));
+  EXPECT_THAT(bad_out_pad.status().message(),
+              HasSubstr("'output_padding' [2,0] must be smaller than either stride [2,2]"));
+  auto bad_weight = OneOp("ConvTranspose2D", {{{1, 4, 4, 4}}, {{2, 4, 3, 3}}});
+  ASSERT_FALSE(bad_weight.ok());
+  EXPECT_THAT(bad_weight.status().message(), HasSubstr("dim 0 must be the input channels 4"));
+  auto bad_bias = OneOp("ConvTranspose2D", {{{1, 4, 4, 4}}, {{4, 3, 3, 3}}, {{4}}});
+  ASSERT_FALSE(bad_bias.ok());
+  EXPECT_THAT(bad_bias.status().message(), HasSubstr("input 'in2' has shape [4], needs [3]"));
+  auto bad_groups =
+      OneOp("ConvTranspose2D", {{{1, 4, 4, 4}}, {{4, 3, 3, 3}}}, {{"groups", IntAttr(3)}});
+  ASSERT_FALSE(bad_groups.ok());
+  EXPECT_THAT(bad_groups.status().message(), HasSubstr("attribute 'groups' is 3"));
+  auto nothing_left =
+      OneOp("ConvTranspose2D", {{{1, 4, 1, 1}}, {{4, 3, 1, 1}}}, {{"padding", IntsAttr({1, 1})}});
+  ASSERT_FALSE(nothing_left.ok());
+  EXPECT_THAT(nothing_left.status().message(), HasSubstr("leaves no output"));
+}
+
+TEST(ResizeShapeTest, SizesAndScaleFactors) {
+  EXPECT_EQ(OutShape(OneOp("Resize", {{{2, 3, 5, 7}}},
+                           {{"size", IntsAttr({10, 14})},
+                            {"mode", StringAttr("bilinear")},
+                            {"align_corners", BoolAttr(true)}})),
+            Shape({2, 3, 10, 14}));
+  // torch: F.interpolate([1, 1, 5, 7], scale_factor=1.5) is [1, 1, 7, 10].
+  EXPECT_EQ(
+      OutShape(OneOp(
+          "Resize", {{{1, 1, 5, 7}}},
+          {{"size", IntsAttr({7, 10})}, {"scale_h", FloatAttr(1.5)}, {"scale_w", FloatAttr(1.5)}})),
+      Shape({1, 1, 7, 10}));
+  // Downsampling too.
+  EXPECT_EQ(OutShape(OneOp("Resize", {{{1, 1, 8, 8}}}, {{"size", IntsAttr({3, 5})}})),
+            Shape({1, 1, 3, 5}));
+}
+
+TEST(ResizeShapeTest, ErrorsNameTheFault) {
+  auto cubic = OneOp("Resize", {{{1, 1, 4, 4}}},
+                     {{"size", IntsAttr({8, 8})}, {"mode", StringAttr("bicubic")}});
+  ASSERT_FALSE(cubic.ok());
+  EXPECT_THAT(cubic.status().message(), HasSubstr("node 'node' (Resize)"));
+  EXPECT_THAT(cubic.status().message(),
+              HasSubstr("attribute 'mode' is 'bicubic', needs 'nearest' or 'bilinear'"));
+  auto corners = OneOp("Resize", {{{1, 1, 4, 4}}},
+                       {{"size", IntsAttr({8, 8})}, {"align_corners", BoolAttr(true)}});
+  ASSERT_FALSE(corners.ok());
+  EXPECT_THAT(corners.status().message(), HasSubstr("mode 'nearest' has no corners"));
+  auto bad_scale =
+      OneOp("Resize", {{{1, 1, 5, 7}}}, {{"size", IntsAttr({8, 10})}, {"scale_h", FloatAttr(1.5)}});
+  ASSERT_FALSE(bad_scale.ok());
+  EXPECT_THAT(bad_scale.status().message(), HasSubstr("needs floor(5 * 1.5) = 7"));
+  auto negative =
+      OneOp("Resize", {{{1, 1, 5, 7}}}, {{"size", IntsAttr({8, 10})}, {"scale_w", FloatAttr(-2)}});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_THAT(negative.status().message(), HasSubstr("'scale_w' is -2"));
+  auto rank3 = OneOp("Resize", {{{1, 5, 7}}}, {{"size", IntsAttr({8, 10})}});
+  ASSERT_FALSE(rank3.ok());
+  EXPECT_THAT(rank3.status().message(), HasSubstr("has 3 dims [1,5,7], needs 4"));
+  auto zero = OneOp("Resize", {{{1, 1, 5, 7}}}, {{"size", IntsAttr({0, 10})}});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.status().message(), HasSubstr("attribute 'size'"));
+}
+
 }  // namespace
 }  // namespace headroom::graph

@@ -54,6 +54,13 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
     const graph::Shape& w = g.tensor(n.inputs[1]).shape;
     return 2 * out * (Numel(g, n.inputs[1]) / static_cast<uint64_t>(w[0]));
   }
+  if (op == "ConvTranspose2D") {
+    // Each input element meets every weight of its channel's group: C_out/groups kh kw.
+    const graph::Shape& w = g.tensor(n.inputs[1]).shape;
+    return 2 * in * (Numel(g, n.inputs[1]) / static_cast<uint64_t>(w[0])) +
+           (n.inputs.size() > 2 ? out : 0);
+  }
+  if (op == "Resize") return n.attrs.String("mode") == "bilinear" ? 8 * out : out;
   if (op == "BatchNorm" || op == "LayerNorm") return 8 * in;
   if (op == "Softmax" || op == "SoftmaxCrossEntropy") return 5 * in;
   if (op == "GELU") return 10 * in;
@@ -149,7 +156,7 @@ NodeWork EstimateNodeWork(const graph::Graph& forward, const TrainingGraph& grap
     case NodeKind::kBackward: {
       const graph::Node& f = forward.node(node.forward_node);
       const uint64_t fwd = ForwardFlops(forward, node.forward_node);
-      if (f.op->name == "MatMul" || f.op->name == "Conv2D") {
+      if (f.op->name == "MatMul" || f.op->name == "Conv2D" || f.op->name == "ConvTranspose2D") {
         // One product per gradient of the data or weight input; a bias gradient is a sum.
         uint64_t products = 0;
         for (TensorId t : node.outputs) {

@@ -30,6 +30,8 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
   rules["MatMul"].reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0)};
   // dx needs the weight; dw needs x.
   rules["Conv2D"].reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0)};
+  // The same for a transposed convolution: dx = conv(dy, w), dw from x and dy.
+  rules["ConvTranspose2D"].reads = {IfNeeds(0, K::kInput, 1), IfNeeds(1, K::kInput, 0)};
   {
     // Training batch norm normalises with the batch's statistics and saves them; running
     // statistics (inputs 3, 4) are updated once per step, and the backward never reads them.
@@ -97,6 +99,7 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
   rules["MaxPool"].reads = {Always(K::kInput, 0), Always(K::kOutput, 0)};  // Where the max was.
   rules["AvgPool"];        // dx spreads dy over each window: shapes only.
   rules["GlobalAvgPool"];  // dx = dy / (H W), broadcast.
+  rules["Resize"];         // dx sums dy at the interpolation weights: shapes only.
   for (const char* op : {"Flatten", "Reshape"}) {
     rules[op].forward_view = true;
     rules[op].backward_view = true;

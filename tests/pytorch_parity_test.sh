@@ -54,4 +54,6 @@ SECTIONS=2 check tiny_prelu 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_prelu
 SECTIONS=2 check tiny_reduce 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_reduce.pbtxt"
 # MatMul with batch dims broadcast both ways, and one matrix against a batch.
 SECTIONS=2 check tiny_matmul 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_matmul.pbtxt"
+# ConvTranspose2D (strided, grouped, output padding) and Resize (bilinear both ways, nearest).
+SECTIONS=2 check tiny_upsample 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_upsample.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"

@@ -24,7 +24,8 @@ ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token i
 logits [batch, 32, 512] out), activations_test, a small CNN through LeakyReLU, ELU, SELU,
 Softplus, Sqrt, Erf and Mish, and arithmetic_test, one through PReLU, Sub, Div and Pow of
 computed tensors, reduce_test, one through torch.flip, amax, amin and sum over axes, and
-matmul_test, one through torch.matmul with broadcast batch dims and 1-D operands, for quick
+matmul_test, one through torch.matmul with broadcast batch dims and 1-D operands, and
+upsample_test, a small segmentation-style net through ConvTranspose and Resize, for quick
 checks.
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
@@ -197,6 +198,32 @@ class MatMulNet(torch.nn.Module):
         mixed = torch.tanh(torch.matmul(rows, self.mix))  # [N, 3, 6, 5]
         scores = torch.matmul(mixed, self.column)  # [N, 3, 6]
         return self.head(torch.matmul(self.row, scores))  # [N, 6]
+class UpsampleNet(torch.nn.Module):
+    """A small segmentation-style net: a strided encoder, nn.ConvTranspose2d (grouped, with
+    output padding), nn.Upsample (nearest, scale 2), F.interpolate by 0.5 with
+    align_corners=True, and back to the input's size as torchvision's segmentation heads do
+    (F.interpolate(x, size=input_shape[-2:], mode="bilinear", align_corners=False), sizes that
+    torch 1.13 writes through Shape, Gather, Slice and Concat); then a classification head."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1,
+                                           groups=2)
+        self.upsample = torch.nn.Upsample(scale_factor=2, mode="nearest")
+        self.classifier = torch.nn.Conv2d(8, 4, 1)
+        self.head = torch.nn.Linear(4, classes)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        input_shape = x.shape[-2:]
+        f = F.relu(self.conv2(F.relu(self.conv1(x))))
+        f = self.upsample(F.relu(self.up(f)))
+        f = F.interpolate(f, scale_factor=0.5, mode="bilinear", align_corners=True)
+        f = self.classifier(f)
+        f = F.interpolate(f, size=input_shape, mode="bilinear", align_corners=False)
+        return self.head(torch.sigmoid(f).mean(dim=(2, 3)))
 
 
 def small_models():
@@ -228,6 +255,7 @@ def small_models():
         "arithmetic_test": (ArithmeticNet, 32),
         "reduce_test": (ReduceNet, 32),
         "matmul_test": (MatMulNet, 32),
+        "upsample_test": (UpsampleNet, 32),
     }
 
 

@@ -248,6 +248,9 @@ SELU_GAMMA = 1.0507009873554804934193349852946
 OP_DEFAULTS = {
     "MatMul": {"transpose_a": False, "transpose_b": False},
     "Conv2D": {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1},
+    "ConvTranspose2D": {"stride": [1, 1], "padding": [0, 0], "output_padding": [0, 0],
+                        "dilation": [1, 1], "groups": 1},
+    "Resize": {"mode": "nearest", "align_corners": False, "scale_h": 0.0, "scale_w": 0.0},
     "BatchNorm": {"epsilon": 1e-5, "momentum": 0.1},
     "LayerNorm": {"epsilon": 1e-5},
     "ReLU": {}, "ReLU6": {}, "Sigmoid": {}, "Tanh": {},
@@ -273,9 +276,9 @@ OP_DEFAULTS = {
 REQUIRED_ATTRS = {"MaxPool": ("kernel_size",), "AvgPool": ("kernel_size",),
                   "Reshape": ("shape",), "Transpose": ("perm",), "Concat": ("axis",),
                   "Split": ("axis", "sizes"), "Slice": ("axes", "starts", "ends"),
-                  "Expand": ("shape",)}
+                  "Expand": ("shape",), "Resize": ("size",)}
 # (fewest, most) inputs; None: any number.
-NUM_INPUTS = {"MatMul": (2, 3), "Conv2D": (2, 3), "BatchNorm": (5, 5), "LayerNorm": (3, 3),
+NUM_INPUTS = {"MatMul": (2, 3), "Conv2D": (2, 3), "ConvTranspose2D": (2, 3), "BatchNorm": (5, 5), "LayerNorm": (3, 3),
               "Add": (2, 2), "Mul": (2, 2), "Sub": (2, 2), "Div": (2, 2), "PReLU": (2, 2),
               "Concat": (1, None),
               "Embedding": (2, 2), "SoftmaxCrossEntropy": (2, 2)}
@@ -310,6 +313,34 @@ def _Conv2D(x, attrs, node):
     return F.conv2d(inp, x[1], x[2] if len(x) == 3 else None, stride=tuple(attrs["stride"]),
                     padding=padding, dilation=tuple(attrs["dilation"]),
                     groups=attrs["groups"])
+
+
+def _ConvTranspose2D(x, attrs, node):
+    """F.conv_transpose2d (nn.ConvTranspose2d); asymmetric padding crops the unpadded output."""
+    top, left, bottom, right = _Padding4(attrs)
+    bias = x[2] if len(x) == 3 else None
+    kwargs = dict(stride=tuple(attrs["stride"]), dilation=tuple(attrs["dilation"]),
+                  groups=attrs["groups"])
+    if (top, left) == (bottom, right):
+        return F.conv_transpose2d(x[0], x[1], bias, padding=(top, left),
+                                  output_padding=tuple(attrs["output_padding"]), **kwargs)
+    full = F.conv_transpose2d(x[0], x[1], None, **kwargs)
+    out_h = full.shape[2] - top - bottom + attrs["output_padding"][0]
+    out_w = full.shape[3] - left - right + attrs["output_padding"][1]
+    full = F.pad(full, (0, max(0, left + out_w - full.shape[3]), 0,
+                        max(0, top + out_h - full.shape[2])))
+    y = full[:, :, top:top + out_h, left:left + out_w]
+    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
+
+
+def _Resize(x, attrs, node):
+    """F.interpolate's kernels, upsample_nearest2d and upsample_bilinear2d, with the scale
+    factors (0: from the sizes) per dim."""
+    size = list(attrs["size"])
+    scales = [s if s > 0 else None for s in (attrs["scale_h"], attrs["scale_w"])]
+    if attrs["mode"] == "bilinear":
+        return torch._C._nn.upsample_bilinear2d(x[0], size, attrs["align_corners"], *scales)
+    return torch._C._nn.upsample_nearest2d(x[0], size, *scales)
 
 
 def _BatchNorm(x, attrs, node):
@@ -435,6 +466,8 @@ def _SoftmaxCrossEntropy(x, attrs, node):
 OPS = {
     "MatMul": _MatMul,
     "Conv2D": _Conv2D,
+    "ConvTranspose2D": _ConvTranspose2D,
+    "Resize": _Resize,
     "BatchNorm": _BatchNorm,
     "LayerNorm": _LayerNorm,
     "ReLU": lambda x, a, n: F.relu(x[0]),

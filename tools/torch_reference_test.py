@@ -445,6 +445,35 @@ class TorchReferenceTest(unittest.TestCase):
         y = ref.OPS["MatMul"]([a, b], dict(ref.OP_DEFAULTS["MatMul"]), node)
         self.assertEqual(list(y.shape), [2, 5, 3, 6])
         self.assertTrue(torch.allclose(y[1, 3], a[1, 0] @ b[3]))
+    def testConvTransposeIsNnConvTranspose2dAndCropsAsymmetricPadding(self):
+        node = {"name": "n", "op": "ConvTranspose2D"}
+        m = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        x = torch.randn(2, 4, 5, 5)
+        attrs = dict(ref.OP_DEFAULTS["ConvTranspose2D"], stride=[2, 2], padding=[1, 1],
+                     output_padding=[1, 1], groups=2)
+        y = ref.OPS["ConvTranspose2D"]([x, m.weight, m.bias], attrs, node)
+        self.assertTrue(torch.equal(y, m(x)))
+        # Padding (top 1, left 0, bottom 2, right 1) with output padding 1 is the unpadded
+        # [11, 11] output cropped: rows 1 to 9, all 11 columns.
+        attrs = dict(attrs, padding=[1, 0, 2, 1], groups=1)
+        w = torch.randn(4, 3, 3, 3)
+        y = ref.OPS["ConvTranspose2D"]([x, w], attrs, node)
+        full = F.conv_transpose2d(x, w, stride=2)
+        self.assertEqual(list(y.shape), [2, 3, 9, 11])
+        self.assertTrue(torch.equal(y[:, :, :, :10], full[:, :, 1:10, 0:10]))
+        self.assertTrue(torch.equal(y[:, :, :, 10], full[:, :, 1:10, 10]))
+
+    def testResizeIsInterpolateWithItsScales(self):
+        node = {"name": "n", "op": "Resize"}
+        x = torch.randn(2, 3, 5, 7)
+        attrs = dict(ref.OP_DEFAULTS["Resize"], size=[13, 17], mode="bilinear",
+                     align_corners=True)
+        self.assertTrue(torch.equal(ref.OPS["Resize"]([x], attrs, node),
+                                    F.interpolate(x, size=(13, 17), mode="bilinear",
+                                                  align_corners=True)))
+        attrs = dict(ref.OP_DEFAULTS["Resize"], size=[8, 11], scale_h=1.7, scale_w=1.7)
+        self.assertTrue(torch.equal(ref.OPS["Resize"]([x], attrs, node),
+                                    F.interpolate(x, scale_factor=1.7, mode="nearest")))
 
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))

@@ -286,6 +286,45 @@ class TorchGraphTest(unittest.TestCase):
                           and (n.name.endswith(".row") or n.name.endswith(".column")))
         self.assertEqual(len(reshapes), 2)
         self.check_with_cli(model, graph, "reductions.pbtxt")
+    def test_upsampling_segmentation_head(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+                self.up = nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1,
+                                             groups=2)
+                self.upsample = nn.Upsample(scale_factor=2)
+                self.fc = nn.Linear(6, 5)
+
+            def forward(self, x):
+                input_shape = x.shape[-2:]
+                y = self.upsample(torch.relu(self.up(torch.relu(self.conv(x)))))
+                y = F.interpolate(y, scale_factor=0.5, mode="bilinear", align_corners=True)
+                # torchvision's segmentation heads: back to the input's size through x.shape.
+                y = F.interpolate(y, size=input_shape, mode="bilinear", align_corners=False)
+                return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+        model = Net()
+        graph = graph_from_module(model, torch.randn(2, 3, 10, 10))
+        counts = ops(graph)
+        self.assertEqual((counts["ConvTranspose2D"], counts["Resize"]), (1, 3))
+        up = next(n for n in graph.nodes if n.op == "ConvTranspose2D")
+        self.assertEqual(list(up.attrs["output_padding"].ints.values), [1, 1])
+        self.assertEqual(up.attrs["groups"].i, 2)
+        self.assertEqual(leaves(graph, pb.ROLE_PARAMETER)["up.weight"], [8, 3, 3, 3])
+        resizes = [n for n in graph.nodes if n.op == "Resize"]
+        self.assertEqual([list(n.attrs["size"].ints.values) for n in resizes],
+                         [[20, 20], [10, 10], [10, 10]])
+        self.assertEqual([n.attrs["mode"].s for n in resizes], ["nearest", "bilinear", "bilinear"])
+        # A size (here through x.shape) sets no scale: the coordinates use in / out.
+        self.assertEqual([n.attrs["scale_h"].f if "scale_h" in n.attrs else None
+                          for n in resizes], [2.0, 0.5, None])
+        self.assertEqual([n.attrs["align_corners"].b for n in resizes[1:]], [True, False])
+        self.check_with_cli(model, graph, "upsampling.pbtxt")
+        with self.assertRaises(UnsupportedOpsError) as caught:
+            graph_from_module(nn.Sequential(nn.Upsample(scale_factor=2, mode="bicubic")),
+                              torch.randn(1, 2, 4, 4))
+        self.assertIn("nn.Upsample(mode='bicubic')", str(caught.exception))
 
     def test_integer_inputs_and_per_token_logits(self):
         model = Tagger()

@@ -87,6 +87,8 @@ void RegisterDnnlKernels(KernelTable* table);
 // cpu_loop_kernels.cc: every other op of the op set (eltwise ops through oneDNN's eltwise
 // primitive, softmax through oneDNN's softmax, the rest as loops).
 void RegisterLoopKernels(KernelTable* table);
+// cpu_resize_kernels.cc: Resize (nearest and bilinear).
+void RegisterResizeKernels(KernelTable* table);
 
 // cpu_reduce_kernels.cc: ReduceSum, ReduceMax, ReduceMin.
 void RegisterReduceKernels(KernelTable* table);

@@ -1,4 +1,5 @@
-// The CPU backend's kernels for the ops oneDNN does best: Conv2D, BatchNorm, MatMul, MaxPool,
+// The CPU backend's kernels for the ops oneDNN does best: Conv2D, ConvTranspose2D (as a
+// convolution's data gradient), BatchNorm, MatMul, MaxPool,
 // AvgPool and GlobalAvgPool, forward and backward, with PyTorch 1.13's semantics on float32
 // NCHW tensors.
 //
@@ -8,8 +9,8 @@
 // its preferred (blocked) layouts and reorder from and to the plain user buffers through
 // copies staged in the node's scratch; every primitive runs with a user scratchpad, also in
 // the node's scratch (ScratchLayout says where each piece goes, for the query and the run
-// alike). The other primitives run on the plain layouts directly. Where oneDNN has no primitive with the
-// right semantics (max pool backward without a workspace, the PyTorch divisor of an
+// alike). The other primitives run on the plain layouts directly. Where oneDNN has no primitive
+// with the right semantics (max pool backward without a workspace, the PyTorch divisor of an
 // include-padding average pool in ceil mode, global average pool, bias gradients) the kernel
 // is a loop, parallel over independent outputs only, so every kernel is deterministic.
 //
@@ -423,9 +424,10 @@ ConvBackwardWeightsPrims& ConvBackwardWeightsFor(CpuContext& ctx, const ConvGeom
   });
 }
 
-// dbias[o] = sum of dy[:, o, :, :], for when dweight (and so x) is not there.
-void ConvBiasGrad(const ConvGeometry& g, const float* dy, float* dbias) {
-  const int64_t n = g.y[0], channels = g.y[1], plane = g.y[2] * g.y[3];
+// dbias[o] = sum of dy[:, o, :, :] (dy of dims `y`), for when dweight (and so x) is not
+// there.
+void ConvBiasGrad(const memory::dims& y, const float* dy, float* dbias) {
+  const int64_t n = y[0], channels = y[1], plane = y[2] * y[3];
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < channels; ++c) {
     double sum = 0;
@@ -485,7 +487,7 @@ absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
   }
   // Step 2: dw (and dbias, computed by the same primitive); dbias alone, without x, as a loop.
   if (!dw.present()) {
-    if (want_db) ConvBiasGrad(g, static_cast<const float*>(dy), args.input_grads[2].f32());
+    if (want_db) ConvBiasGrad(g.y, static_cast<const float*>(dy), args.input_grads[2].f32());
   } else {
     ConvBackwardWeightsPrims& p = ConvBackwardWeightsFor(ctx, g);
     const ScratchSpace scratch(ctx.engine, base, p.layout);
@@ -502,6 +504,154 @@ absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
     p.diff_weights.Finish(ctx.stream, scratch, dw.data);
   }
   ctx.stream.wait();
+  return absl::OkStatus();
+}
+
+// ---- ConvTranspose2D ------------------------------------------------------------------------
+
+// A transposed convolution is the data gradient of the convolution that maps its output's
+// shape to its input's: y = conv_backward_data(x, w), dx = conv(dy, w) and dw =
+// conv_backward_weights(dy, x), all with that convolution's geometry (its x is our y, its y
+// our x; PyTorch's weight [C_in, C_out/groups, kh, kw] is that convolution's [O, I/groups,
+// kh, kw]). Output padding extends the bottom and right: the convolution's right padding is
+// pad_end - output_padding, negative where it exceeds the padding (as PyTorch's oneDNN path
+// passes it). The bias is added (and its gradient summed) by a loop.
+absl::StatusOr<ConvGeometry> ConvTransposeGeometryOf(const std::string& op,
+                                                     const graph::Attrs& attrs,
+                                                     const std::vector<TensorView>& inputs,
+                                                     const TensorView& y) {
+  RETURN_IF_ERROR(CheckCounts(op, inputs.size(), 2, 3, 1));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", inputs[0], 4));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'weight'", inputs[1], 4));
+  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4));
+  ConvGeometry g;
+  const graph::Shape& xs = inputs[0].shape;
+  const graph::Shape& ws = inputs[1].shape;
+  g.groups = attrs.Int("groups");
+  if (g.groups < 1 || ws[0] != xs[1] || xs[1] % g.groups != 0 || ws[1] * g.groups != y.shape[1]) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": x ", ShapeStr(xs), ", weight ",
+                                                   ShapeStr(ws), ", y ", ShapeStr(y.shape),
+                                                   " and groups ", g.groups, " do not fit"));
+  }
+  g.x = {y.shape[0], y.shape[1], y.shape[2], y.shape[3]};
+  g.y = {xs[0], xs[1], xs[2], xs[3]};
+  if (g.groups > 1) {
+    g.w = {g.groups, ws[0] / g.groups, ws[1], ws[2], ws[3]};
+  } else {
+    g.w = {ws[0], ws[1], ws[2], ws[3]};
+  }
+  const std::vector<int64_t> stride = attrs.Ints("stride");
+  const std::vector<int64_t> dilation = attrs.Ints("dilation");
+  const std::vector<int64_t> out_pad = attrs.Ints("output_padding");
+  std::vector<int64_t> pad = attrs.Ints("padding");
+  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+  if (stride.size() != 2 || dilation.size() != 2 || pad.size() != 4 || out_pad.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": stride, dilation, ",
+                                                   "output_padding, padding must have 2, 2, 2 ",
+                                                   "and 2 or 4 values"));
+  }
+  if (out_pad[0] >= stride[0] || out_pad[1] >= stride[1]) {
+    // oneDNN needs right padding above -stride; PyTorch allows output padding up to the
+    // dilation, but then rows past the last window would need a convolution of their own.
+    return absl::UnimplementedError(
+        absl::StrCat("CPU ", op, ": output_padding [", absl::StrJoin(out_pad, ","),
+                     "] not below the stride [", absl::StrJoin(stride, ","), "] is not supported"));
+  }
+  g.strides = {stride[0], stride[1]};
+  g.dilates = {dilation[0] - 1, dilation[1] - 1};
+  g.pad_l = {pad[0], pad[1]};
+  g.pad_r = {pad[2] - out_pad[0], pad[3] - out_pad[1]};
+  return g;
+}
+
+// y[n, c] += bias[c] over each plane of y (dims `y`).
+void AddChannelBias(const memory::dims& y, const float* bias, float* out) {
+  const int64_t planes = y[0] * y[1], channels = y[1], plane = y[2] * y[3];
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const float b = bias[p % channels];
+    float* row = out + p * plane;
+    for (int64_t j = 0; j < plane; ++j) row[j] += b;
+  }
+}
+
+absl::StatusOr<uint64_t> ConvTransposeForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g,
+                   ConvTransposeGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  return ConvBackwardDataFor(ctx, g).layout.bytes();
+}
+
+absl::Status ConvTransposeForward(CpuContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g,
+                   ConvTransposeGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  ConvBackwardDataPrims& p = ConvBackwardDataFor(ctx, g);
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
+  const ScratchSpace scratch(ctx.engine, base, p.layout);
+  const TensorView& y = args.outputs[0];
+  Execute(ctx.stream, p.prim, p.pd, scratch,
+          {{DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, scratch, args.inputs[0].data)},
+           {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, scratch, args.inputs[1].data)},
+           {DNNL_ARG_DIFF_SRC, p.diff_src.Output(scratch, y.data)}});
+  p.diff_src.Finish(ctx.stream, scratch, y.data);
+  ctx.stream.wait();
+  if (args.inputs.size() == 3) AddChannelBias(g.x, args.inputs[2].f32(), y.f32());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConvGeometry> ConvTransposeBackwardGeometry(const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g,
+                   ConvTransposeGeometryOf(args.op, *args.attrs, args.inputs, args.outputs.at(0)));
+  RETURN_IF_ERROR(CheckGradCounts(args));
+  return g;
+}
+
+// The dx and dw phases run one after the other and share the scratch.
+absl::StatusOr<uint64_t> ConvTransposeBackwardScratch(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g, ConvTransposeBackwardGeometry(args));
+  if (!GradientFlows(args)) return 0;
+  uint64_t bytes = 0;
+  if (args.input_grads[0].present()) bytes = ConvForwardFor(ctx, g).layout.bytes();
+  if (args.input_grads[1].present()) {
+    bytes = std::max(bytes, ConvBackwardWeightsFor(ctx, g).layout.bytes());
+  }
+  return bytes;
+}
+
+absl::Status ConvTransposeBackward(CpuContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(const ConvGeometry g, ConvTransposeBackwardGeometry(args));
+  if (ZeroGradsIfNoFlow(args)) return absl::OkStatus();
+  const void* dy = args.output_grads[0].data;
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& dw = args.input_grads[1];
+  ASSIGN_OR_RETURN(const uint64_t scratch_bytes, ConvTransposeBackwardScratch(ctx, args));
+  ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, scratch_bytes));
+
+  // Step 1: dx = conv(dy, w).
+  if (dx.present()) {
+    ConvForwardPrims& p = ConvForwardFor(ctx, g);
+    const ScratchSpace scratch(ctx.engine, base, p.layout);
+    Execute(ctx.stream, p.prim, p.pd, scratch,
+            {{DNNL_ARG_SRC, p.src.Input(ctx.stream, scratch, dy)},
+             {DNNL_ARG_WEIGHTS, p.weights.Input(ctx.stream, scratch, args.inputs[1].data)},
+             {DNNL_ARG_DST, p.dst.Output(scratch, dx.data)}});
+    p.dst.Finish(ctx.stream, scratch, dx.data);
+  }
+  // Step 2: dw = conv_backward_weights(dy, x): the convolution's input is our output.
+  if (dw.present()) {
+    ConvBackwardWeightsPrims& p = ConvBackwardWeightsFor(ctx, g);
+    const ScratchSpace scratch(ctx.engine, base, p.layout);
+    Execute(ctx.stream, p.prim, p.pd, scratch,
+            {{DNNL_ARG_SRC, p.src.Input(ctx.stream, scratch, dy)},
+             {DNNL_ARG_DIFF_DST, p.diff_dst.Input(ctx.stream, scratch, args.inputs[0].data)},
+             {DNNL_ARG_DIFF_WEIGHTS, p.diff_weights.Output(scratch, dw.data)}});
+    p.diff_weights.Finish(ctx.stream, scratch, dw.data);
+  }
+  ctx.stream.wait();
+  // Step 3: dbias sums dy over N, H and W.
+  if (args.input_grads.size() == 3 && args.input_grads[2].present()) {
+    ConvBiasGrad(g.x, static_cast<const float*>(dy), args.input_grads[2].f32());
+  }
   return absl::OkStatus();
 }
 
@@ -1503,6 +1653,10 @@ void RegisterDnnlKernels(KernelTable* table) {
   (*table)["Conv2D"] = {GuardedForward<ConvForward>, GuardedBackward<ConvBackward>,
                         GuardedForwardScratch<ConvForwardScratch>,
                         GuardedBackwardScratch<ConvBackwardScratch>};
+  (*table)["ConvTranspose2D"] = {GuardedForward<ConvTransposeForward>,
+                                 GuardedBackward<ConvTransposeBackward>,
+                                 GuardedForwardScratch<ConvTransposeForwardScratch>,
+                                 GuardedBackwardScratch<ConvTransposeBackwardScratch>};
   (*table)["BatchNorm"] = {GuardedForward<BatchNormForward>, GuardedBackward<BatchNormBackward>,
                            GuardedForwardScratch<BatchNormForwardScratch>,
                            GuardedBackwardScratch<BatchNormBackwardScratch>};

@@ -122,7 +122,8 @@ class DnnlKernelsTest : public ::testing::Test {
 };
 
 TEST_F(DnnlKernelsTest, RegistersEveryOp) {
-  for (const char* op : {"Conv2D", "BatchNorm", "MatMul", "MaxPool", "AvgPool", "GlobalAvgPool"}) {
+  for (const char* op : {"Conv2D", "ConvTranspose2D", "BatchNorm", "MatMul", "MaxPool", "AvgPool",
+                         "GlobalAvgPool"}) {
     ASSERT_TRUE(table_.contains(op)) << op;
     EXPECT_NE(table_.at(op).forward, nullptr) << op;
     EXPECT_NE(table_.at(op).backward, nullptr) << op;
@@ -821,6 +822,156 @@ TEST_F(DnnlKernelsTest, NoOutputGradientGivesZeroInputGradients) {
   ASSERT_TRUE(Backward(bwd).ok());
   ExpectClose(da.values, std::vector<double>(12, 0), "da");
   ExpectClose(db.values, std::vector<double>(8, 0), "db");
+}
+
+// ---- ConvTranspose2D -------------------------------------------------------------------------
+
+struct ConvTransposeCase {
+  std::string name;
+  graph::Shape x, w;                                               // w [C_in, C_out/groups, kh, kw]
+  std::vector<int64_t> stride, padding, output_padding, dilation;  // padding: 4 values
+  int64_t groups;
+  bool bias;
+};
+
+void PrintTo(const ConvTransposeCase& c, std::ostream* os) { *os << c.name; }
+
+class ConvTransposeTest : public DnnlKernelsTest,
+                          public ::testing::WithParamInterface<ConvTransposeCase> {};
+
+// y[n, g*Cog + k, ih*s - top + kh*d, ...] += x[n, ci, ih, iw] w[ci, k, kh, kw] (+ bias), and
+// its three gradients, in double: PyTorch's nn.ConvTranspose2d by its definition.
+TEST_P(ConvTransposeTest, ForwardAndBackwardMatchReference) {
+  const ConvTransposeCase& c = GetParam();
+  const graph::Attrs attrs =
+      MakeAttrs("ConvTranspose2D", {{"stride", Ints(c.stride)},
+                                    {"padding", Ints(c.padding)},
+                                    {"output_padding", Ints(c.output_padding)},
+                                    {"dilation", Ints(c.dilation)},
+                                    {"groups", Int(c.groups)}});
+  const int64_t cout = c.w[1] * c.groups;
+  std::vector<graph::Shape> in_shapes = {c.x, c.w};
+  if (c.bias) in_shapes.push_back({cout});
+  const graph::Shape ys = InferOutput("ConvTranspose2D", attrs, in_shapes);
+  Tensor x = Random(c.x), w = Random(c.w), b = Random({cout}), y = Tensor::Zeros(ys);
+  Tensor dy = Random(ys);
+  std::vector<double> ry(graph::NumElements(ys), 0), rdx(x.values.size(), 0),
+      rdw(w.values.size(), 0), rdb(cout, 0);
+  const int64_t cin_g = c.x[1] / c.groups;
+  for (int64_t n = 0; n < c.x[0]; ++n) {
+    for (int64_t ci = 0; ci < c.x[1]; ++ci) {
+      for (int64_t ih = 0; ih < c.x[2]; ++ih) {
+        for (int64_t iw = 0; iw < c.x[3]; ++iw) {
+          const int64_t xi = ((n * c.x[1] + ci) * c.x[2] + ih) * c.x[3] + iw;
+          for (int64_t k = 0; k < c.w[1]; ++k) {
+            const int64_t co = (ci / cin_g) * c.w[1] + k;
+            for (int64_t kh = 0; kh < c.w[2]; ++kh) {
+              for (int64_t kw = 0; kw < c.w[3]; ++kw) {
+                const int64_t oh = ih * c.stride[0] - c.padding[0] + kh * c.dilation[0];
+                const int64_t ow = iw * c.stride[1] - c.padding[1] + kw * c.dilation[1];
+                if (oh < 0 || oh >= ys[2] || ow < 0 || ow >= ys[3]) continue;
+                const int64_t yi = ((n * cout + co) * ys[2] + oh) * ys[3] + ow;
+                const int64_t wi = ((ci * c.w[1] + k) * c.w[2] + kh) * c.w[3] + kw;
+                ry[yi] += double{x[xi]} * w[wi];
+                rdx[xi] += double{dy[yi]} * w[wi];
+                rdw[wi] += double{x[xi]} * dy[yi];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < ry.size(); ++i) {
+    const int64_t co = (i / (ys[2] * ys[3])) % cout;
+    if (c.bias) ry[i] += b[co];
+    rdb[co] += dy[i];
+  }
+
+  ForwardArgs fwd;
+  fwd.op = "ConvTranspose2D";
+  fwd.attrs = &attrs;
+  fwd.inputs = {x.View(), w.View()};
+  if (c.bias) fwd.inputs.push_back(b.View());
+  fwd.outputs = {y.View()};
+  absl::Status status = Forward(fwd);
+  ASSERT_TRUE(status.ok()) << status;
+  ExpectClose(y.values, ry, "y");
+
+  Tensor dx = Tensor::Zeros(c.x), dw = Tensor::Zeros(c.w), db = Tensor::Zeros({cout});
+  BackwardArgs bwd;
+  bwd.op = "ConvTranspose2D";
+  bwd.attrs = &attrs;
+  bwd.inputs = fwd.inputs;
+  bwd.outputs = {Absent(ys)};
+  bwd.output_grads = {dy.View()};
+  bwd.input_grads = {dx.View(), dw.View()};
+  if (c.bias) bwd.input_grads.push_back(db.View());
+  status = Backward(bwd);
+  ASSERT_TRUE(status.ok()) << status;
+  ExpectClose(dx.values, rdx, "dx");
+  ExpectClose(dw.values, rdw, "dweight");
+  if (c.bias) ExpectClose(db.values, rdb, "dbias");
+
+  // Determinism, and dx alone (the weight's gradient not wanted: x is not read).
+  Tensor y2 = Tensor::Zeros(ys), dx2 = Tensor::Zeros(c.x);
+  fwd.outputs = {y2.View()};
+  ASSERT_TRUE(Forward(fwd).ok());
+  ExpectBitwiseEqual(y, y2, "y");
+  bwd.inputs[0] = Absent(c.x);
+  bwd.input_grads = {dx2.View(), Absent(c.w)};
+  if (c.bias) bwd.input_grads.push_back(Absent({cout}));
+  status = Backward(bwd);
+  ASSERT_TRUE(status.ok()) << status;
+  ExpectBitwiseEqual(dx, dx2, "dx alone");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvTransposeTest,
+    ::testing::Values(
+        // FCN's 2x: kernel 4, stride 2, padding 1.
+        ConvTransposeCase{
+            "Fcn2x", {2, 3, 4, 4}, {3, 2, 4, 4}, {2, 2}, {1, 1, 1, 1}, {0, 0}, {1, 1}, 1, true},
+        // Output padding beyond the bottom padding: oneDNN's right padding is negative.
+        ConvTransposeCase{"OutputPaddingPastPadding",
+                          {1, 4, 3, 5},
+                          {4, 3, 3, 3},
+                          {2, 3},
+                          {0, 1, 0, 1},
+                          {1, 2},
+                          {1, 1},
+                          2,
+                          true},
+        // Dilated, asymmetric padding, no bias.
+        ConvTransposeCase{"DilatedAsymmetric",
+                          {2, 2, 4, 3},
+                          {2, 3, 2, 3},
+                          {2, 1},
+                          {1, 0, 2, 1},
+                          {1, 0},
+                          {2, 2},
+                          1,
+                          false}),
+    [](const ::testing::TestParamInfo<ConvTransposeCase>& info) { return info.param.name; });
+
+TEST_F(DnnlKernelsTest, ConvTransposeOutputPaddingNotBelowTheStrideIsUnimplemented) {
+  // PyTorch allows output padding below the dilation; oneDNN's right padding must exceed
+  // -stride.
+  const graph::Attrs attrs =
+      MakeAttrs("ConvTranspose2D", {{"dilation", Ints({2, 2})}, {"output_padding", Ints({1, 1})}});
+  Tensor x = Random({1, 2, 3, 3}), w = Random({2, 2, 2, 2});
+  const graph::Shape ys = InferOutput("ConvTranspose2D", attrs, {x.shape, w.shape});
+  Tensor y = Tensor::Zeros(ys);
+  ForwardArgs fwd;
+  fwd.op = "ConvTranspose2D";
+  fwd.attrs = &attrs;
+  fwd.inputs = {x.View(), w.View()};
+  fwd.outputs = {y.View()};
+  const absl::Status status = Forward(fwd);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_NE(status.message().find("output_padding [1,1] not below the stride [1,1]"),
+            std::string::npos)
+      << status;
 }
 
 }  // namespace

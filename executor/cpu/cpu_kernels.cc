@@ -15,6 +15,7 @@ const KernelTable& Table() {
     RegisterDnnlKernels(t);
     RegisterLoopKernels(t);
     RegisterReduceKernels(t);
+    RegisterResizeKernels(t);
     return t;
   }();
   return *table;

@@ -330,13 +330,52 @@ std::vector<GradCase> ReductionCases() {
                {{"axes", Is({0, 2})}, {"keepdims", B(false)}},
                {Uniform({3, 2, 4}, 182)}});
   c.push_back({"ReduceMin", "ReduceMin", {{"axes", Is({-1})}}, {Uniform({3, 5}, 183)}});
+// Resize (nearest and bilinear, up and down, sizes and scale factors) and ConvTranspose2D.
+std::vector<GradCase> ResizeAndTransposedConvCases() {
+  std::vector<GradCase> c;
+  const auto size = [](int64_t h, int64_t w) { return Is({h, w}); };
+  c.push_back({"ResizeNearestUp", "Resize", {{"size", size(5, 9)}}, {Uniform({2, 2, 3, 4}, 180)}});
+  c.push_back(
+      {"ResizeNearestDown", "Resize", {{"size", size(3, 4)}}, {Uniform({1, 2, 7, 6}, 181)}});
+  c.push_back({"ResizeNearestScaleFactor",
+               "Resize",
+               {{"size", size(7, 10)}, {"scale_h", F(1.5)}, {"scale_w", F(1.5)}},
+               {Uniform({1, 1, 5, 7}, 182)}});
+  c.push_back({"ResizeBilinearHalfPixel",
+               "Resize",
+               {{"size", size(7, 5)}, {"mode", S("bilinear")}},
+               {Uniform({2, 2, 3, 4}, 183)}});
+  c.push_back({"ResizeBilinearAlignCorners",
+               "Resize",
+               {{"size", size(6, 8)}, {"mode", S("bilinear")}, {"align_corners", B(true)}},
+               {Uniform({1, 2, 4, 3}, 184)}});
+  c.push_back(
+      {"ResizeBilinearDownScaleFactor",
+       "Resize",
+       {{"size", size(4, 3)}, {"mode", S("bilinear")}, {"scale_h", F(0.5)}, {"scale_w", F(0.4)}},
+       {Uniform({1, 1, 9, 8}, 185)}});
+  c.push_back({"ConvTranspose2DStridedGroupedOutputPadding",
+               "ConvTranspose2D",
+               {{"stride", Is({2, 2})},
+                {"padding", Is({1, 1})},
+                {"output_padding", Is({1, 1})},
+                {"groups", I(2)}},
+               {Uniform({2, 4, 3, 3}, 186), Uniform({4, 3, 3, 3}, 187), Uniform({6}, 188)}});
+  c.push_back({"ConvTranspose2DDilatedAsymmetricPadding",
+               "ConvTranspose2D",
+               {{"stride", Is({2, 1})},
+                {"dilation", Is({2, 1})},
+                {"padding", Is({1, 0, 0, 1})},
+                {"output_padding", Is({1, 0})}},
+               {Uniform({1, 3, 4, 3}, 189), Uniform({3, 2, 2, 3}, 190)}});
   return c;
 }
 
 std::vector<GradCase> Cases() {
   std::vector<GradCase> all;
   for (std::vector<GradCase> (*group)() :
-       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases, ReductionCases}) {
+       {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases, ReductionCases,
+        ResizeAndTransposedConvCases}) {
     for (GradCase& c : group()) all.push_back(std::move(c));
   }
   return all;

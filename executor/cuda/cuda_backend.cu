@@ -78,6 +78,7 @@ const KernelTable& Table() {
     RegisterActivationKernels(t);
     RegisterRowKernels(t);
     RegisterReduceKernels(t);
+    RegisterResizeKernels(t);
     return t;
   }();
   return *table;

@@ -2147,5 +2147,96 @@ TEST(CudaBackendFactoryTest, NoDeviceIsFailedPreconditionElseOutOfRangeOrdinal) 
             absl::StatusCode::kInvalidArgument);
 }
 
+// Resize's forward and backward are bitwise the CPU backend's (shared source pixels, weights
+// and roundings; the backward sums each input pixel's shares in the CPU's order, no atomics).
+TEST_F(CudaBackendTest, ResizeIsBitwiseTheCpuBackends) {
+  std::unique_ptr<Backend> cpu_backend = cpu::CreateCpuBackend();
+  struct Config {
+    Shape x, y;
+    std::map<std::string, proto::AttrValue> attrs;
+  };
+  const std::vector<Config> configs = {
+      {{2, 3, 5, 7}, {2, 3, 11, 16}, {}},
+      {{2, 3, 5, 7}, {2, 3, 8, 11}, {{"scale_h", Float(1.7)}, {"scale_w", Float(1.7)}}},
+      {{2, 3, 9, 11}, {2, 3, 4, 5}, {}},
+      {{2, 3, 5, 7}, {2, 3, 13, 17}, {{"mode", Str("bilinear")}}},
+      {{2, 3, 5, 7}, {2, 3, 13, 17}, {{"mode", Str("bilinear")}, {"align_corners", Bool(true)}}},
+      {{2, 3, 16, 15}, {2, 3, 5, 6}, {{"mode", Str("bilinear")}}},
+      {{2, 4, 8, 8}, {2, 4, 64, 64}, {{"mode", Str("bilinear")}}},
+  };
+  std::mt19937 rng(31);
+  for (const Config& c : configs) {
+    std::map<std::string, proto::AttrValue> set = c.attrs;
+    set["size"] = Ints({c.y[2], c.y[3]});
+    graph::Attrs attrs = AttrsOf("Resize", set);
+    const std::vector<float> x = Random(Count(c.x), rng), dy = Random(Count(c.y), rng);
+    std::vector<std::vector<float>> y, dx;
+    for (Backend* b : {backend_.get(), cpu_backend.get()}) {
+      Bench bench(b, 1 << 20);
+      ForwardArgs fwd;
+      fwd.op = "Resize";
+      fwd.attrs = &attrs;
+      fwd.inputs = {bench.Put(c.x, x)};
+      fwd.outputs = {bench.Alloc(c.y)};
+      ASSERT_TRUE(b->Forward(fwd).ok());
+      BackwardArgs bwd;
+      bwd.op = "Resize";
+      bwd.attrs = &attrs;
+      bwd.inputs = {TensorView{nullptr, c.x}};  // The gradient rule reads no forward tensor.
+      bwd.outputs = {TensorView{nullptr, c.y}};
+      bwd.output_grads = {bench.Put(c.y, dy)};
+      bwd.input_grads = {bench.Alloc(c.x)};
+      absl::Status status = b->Backward(bwd);
+      ASSERT_TRUE(status.ok()) << status;
+      y.push_back(bench.Get(fwd.outputs[0]));
+      dx.push_back(bench.Get(bwd.input_grads[0]));
+    }
+    ExpectBitwise(y[0], y[1], "CUDA y against the CPU's");
+    ExpectBitwise(dx[0], dx[1], "CUDA dx against the CPU's");
+  }
+}
+
+TEST_F(CudaBackendTest, ConvTranspose2DStridedGroupedWithOutputPaddingAndBias) {
+  // x[2, 4, 3, 3], weight [4, 3, 3, 3] in 2 groups (C_out 6), stride 2, padding 1, output
+  // padding 1: y [2, 6, 6, 6], its last row and column past the full output's crop.
+  const Shape xs = {2, 4, 3, 3}, ws = {4, 3, 3, 3}, bs = {6}, ys = {2, 6, 6, 6};
+  std::mt19937 rng(32);
+  OpCase c;
+  c.op = "ConvTranspose2D";
+  c.attrs = AttrsOf(c.op, {{"stride", Ints({2, 2})},
+                           {"padding", Ints({1, 1})},
+                           {"output_padding", Ints({1, 1})},
+                           {"groups", Int(2)}});
+  c.input_shapes = {xs, ws, bs};
+  c.inputs = {Random(Count(xs), rng), Random(Count(ws), rng), Random(Count(bs), rng)};
+  c.output_shapes = {ys};
+  c.reference = [&](const std::vector<Values>& in) {
+    Values y(Count(ys), 0);
+    for (int64_t i = 0; i < Count(ys); ++i) y[i] = in[2][(i / 36) % 6];
+    for (int64_t n = 0; n < 2; ++n) {
+      for (int64_t ci = 0; ci < 4; ++ci) {
+        for (int64_t ih = 0; ih < 3; ++ih) {
+          for (int64_t iw = 0; iw < 3; ++iw) {
+            for (int64_t k = 0; k < 3; ++k) {
+              const int64_t co = (ci / 2) * 3 + k;
+              for (int64_t kh = 0; kh < 3; ++kh) {
+                for (int64_t kw = 0; kw < 3; ++kw) {
+                  const int64_t oh = ih * 2 - 1 + kh, ow = iw * 2 - 1 + kw;
+                  if (oh < 0 || oh >= 6 || ow < 0 || ow >= 6) continue;
+                  y[((n * 6 + co) * 6 + oh) * 6 + ow] += in[0][((n * 4 + ci) * 3 + ih) * 3 + iw] *
+                                                         in[1][((ci * 3 + k) * 3 + kh) * 3 + kw];
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    return std::vector<Values>{y};
+  };
+  c.grad_inputs = {true, true, true};
+  CheckOp(c);
+}
+
 }  // namespace
 }  // namespace headroom::executor::cuda

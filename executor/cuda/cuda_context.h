@@ -161,6 +161,8 @@ void RegisterElementwiseKernels(KernelTable* table);
 void RegisterActivationKernels(KernelTable* table);
 // cuda_row_kernels.cu: LayerNorm, Softmax, Embedding, SoftmaxCrossEntropy.
 void RegisterRowKernels(KernelTable* table);
+// cuda_resize_kernels.cu: Resize (nearest and bilinear), bitwise the CPU backend's.
+void RegisterResizeKernels(KernelTable* table);
 
 // cuda_reduce_kernels.cu: ReduceSum, ReduceMax, ReduceMin.
 void RegisterReduceKernels(KernelTable* table);

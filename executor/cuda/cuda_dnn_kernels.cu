@@ -1,6 +1,7 @@
 // The CUDA backend's cuDNN kernels: Conv2D (forward, backward data, backward filter, bias
-// gradient), BatchNorm (spatial: training, inference, backward) and the activations ReLU,
-// ReLU6, Sigmoid, Tanh (forward on cuDNN; backward from y on an own kernel).
+// gradient), ConvTranspose2D (the same three the other way round), BatchNorm (spatial:
+// training, inference, backward) and the activations ReLU, ReLU6, Sigmoid, Tanh (forward on
+// cuDNN; backward from y on an own kernel).
 //
 // Convolution algorithms come from cuDNN's heuristics (cudnnGet*_v7), not from timing runs
 // (cudnnFind* allocates device memory of its own, which the arena may already hold): the
@@ -398,6 +399,201 @@ absl::Status ConvBackward(CudaContext& ctx, const BackwardArgs& args) {
   return absl::OkStatus();
 }
 
+// ---- ConvTranspose2D --------------------------------------------------------------------
+
+// A transposed convolution is the data gradient of a convolution: here of the unpadded one
+// from the full output F [N, C_out, Hf, Wf], Hf = (H - 1) stride + dilation (kh - 1) + 1,
+// to x [N, C_in, H, W] (PyTorch's weight [C_in, C_out/groups, kh, kw] is that convolution's
+// [O, I/groups, kh, kw]). The forward writes F into the workspace (cuDNN backward data) and
+// crops y from it at the top-left padding (rows past F, which output padding can add, get
+// no contribution: 0), adding the bias; the backward pads dy into F's shape, then dx =
+// conv(F(dy), w) and dw = backward_filter(F(dy), x); dbias sums dy per channel in a fixed
+// order. cuDNN's convolutions have symmetric padding only, so F takes every padding and
+// output padding this way.
+struct ConvTransposeGeometry {
+  ConvGeometry conv;  // x: F, y: our x.
+  int64_t out_c = 0;  // y [conv.n, out_c, out_h, out_w]
+  int64_t out_h = 0, out_w = 0;
+  int64_t pad_top = 0, pad_left = 0;
+  uint64_t full_bytes() const { return conv.n * conv.c * conv.h * conv.w * sizeof(float); }
+};
+
+absl::StatusOr<ConvTransposeGeometry> ConvTransposeGeometryOf(const TensorView& x,
+                                                              const TensorView& weight,
+                                                              const TensorView& y,
+                                                              const graph::Attrs& attrs) {
+  if (x.rank() != 4 || weight.rank() != 4 || y.rank() != 4) {
+    return absl::InvalidArgumentError("CUDA ConvTranspose2D: x, weight and y need 4 dims");
+  }
+  const std::vector<int64_t> stride = attrs.Ints("stride");
+  const std::vector<int64_t> dilation = attrs.Ints("dilation");
+  std::vector<int64_t> pad = attrs.Ints("padding");
+  if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+  ConvTransposeGeometry t;
+  ConvGeometry& g = t.conv;
+  g.n = x.dim(0);
+  g.c = y.dim(1);
+  g.h = (x.dim(2) - 1) * stride[0] + dilation[0] * (weight.dim(2) - 1) + 1;
+  g.w = (x.dim(3) - 1) * stride[1] + dilation[1] * (weight.dim(3) - 1) + 1;
+  g.out_h = x.dim(2);
+  g.out_w = x.dim(3);
+  g.stride_h = stride[0];
+  g.stride_w = stride[1];
+  g.o = weight.dim(0);
+  g.kh = weight.dim(2);
+  g.kw = weight.dim(3);
+  g.dilation_h = dilation[0];
+  g.dilation_w = dilation[1];
+  g.groups = attrs.Int("groups");
+  t.out_c = y.dim(1);
+  t.out_h = y.dim(2);
+  t.out_w = y.dim(3);
+  t.pad_top = pad[0];
+  t.pad_left = pad[1];
+  return t;
+}
+
+// y[n, c, oh, ow] = F[n, c, oh + top, ow + left] (0 past F) + bias[c].
+__global__ void CropFullKernel(const float* full, const float* bias, float* y, int64_t channels,
+                               int64_t fh, int64_t fw, int64_t oh_size, int64_t ow_size,
+                               int64_t top, int64_t left, int64_t total) {
+  GRID_STRIDE_LOOP(i, total) {
+    const int64_t ow = i % ow_size;
+    const int64_t oh = (i / ow_size) % oh_size;
+    const int64_t plane = i / (ow_size * oh_size);
+    const int64_t r = oh + top, q = ow + left;
+    const float v = r < fh && q < fw ? full[(plane * fh + r) * fw + q] : 0.0f;
+    y[i] = bias == nullptr ? v : __fadd_rn(v, bias[plane % channels]);
+  }
+}
+
+// F[n, c, r, q] = dy[n, c, r - top, q - left], 0 outside dy.
+__global__ void PadToFullKernel(const float* dy, float* full, int64_t fh, int64_t fw,
+                                int64_t oh_size, int64_t ow_size, int64_t top, int64_t left,
+                                int64_t total) {
+  GRID_STRIDE_LOOP(i, total) {
+    const int64_t q = i % fw - left;
+    const int64_t r = (i / fw) % fh - top;
+    const int64_t plane = i / (fw * fh);
+    full[i] = r >= 0 && r < oh_size && q >= 0 && q < ow_size
+                  ? dy[(plane * oh_size + r) * ow_size + q]
+                  : 0.0f;
+  }
+}
+
+// db[c] = sum of dy[:, c, :, :], one block per channel, in a fixed order.
+__global__ void ChannelSumsKernel(const float* dy, float* db, int64_t n, int64_t channels,
+                                  int64_t plane) {
+  __shared__ float shared[32];
+  BLOCK_ROW_LOOP(c, channels) {
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n * plane; j += blockDim.x) {
+      sum += dy[((j / plane) * channels + c) * plane + j % plane];
+    }
+    sum = BlockSum(sum, shared);
+    if (threadIdx.x == 0) db[c] = sum;
+  }
+}
+
+std::vector<uint64_t> ConvTransposeForwardPieces(const ConvPlan& plan,
+                                                 const ConvTransposeGeometry& t) {
+  return {plan.bwd_data_bytes, t.full_bytes()};
+}
+
+std::vector<uint64_t> ConvTransposeBackwardPieces(const ConvPlan& plan,
+                                                  const ConvTransposeGeometry& t) {
+  return {std::max(plan.fwd_bytes, plan.bwd_filter_bytes), t.full_bytes()};
+}
+
+absl::StatusOr<uint64_t> ConvTransposeForwardScratch(CudaContext& ctx, const ForwardArgs& args) {
+  ASSIGN_OR_RETURN(
+      const ConvTransposeGeometry t,
+      ConvTransposeGeometryOf(args.inputs[0], args.inputs[1], args.outputs[0], *args.attrs));
+  ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, t.conv, /*bias=*/false));
+  return CudaContext::ScratchTotal(ConvTransposeForwardPieces(*plan, t));
+}
+
+absl::StatusOr<uint64_t> ConvTransposeBackwardScratch(CudaContext& ctx, const BackwardArgs& args) {
+  ASSIGN_OR_RETURN(
+      const ConvTransposeGeometry t,
+      ConvTransposeGeometryOf(args.inputs[0], args.inputs[1], args.outputs[0], *args.attrs));
+  ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, t.conv, /*bias=*/false));
+  return CudaContext::ScratchTotal(ConvTransposeBackwardPieces(*plan, t));
+}
+
+absl::Status ConvTransposeForward(CudaContext& ctx, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& weight = args.inputs[1];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
+  RETURN_IF_ERROR(RequireF32(weight, "input 'weight'"));
+  const bool has_bias = args.inputs.size() > 2 && args.inputs[2].present();
+  if (has_bias) RETURN_IF_ERROR(RequireF32(args.inputs[2], "input 'bias'"));
+  ASSIGN_OR_RETURN(const ConvTransposeGeometry t,
+                   ConvTransposeGeometryOf(x, weight, y, *args.attrs));
+  ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, t.conv, /*bias=*/false));
+  ASSIGN_OR_RETURN(std::vector<void*> scratch,
+                   ctx.Scratch(args, ConvTransposeForwardPieces(*plan, t)));
+  const float one = 1.0f, zero = 0.0f;
+  HR_CUDNN(cudnnSetConvolutionMathType(plan->conv, plan->bwd_data_math));
+  HR_CUDNN(cudnnConvolutionBackwardData(ctx.cudnn, &one, plan->w, weight.data, plan->y, x.data,
+                                        plan->conv, plan->bwd_data_algo, scratch[0],
+                                        plan->bwd_data_bytes, &zero, plan->x, scratch[1]));
+  const int64_t total = y.num_elements();
+  CropFullKernel<<<GridFor(total), kThreads, 0, ctx.compute>>>(
+      static_cast<const float*>(scratch[1]), has_bias ? args.inputs[2].f32() : nullptr, y.f32(),
+      t.out_c, t.conv.h, t.conv.w, t.out_h, t.out_w, t.pad_top, t.pad_left, total);
+  HR_CUDA_LAUNCHED("CropFullKernel");
+  return absl::OkStatus();
+}
+
+absl::Status ConvTransposeBackward(CudaContext& ctx, const BackwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& weight = args.inputs[1];
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& dw = args.input_grads[1];
+  const TensorView* db =
+      args.input_grads.size() > 2 && args.input_grads[2].present() ? &args.input_grads[2] : nullptr;
+  if (!dy.present()) {
+    for (const TensorView& g : args.input_grads) RETURN_IF_ERROR(ZeroIfPresent(ctx, g));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const ConvTransposeGeometry t,
+                   ConvTransposeGeometryOf(x, weight, args.outputs[0], *args.attrs));
+  ASSIGN_OR_RETURN(ConvPlan * plan, ConvPlanFor(ctx, t.conv, /*bias=*/false));
+  ASSIGN_OR_RETURN(std::vector<void*> scratch,
+                   ctx.Scratch(args, ConvTransposeBackwardPieces(*plan, t)));
+  const float one = 1.0f, zero = 0.0f;
+  if (dx.present() || dw.present()) {
+    const int64_t total = t.conv.n * t.conv.c * t.conv.h * t.conv.w;
+    PadToFullKernel<<<GridFor(total), kThreads, 0, ctx.compute>>>(
+        dy.f32(), static_cast<float*>(scratch[1]), t.conv.h, t.conv.w, t.out_h, t.out_w, t.pad_top,
+        t.pad_left, total);
+    HR_CUDA_LAUNCHED("PadToFullKernel");
+  }
+  if (dw.present()) {
+    RETURN_IF_ERROR(RequireF32(x, "input 'x'"));
+    HR_CUDNN(cudnnSetConvolutionMathType(plan->conv, plan->bwd_filter_math));
+    HR_CUDNN(cudnnConvolutionBackwardFilter(ctx.cudnn, &one, plan->x, scratch[1], plan->y, x.data,
+                                            plan->conv, plan->bwd_filter_algo, scratch[0],
+                                            plan->bwd_filter_bytes, &zero, plan->w, dw.data));
+  }
+  if (dx.present()) {
+    RETURN_IF_ERROR(RequireF32(weight, "input 'weight'"));
+    HR_CUDNN(cudnnSetConvolutionMathType(plan->conv, plan->fwd_math));
+    HR_CUDNN(cudnnConvolutionForward(ctx.cudnn, &one, plan->x, scratch[1], plan->w, weight.data,
+                                     plan->conv, plan->fwd_algo, scratch[0], plan->fwd_bytes, &zero,
+                                     plan->y, dx.data));
+  }
+  if (db != nullptr) {
+    ChannelSumsKernel<<<RowGrid(t.out_c), kThreads, 0, ctx.compute>>>(dy.f32(), db->f32(), t.conv.n,
+                                                                      t.out_c, t.out_h * t.out_w);
+    HR_CUDA_LAUNCHED("ChannelSumsKernel");
+  }
+  return absl::OkStatus();
+}
+
 // ---- BatchNorm --------------------------------------------------------------------------
 
 struct BatchNormPlan {
@@ -641,6 +837,8 @@ absl::Status ActivationBackward(CudaContext& ctx, const BackwardArgs& args) {
 
 void RegisterDnnKernels(KernelTable* table) {
   (*table)["Conv2D"] = {ConvForward, ConvBackward, ConvForwardScratch, ConvBackwardScratch};
+  (*table)["ConvTranspose2D"] = {ConvTransposeForward, ConvTransposeBackward,
+                                 ConvTransposeForwardScratch, ConvTransposeBackwardScratch};
   (*table)["BatchNorm"] = {BatchNormForward, BatchNormBackward, nullptr,
                            BatchNormBackwardScratch};
   for (const char* op : {"ReLU", "ReLU6", "Sigmoid", "Tanh"}) {

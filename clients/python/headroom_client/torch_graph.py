@@ -14,6 +14,7 @@ through, so nn.Sequential and custom blocks nest freely) and run once on the exa
 shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
 
     nn.Conv2d                     Conv2D (zeros padding; 'same'/'valid' too)
+    nn.ConvTranspose2d            ConvTranspose2D (zeros padding, output_padding, groups)
     nn.BatchNorm1d/2d             BatchNorm (affine, with running statistics)
     nn.Linear                     MatMul(x, weight, bias, transpose_b=true)
     nn.ReLU, F.relu, .relu()      ReLU (likewise ReLU6, Sigmoid, Tanh, GELU)
@@ -22,6 +23,7 @@ shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
     nn.Softplus, nn.Mish          Softplus (beta 1, threshold 20 only), Mish (and F.*)
     torch.sqrt, torch.erf         Sqrt, Erf
     nn.MaxPool2d, nn.AvgPool2d    MaxPool, AvgPool
+    nn.Upsample, F.interpolate    Resize (4-D, 'nearest' or 'bilinear', size or scale_factor)
     nn.AdaptiveAvgPool2d          GlobalAvgPool for (1, 1); AvgPool where the sizes divide
     torch.flatten, nn.Flatten     Flatten (Reshape where the result is not 2-D)
     .view, .reshape               Reshape to the traced shape
@@ -222,6 +224,7 @@ class _Converter:
         """(module types, handler(node, module)) pairs for call_module nodes."""
         return [
             (nn.Conv2d, self._conv2d),
+            (nn.ConvTranspose2d, self._conv_transpose2d),
             ((nn.BatchNorm1d, nn.BatchNorm2d), self._batch_norm),
             (nn.Linear, self._linear),
             (nn.ReLU, lambda n, m: self._unary(n, "ReLU")),
@@ -237,6 +240,8 @@ class _Converter:
             (nn.Softplus, lambda n, m: self._softplus(n, m.beta, m.threshold)),
             (nn.Mish, lambda n, m: self._unary(n, "Mish")),
             (nn.PReLU, self._prelu),
+            (nn.Upsample, lambda n, m: self._resize(
+                n, m.mode, m.scale_factor, m.align_corners, m.recompute_scale_factor)),
             (nn.MaxPool2d, self._max_pool),
             (nn.AvgPool2d, self._avg_pool),
             (nn.AdaptiveAvgPool2d, lambda n, m: self._adaptive_avg_pool(n, m.output_size)),
@@ -270,6 +275,10 @@ class _Converter:
             torch.erf: lambda n: self._unary(n, "Erf"),
             F.gelu: lambda n: self._unary(n, "GELU", approximate=self._arg(n, 1, "approximate",
                                                                            "none")),
+            F.interpolate: lambda n: self._resize(
+                n, self._arg(n, 3, "mode", "nearest"), self._arg(n, 2, "scale_factor"),
+                self._arg(n, 4, "align_corners"), self._arg(n, 5, "recompute_scale_factor"),
+                self._arg(n, 6, "antialias", False)),
             F.adaptive_avg_pool2d: lambda n: self._adaptive_avg_pool(
                 n, self._arg(n, 1, "output_size")),
             torch.flatten: lambda n: self._flatten(n, self._arg(n, 1, "start_dim", 0),
@@ -546,6 +555,44 @@ class _Converter:
             inputs.append(self._parameter(m.bias, "Conv2d bias"))
         self._emit(node, "Conv2D", inputs, stride=_pair(m.stride), padding=padding,
                    dilation=_pair(m.dilation), groups=m.groups)
+
+    def _conv_transpose2d(self, node, m):
+        if m.padding_mode != "zeros":
+            raise _Unsupported(f"nn.ConvTranspose2d(padding_mode='{m.padding_mode}')")
+        inputs = [self._input(node), self._parameter(m.weight, "ConvTranspose2d weight")]
+        if m.bias is not None:
+            inputs.append(self._parameter(m.bias, "ConvTranspose2d bias"))
+        # A forward given output_size picks its own output padding: the traced shape says.
+        out = list(self._meta(node).shape)
+        x = self._in_shape(node)
+        stride, padding, dilation = _pair(m.stride), _pair(m.padding), _pair(m.dilation)
+        kernel = _pair(m.kernel_size)
+        output_padding = [out[2 + d] - ((x[2 + d] - 1) * stride[d] - 2 * padding[d] +
+                                        dilation[d] * (kernel[d] - 1) + 1) for d in range(2)]
+        self._emit(node, "ConvTranspose2D", inputs, stride=stride, padding=padding,
+                   output_padding=output_padding, dilation=dilation, groups=m.groups)
+
+    def _resize(self, node, mode, scale_factor, align_corners, recompute_scale_factor,
+                antialias=False):
+        """F.interpolate and nn.Upsample of x[N, C, H, W]: the output size is the traced one
+        (size given as numbers or through x.shape); a constant scale_factor is kept, as
+        PyTorch uses it for the source coordinates unless recompute_scale_factor is set."""
+        label = self._label(node)
+        if len(self._in_shape(node)) != 4:
+            raise _Unsupported(f"{label} of a tensor of {len(self._in_shape(node))} dims")
+        if mode not in ("nearest", "bilinear"):
+            raise _Unsupported(f"{label}(mode='{mode}')")
+        if antialias:
+            raise _Unsupported(f"{label}(antialias=True)")
+        attrs = {"size": list(self._meta(node).shape)[2:], "mode": mode}
+        if mode == "bilinear":
+            attrs["align_corners"] = bool(align_corners)
+        if scale_factor is not None and not recompute_scale_factor:
+            if isinstance(scale_factor, torch.fx.Node):
+                raise _Unsupported(f"{label}(a computed scale_factor)")
+            scales = _pair(scale_factor)
+            attrs["scale_h"], attrs["scale_w"] = float(scales[0]), float(scales[1])
+        self._emit(node, "Resize", [self._input(node)], **attrs)
 
     def _batch_norm(self, node, m):
         label = _module_label(m)
