@@ -54,8 +54,10 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
     const graph::Shape& w = g.tensor(n.inputs[1]).shape;
     return 2 * out * (Numel(g, n.inputs[1]) / static_cast<uint64_t>(w[0]));
   }
-  if (op == "BatchNorm" || op == "LayerNorm") return 8 * in;
-  if (op == "Softmax" || op == "SoftmaxCrossEntropy") return 5 * in;
+  if (op == "BatchNorm" || op == "LayerNorm" || op == "GroupNorm") return 8 * in;
+  if (op == "Softmax" || op == "SoftmaxCrossEntropy" || op == "PixelSoftmaxCrossEntropy") {
+    return 5 * in;
+  }
   if (op == "GELU") return 10 * in;
   if (op == "Sigmoid" || op == "Tanh") return 4 * in;
   if (op == "HardSigmoid") return 3 * in;  // Multiply, add, clamp.

@@ -87,6 +87,8 @@ void RegisterDnnlKernels(KernelTable* table);
 // cpu_loop_kernels.cc: every other op of the op set (eltwise ops through oneDNN's eltwise
 // primitive, softmax through oneDNN's softmax, the rest as loops).
 void RegisterLoopKernels(KernelTable* table);
+// cpu_segmentation_kernels.cc: GroupNorm and PixelSoftmaxCrossEntropy.
+void RegisterSegmentationKernels(KernelTable* table);
 
 // cpu_loop_kernels.cc: optimizer steps and gradient sums.
 absl::Status RunUpdate(CpuContext& ctx, const UpdateArgs& args);

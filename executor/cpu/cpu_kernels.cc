@@ -14,6 +14,7 @@ const KernelTable& Table() {
     auto* t = new KernelTable;
     RegisterDnnlKernels(t);
     RegisterLoopKernels(t);
+    RegisterSegmentationKernels(t);
     return t;
   }();
   return *table;
