@@ -41,7 +41,7 @@ float InitBound(const graph::Graph& g, graph::TensorId t, float* constant, bool*
       if (node.inputs[i] == t) pos = static_cast<int>(i);
     }
     const std::string& op = node.op->name;
-    if (op == "BatchNorm" || op == "LayerNorm") {
+    if (op == "BatchNorm" || op == "LayerNorm" || op == "GroupNorm") {
       *is_constant = true;
       *constant = (pos == 1 || pos == 4) ? 1.0f : 0.0f;
       return 0;

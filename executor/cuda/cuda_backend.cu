@@ -77,6 +77,7 @@ const KernelTable& Table() {
     RegisterElementwiseKernels(t);
     RegisterActivationKernels(t);
     RegisterRowKernels(t);
+    RegisterSegmentationKernels(t);
     return t;
   }();
   return *table;
