@@ -50,4 +50,6 @@ SECTIONS=2 check tiny_activations 6 --graph "$TEST_SRCDIR/headroom/examples/tiny
 SECTIONS=2 check tiny_arithmetic 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_arithmetic.pbtxt"
 # PReLU with a slope per feature and a shared one.
 SECTIONS=2 check tiny_prelu 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_prelu.pbtxt"
+# GroupNorm, an InstanceNorm and the per-pixel loss with ignored pixels.
+SECTIONS=2 check tiny_segmentation 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_segmentation.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"
