@@ -137,7 +137,11 @@ void AddModelFlags(CLI::App& command, ModelFlags& f) {
       ->capture_default_str()
       ->check(AtLeast(1))
       ->group("Model");
-  command.add_option("--loss", f.loss, "the loss attached to an ONNX model's first output")
+  command
+      .add_option("--loss", f.loss,
+                  "the loss attached to an ONNX model's first output: softmax_cross_entropy (over "
+                  "the last axis; per pixel over axis 1, label 255 ignored, for [N, C, H, W] "
+                  "logits) or pixel_cross_entropy (per position over axis 1 at any rank)")
       ->type_name("NAME")
       ->capture_default_str()
       ->group("Model");

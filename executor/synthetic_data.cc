@@ -41,7 +41,7 @@ float InitBound(const graph::Graph& g, graph::TensorId t, float* constant, bool*
       if (node.inputs[i] == t) pos = static_cast<int>(i);
     }
     const std::string& op = node.op->name;
-    if (op == "BatchNorm" || op == "LayerNorm") {
+    if (op == "BatchNorm" || op == "LayerNorm" || op == "GroupNorm") {
       *is_constant = true;
       *constant = (pos == 1 || pos == 4) ? 1.0f : 0.0f;
       return 0;
@@ -99,14 +99,19 @@ absl::StatusOr<SyntheticTask> SyntheticTask::Create(const graph::Graph& forward,
   SyntheticTask task(forward, seed);
   const graph::Tensor& loss = forward.tensor(forward.loss());
   const graph::Node& sce = forward.node(loss.producer);
-  if (sce.op->name != "SoftmaxCrossEntropy" ||
+  const bool pixel = sce.op->name == "PixelSoftmaxCrossEntropy";
+  if ((sce.op->name != "SoftmaxCrossEntropy" && !pixel) ||
       forward.tensor(sce.inputs[1]).role != proto::ROLE_LABEL) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "synthetic data: the loss '", loss.name, "' must be a SoftmaxCrossEntropy of a "
-        "labels tensor; node '", sce.name, "' is ", sce.op->name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("synthetic data: the loss '", loss.name,
+                     "' must be a SoftmaxCrossEntropy or "
+                     "PixelSoftmaxCrossEntropy of a labels tensor; node '",
+                     sce.name, "' is ", sce.op->name));
   }
   task.labels_ = sce.inputs[1];
-  task.num_classes_ = forward.tensor(sce.inputs[0]).shape.back();
+  const graph::Shape& logits = forward.tensor(sce.inputs[0]).shape;
+  task.num_classes_ = pixel ? logits[1] : logits.back();
+  if (pixel) task.ignore_index_ = sce.attrs.Int("ignore_index");
   task.id_range_.assign(forward.tensors().size(), 0);
   for (const graph::Node& node : forward.nodes()) {
     if (node.op->name == "Embedding") {
@@ -148,6 +153,8 @@ std::vector<HostTensor> SyntheticTask::Batch(int64_t step) const {
   const HostTensor* ids_like_labels =
       ids_like_labels_index >= 0 ? &batch[ids_like_labels_index] : nullptr;
   std::vector<int64_t> classes(labels.num_elements());
+  const int64_t labels_per_sample =
+      labels_tensor.shape.empty() ? 1 : labels.num_elements() / labels_tensor.shape[0];
   for (int64_t i = 0; i < labels.num_elements(); ++i) {
     if (ids_like_labels != nullptr) {
       const int64_t id = ids_like_labels->dtype == proto::DTYPE_INT64
@@ -155,19 +162,24 @@ std::vector<HostTensor> SyntheticTask::Batch(int64_t step) const {
                              : reinterpret_cast<const int32_t*>(ids_like_labels->bytes.data())[i];
       classes[i] = (id + 1) % num_classes_;
     } else {
-      const float u = 0.5f * (Uniform(batch_seed, StreamOf(labels.name), i) + 1.0f);
+      // A segmentation task labels every pixel of a sample with the sample's class.
+      const int64_t draw = ignore_index_.has_value() ? i - i % labels_per_sample : i;
+      const float u = 0.5f * (Uniform(batch_seed, StreamOf(labels.name), draw) + 1.0f);
       const int64_t used = std::min<int64_t>(num_classes_, kMaxTaskClasses);
       classes[i] = std::min<int64_t>(static_cast<int64_t>(u * used), used - 1);
     }
+    int64_t label = classes[i];
+    // About one pixel in ten is void (the loss's ignore_index).
+    if (ignore_index_.has_value() && Uniform(batch_seed, StreamOf(labels.name) + 1, i) > 0.8f) {
+      label = *ignore_index_;
+    }
     if (labels.dtype == proto::DTYPE_INT64) {
-      reinterpret_cast<int64_t*>(labels.bytes.data())[i] = classes[i];
+      reinterpret_cast<int64_t*>(labels.bytes.data())[i] = label;
     } else {
-      reinterpret_cast<int32_t*>(labels.bytes.data())[i] = static_cast<int32_t>(classes[i]);
+      reinterpret_cast<int32_t*>(labels.bytes.data())[i] = static_cast<int32_t>(label);
     }
   }
   // Float inputs: sample n is the prototype of its first label plus noise.
-  const int64_t labels_per_sample =
-      labels_tensor.shape.empty() ? 1 : labels.num_elements() / labels_tensor.shape[0];
   for (graph::TensorId t = 0; t < static_cast<graph::TensorId>(g.tensors().size()); ++t) {
     const graph::Tensor& tensor = g.tensor(t);
     if (tensor.role != proto::ROLE_INPUT || tensor.dtype != proto::DTYPE_FLOAT32) continue;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,11 +33,13 @@ void FillInitialValue(const graph::Graph& forward, graph::TensorId t, uint64_t s
 // fall. Integer inputs (token ids) are random
 // ids below the size of the table they index, and labels of the same shape are each id
 // plus one, modulo the number of classes (each token predicts a function of itself).
+// Under a PixelSoftmaxCrossEntropy every pixel of a sample carries the sample's class, and
+// about one pixel in ten (chosen at random per batch) the loss's ignore_index instead.
 // Thread-compatible; Batch() is const.
 class SyntheticTask {
  public:
   // Returns the task for `forward`, or InvalidArgument if its loss is not a
-  // SoftmaxCrossEntropy of a labels tensor.
+  // SoftmaxCrossEntropy or PixelSoftmaxCrossEntropy of a labels tensor.
   static absl::StatusOr<SyntheticTask> Create(const graph::Graph& forward, uint64_t seed);
 
   // Returns batch `step`: every input and label tensor, by name.
@@ -49,6 +52,9 @@ class SyntheticTask {
   uint64_t seed_;
   graph::TensorId labels_ = -1;
   int64_t num_classes_ = 0;
+  // A PixelSoftmaxCrossEntropy's ignore_index: every pixel of a sample is labelled with its
+  // class, but about one in ten with this.
+  std::optional<int64_t> ignore_index_;
   // By tensor: the rows of the table an integer input indexes (0 if none).
   std::vector<int64_t> id_range_;
 };

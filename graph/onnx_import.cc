@@ -177,6 +177,7 @@ class Importer {
         {"Gather", 2},
         {"Gemm", 2},
         {"Greater", 2},
+        {"InstanceNormalization", 3},
         {"LayerNormalization", 2},
         {"Less", 2},
         {"MatMul", 2},
@@ -466,18 +467,24 @@ class Importer {
   }
 
   absl::Status AttachLoss() {
-    if (options_.loss != "softmax_cross_entropy") {
+    if (options_.loss != "softmax_cross_entropy" && options_.loss != "pixel_cross_entropy") {
       return InvalidArgumentError(StrCat("loss '", options_.loss,
-                                         "': Headroom attaches softmax_cross_entropy"));
+                                         "': Headroom attaches softmax_cross_entropy or "
+                                         "pixel_cross_entropy"));
     }
     if (graph_.output_size() == 0) return InvalidArgumentError("ONNX model has no output");
     const std::string& output = graph_.output(0).name();
     ASSIGN_OR_RETURN(std::string logits, Tensor(output));
     const Value& v = values_.at(output);
-    if (v.shape.size() < 2 || !IsFloating(v.dtype)) {
-      return InvalidArgumentError(StrCat("ONNX output '", output, "' is ", DTypeName(v.dtype),
-                                         " ", ShapeString(v.shape), "; softmax_cross_entropy ",
-                                         "needs float logits [N, ..., classes]"));
+    // A segmentation model's [N, C, H, W] logits take the loss per pixel, over the classes
+    // on axis 1 (PyTorch's F.cross_entropy layout), as does any output under
+    // pixel_cross_entropy.
+    const bool pixel = options_.loss == "pixel_cross_entropy" || v.shape.size() == 4;
+    if (v.shape.size() < (pixel ? 3u : 2u) || !IsFloating(v.dtype)) {
+      return InvalidArgumentError(StrCat("ONNX output '", output, "' is ", DTypeName(v.dtype), " ",
+                                         ShapeString(v.shape), "; ", options_.loss,
+                                         " needs float logits ",
+                                         pixel ? "[N, classes, ...]" : "[N, ..., classes]"));
     }
     if (rebatch_ && !(v.batch == BatchAxis{0, 1, 1})) {
       return InvalidArgumentError(
@@ -485,16 +492,25 @@ class Importer {
                  v.batch_lost ? std::string("no axis whole") : v.batch.DebugString(),
                  ", not the leading axis the loss reads", RebatchHint()));
     }
-    const int64_t classes = v.shape.back();
+    const int64_t classes = pixel ? v.shape[1] : v.shape.back();
     if (options_.classes > 0 && static_cast<int64_t>(options_.classes) != classes) {
       return InvalidArgumentError(StrCat("--classes ", options_.classes, ", but ONNX output '",
                                          output, "' ", ShapeString(v.shape), " has ", classes));
     }
+    Shape label_shape = v.shape;
+    label_shape.erase(pixel ? label_shape.begin() + 1 : label_shape.end() - 1);
     const std::string labels =
-        NewLeaf("labels", Shape(v.shape.begin(), v.shape.end() - 1), proto::DTYPE_INT64,
-                proto::ROLE_LABEL);
-    ASSIGN_OR_RETURN(std::vector<std::string> loss,
-                     Emit("SoftmaxCrossEntropy", "loss", {logits, labels}, {UniqueTensor("loss")}));
+        NewLeaf("labels", label_shape, proto::DTYPE_INT64, proto::ROLE_LABEL);
+    std::vector<std::string> loss;
+    if (pixel) {
+      // Pixels labelled 255 (the void label of Pascal VOC and Cityscapes) are left out.
+      ASSIGN_OR_RETURN(
+          loss, Emit("PixelSoftmaxCrossEntropy", "loss", {logits, labels}, {UniqueTensor("loss")},
+                     {{"ignore_index", IntAttr(kIgnoredPixelLabel)}}));
+    } else {
+      ASSIGN_OR_RETURN(
+          loss, Emit("SoftmaxCrossEntropy", "loss", {logits, labels}, {UniqueTensor("loss")}));
+    }
     out_.graph.set_loss(loss[0]);
     return absl::OkStatus();
   }
@@ -1727,6 +1743,27 @@ class Importer {
     return EmitFusion(f);
   }
 
+  // InstanceNormalization(x[N, C, ...], scale[C], B[C]) normalises each sample's channel:
+  // GroupNorm with a group per channel. torch's nn.InstanceNorm2d(affine=True) exports its
+  // weight and bias as scale and B (parameters); nn.GroupNorm(G, C) exports a Reshape to
+  // [N, G, -1], an InstanceNormalization of that with constant ones and zeros (buffers), a
+  // Reshape back and the affine Mul and Add: each imports as itself, which is GroupNorm's
+  // arithmetic exactly.
+  absl::Status InstanceNormalization(const onnx::NodeProto& n) {
+    ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
+    if (x->shape.size() < 3) {
+      return Fail(n, StrCat("its input ", ShapeString(x->shape), " needs [N, C, ...] with at ",
+                            "least one dimension after the channels"));
+    }
+    const int64_t channels = x->shape[1];
+    ASSIGN_OR_RETURN(std::string input, Tensor(n.input(0)));
+    ASSIGN_OR_RETURN(std::string scale, Tensor(n.input(1)));
+    ASSIGN_OR_RETURN(std::string bias, Tensor(n.input(2)));
+    return EmitFor(n, "GroupNorm", {input, scale, bias},
+                   {{"num_groups", IntAttr(channels)},
+                    {"epsilon", FloatAttr(OnnxFloatAttr(n, "epsilon", 1e-5))}});
+  }
+
   absl::Status Pad(const onnx::NodeProto& n) {
     if (OnnxStringAttr(n, "mode", "constant") != "constant") return Fail(n, "a non-constant Pad mode");
     ASSIGN_OR_RETURN(Value * x, Find(n.input(0)));
@@ -1965,6 +2002,7 @@ const absl::flat_hash_map<std::string, Importer::Converter>& Importer::Converter
       {"HardSigmoid", &Importer::HardSigmoid},
       {"HardSwish", &Importer::HardSwish},
       {"Identity", &Importer::Identity},
+      {"InstanceNormalization", &Importer::InstanceNormalization},
       {"LayerNormalization", &Importer::LayerNormalization},
       {"LeakyRelu", &Importer::LeakyRelu},
       {"PRelu", &Importer::PRelu},

@@ -27,12 +27,19 @@
 
 namespace headroom::graph {
 
+// The label of pixels a segmentation loss leaves out (its ignore_index): 255, the void label
+// of Pascal VOC and Cityscapes and torchvision's segmentation references.
+inline constexpr int64_t kIgnoredPixelLabel = 255;
+
 struct OnnxImportOptions {
   // Samples per step, put in place of the inputs' symbolic first dimension. 0 keeps the
   // model's own batch, which must then be a number. Default 0.
   uint64_t batch = 0;
   // The loss attached to the model's first output: "softmax_cross_entropy" (logits
-  // [N, ..., C] against int64 labels [N, ...]). Default "softmax_cross_entropy".
+  // [N, ..., C] against int64 labels [N, ...]; a segmentation model's [N, C, H, W] logits
+  // per pixel over axis 1 against labels [N, H, W], pixels labelled kIgnoredPixelLabel left
+  // out: PixelSoftmaxCrossEntropy) or "pixel_cross_entropy" (that per-pixel form for logits
+  // [N, C, ...] of any rank from 3). Default "softmax_cross_entropy".
   std::string loss = "softmax_cross_entropy";
   // Classes of the loss; 0 takes the output's last dimension, which must otherwise equal
   // it. Default 0.

@@ -386,6 +386,117 @@ TEST(OnnxImportTest, PReluTakesTorchsUnsqueezedSlope) {
   EXPECT_EQ(buffers, 0);
 }
 
+TEST(OnnxImportTest, InstanceNormalizationIsAGroupNormWithAGroupPerChannel) {
+  // torch 1.13's nn.InstanceNorm2d(4, affine=True): its weight and bias are scale and B.
+  OnnxModelBuilder b;
+  b.Input("x", {4, 5, 5}).Weight("norm.weight", {4}, 1.5f).Weight("norm.bias", {4}, 0.5f);
+  onnx::NodeProto* in =
+      b.AddNode("InstanceNormalization", {"x", "norm.weight", "norm.bias"}, {"logits_nchw"});
+  OnnxModelBuilder::SetFloat(*in, "epsilon", 1e-3f);
+  b.AddNode("Flatten", {"logits_nchw"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  ASSERT_EQ(OpCounts(m.graph)["GroupNorm"], 1);
+  for (const proto::NodeDef& node : m.graph.nodes()) {
+    if (node.op() != "GroupNorm") continue;
+    EXPECT_EQ(node.attrs().at("num_groups").i(), 4);
+    EXPECT_FLOAT_EQ(node.attrs().at("epsilon").f(), 1e-3f);
+  }
+  EXPECT_EQ(FindTensor(m.graph, "norm.weight")->role(), proto::ROLE_PARAMETER);
+  EXPECT_EQ(FindTensor(m.graph, "norm.bias")->role(), proto::ROLE_PARAMETER);
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, TorchsGroupNormExportImportsAsAGroupNormOfItsGroups) {
+  // torch 1.13's nn.GroupNorm(2, 4) at opset 17: Reshape to [N, 2, -1], InstanceNormalization
+  // with constant ones and zeros, Reshape back to x's shape, Mul by the weight and Add the
+  // bias, both Unsqueeze'd to [4, 1, 1].
+  OnnxModelBuilder b;
+  b.Input("x", {4, 3, 3}).Weight("gn.weight", {4}, 1.5f).Weight("gn.bias", {4}, 0.5f);
+  b.Ints("groups_shape", {0, 2, -1}).Ints("x_shape", {4, 4, 3, 3}).Ints("axes", {1, 2});
+  for (const auto& [name, value] : {std::pair<std::string, float>{"ones", 1.f}, {"zeros", 0.f}}) {
+    onnx::NodeProto* c = b.AddNode("Constant", {}, {name});
+    onnx::TensorProto* t =
+        OnnxModelBuilder::Attr(*c, "value", onnx::AttributeProto::TENSOR)->mutable_t();
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(2);
+    t->add_float_data(value);
+    t->add_float_data(value);
+  }
+  b.AddNode("Reshape", {"x", "groups_shape"}, {"grouped"});
+  b.AddNode("InstanceNormalization", {"grouped", "ones", "zeros"}, {"normed"});
+  b.AddNode("Shape", {"x"}, {"shape_of_x"});
+  b.AddNode("Reshape", {"normed", "shape_of_x"}, {"back"});
+  b.AddNode("Unsqueeze", {"gn.weight", "axes"}, {"w"});
+  b.AddNode("Unsqueeze", {"gn.bias", "axes"}, {"bias"});
+  b.AddNode("Mul", {"back", "w"}, {"scaled"});
+  b.AddNode("Add", {"scaled", "bias"}, {"y"});
+  b.AddNode("Flatten", {"y"}, {"logits"});
+  b.Output("logits");
+  const ImportedModel m = Import(b);
+  std::map<std::string, int> ops = OpCounts(m.graph);
+  EXPECT_EQ(ops["GroupNorm"], 1);
+  EXPECT_EQ(ops["Mul"], 1);
+  EXPECT_EQ(ops["Add"], 1);
+  for (const proto::NodeDef& node : m.graph.nodes()) {
+    if (node.op() == "GroupNorm") {
+      EXPECT_EQ(node.attrs().at("num_groups").i(), 2);
+    }
+  }
+  // The affine weight and bias are the only parameters; the constant ones and zeros are not.
+  int64_t parameter_values = 0;
+  for (const auto& t : m.graph.tensors()) {
+    if (t.role() != proto::ROLE_PARAMETER) continue;
+    int64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    parameter_values += n;
+  }
+  EXPECT_EQ(parameter_values, 8);
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+}
+
+TEST(OnnxImportTest, ASegmentationOutputTakesThePixelLoss) {
+  // logits [N, 3, 4, 4]: the loss reads the classes on axis 1 against labels [N, 4, 4],
+  // ignoring 255.
+  OnnxModelBuilder b;
+  b.Input("x", {3, 4, 4});
+  b.AddNode("Relu", {"x"}, {"out"});
+  b.Output("out");
+  const ImportedModel m = Import(b);
+  ASSERT_EQ(OpCounts(m.graph)["PixelSoftmaxCrossEntropy"], 1);
+  for (const proto::NodeDef& node : m.graph.nodes()) {
+    if (node.op() == "PixelSoftmaxCrossEntropy") {
+      EXPECT_EQ(node.attrs().at("ignore_index").i(), kIgnoredPixelLabel);
+    }
+  }
+  const proto::TensorDef* labels = FindTensor(m.graph, "labels");
+  ASSERT_NE(labels, nullptr);
+  EXPECT_EQ(std::vector<int64_t>(labels->shape().begin(), labels->shape().end()),
+            std::vector<int64_t>({4, 4, 4}));
+  ASSERT_TRUE(Graph::FromProto(m.graph).ok());
+
+  // --classes checks axis 1; pixel_cross_entropy takes a rank-3 output per position too.
+  OnnxImportOptions options;
+  options.batch = 4;
+  options.classes = 4;
+  absl::StatusOr<ImportedModel> wrong = ImportOnnx(b.Bytes(), options);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(wrong.status().message(), HasSubstr("--classes 4, but ONNX output 'out'"));
+  OnnxModelBuilder seq;
+  seq.Input("x", {3, 7});
+  seq.AddNode("Relu", {"x"}, {"out"});
+  seq.Output("out");
+  options.classes = 0;
+  options.loss = "pixel_cross_entropy";
+  absl::StatusOr<ImportedModel> per_position = ImportOnnx(seq.Bytes(), options);
+  ASSERT_TRUE(per_position.ok()) << per_position.status();
+  EXPECT_EQ(OpCounts(per_position->graph)["PixelSoftmaxCrossEntropy"], 1);
+  options.loss = "mse";
+  absl::StatusOr<ImportedModel> mse = ImportOnnx(seq.Bytes(), options);
+  ASSERT_FALSE(mse.ok());
+  EXPECT_THAT(mse.status().message(), HasSubstr("softmax_cross_entropy or pixel_cross_entropy"));
+}
+
 TEST(OnnxImportTest, PowOfAComputedTensorTakesAConstantExponent) {
   OnnxModelBuilder b;
   b.Input("x", {6}).Float("two", 2.0f);

@@ -479,6 +479,25 @@ absl::Status InferLayerNorm(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// GroupNorm: x[N, C, ...] normalised over each of num_groups groups of C / num_groups
+// channels (and all of the rest) per sample; weight and bias [C]. InstanceNorm is num_groups
+// = C.
+absl::Status InferGroupNorm(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectSameFloating(ctx));
+  RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 2));
+  const Shape& x = ctx.input_shapes[0];
+  for (int i = 1; i < 3; ++i) RETURN_IF_ERROR(ExpectShape(ctx, i, {x[1]}));
+  RETURN_IF_ERROR(ExpectPositiveFinite(ctx, "epsilon"));
+  const int64_t groups = ctx.attrs.Int("num_groups");
+  if (groups <= 0 || x[1] % groups != 0) {
+    return InvalidArgumentError(StrCat("attribute 'num_groups' is ", groups,
+                                       "; it must divide the ", x[1], " channels of ", ctx.Input(0),
+                                       " ", ShapeString(x)));
+  }
+  SetOutput(ctx, x, ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
 absl::Status InferFlatten(InferenceContext& ctx) {
   const Shape& x = ctx.input_shapes[0];
   const int rank = static_cast<int>(x.size());
@@ -758,6 +777,19 @@ absl::Status InferSoftmaxCrossEntropy(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// PixelSoftmaxCrossEntropy: logits[N, C, d1, ...] with the classes on axis 1 (PyTorch's
+// F.cross_entropy layout), labels[N, d1, ...].
+absl::Status InferPixelSoftmaxCrossEntropy(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectFloating(ctx, 0));
+  RETURN_IF_ERROR(ExpectInteger(ctx, 1));
+  RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 2));
+  Shape labels = ctx.input_shapes[0];
+  labels.erase(labels.begin() + 1);
+  RETURN_IF_ERROR(ExpectShape(ctx, 1, labels));
+  SetOutput(ctx, {}, ctx.input_dtypes[0]);
+  return absl::OkStatus();
+}
+
 // ---- The op set ---------------------------------------------------------------------------
 
 OpSchema Unary(std::string name, std::string doc, InferFn infer = InferElementwise,
@@ -922,6 +954,17 @@ std::vector<OpSchema> BuildOpSet() {
                    "rows of table[V,D] at integer ids: ids.shape + [D]"));
   ops.push_back(Op("SoftmaxCrossEntropy", {"logits", "labels"}, 0, {}, InferSoftmaxCrossEntropy,
                    "mean cross entropy of logits[...,C] against integer labels[...]: a scalar"));
+  ops.push_back(Op("GroupNorm", {"x", "weight", "bias"}, 0,
+                   {Required("num_groups", AttrType::kInt), FloatDefault("epsilon", 1e-5)},
+                   InferGroupNorm,
+                   "normalises x[N,C,...] per sample over each of num_groups groups of channels, "
+                   "then weight[C] * . + bias[C] (PyTorch's GroupNorm; InstanceNorm is "
+                   "num_groups = C)"));
+  ops.push_back(Op("PixelSoftmaxCrossEntropy", {"logits", "labels"}, 0,
+                   {IntDefault("ignore_index", -100)}, InferPixelSoftmaxCrossEntropy,
+                   "mean cross entropy of logits[N,C,...] over the classes on axis 1 against "
+                   "integer labels[N,...], pixels labelled ignore_index left out (PyTorch's "
+                   "F.cross_entropy(logits, labels, ignore_index=...)): a scalar"));
   return ops;
 }
 

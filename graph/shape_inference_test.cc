@@ -273,6 +273,21 @@ TEST(NormShapeTest, LayerNormOverLastDim) {
   EXPECT_EQ(OutShape(OneOp("LayerNorm", {{{2, 10, 64}}, {{64}}, {{64}}})), Shape({2, 10, 64}));
 }
 
+TEST(NormShapeTest, GroupNormGroupsDivideTheChannels) {
+  EXPECT_EQ(
+      OutShape(OneOp("GroupNorm", {{{2, 8, 5, 5}}, {{8}}, {{8}}}, {{"num_groups", IntAttr(4)}})),
+      Shape({2, 8, 5, 5}));
+  EXPECT_EQ(
+      OutShape(OneOp("GroupNorm", {{{2, 3, 100}}, {{3}}, {{3}}}, {{"num_groups", IntAttr(3)}})),
+      Shape({2, 3, 100}));
+  auto g = OneOp("GroupNorm", {{{2, 8, 5, 5}}, {{8}}, {{8}}}, {{"num_groups", IntAttr(3)}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("'num_groups' is 3; it must divide the 8 channels"));
+  auto w = OneOp("GroupNorm", {{{2, 8, 5, 5}}, {{4}}, {{8}}}, {{"num_groups", IntAttr(2)}});
+  ASSERT_FALSE(w.ok());
+  EXPECT_THAT(w.status().message(), HasSubstr("input 'in1' has shape [4], needs [8]"));
+}
+
 TEST(LayoutShapeTest, FlattenAtEachAxis) {
   EXPECT_EQ(OutShape(OneOp("Flatten", {{{2, 3, 4, 5}}})), Shape({2, 60}));
   EXPECT_EQ(OutShape(OneOp("Flatten", {{{2, 3, 4, 5}}}, {{"axis", IntAttr(2)}})),
@@ -454,6 +469,17 @@ TEST(LossShapeTest, SoftmaxCrossEntropyIsAScalar) {
   auto g = OneOp("SoftmaxCrossEntropy", {{{8, 10}}, {{4}, proto::DTYPE_INT64}});
   ASSERT_FALSE(g.ok());
   EXPECT_THAT(g.status().message(), HasSubstr("input 'in1' has shape [4], needs [8]"));
+}
+
+TEST(LossShapeTest, PixelSoftmaxCrossEntropyReadsClassesOnAxisOne) {
+  EXPECT_EQ(OutShape(OneOp("PixelSoftmaxCrossEntropy",
+                           {{{2, 21, 64, 64}}, {{2, 64, 64}, proto::DTYPE_INT64}},
+                           {{"ignore_index", IntAttr(255)}})),
+            Shape({}));
+  auto g =
+      OneOp("PixelSoftmaxCrossEntropy", {{{2, 21, 64, 64}}, {{2, 21, 64}, proto::DTYPE_INT64}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("input 'in1' has shape [2,21,64], needs [2,64,64]"));
 }
 
 TEST(DTypeInferenceTest, OutputsTakeTheFloatInputsType) {

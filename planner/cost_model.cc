@@ -61,8 +61,10 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
            (n.inputs.size() > 2 ? out : 0);
   }
   if (op == "Resize") return n.attrs.String("mode") == "bilinear" ? 8 * out : out;
-  if (op == "BatchNorm" || op == "LayerNorm") return 8 * in;
-  if (op == "Softmax" || op == "SoftmaxCrossEntropy") return 5 * in;
+  if (op == "BatchNorm" || op == "LayerNorm" || op == "GroupNorm") return 8 * in;
+  if (op == "Softmax" || op == "SoftmaxCrossEntropy" || op == "PixelSoftmaxCrossEntropy") {
+    return 5 * in;
+  }
   if (op == "GELU") return 10 * in;
   if (op == "Sigmoid" || op == "Tanh") return 4 * in;
   if (op == "HardSigmoid") return 3 * in;  // Multiply, add, clamp.

@@ -51,6 +51,16 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
                 IfNeeds(0, K::kInput, 1)};
     ln.forward_inplace = true;
   }
+  {
+    // PyTorch's native_group_norm saves each sample's and group's mean and rstd; its backward
+    // reads them with x (and the weight for dx).
+    GradientRule& gn = rules["GroupNorm"];
+    gn.saved = {{"saved_mean", SavedState::ShapeOf::kGroups, proto::DTYPE_FLOAT32},
+                {"saved_rstd", SavedState::ShapeOf::kGroups, proto::DTYPE_FLOAT32}};
+    gn.reads = {Always(K::kInput, 0), Always(K::kSaved, 0), Always(K::kSaved, 1),
+                IfNeeds(0, K::kInput, 1)};
+    gn.forward_inplace = true;
+  }
   for (const char* op : {"ReLU", "ReLU6", "HardSigmoid", "Sigmoid", "Tanh", "Sqrt", "Softmax"}) {
     rules[op] = Elementwise(K::kOutput);
   }
@@ -119,6 +129,8 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
   // dlogits = (softmax(logits) - onehot(labels)) dloss / N: recomputes the softmax from the
   // logits rather than saving probabilities, which would be as large.
   rules["SoftmaxCrossEntropy"].reads = {Always(K::kInput, 0), Always(K::kInput, 1)};
+  // The same over the classes on axis 1, ignored pixels' gradients zero.
+  rules["PixelSoftmaxCrossEntropy"].reads = {Always(K::kInput, 0), Always(K::kInput, 1)};
   return rules;
 }
 
@@ -139,6 +151,8 @@ graph::Shape SavedShape(const SavedState& s, const graph::Graph& graph, const gr
       return graph::Shape(x.begin(), x.end() - 1);
     case SavedState::ShapeOf::kOutput:
       return graph.tensor(node.outputs[0]).shape;
+    case SavedState::ShapeOf::kGroups:
+      return {x[0], node.attrs.Int("num_groups")};
   }
   return {};
 }

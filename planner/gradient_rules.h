@@ -22,9 +22,10 @@ struct TensorRef {
 // deviation, layer norm's row statistics, dropout's mask).
 struct SavedState {
   enum class ShapeOf {
-    kChannels,   // [x.shape[1]]: per channel of input 0.
-    kRows,       // x.shape[:-1]: per row of input 0 (normalised over the last dim).
-    kOutput,     // The shape of output 0.
+    kChannels,  // [x.shape[1]]: per channel of input 0.
+    kRows,      // x.shape[:-1]: per row of input 0 (normalised over the last dim).
+    kOutput,    // The shape of output 0.
+    kGroups,    // [x.shape[0], num_groups]: per sample and group (GroupNorm).
   };
   std::string suffix;  // Appended to the node's name: "saved_mean".
   ShapeOf shape_of;

@@ -143,7 +143,8 @@ INSTANTIATE_TEST_SUITE_P(Exports, OnnxForwardTest,
                                            "efficientnet_b0", "squeezenet1_1", "mnasnet0_5",
                                            "vit_test", "swin_test", "maxvit_test", "convnext_test",
                                            "gpt2_test", "activations_test", "arithmetic_test",
-                                           "reduce_test", "matmul_test", "upsample_test"),
+                                           "reduce_test", "matmul_test", "upsample_test",
+                                           "norms_test"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

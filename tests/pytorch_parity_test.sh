@@ -56,4 +56,6 @@ SECTIONS=2 check tiny_reduce 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_redu
 SECTIONS=2 check tiny_matmul 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_matmul.pbtxt"
 # ConvTranspose2D (strided, grouped, output padding) and Resize (bilinear both ways, nearest).
 SECTIONS=2 check tiny_upsample 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_upsample.pbtxt"
+# GroupNorm, an InstanceNorm and the per-pixel loss with ignored pixels.
+SECTIONS=2 check tiny_segmentation 6 --graph "$TEST_SRCDIR/headroom/examples/tiny_segmentation.pbtxt"
 echo "PASS: every model's losses agree with PyTorch's"

@@ -23,10 +23,14 @@ torchvision's own classes (vit_test, swin_test, maxvit_test, convnext_test: the 
 ops at a fraction of the size), gpt2_test, a GPT-2-style language model (token ids in,
 logits [batch, 32, 512] out), activations_test, a small CNN through LeakyReLU, ELU, SELU,
 Softplus, Sqrt, Erf and Mish, and arithmetic_test, one through PReLU, Sub, Div and Pow of
-computed tensors, reduce_test, one through torch.flip, amax, amin and sum over axes, and
-matmul_test, one through torch.matmul with broadcast batch dims and 1-D operands, and
-upsample_test, a small segmentation-style net through ConvTranspose and Resize, for quick
-checks.
+computed tensors, reduce_test, one through torch.flip, amax, amin and sum over axes,
+matmul_test, one through torch.matmul with broadcast batch dims and 1-D operands,
+upsample_test, a small segmentation-style net through ConvTranspose and Resize, and
+norms_test, a small segmentation network through nn.GroupNorm and nn.InstanceNorm2d, for
+quick checks. It also takes torchvision's segmentation models
+(fcn_resnet50, deeplabv3_resnet50, deeplabv3_mobilenet_v3_large, lraspp_mobilenet_v3_large,
+...), built without weights and without their auxiliary classifier; their output is the
+dict's "out", [batch, 21, H, W].
 
 Writes DIR/<model>.onnx; a model over protobuf's 2 GiB limit (vit_h_14, regnet_y_128gf) goes
 to DIR/<model>/model.onnx with its weights in external files beside it, as torch writes them. With --reference N it also writes, per model, DIR/<model>.input.bin
@@ -224,6 +228,29 @@ class UpsampleNet(torch.nn.Module):
         f = self.classifier(f)
         f = F.interpolate(f, size=input_shape, mode="bilinear", align_corners=False)
         return self.head(torch.sigmoid(f).mean(dim=(2, 3)))
+class NormsNet(torch.nn.Module):
+    """A small fully convolutional segmentation network through nn.GroupNorm (exported at
+    opset 17 as Reshape, InstanceNormalization, Reshape, Mul, Add) and
+    nn.InstanceNorm2d(affine=True) (InstanceNormalization), with [N, classes, H/2, W/2]
+    logits, which the importer gives the per-pixel loss."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.gn = torch.nn.GroupNorm(4, 16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.inorm = torch.nn.InstanceNorm2d(16, affine=True)
+        self.classifier = torch.nn.Conv2d(16, classes, 1)
+        # Away from their initial ones and zeros, so that the affine parts are tested.
+        for norm in (self.gn, self.inorm):
+            torch.nn.init.uniform_(norm.weight, 0.5, 1.5)
+            torch.nn.init.uniform_(norm.bias, -0.5, 0.5)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        x = F.relu(self.gn(self.conv1(x)))
+        x = F.relu(self.inorm(self.conv2(x)))
+        return self.classifier(x)
 
 
 def small_models():
@@ -256,7 +283,15 @@ def small_models():
         "reduce_test": (ReduceNet, 32),
         "matmul_test": (MatMulNet, 32),
         "upsample_test": (UpsampleNet, 32),
+        "norms_test": (NormsNet, 32),
     }
+
+
+def segmentation_models():
+    """torchvision 0.14's segmentation models (fcn_resnet50, deeplabv3_mobilenet_v3_large,
+    lraspp_mobilenet_v3_large, ...): built without weights and without the auxiliary
+    classifier, so that the export's one output is the dict's "out", [N, 21, H, W]."""
+    return sorted(models.list_models(module=models.segmentation))
 
 
 # Models whose input must be larger than the default 224 (their stems downsample more).
@@ -278,7 +313,9 @@ def build(name, seed):
                 m.p = 0.0
         return model.train()
     kwargs = {}
-    if name in ("googlenet", "inception_v3"):
+    if name in segmentation_models():
+        kwargs = {"weights_backbone": None, "aux_loss": False}
+    elif name in ("googlenet", "inception_v3"):
         # Without weights torchvision adds auxiliary heads, which training mode would return
         # beside the logits; leave them out.
         kwargs = {"aux_logits": False, "init_weights": True}
@@ -297,7 +334,7 @@ def image_size(name, asked):
     return asked or DEFAULT_SIZE.get(name, 224)
 
 
-def export(model, out, name, size):
+def export(model, out, name, size, batch=1):
     """Writes DIR/<name>.onnx; returns the path of what it wrote.
 
     A model over protobuf's 2 GiB limit comes out of torch as a small model file with one
@@ -307,7 +344,9 @@ def export(model, out, name, size):
     scratch = os.path.join(out, "." + name + ".tmp")
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)
-    example = example_input(name, 1, size, torch.Generator().manual_seed(0))
+    # A batch of one by default; training-mode batch norms over 1x1 maps (deeplabv3's ASPP
+    # pooling) need two samples.
+    example = example_input(name, batch, size, torch.Generator().manual_seed(0))
     source = "ids" if name == "gpt2_test" else "images"
     with torch.no_grad():
         torch.onnx.export(
@@ -356,6 +395,8 @@ def write_reference(model, name, out, size, n, seed):
             m.p = 0.0
     with torch.no_grad():
         y = model(x)
+    if isinstance(y, dict):  # torchvision's segmentation models: {"out": logits}
+        y = y["out"]
     x.numpy().astype("<i8" if name == "gpt2_test" else "<f4").tofile(
         os.path.join(out, name + ".input.bin"))
     y.numpy().astype("<f4").tofile(os.path.join(out, name + ".output.bin"))
@@ -391,7 +432,8 @@ def main():
     names = all_models() if args.all else [n for n in args.models.split(",") if n]
     if not names:
         parser.error("name --models or --all")
-    unknown = sorted(set(names) - set(all_models()) - set(small_models()))
+    unknown = sorted(set(names) - set(all_models()) - set(small_models()) -
+                     set(segmentation_models()))
     if unknown:
         parser.error("not torchvision classification models (nor " +
                      ", ".join(sorted(small_models())) + "): " + ", ".join(unknown))

@@ -272,16 +272,18 @@ OP_DEFAULTS = {
     "ReduceMin": {"axes": [], "keepdims": True},
     "Softmax": {"axis": -1, "scale": 1.0, "causal": False},
     "Embedding": {}, "SoftmaxCrossEntropy": {},
+    "GroupNorm": {"epsilon": 1e-5}, "PixelSoftmaxCrossEntropy": {"ignore_index": -100},
 }
 REQUIRED_ATTRS = {"MaxPool": ("kernel_size",), "AvgPool": ("kernel_size",),
                   "Reshape": ("shape",), "Transpose": ("perm",), "Concat": ("axis",),
                   "Split": ("axis", "sizes"), "Slice": ("axes", "starts", "ends"),
-                  "Expand": ("shape",), "Resize": ("size",)}
+                  "Expand": ("shape",), "Resize": ("size",), "GroupNorm": ("num_groups",)}
 # (fewest, most) inputs; None: any number.
 NUM_INPUTS = {"MatMul": (2, 3), "Conv2D": (2, 3), "ConvTranspose2D": (2, 3), "BatchNorm": (5, 5), "LayerNorm": (3, 3),
               "Add": (2, 2), "Mul": (2, 2), "Sub": (2, 2), "Div": (2, 2), "PReLU": (2, 2),
               "Concat": (1, None),
-              "Embedding": (2, 2), "SoftmaxCrossEntropy": (2, 2)}
+              "Embedding": (2, 2), "SoftmaxCrossEntropy": (2, 2), "GroupNorm": (3, 3),
+              "PixelSoftmaxCrossEntropy": (2, 2)}
 
 
 def _Padding4(attrs):
@@ -463,6 +465,12 @@ def _SoftmaxCrossEntropy(x, attrs, node):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
 
 
+def _PixelSoftmaxCrossEntropy(x, attrs, node):
+    """F.cross_entropy over the classes on axis 1, pixels labelled ignore_index left out."""
+    logits, labels = x
+    return F.cross_entropy(logits, labels.long(), ignore_index=attrs["ignore_index"])
+
+
 OPS = {
     "MatMul": _MatMul,
     "Conv2D": _Conv2D,
@@ -507,6 +515,8 @@ OPS = {
     "Softmax": _Softmax,
     "Embedding": lambda x, a, n: F.embedding(x[0].long(), x[1]),
     "SoftmaxCrossEntropy": _SoftmaxCrossEntropy,
+    "GroupNorm": lambda x, a, n: F.group_norm(x[0], a["num_groups"], x[1], x[2], a["epsilon"]),
+    "PixelSoftmaxCrossEntropy": _PixelSoftmaxCrossEntropy,
 }
 
 

@@ -474,6 +474,27 @@ class TorchReferenceTest(unittest.TestCase):
         attrs = dict(ref.OP_DEFAULTS["Resize"], size=[8, 11], scale_h=1.7, scale_w=1.7)
         self.assertTrue(torch.equal(ref.OPS["Resize"]([x], attrs, node),
                                     F.interpolate(x, scale_factor=1.7, mode="nearest")))
+    def testGroupNormIsItsDefinition(self):
+        node = {"name": "n", "op": "GroupNorm"}
+        x = torch.linspace(-2, 3, 2 * 4 * 3 * 3, dtype=torch.float64).reshape(2, 4, 3, 3) ** 2
+        w = torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=torch.float64)
+        b = torch.tensor([0.0, 0.1, -0.2, 0.3], dtype=torch.float64)
+        y = ref.OPS["GroupNorm"]([x, w, b], {"num_groups": 2, "epsilon": 1e-5}, node)
+        g = x.reshape(2, 2, -1)
+        want = ((g - g.mean(-1, keepdim=True)) /
+                torch.sqrt(g.var(-1, unbiased=False, keepdim=True) + 1e-5)).reshape(x.shape)
+        want = want * w.reshape(4, 1, 1) + b.reshape(4, 1, 1)
+        self.assertTrue(torch.allclose(y, want, rtol=1e-12, atol=1e-12))
+        self.assertIn("num_groups", ref.REQUIRED_ATTRS["GroupNorm"])
+
+    def testPixelSoftmaxCrossEntropyAveragesOverCountedPixels(self):
+        node = {"name": "n", "op": "PixelSoftmaxCrossEntropy"}
+        logits = torch.linspace(-2, 2, 2 * 3 * 2, dtype=torch.float64).reshape(2, 3, 2)
+        labels = torch.tensor([[0, 255], [2, 1]])
+        loss = ref.OPS["PixelSoftmaxCrossEntropy"]([logits, labels], {"ignore_index": 255}, node)
+        logp = torch.log_softmax(logits, dim=1)
+        want = -(logp[0, 0, 0] + logp[1, 2, 0] + logp[1, 1, 1]) / 3
+        self.assertTrue(torch.allclose(loss, want, rtol=1e-12, atol=0))
 
     def testOtherOpsTrain(self):
         d = BuildTransformerBlock().Write(self.Dir("block"))

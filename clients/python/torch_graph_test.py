@@ -325,6 +325,18 @@ class TorchGraphTest(unittest.TestCase):
             graph_from_module(nn.Sequential(nn.Upsample(scale_factor=2, mode="bicubic")),
                               torch.randn(1, 2, 4, 4))
         self.assertIn("nn.Upsample(mode='bicubic')", str(caught.exception))
+    def test_group_and_instance_norm(self):
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.ReLU(),
+                              nn.InstanceNorm2d(8, affine=True, eps=1e-3), nn.Flatten(),
+                              nn.Linear(8 * 36, 5))
+        graph = graph_from_module(model, torch.randn(2, 3, 6, 6))
+        norms = [n for n in graph.nodes if n.op == "GroupNorm"]
+        self.assertEqual([n.attrs["num_groups"].i for n in norms], [4, 8])
+        self.assertAlmostEqual(norms[1].attrs["epsilon"].f, 1e-3)
+        self.check_with_cli(model, graph, "norms.pbtxt")
+        with self.assertRaises(UnsupportedOpsError) as caught:
+            graph_from_module(nn.Sequential(nn.InstanceNorm2d(3)), torch.randn(2, 3, 4, 4))
+        self.assertIn("affine=False", str(caught.exception))
 
     def test_integer_inputs_and_per_token_logits(self):
         model = Tagger()

@@ -92,6 +92,8 @@ void RegisterResizeKernels(KernelTable* table);
 
 // cpu_reduce_kernels.cc: ReduceSum, ReduceMax, ReduceMin.
 void RegisterReduceKernels(KernelTable* table);
+// cpu_segmentation_kernels.cc: GroupNorm and PixelSoftmaxCrossEntropy.
+void RegisterSegmentationKernels(KernelTable* table);
 
 // cpu_loop_kernels.cc: optimizer steps and gradient sums.
 absl::Status RunUpdate(CpuContext& ctx, const UpdateArgs& args);

@@ -16,6 +16,7 @@ const KernelTable& Table() {
     RegisterLoopKernels(t);
     RegisterReduceKernels(t);
     RegisterResizeKernels(t);
+    RegisterSegmentationKernels(t);
     return t;
   }();
   return *table;

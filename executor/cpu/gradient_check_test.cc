@@ -330,6 +330,9 @@ std::vector<GradCase> ReductionCases() {
                {{"axes", Is({0, 2})}, {"keepdims", B(false)}},
                {Uniform({3, 2, 4}, 182)}});
   c.push_back({"ReduceMin", "ReduceMin", {{"axes", Is({-1})}}, {Uniform({3, 5}, 183)}});
+  return c;
+}
+
 // Resize (nearest and bilinear, up and down, sizes and scale factors) and ConvTranspose2D.
 std::vector<GradCase> ResizeAndTransposedConvCases() {
   std::vector<GradCase> c;
@@ -371,11 +374,37 @@ std::vector<GradCase> ResizeAndTransposedConvCases() {
   return c;
 }
 
+// Segmentation kernels: GroupNorm (InstanceNorm as a group per channel) and the pixel loss,
+// with ignored pixels (255) and int32 or int64 labels.
+std::vector<GradCase> SegmentationCases() {
+  std::vector<GradCase> c;
+  c.push_back(
+      {"GroupNorm",
+       "GroupNorm",
+       {{"num_groups", I(2)}},
+       {Uniform({2, 4, 3, 2}, 180, -2, 2), Uniform({4}, 181, 0.5f, 1.5f), Uniform({4}, 182)}});
+  c.push_back({"GroupNormInstance",
+               "GroupNorm",
+               {{"num_groups", I(3)}, {"epsilon", F(1e-3)}},
+               {Uniform({2, 3, 5}, 183, -2, 2), Uniform({3}, 184, 0.5f, 1.5f), Uniform({3}, 185)}});
+  c.push_back({"PixelSoftmaxCrossEntropy",
+               "PixelSoftmaxCrossEntropy",
+               {{"ignore_index", I(255)}},
+               {Uniform({2, 3, 2, 2}, 186, -2, 2),
+                Ints({2, 2, 2}, {0, 2, 255, 1, 2, 255, 0, 1}, proto::DTYPE_INT64)}});
+  c.push_back(
+      {"PixelSoftmaxCrossEntropyInt32",
+       "PixelSoftmaxCrossEntropy",
+       {},
+       {Uniform({2, 4, 3}, 187, -2, 2), Ints({2, 3}, {3, 0, -100, 1, 2, 2}, proto::DTYPE_INT32)}});
+  return c;
+}
+
 std::vector<GradCase> Cases() {
   std::vector<GradCase> all;
   for (std::vector<GradCase> (*group)() :
        {DnnlCases, ElementwiseLoopCases, BroadcastAndLayoutCases, RowLoopCases, ReductionCases,
-        ResizeAndTransposedConvCases}) {
+        ResizeAndTransposedConvCases, SegmentationCases}) {
     for (GradCase& c : group()) all.push_back(std::move(c));
   }
   return all;
@@ -442,6 +471,9 @@ std::string CaseSetup(const GradCase& c, CaseState* s) {
         break;
       case SavedState::ShapeOf::kOutput:
         shape = ictx.output_shapes[0];
+        break;
+      case SavedState::ShapeOf::kGroups:
+        shape = {x[0], s->attrs.Int("num_groups")};
         break;
     }
     s->saved.emplace_back(shape,

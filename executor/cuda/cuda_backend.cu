@@ -79,6 +79,7 @@ const KernelTable& Table() {
     RegisterRowKernels(t);
     RegisterReduceKernels(t);
     RegisterResizeKernels(t);
+    RegisterSegmentationKernels(t);
     return t;
   }();
   return *table;

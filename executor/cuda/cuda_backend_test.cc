@@ -1392,6 +1392,77 @@ TEST_F(CudaBackendTest, SoftmaxCrossEntropy) {
   ExpectNear(Get(bwd.input_grads[0]), want, "dlogits");
 }
 
+TEST_F(CudaBackendTest, GroupNormTwoGroups) {
+  // x[2, 4, 3, 5] in 2 groups of 2 channels; CheckOp takes the gradients by finite
+  // differences of the reference.
+  std::mt19937 rng(23);
+  const int64_t n = 2, c = 4, groups = 2, spatial = 15, m = c / groups * spatial;
+  const double eps = 1e-5;
+  OpCase k;
+  k.op = "GroupNorm";
+  k.attrs = AttrsOf("GroupNorm", {{"num_groups", Int(groups)}});
+  k.input_shapes = {{n, c, 3, 5}, {c}, {c}};
+  k.inputs = {Random(n * c * spatial, rng, -2, 2), Random(c, rng, 0.5, 1.5), Random(c, rng)};
+  k.output_shapes = {{n, c, 3, 5}};
+  k.saved_shapes = {{n, groups}, {n, groups}};
+  k.reference = [&](const std::vector<Values>& in) {
+    Values y(n * c * spatial);
+    for (int64_t r = 0; r < n * groups; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < m; ++i) mean += in[0][r * m + i] / m;
+      for (int64_t i = 0; i < m; ++i) var += std::pow(in[0][r * m + i] - mean, 2) / m;
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t ch = (r % groups) * (c / groups) + i / spatial;
+        y[r * m + i] = (in[0][r * m + i] - mean) / std::sqrt(var + eps) * in[1][ch] + in[2][ch];
+      }
+    }
+    return std::vector<Values>{y};
+  };
+  k.grad_inputs = {true, true, true};
+  CheckOp(k);
+}
+
+TEST_F(CudaBackendTest, PixelSoftmaxCrossEntropyIgnoresVoidPixels) {
+  // logits[2, 3, 2, 2], labels[2, 2, 2] with two pixels labelled 255.
+  std::mt19937 rng(24);
+  const int64_t classes = 3, pixels = 4, total = 8;
+  const std::vector<float> logits = Random(2 * classes * pixels, rng, -3, 3);
+  const std::vector<int64_t> labels = {0, 2, 255, 1, 2, 255, 0, 1};
+  graph::Attrs attrs = AttrsOf("PixelSoftmaxCrossEntropy", {{"ignore_index", Int(255)}});
+  ForwardArgs fwd;
+  fwd.op = "PixelSoftmaxCrossEntropy";
+  fwd.attrs = &attrs;
+  fwd.inputs = {Put({2, classes, 2, 2}, logits), PutIds<int64_t>({2, 2, 2}, labels)};
+  fwd.outputs = {Alloc({})};
+  ASSERT_TRUE(backend_->Forward(fwd).ok());
+  double loss = 0;
+  const int counted = 6;
+  Values want(2 * classes * pixels, 0.0);
+  for (int64_t i = 0; i < total; ++i) {
+    if (labels[i] == 255) continue;
+    const int64_t base = (i / pixels) * classes * pixels + i % pixels;
+    double mx = -INFINITY, s = 0;
+    for (int64_t k = 0; k < classes; ++k) mx = std::max<double>(mx, logits[base + k * pixels]);
+    for (int64_t k = 0; k < classes; ++k) s += std::exp(logits[base + k * pixels] - mx);
+    loss += (mx + std::log(s) - logits[base + labels[i] * pixels]) / counted;
+    for (int64_t k = 0; k < classes; ++k) {
+      want[base + k * pixels] =
+          (std::exp(logits[base + k * pixels] - mx) / s - (k == labels[i] ? 1.0 : 0.0)) * 2.0 /
+          counted;
+    }
+  }
+  ExpectNear(Get(fwd.outputs[0]), {loss}, "loss");
+  BackwardArgs bwd;
+  bwd.op = "PixelSoftmaxCrossEntropy";
+  bwd.attrs = &attrs;
+  bwd.inputs = fwd.inputs;
+  bwd.outputs = {TensorView{nullptr, {}}};
+  bwd.output_grads = {Put({}, {2.0f})};
+  bwd.input_grads = {Alloc({2, classes, 2, 2}), TensorView{nullptr, {2, 2, 2}, proto::DTYPE_INT64}};
+  ASSERT_TRUE(backend_->Backward(bwd).ok());
+  ExpectNear(Get(bwd.input_grads[0]), want, "dlogits");
+}
+
 TEST_F(CudaBackendTest, BackwardWithoutIncomingGradientWritesZeros) {
   graph::Attrs attrs = AttrsOf("Tanh");
   BackwardArgs bwd;

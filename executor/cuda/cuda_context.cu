@@ -16,13 +16,15 @@ constexpr uint64_t kWorkspaceGranule = uint64_t{1} << 20;
 
 uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
-// slot[0] = the smallest flat index whose id lies outside [0, limit).
+// slot[0] = the smallest flat index whose id lies outside [0, limit) and is not `exempt`.
 template <typename Id>
-__global__ void FindOutOfRangeKernel(const Id* ids, int64_t n, int64_t limit,
+__global__ void FindOutOfRangeKernel(const Id* ids, int64_t n, int64_t limit, int64_t exempt,
                                      unsigned long long* first) {
   GRID_STRIDE_LOOP(i, n) {
     const int64_t v = static_cast<int64_t>(ids[i]);
-    if (v < 0 || v >= limit) atomicMin(first, static_cast<unsigned long long>(i));
+    if ((v < 0 || v >= limit) && v != exempt) {
+      atomicMin(first, static_cast<unsigned long long>(i));
+    }
   }
 }
 
@@ -34,9 +36,9 @@ __global__ void RecordOutOfRangeKernel(const Id* ids, int64_t* slot) {
 
 template <typename Id>
 absl::Status LaunchIndexCheck(cudaStream_t stream, const Id* ids, int64_t n, int64_t limit,
-                              int64_t* slot) {
+                              int64_t exempt, int64_t* slot) {
   FindOutOfRangeKernel<<<GridFor(n), kThreads, 0, stream>>>(
-      ids, n, limit, reinterpret_cast<unsigned long long*>(slot));
+      ids, n, limit, exempt, reinterpret_cast<unsigned long long*>(slot));
   HR_CUDA_LAUNCHED("FindOutOfRangeKernel");
   RecordOutOfRangeKernel<<<1, 1, 0, stream>>>(ids, slot);
   HR_CUDA_LAUNCHED("RecordOutOfRangeKernel");
@@ -68,7 +70,7 @@ absl::Status CudaContext::AllocateIndexSlots() {
 }
 
 absl::Status CudaContext::CheckIndices(const TensorView& ids, int64_t limit, std::string what,
-                                       std::string of) {
+                                       std::string of, int64_t exempt) {
   if (ids.dtype != proto::DTYPE_INT32 && ids.dtype != proto::DTYPE_INT64) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " has dtype ", graph::DTypeName(ids.dtype), ", needs int32 or int64"));
@@ -81,9 +83,9 @@ absl::Status CudaContext::CheckIndices(const TensorView& ids, int64_t limit, std
   }
   int64_t* slot = index_slots + 2 * pending_index_checks.size();
   if (ids.dtype == proto::DTYPE_INT32) {
-    RETURN_IF_ERROR(LaunchIndexCheck(compute, ids.i32(), n, limit, slot));
+    RETURN_IF_ERROR(LaunchIndexCheck(compute, ids.i32(), n, limit, exempt, slot));
   } else {
-    RETURN_IF_ERROR(LaunchIndexCheck(compute, ids.i64(), n, limit, slot));
+    RETURN_IF_ERROR(LaunchIndexCheck(compute, ids.i64(), n, limit, exempt, slot));
   }
   pending_index_checks.push_back(
       {absl::StrCat(what, " ", graph::ShapeString(ids.shape)), limit, std::move(of)});

@@ -127,8 +127,11 @@ struct CudaContext {
 
   // Allocates and clears the index slots (once, at Init()).
   absl::Status AllocateIndexSlots();
-  // Issues a check that every element of `ids` (int32 or int64) lies in [0, limit).
-  absl::Status CheckIndices(const TensorView& ids, int64_t limit, std::string what, std::string of);
+  // Issues a check that every element of `ids` (int32 or int64) lies in [0, limit) or equals
+  // `exempt` (a loss's ignore_index; by default no id).
+  static constexpr int64_t kNoExemptId = INT64_MIN;
+  absl::Status CheckIndices(const TensorView& ids, int64_t limit, std::string what, std::string of,
+                            int64_t exempt = kNoExemptId);
   // Returns the first failed check issued since the last call, and clears them all.
   // REQUIRES: the compute stream is idle.
   absl::Status CollectIndexChecks();
@@ -166,6 +169,8 @@ void RegisterResizeKernels(KernelTable* table);
 
 // cuda_reduce_kernels.cu: ReduceSum, ReduceMax, ReduceMin.
 void RegisterReduceKernels(KernelTable* table);
+// cuda_segmentation_kernels.cu: GroupNorm, PixelSoftmaxCrossEntropy.
+void RegisterSegmentationKernels(KernelTable* table);
 
 // cuda_elementwise_kernels.cu: optimizer steps, gradient sums and fills.
 absl::Status RunUpdate(CudaContext& ctx, const UpdateArgs& args);

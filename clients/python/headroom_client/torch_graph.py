@@ -39,6 +39,8 @@ shape. Each traced op becomes one of Headroom's ops (`headroom ops` lists them):
     nn.PReLU                      PReLU (the slope [C] reshaped to [C, 1, ...] for channels)
     nn.Dropout, F.dropout         Dropout (nothing when p is 0 or training is off)
     nn.LayerNorm (last dim)       LayerNorm
+    nn.GroupNorm (affine)         GroupNorm
+    nn.InstanceNorm1d/2d          GroupNorm with a group per channel (affine, no running stats)
     nn.Softmax, F.softmax         Softmax
     nn.Embedding                  Embedding
     torch.cat                     Concat
@@ -248,6 +250,8 @@ class _Converter:
             (nn.Flatten, lambda n, m: self._flatten(n, m.start_dim, m.end_dim)),
             (nn.Dropout, lambda n, m: self._dropout(n, m.p, True)),
             (nn.LayerNorm, self._layer_norm),
+            (nn.GroupNorm, self._group_norm),
+            ((nn.InstanceNorm1d, nn.InstanceNorm2d), self._instance_norm),
             (nn.Softmax, lambda n, m: self._softmax(n, m.dim)),
             (nn.Embedding, self._embedding),
             (nn.Identity, lambda n, m: self._alias(n)),
@@ -623,6 +627,24 @@ class _Converter:
         self._emit(node, "LayerNorm",
                    [self._input(node), self._parameter(m.weight), self._parameter(m.bias)],
                    epsilon=float(m.eps))
+
+    def _group_norm(self, node, m):
+        if not m.affine:
+            raise _Unsupported("nn.GroupNorm(affine=False)")
+        self._emit(node, "GroupNorm",
+                   [self._input(node), self._parameter(m.weight), self._parameter(m.bias)],
+                   num_groups=int(m.num_groups), epsilon=float(m.eps))
+
+    def _instance_norm(self, node, m):
+        """InstanceNorm is GroupNorm with a group per channel (batch statistics only)."""
+        label = self._label(node)
+        if not m.affine or m.track_running_stats:
+            raise _Unsupported(f"{label}(affine=False or track_running_stats=True)")
+        if len(self._in_shape(node)) < 3:
+            raise _Unsupported(f"{label} of an input without a batch dimension")
+        self._emit(node, "GroupNorm",
+                   [self._input(node), self._parameter(m.weight), self._parameter(m.bias)],
+                   num_groups=int(m.num_features), epsilon=float(m.eps))
 
     def _embedding(self, node, m):
         if m.padding_idx is not None or m.max_norm is not None:
