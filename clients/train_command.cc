@@ -23,6 +23,7 @@
 #include "graph/graph.h"
 #include "graph/summary.h"
 #include "profiler/process_memory.h"
+#include "util/file_io.h"
 #include "util/json_writer.h"
 #include "util/median.h"
 #include "util/status_macros.h"
@@ -120,6 +121,11 @@ struct TrainCommand {
                  int64_t steps, std::ostream& out) const;
   absl::Status ExportInputs(executor::Trainer& trainer, const graph::Graph& g,
                             const executor::TrainerOptions& options) const;
+  // With --dataset: the graph and initial state, then data_order.bin (int64, every step's
+  // items in order) and learning_rates.bin (float64, every step's rate).
+  absl::Status ExportFitInputs(executor::Trainer& trainer, const graph::Graph& g,
+                               const executor::TrainerOptions& options,
+                               const LoadedData& sets) const;
   absl::Status Train(executor::Trainer& trainer, TrainTotals& totals, std::ostream& out) const;
   void PrintSummary(const executor::Trainer& trainer, const graph::Graph& g,
                     const TrainTotals& totals, const FitTotals* fit,
@@ -237,10 +243,10 @@ absl::Status TrainCommand::CheckDataFlags() const {
     return absl::InvalidArgumentError(
         "--steps is the synthetic task's; with --dataset give --epochs");
   }
-  if (!export_dir.empty()) {
+  if (!export_dir.empty() && (data.crop_padding > 0 || data.flip || !data.resume.empty())) {
     return absl::InvalidArgumentError(
-        "--export writes the synthetic task's batches; it does "
-        "not go with --dataset");
+        "--export with --dataset writes the order of the items and the rates from step 0: not "
+        "with augmentation (--crop-padding, --flip) or --resume");
   }
   if (data.dataset != "fashion-mnist" && data.eval_every > 0 && data.validation_fraction == 0) {
     return absl::InvalidArgumentError(
@@ -435,6 +441,36 @@ void TrainCommand::PrintFitSummary(const FitTotals& fit, const TrainTotals& tota
   }
 }
 
+absl::Status TrainCommand::ExportFitInputs(executor::Trainer& trainer, const graph::Graph& g,
+                                           const executor::TrainerOptions& options,
+                                           const LoadedData& sets) const {
+  executor::ReferenceRun reference;
+  reference.optimizer = options.optimizer;
+  reference.optimizer_params = options.optimizer_params;
+  ASSIGN_OR_RETURN(reference.initial_state, trainer.State());
+  RETURN_IF_ERROR(executor::WriteReferenceInputs(export_dir, g, reference));
+  ASSIGN_OR_RETURN(const executor::ImageTask task, executor::ImageTask::Create(g, sets.train));
+  const int64_t batches =
+      data::BatchesPerEpoch(static_cast<int64_t>(sets.train_items.size()), task.batch);
+  ASSIGN_OR_RETURN(const executor::LearningRateSchedule schedule,
+                   executor::ScheduleNamed(data.lr_schedule, options.optimizer_params.learning_rate,
+                                           data.epochs * batches, data.warmup_steps));
+  std::string order, rates;
+  for (int64_t e = 0; e < data.epochs; ++e) {
+    const std::vector<int64_t> permutation =
+        data::EpochPermutation(sets.train_items, static_cast<uint64_t>(run.seed), e);
+    for (int64_t b = 0; b < batches; ++b) {
+      ASSIGN_OR_RETURN(absl::Span<const int64_t> items,
+                       data::RankBatch(permutation, b, task.batch, 0, 1));
+      order.append(reinterpret_cast<const char*>(items.data()), items.size() * sizeof(int64_t));
+      const double rate = schedule.RateAt(e * batches + b);
+      rates.append(reinterpret_cast<const char*>(&rate), sizeof(rate));
+    }
+  }
+  RETURN_IF_ERROR(WriteFileContents(export_dir + "/data_order.bin", order, "data order"));
+  return WriteFileContents(export_dir + "/learning_rates.bin", rates, "learning rates");
+}
+
 absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals,
                                  std::ostream& out) const {
   for (int64_t s = 0; s < run.steps; ++s) {
@@ -551,7 +587,9 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
     PrintPlan(*trainer, g, totals, sets.has_value() ? -1 : run.steps, io.out);
   }
   if (!export_dir.empty()) {
-    if (absl::Status s = ExportInputs(*trainer, g, options); !s.ok()) {
+    absl::Status s = sets.has_value() ? ExportFitInputs(*trainer, g, options, *sets)
+                                      : ExportInputs(*trainer, g, options);
+    if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("--export: ", s.message()));
     }
   }

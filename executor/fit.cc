@@ -107,16 +107,7 @@ absl::Status FitLoop::Resume(const std::string& path) {
                                                    c.epoch, " batch ", c.batch, " is outside ",
                                                    batches_per_epoch_, " batches per epoch"));
   }
-  // 2. Each callback's state, before anything changes.
-  for (const auto& [name, state] : c.callbacks) {
-    auto it = std::find_if(callbacks_.begin(), callbacks_.end(),
-                           [&](const auto& cb) { return cb->name() == name; });
-    if (it == callbacks_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path,
-                                                     "' holds the state of callback '", name,
-                                                     "', which this run does not have"));
-    }
-  }
+  // 2. The trainer, then each callback's state (a callback this run lacks is left out).
   std::vector<StateTensorView> views;
   for (const HostTensor& t : c.tensors) views.push_back({t.name, t.shape, t.dtype, t.bytes});
   RETURN_IF_ERROR(trainer_->RestoreState(c.steps_run, views));

@@ -113,8 +113,9 @@ class FitLoop {
       std::vector<std::unique_ptr<Callback>> callbacks);
 
   // Sets the trainer, position, metrics and callbacks from checkpoint file `path`.
-  // REQUIRES: before Run(). InvalidArgument for a checkpoint of another order (seed,
-  // batch, ranks), another model's state, or an unknown callback; the reader's errors.
+  // REQUIRES: before Run(). The state of a callback this run does not have (a resume
+  // without checkpoints) is left out. InvalidArgument for a checkpoint of another order
+  // (seed, batch, ranks) or another model's state; the reader's and callbacks' errors.
   absl::Status Resume(const std::string& path);
 
   // Runs the epochs from the position on. The first error of a step or a hook.
