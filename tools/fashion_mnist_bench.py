@@ -35,7 +35,11 @@ import tempfile
 import time
 
 import numpy as np
-import torch
+
+# As headroom does (util/openmp_wait.h): threads that wait sleep instead of spinning, which on
+# shared cores keeps a waiting thread from taking the core its partner needs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -143,6 +147,9 @@ def RunTorch(args, export_dir):
             for group in model.optimizer.param_groups:
                 group["lr"] = float(rates[s])
             model.Step(Batch(train_x, train_y, order[s]))
+            if (s + 1) % 200 == 0:
+                print("  torch    step %d/%d, %.1f s" % (s + 1, steps, time.perf_counter() - start),
+                      flush=True)
         train_seconds = time.perf_counter() - start
         loss, accuracy = Evaluate()
         epochs.append({"epoch": e, "eval_loss": loss, "eval_accuracy": accuracy,
