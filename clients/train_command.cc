@@ -1,20 +1,29 @@
 #include "clients/train_command.h"
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/command_flags.h"
 #include "clients/remote_text.h"
+#include "data/epoch_order.h"
+#include "data/image_dataset.h"
 #include "executor/backend.h"
 #include "executor/backends.h"
+#include "executor/callbacks.h"
+#include "executor/fit.h"
+#include "executor/lr_schedule.h"
 #include "executor/reference_export.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
 #include "profiler/process_memory.h"
+#include "util/file_io.h"
 #include "util/json_writer.h"
 #include "util/median.h"
 #include "util/status_macros.h"
@@ -39,6 +48,47 @@ struct TrainTotals {
   uint64_t workspace = 0;
 };
 
+// Training on real data instead of the synthetic task: --dataset and what goes with it.
+struct DataFlags {
+  std::string dataset;  // "fashion-mnist" or a dataset directory (docs/data.md)
+  int64_t epochs = 1;
+  double validation_fraction = 0;
+  int64_t eval_every = 1;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t crop_padding = 0;
+  bool flip = false;
+  int64_t prefetch = 2;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every_steps = 0;
+  int64_t checkpoint_every_epochs = 1;
+  int64_t keep_last = 3;
+  std::string resume;
+  int64_t early_stop_patience = 0;
+  std::string early_stop_metric = "eval_loss";
+  double early_stop_min_delta = 0;
+  double progress_seconds = 10;
+};
+
+// The sets a run on real data reads: the training set and where its held-out items are.
+struct LoadedData {
+  data::ImageDataset train;
+  std::vector<int64_t> train_items;
+  // The held-out set (the test part, or `train` itself for a validation split) and items.
+  std::optional<data::ImageDataset> test;
+  std::vector<int64_t> held_out_items;
+  const data::ImageDataset& held_out() const { return test.has_value() ? *test : train; }
+};
+
+// What a run on real data did beyond the steps (TrainTotals).
+struct FitTotals {
+  executor::FitSummary summary;
+  std::optional<executor::EvalMetrics> eval;
+  double eval_seconds = 0;
+  double checkpoint_seconds = 0;
+  int64_t batches_per_epoch = 0;
+};
+
 struct TrainCommand {
   ModelFlags model;
   PlanFlags plan;
@@ -46,24 +96,44 @@ struct TrainCommand {
   LocalPlanFlags local;
   bool json = false;
   std::string export_dir;
+  DataFlags data;
+  // The command (to ask which flags were given).
+  const CLI::App* app = nullptr;
   // What importing --onnx found (set by Run()).
   ImportNotes notes;
 
   absl::Status Run(const CommandIo& io);
 
  private:
-  void PrintPlan(const executor::Trainer& trainer, const graph::Graph& g,
-                 const TrainTotals& totals, std::ostream& out) const;
+  // Returns an error naming the flag where the data flags do not go together.
+  absl::Status CheckDataFlags() const;
+  absl::StatusOr<LoadedData> LoadData() const;
+  // Returns the callbacks of the run, in order (the checkpoint writer last).
+  absl::StatusOr<std::vector<std::unique_ptr<executor::Callback>>> MakeCallbacks(
+      const LoadedData& sets, int64_t total_steps, double base_rate, TrainTotals& totals,
+      const CommandIo& io) const;
+  absl::Status Fit(executor::Trainer& trainer, const graph::Graph& g, const LoadedData& sets,
+                   double base_rate, TrainTotals& totals, FitTotals& fit,
+                   const CommandIo& io) const;
+  void PrintFitSummary(const FitTotals& fit, const TrainTotals& totals, JsonWriter* w,
+                       std::ostream& out) const;
+  void PrintPlan(const executor::Trainer& trainer, const graph::Graph& g, const TrainTotals& totals,
+                 int64_t steps, std::ostream& out) const;
   absl::Status ExportInputs(executor::Trainer& trainer, const graph::Graph& g,
                             const executor::TrainerOptions& options) const;
+  // With --dataset: the graph and initial state, then data_order.bin (int64, every step's
+  // items in order) and learning_rates.bin (float64, every step's rate).
+  absl::Status ExportFitInputs(executor::Trainer& trainer, const graph::Graph& g,
+                               const executor::TrainerOptions& options,
+                               const LoadedData& sets) const;
   absl::Status Train(executor::Trainer& trainer, TrainTotals& totals, std::ostream& out) const;
   void PrintSummary(const executor::Trainer& trainer, const graph::Graph& g,
-                    const TrainTotals& totals, const proto::ProcessMemory& process,
-                    std::ostream& out) const;
+                    const TrainTotals& totals, const FitTotals* fit,
+                    const proto::ProcessMemory& process, std::ostream& out) const;
 };
 
 void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Graph& g,
-                             const TrainTotals& totals, std::ostream& out) const {
+                             const TrainTotals& totals, int64_t steps, std::ostream& out) const {
   const planner::SectionPlan& plan = trainer.plan();
   int recomputed = 0, offloaded = 0;
   for (const planner::SectionInfo& s : plan.step->sections) {
@@ -71,10 +141,13 @@ void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Grap
     for (const planner::CachedInput& c : s.boundary) offloaded += c.offloaded ? 1 : 0;
   }
   out << absl::StrFormat(
-      "training %s on %s: %d steps, plan '%s' with %d section(s), %d node(s) recomputed, "
+      "training %s on %s: %s, plan '%s' with %d section(s), %d node(s) recomputed, "
       "%d tensor(s) offloaded; predicted peak %s%s\n",
-      g.name(), run.backend, run.steps, plan.strategy, plan.step->sections.size(), recomputed,
-      offloaded, graph::HumanBytes(plan.peak_bytes),
+      g.name(), run.backend,
+      steps >= 0 ? absl::StrCat(steps, " steps")
+                 : absl::StrCat(data.dataset, ", ", data.epochs, " epoch(s)"),
+      plan.strategy, plan.step->sections.size(), recomputed, offloaded,
+      graph::HumanBytes(plan.peak_bytes),
       totals.budget > 0
           ? absl::StrCat(" (budget ", graph::HumanBytes(totals.budget),
                          totals.fixed_device > 0
@@ -93,6 +166,309 @@ absl::Status TrainCommand::ExportInputs(executor::Trainer& trainer, const graph:
   ASSIGN_OR_RETURN(reference.initial_state, trainer.State());
   for (int64_t s = 0; s < run.steps; ++s) reference.batches.push_back(trainer.task().Batch(s));
   return executor::WriteReferenceInputs(export_dir, g, reference);
+}
+
+// Reports each step into the run's totals and prints a line (or a JSON object) per epoch.
+class EpochReport : public executor::Callback {
+ public:
+  EpochReport(TrainTotals* totals, bool json, std::ostream* out)
+      : totals_(totals), json_(json), out_(out) {}
+  std::string name() const override { return "epoch_report"; }
+
+  absl::Status OnEpochBegin(executor::FitLoop&, int64_t) override {
+    epoch_start_ = std::chrono::steady_clock::now();
+    return absl::OkStatus();
+  }
+  absl::Status OnStepEnd(executor::FitLoop&, const executor::StepResult& r) override {
+    totals_->losses.push_back(r.loss);
+    totals_->seconds.push_back(r.seconds);
+    totals_->measured_peak = std::max(totals_->measured_peak, r.arena_high_water_bytes);
+    totals_->offloaded += r.offloaded_bytes;
+    totals_->copy_wait += r.copy_wait_seconds;
+    return absl::OkStatus();
+  }
+  absl::Status OnEpochEnd(executor::FitLoop& fit, int64_t epoch) override {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
+    const executor::Metric* train = fit.FindMetric("train_loss");
+    const executor::Metric* loss = fit.FindMetric("eval_loss");
+    const executor::Metric* accuracy = fit.FindMetric("eval_accuracy");
+    const bool evaluated = loss != nullptr && loss->epoch == epoch;
+    if (json_) {
+      JsonWriter w;
+      w.BeginObject().Key("epoch").Int(epoch).Key("steps_run").Int(fit.trainer().steps_run());
+      w.Key("train_loss").Double(train->value);
+      if (evaluated) {
+        w.Key("eval_loss").Double(loss->value).Key("eval_accuracy").Double(accuracy->value);
+      }
+      w.Key("epoch_seconds").Double(seconds).EndObject();
+      *out_ << w.str() << "\n" << std::flush;
+      return absl::OkStatus();
+    }
+    *out_ << absl::StrFormat("epoch %d/%d: train loss %.5f", epoch + 1, fit.epochs(), train->value);
+    if (evaluated) {
+      *out_ << absl::StrFormat(", eval loss %.5f, eval accuracy %.2f%%", loss->value,
+                               100 * accuracy->value);
+    }
+    *out_ << absl::StrFormat(", %.1f s\n", seconds) << std::flush;
+    return absl::OkStatus();
+  }
+
+ private:
+  TrainTotals* const totals_;
+  const bool json_;
+  std::ostream* const out_;
+  std::chrono::steady_clock::time_point epoch_start_ = std::chrono::steady_clock::now();
+};
+
+bool Given(const CLI::App* app, const std::string& flag) {
+  return app != nullptr && app->count(flag) > 0;
+}
+
+absl::Status TrainCommand::CheckDataFlags() const {
+  if (data.dataset.empty()) {
+    for (const char* flag :
+         {"--epochs", "--validation-fraction", "--eval-every", "--lr-schedule", "--warmup-steps",
+          "--crop-padding", "--flip", "--prefetch", "--checkpoint-dir", "--checkpoint-every-steps",
+          "--checkpoint-every-epochs", "--keep-last", "--resume", "--early-stop-patience",
+          "--early-stop-metric", "--early-stop-min-delta", "--progress-seconds"}) {
+      if (Given(app, flag)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " applies to training on a --dataset"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (Given(app, "--steps")) {
+    return absl::InvalidArgumentError(
+        "--steps is the synthetic task's; with --dataset give --epochs");
+  }
+  if (!export_dir.empty() && (data.crop_padding > 0 || data.flip || !data.resume.empty())) {
+    return absl::InvalidArgumentError(
+        "--export with --dataset writes the order of the items and the rates from step 0: not "
+        "with augmentation (--crop-padding, --flip) or --resume");
+  }
+  if (data.dataset != "fashion-mnist" && data.eval_every > 0 && data.validation_fraction == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset '", data.dataset,
+                     "' has no test part to evaluate on: give "
+                     "--validation-fraction F (held out from it) or --eval-every 0"));
+  }
+  if (data.checkpoint_dir.empty()) {
+    for (const char* flag :
+         {"--checkpoint-every-steps", "--checkpoint-every-epochs", "--keep-last"}) {
+      if (Given(app, flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, " needs --checkpoint-dir"));
+      }
+    }
+  }
+  if (data.early_stop_patience > 0 && data.eval_every == 0 &&
+      data.early_stop_metric != "train_loss") {
+    return absl::InvalidArgumentError(absl::StrCat("--early-stop-metric ", data.early_stop_metric,
+                                                   " is measured by evaluation: not with "
+                                                   "--eval-every 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedData> TrainCommand::LoadData() const {
+  const bool fashion = data.dataset == "fashion-mnist";
+  absl::StatusOr<data::ImageDataset> train =
+      fashion ? data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTrain)
+              : data::ImageDataset::LoadDirectory(data.dataset);
+  if (!train.ok()) {
+    return absl::Status(train.status().code(),
+                        absl::StrCat("--dataset: ", train.status().message()));
+  }
+  LoadedData sets{*std::move(train), {}, std::nullopt, {}};
+  if (data.validation_fraction > 0) {
+    ASSIGN_OR_RETURN(data::TrainValidationSplit split,
+                     data::SplitTrainValidation(sets.train.size(), data.validation_fraction,
+                                                static_cast<uint64_t>(run.seed)));
+    sets.train_items = std::move(split.train);
+    sets.held_out_items = std::move(split.validation);
+    return sets;
+  }
+  sets.train_items.resize(sets.train.size());
+  for (int64_t i = 0; i < sets.train.size(); ++i) sets.train_items[i] = i;
+  if (fashion && data.eval_every > 0) {
+    ASSIGN_OR_RETURN(sets.test,
+                     data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTest));
+    sets.held_out_items.resize(sets.test->size());
+    for (int64_t i = 0; i < sets.test->size(); ++i) sets.held_out_items[i] = i;
+  }
+  return sets;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<executor::Callback>>> TrainCommand::MakeCallbacks(
+    const LoadedData& sets, int64_t total_steps, double base_rate, TrainTotals& totals,
+    const CommandIo& io) const {
+  std::vector<std::unique_ptr<executor::Callback>> callbacks;
+  absl::StatusOr<executor::LearningRateSchedule> schedule =
+      executor::ScheduleNamed(data.lr_schedule, base_rate, total_steps, data.warmup_steps);
+  if (!schedule.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--lr-schedule: ", schedule.status().message()));
+  }
+  callbacks.push_back(std::make_unique<executor::LearningRateCallback>(*schedule));
+  if (data.eval_every > 0) {
+    callbacks.push_back(std::make_unique<executor::EvaluationCallback>(
+        &sets.held_out(), sets.held_out_items, data.eval_every));
+  }
+  if (data.early_stop_patience > 0) {
+    executor::EarlyStoppingOptions stop;
+    stop.metric = data.early_stop_metric;
+    stop.higher_is_better = data.early_stop_metric == "eval_accuracy";
+    stop.patience = data.early_stop_patience;
+    stop.min_delta = data.early_stop_min_delta;
+    callbacks.push_back(std::make_unique<executor::EarlyStoppingCallback>(stop));
+  }
+  callbacks.push_back(std::make_unique<EpochReport>(&totals, json, &io.out));
+  if (data.progress_seconds > 0) {
+    callbacks.push_back(
+        std::make_unique<executor::ProgressCallback>(&io.err, data.progress_seconds));
+  }
+  if (!data.checkpoint_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(data.checkpoint_dir, error);
+    if (error) {
+      return absl::UnavailableError(
+          absl::StrCat("--checkpoint-dir '", data.checkpoint_dir, "': ", error.message()));
+    }
+    executor::CheckpointOptions checkpoints;
+    checkpoints.dir = data.checkpoint_dir;
+    checkpoints.every_steps = data.checkpoint_every_steps;
+    checkpoints.every_epochs = data.checkpoint_every_epochs;
+    checkpoints.keep_last = data.keep_last;
+    if (data.eval_every > 0) checkpoints.best_metric = "eval_accuracy";
+    callbacks.push_back(std::make_unique<executor::CheckpointCallback>(checkpoints));
+  }
+  return callbacks;
+}
+
+absl::Status TrainCommand::Fit(executor::Trainer& trainer, const graph::Graph& g,
+                               const LoadedData& sets, double base_rate, TrainTotals& totals,
+                               FitTotals& fit, const CommandIo& io) const {
+  ASSIGN_OR_RETURN(const executor::ImageTask task, executor::ImageTask::Create(g, sets.train));
+  fit.batches_per_epoch =
+      data::BatchesPerEpoch(static_cast<int64_t>(sets.train_items.size()), task.batch);
+  ASSIGN_OR_RETURN(auto callbacks,
+                   MakeCallbacks(sets, data.epochs * std::max<int64_t>(fit.batches_per_epoch, 1),
+                                 base_rate, totals, io));
+  const executor::EvaluationCallback* evaluation = nullptr;
+  const executor::CheckpointCallback* checkpoints = nullptr;
+  for (const auto& c : callbacks) {
+    if (c->name() == "evaluation") {
+      evaluation = static_cast<const executor::EvaluationCallback*>(c.get());
+    }
+    if (c->name() == "checkpoint") {
+      checkpoints = static_cast<const executor::CheckpointCallback*>(c.get());
+    }
+  }
+  data::LoaderOptions order;
+  order.seed = static_cast<uint64_t>(run.seed);
+  order.augmentation.crop_padding = data.crop_padding;
+  order.augmentation.horizontal_flip = data.flip;
+  order.prefetch = static_cast<int>(data.prefetch);
+  executor::FitOptions options;
+  options.epochs = data.epochs;
+  ASSIGN_OR_RETURN(std::unique_ptr<executor::FitLoop> loop,
+                   executor::FitLoop::Create(&trainer, &sets.train, sets.train_items, order,
+                                             options, std::move(callbacks)));
+  if (!data.resume.empty()) {
+    std::string path = data.resume;
+    if (std::filesystem::is_directory(path)) {
+      ASSIGN_OR_RETURN(path, executor::LatestCheckpoint(path));
+    }
+    if (absl::Status s = loop->Resume(path); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--resume: ", s.message()));
+    }
+    io.err << absl::StrFormat("resuming from '%s' at epoch %d, batch %d (step %d)\n", path,
+                              loop->position().epoch + 1, loop->position().batch,
+                              trainer.steps_run());
+  }
+  ASSIGN_OR_RETURN(fit.summary, loop->Run());
+  if (evaluation != nullptr) {
+    fit.eval = evaluation->last();
+    fit.eval_seconds = evaluation->seconds();
+  }
+  if (checkpoints != nullptr) fit.checkpoint_seconds = checkpoints->seconds();
+  if (fit.summary.stopped_early) io.err << fit.summary.stop_reason << "\n";
+  return absl::OkStatus();
+}
+
+void TrainCommand::PrintFitSummary(const FitTotals& fit, const TrainTotals& totals, JsonWriter* w,
+                                   std::ostream& out) const {
+  const executor::FitSummary& s = fit.summary;
+  // Time in callbacks beyond the work they exist for (evaluating, writing checkpoints).
+  double callbacks = 0;
+  for (const auto& [name, seconds] : s.callback_seconds) callbacks += seconds;
+  const double overhead = std::max(0.0, callbacks - fit.eval_seconds - fit.checkpoint_seconds);
+  const double step = s.step_seconds > 0 ? s.step_seconds : 1;
+  if (w == nullptr) {
+    out << absl::StrFormat(
+        "epochs %d (%d steps, %d this run) in %.1f s; input wait %.2f s (%.2f%% of step "
+        "time); callbacks %.3f s beyond evaluation (%.1f s) and checkpoints (%.1f s): "
+        "%.2f%% of step time\n",
+        s.epochs_completed, s.steps_run, s.steps_this_run, s.loop_seconds, s.input_wait_seconds,
+        100 * s.input_wait_seconds / step, overhead, fit.eval_seconds, fit.checkpoint_seconds,
+        100 * overhead / step);
+    if (fit.eval.has_value()) {
+      out << absl::StrFormat("evaluation: loss %.5f, accuracy %.2f%% on %d held-out items\n",
+                             fit.eval->loss, 100 * fit.eval->accuracy, fit.eval->items);
+    }
+    return;
+  }
+  w->Key("dataset").String(data.dataset)
+      .Key("epochs").Int(s.epochs_completed)
+      .Key("batches_per_epoch").Int(fit.batches_per_epoch)
+      .Key("steps_run").Int(s.steps_run)
+      .Key("stopped_early").Bool(s.stopped_early)
+      .Key("stop_reason").String(s.stop_reason)
+      .Key("lr_schedule").String(data.lr_schedule)
+      .Key("train_seconds").Double(s.loop_seconds)
+      .Key("step_seconds_total").Double(s.step_seconds)
+      .Key("input_wait_seconds").Double(s.input_wait_seconds)
+      .Key("input_wait_fraction").Double(s.input_wait_seconds / step)
+      .Key("callback_seconds").Double(callbacks)
+      .Key("callback_overhead_seconds").Double(overhead)
+      .Key("callback_overhead_fraction").Double(overhead / step)
+      .Key("eval_seconds").Double(fit.eval_seconds)
+      .Key("checkpoint_seconds").Double(fit.checkpoint_seconds);
+  if (fit.eval.has_value()) {
+    w->Key("eval_loss").Double(fit.eval->loss)
+        .Key("eval_accuracy").Double(fit.eval->accuracy)
+        .Key("eval_items").Int(fit.eval->items);
+  }
+}
+
+absl::Status TrainCommand::ExportFitInputs(executor::Trainer& trainer, const graph::Graph& g,
+                                           const executor::TrainerOptions& options,
+                                           const LoadedData& sets) const {
+  executor::ReferenceRun reference;
+  reference.optimizer = options.optimizer;
+  reference.optimizer_params = options.optimizer_params;
+  ASSIGN_OR_RETURN(reference.initial_state, trainer.State());
+  RETURN_IF_ERROR(executor::WriteReferenceInputs(export_dir, g, reference));
+  ASSIGN_OR_RETURN(const executor::ImageTask task, executor::ImageTask::Create(g, sets.train));
+  const int64_t batches =
+      data::BatchesPerEpoch(static_cast<int64_t>(sets.train_items.size()), task.batch);
+  ASSIGN_OR_RETURN(const executor::LearningRateSchedule schedule,
+                   executor::ScheduleNamed(data.lr_schedule, options.optimizer_params.learning_rate,
+                                           data.epochs * batches, data.warmup_steps));
+  std::string order, rates;
+  for (int64_t e = 0; e < data.epochs; ++e) {
+    const std::vector<int64_t> permutation =
+        data::EpochPermutation(sets.train_items, static_cast<uint64_t>(run.seed), e);
+    for (int64_t b = 0; b < batches; ++b) {
+      ASSIGN_OR_RETURN(absl::Span<const int64_t> items,
+                       data::RankBatch(permutation, b, task.batch, 0, 1));
+      order.append(reinterpret_cast<const char*>(items.data()), items.size() * sizeof(int64_t));
+      const double rate = schedule.RateAt(e * batches + b);
+      rates.append(reinterpret_cast<const char*>(&rate), sizeof(rate));
+    }
+  }
+  RETURN_IF_ERROR(WriteFileContents(export_dir + "/data_order.bin", order, "data order"));
+  return WriteFileContents(export_dir + "/learning_rates.bin", rates, "learning rates");
 }
 
 absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals,
@@ -130,8 +506,8 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
 }
 
 void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::Graph& g,
-                                const TrainTotals& t, const proto::ProcessMemory& process,
-                                std::ostream& out) const {
+                                const TrainTotals& t, const FitTotals* fit,
+                                const proto::ProcessMemory& process, std::ostream& out) const {
   const planner::SectionPlan& plan = trainer.plan();
   const double median = Median(t.seconds);
   const double first = t.losses.empty() ? 0 : t.losses.front();
@@ -142,14 +518,16 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
                first, last, median, graph::HumanBytes(t.measured_peak),
                graph::HumanBytes(plan.peak_bytes))
         << "physical: " << ProcessMemoryLine(process) << "\n";
+    if (fit != nullptr) PrintFitSummary(*fit, t, nullptr, out);
     return;
   }
+  const int64_t steps = static_cast<int64_t>(t.losses.size());
   JsonWriter w;
   w.BeginObject().Key("summary").Bool(true);
   WriteNotes(notes, w);
   w.Key("model").String(g.name())
       .Key("backend").String(run.backend)
-      .Key("steps").Int(run.steps)
+      .Key("steps").Int(steps)
       .Key("budget_bytes").Uint(t.budget)
       .Key("strategy").String(plan.strategy)
       .Key("num_sections").Uint(plan.step->sections.size())
@@ -159,7 +537,7 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("median_step_seconds").Double(median)
       .Key("first_loss").Double(first)
       .Key("last_loss").Double(last)
-      .Key("offloaded_bytes_per_step").Uint(run.steps > 0 ? t.offloaded / run.steps : 0)
+      .Key("offloaded_bytes_per_step").Uint(steps > 0 ? t.offloaded / steps : 0)
       .Key("copy_wait_seconds").Double(t.copy_wait)
       .Key("fixed_device_bytes").Uint(t.fixed_device)
       .Key("workspace_bytes").Uint(t.workspace)
@@ -167,13 +545,21 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("baseline_bytes").Uint(process.baseline_bytes())
       .Key("physical_peak_bytes").Uint(process.physical_peak_bytes())
       .Key("unplanned_bytes").Uint(process.unplanned_bytes())
-      .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes())
-      .EndObject();
+      .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes());
+  if (fit != nullptr) PrintFitSummary(*fit, t, &w, out);
+  w.EndObject();
   out << w.str() << "\n";
 }
 
 absl::Status TrainCommand::Run(const CommandIo& io) {
+  RETURN_IF_ERROR(CheckDataFlags());
   ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
+  // Real data is read before the process's memory is measured: it is the run's input, not
+  // the step's.
+  std::optional<LoadedData> sets;
+  if (!data.dataset.empty()) {
+    ASSIGN_OR_RETURN(sets, LoadData());
+  }
   // An ONNX model trains from its own weights.
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(model, /*with_values=*/true));
   notes = loaded.notes;
@@ -197,13 +583,24 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   options.events = &sampler;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(g, backend.get(), options));
-  if (!json) PrintPlan(*trainer, g, totals, io.out);
+  if (!json) {
+    PrintPlan(*trainer, g, totals, sets.has_value() ? -1 : run.steps, io.out);
+  }
   if (!export_dir.empty()) {
-    if (absl::Status s = ExportInputs(*trainer, g, options); !s.ok()) {
+    absl::Status s = sets.has_value() ? ExportFitInputs(*trainer, g, options, *sets)
+                                      : ExportInputs(*trainer, g, options);
+    if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("--export: ", s.message()));
     }
   }
-  RETURN_IF_ERROR(Train(*trainer, totals, io.out));
+  FitTotals fit;
+  if (sets.has_value()) {
+    RETURN_IF_ERROR(
+        Fit(*trainer, g, *sets, options.optimizer_params.learning_rate, totals, fit, io));
+    totals.measured_peak = std::max(totals.measured_peak, fit.summary.arena_high_water_bytes);
+  } else {
+    RETURN_IF_ERROR(Train(*trainer, totals, io.out));
+  }
   totals.workspace = backend->workspace_bytes();
   const planner::SectionPlan& plan = trainer->plan();
   if (!export_dir.empty()) {
@@ -214,13 +611,113 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   }
   const proto::ProcessMemory process =
       sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes());
-  PrintSummary(*trainer, g, totals, process, io.out);
+  PrintSummary(*trainer, g, totals, sets.has_value() ? &fit : nullptr, process, io.out);
   if (totals.measured_peak > plan.peak_bytes) {
     return absl::InternalError(absl::StrCat("measured peak ", totals.measured_peak,
                                             " B exceeds the predicted ", plan.peak_bytes,
                                             " B: a bug"));
   }
   return absl::OkStatus();
+}
+
+void AddDataFlags(CLI::App& app, DataFlags& f) {
+  const std::string group = "Data (instead of the synthetic task)";
+  app.add_option("--dataset", f.dataset,
+                 "train on real data: fashion-mnist (/usr/share/datasets/fashion-mnist) or a "
+                 "dataset directory (docs/data.md)")
+      ->type_name("NAME|DIR")
+      ->group(group);
+  app.add_option("--epochs", f.epochs, "epochs over the training items")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1))
+      ->group(group);
+  app.add_option("--validation-fraction", f.validation_fraction,
+                 "hold this fraction of the training set out for evaluation (default: "
+                 "fashion-mnist evaluates on its test part)")
+      ->type_name("F")
+      ->check(CLI::Range(0.0, 0.99))
+      ->group(group);
+  app.add_option("--eval-every", f.eval_every,
+                 "evaluate loss and top-1 accuracy on the held-out items every K epochs and "
+                 "after the last (0: never)")
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "constant; step (a tenth every third of the run); cosine (to 0 over the run)")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))
+      ->group(group);
+  app.add_option("--warmup-steps", f.warmup_steps,
+                 "linear warm-up from a tenth of the rate over the first N steps")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--crop-padding", f.crop_padding,
+                 "augment: random crops of the image padded by N pixels")
+      ->type_name("N")
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_flag("--flip", f.flip, "augment: mirror half the images left to right")->group(group);
+  app.add_option("--prefetch", f.prefetch, "batches the loader decodes ahead")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(1))
+      ->group(group);
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "write checkpoints here (checkpoint-STEP.hrfit, and best.hrfit by eval "
+                 "accuracy)")
+      ->type_name("DIR")
+      ->group(group);
+  app.add_option("--checkpoint-every-steps", f.checkpoint_every_steps,
+                 "a checkpoint every N steps (0: none by steps)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--checkpoint-every-epochs", f.checkpoint_every_epochs,
+                 "a checkpoint every N epochs (0: none by epochs)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--keep-last", f.keep_last, "keep the newest K checkpoints")
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(AtLeast(1))
+      ->group(group);
+  app.add_option("--resume", f.resume,
+                 "go on exactly from a checkpoint file, or the newest in a directory")
+      ->type_name("FILE|DIR")
+      ->group(group);
+  app.add_option("--early-stop-patience", f.early_stop_patience,
+                 "stop after N evaluations without improvement (0: never)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--early-stop-metric", f.early_stop_metric, "the metric early stopping watches")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"eval_loss", "eval_accuracy", "train_loss"}))
+      ->group(group);
+  app.add_option("--early-stop-min-delta", f.early_stop_min_delta,
+                 "an improvement must be larger than this")
+      ->type_name("D")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
+  app.add_option("--progress-seconds", f.progress_seconds,
+                 "a progress line with the time left on stderr at most every S seconds (0: "
+                 "none)")
+      ->type_name("S")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
 }
 
 }  // namespace
@@ -233,7 +730,10 @@ Command AddTrainCommand(CLI::App& headroom, const CommandIo& io) {
   AddPlanFlags(*app, state->plan, /*trains=*/true);
   AddLocalPlanFlags(*app, state->local);
   AddRunFlags(*app, state->run, kDefaultSteps, /*backend_default=*/"cpu");
-  app->add_flag("--json", state->json, "one JSON object per step, then a summary object");
+  app->add_flag("--json", state->json,
+                "one JSON object per step (per epoch with --dataset), then a summary object");
+  AddDataFlags(*app, state->data);
+  state->app = app;
   app->add_option("--export", state->export_dir,
                   "also write the graph, initial state, batches and results for "
                   "tools/torch_reference.py")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "graph/shape.h"
 #include "util/check.h"
@@ -362,6 +363,99 @@ absl::Status Executor::IssuePrefetch(int32_t s) {
   ASSIGN_OR_RETURN(prefetch.event, backend_->CopyAsync(CopyDirection::kToDevice,
                                                        View(copy).data, HostSlot(source), bytes));
   return absl::OkStatus();
+}
+
+absl::Status Executor::MakeEvalArgs() {
+  const TrainingGraph& g = step_->graph;
+  eval_args_.assign(program_.nodes.size(), std::nullopt);
+  for (size_t s = 0; s < program_.nodes.size(); ++s) {
+    if (program_.nodes[s].kind != NodeKind::kForward) continue;
+    // Inference: batch norm reads its running statistics as inputs and saves nothing.
+    ForwardArgs args = bound_args_[s].forward;
+    args.training = false;
+    args.saved.clear();
+    for (const TensorView& r : args.running) args.inputs.push_back(r);
+    args.running.clear();
+    ASSIGN_OR_RETURN(const uint64_t scratch, backend_->ScratchBytes(args));
+    if (scratch > args.scratch_bytes) {
+      const TrainingNode& node = g.node(program_.nodes[s].node);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor: evaluating node '", node.name, "' (", node.op, ") needs ", scratch,
+          " bytes of scratch; the training plan gave it ", args.scratch_bytes));
+    }
+    eval_args_[s] = std::move(args);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalResult> Executor::Evaluate(const std::vector<HostTensor>& batch,
+                                              absl::Span<const std::string> read) {
+  const auto start = std::chrono::steady_clock::now();
+  const TrainingGraph& g = step_->graph;
+  // 1. Decide: the tensors to read, the last forward position, the inference arguments.
+  std::vector<TensorId> read_ids;
+  for (const std::string& name : read) {
+    const TensorId t = g.FindTensor(name);
+    if (t < 0 || t >= g.num_forward_tensors() || g.tensor(t).producer == planner::kNone) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: '", name, "' is no tensor a forward node writes"));
+    }
+    read_ids.push_back(t);
+  }
+  int32_t last = -1;
+  for (int32_t s = 0; s < static_cast<int32_t>(program_.nodes.size()); ++s) {
+    if (program_.nodes[s].kind == NodeKind::kForward) last = s;
+  }
+  if (eval_args_.empty()) RETURN_IF_ERROR(MakeEvalArgs());
+  EvalResult result;
+  result.read.resize(read_ids.size());
+  const uint64_t high_water_before = arena_->high_water_bytes();
+  arena_->ResetPeaks();
+  // 2. The forward positions with their planned buffers; copies to host are skipped.
+  absl::flat_hash_set<int32_t> live;
+  for (int32_t s = 0; s <= last; ++s) {
+    const ProgramNode& node = program_.nodes[s];
+    for (int32_t b : node.allocate) {
+      const ProgramBuffer& buffer = program_.buffers[b];
+      RETURN_IF_ERROR(
+          arena_->Allocate(b, buffer.slice.offset, buffer.slice.bytes, buffer.name).status());
+      live.insert(b);
+    }
+    if (s == 0) RETURN_IF_ERROR(UploadBatch(batch));
+    if (eval_args_[s].has_value()) {
+      eval_args_[s]->seed = 0;
+      const absl::Status status = backend_->Forward(*eval_args_[s]);
+      if (!status.ok()) {
+        const TrainingNode& n = g.node(node.node);
+        return absl::Status(status.code(), absl::StrCat("evaluating node '", n.name, "' (", n.op,
+                                                        "): ", status.message()));
+      }
+      for (size_t i = 0; i < read_ids.size(); ++i) {
+        if (g.tensor(read_ids[i]).producer != node.node) continue;
+        const planner::TrainingTensor& tensor = g.tensor(read_ids[i]);
+        result.read[i] = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+        RETURN_IF_ERROR(backend_->Synchronize());
+        RETURN_IF_ERROR(
+            backend_->Download(result.read[i].bytes.data(), View(read_ids[i]).data, tensor.bytes));
+      }
+    }
+    for (int32_t b : node.free) {
+      RETURN_IF_ERROR(arena_->Free(b));
+      live.erase(b);
+    }
+  }
+  // 3. The loss, then free what only the backward would have read.
+  RETURN_IF_ERROR(backend_->Synchronize());
+  float loss = 0;
+  RETURN_IF_ERROR(backend_->Download(&loss, View(g.loss()).data, sizeof(float)));
+  result.loss = loss;
+  for (int32_t b : live) RETURN_IF_ERROR(arena_->Free(b));
+  result.peak_live_bytes = arena_->peak_live_bytes();
+  run_high_water_bytes_ =
+      std::max({run_high_water_bytes_, high_water_before, arena_->high_water_bytes()});
+  result.arena_high_water_bytes = run_high_water_bytes_;
+  result.seconds = Seconds(start);
+  return result;
 }
 
 absl::StatusOr<std::vector<HostTensor>> Executor::ReadState() const {

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,19 @@ struct StepResult {
   std::vector<HostTensor> captured;
 };
 
+// What one evaluation pass (Executor::Evaluate) did.
+struct EvalResult {
+  // The loss on the batch, the forward pass in inference mode.
+  double loss = 0;
+  // The tensors asked for, as the forward pass wrote them, in the order asked.
+  std::vector<HostTensor> read;
+  double seconds = 0;
+  // The arena's live peak during the pass, and its high-water mark over the whole run so
+  // far (steps and passes): never above the plan's arena_bytes.
+  uint64_t peak_live_bytes = 0;
+  uint64_t arena_high_water_bytes = 0;
+};
+
 // Writes the initial value of parameter or buffer `tensor` into `dst` (exactly its bytes);
 // an error stops Executor::Create.
 using InitialValueWriter =
@@ -133,6 +147,19 @@ class Executor {
 
   // Runs one training step on `batch`: every input and label tensor, by name.
   absl::StatusOr<StepResult> RunStep(const std::vector<HostTensor>& batch);
+
+  // Returns the loss of the forward pass on `batch` (every input and label tensor, by name)
+  // in inference mode, and the forward tensors `read` names, each downloaded right after the
+  // node that writes it (so its planned lifetime covers the read). Inside the training
+  // arena, under the training plan: it runs the forward nodes of the step's schedule with
+  // their planned buffers (batch norm on its running statistics, dropout the identity), skips
+  // the copies to host, frees what the backward would have read after the loss, and runs no
+  // backward or update. So its peak is at most the step's, the persistent state is untouched
+  // and steps_run() does not move. It reports nothing to the event sink. InvalidArgument for
+  // a name that is no forward tensor, or a node whose inference kernel needs more scratch
+  // than the plan gave its training kernel.
+  absl::StatusOr<EvalResult> Evaluate(const std::vector<HostTensor>& batch,
+                                      absl::Span<const std::string> read);
 
   // Returns the values of every parameter and buffer now, in tensor-id order.
   absl::StatusOr<std::vector<HostTensor>> ReadState() const;
@@ -203,6 +230,9 @@ class Executor {
   // Sets the result's loss, peaks and time, and ends the step.
   absl::Status FinishStep(std::chrono::steady_clock::time_point start,
                           uint64_t high_water_before, StepResult* result);
+  // Returns the forward nodes' arguments in inference mode, by schedule position, made once
+  // (Evaluate); positions of other nodes hold nothing.
+  absl::Status MakeEvalArgs();
   // Returns training-graph tensor `t` in the arena.
   TensorView View(planner::TensorId t) const;
   void* HostSlot(planner::TensorId original) const;
@@ -219,6 +249,8 @@ class Executor {
   std::unique_ptr<Buffer> host_pool_;
   // By schedule position: the program's kernel arguments bound to the arena.
   std::vector<NodeKernelArgs> bound_args_;
+  // By schedule position, the forward nodes' arguments in inference mode (MakeEvalArgs).
+  std::vector<std::optional<ForwardArgs>> eval_args_;
   // Copies in flight: to host by original tensor, to device by the device copy.
   absl::flat_hash_map<planner::TensorId, InFlightCopy> copy_out_events_;
   absl::flat_hash_map<planner::TensorId, InFlightCopy> prefetch_events_;

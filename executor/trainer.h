@@ -87,6 +87,14 @@ class Trainer {
   // Runs the next step on `batch` (every input and label tensor, by name) instead.
   absl::StatusOr<StepResult> StepOn(const std::vector<HostTensor>& batch);
 
+  // Returns the loss of the forward pass on `batch` in inference mode and the forward
+  // tensors `read` names, inside the training arena without raising its peak
+  // (Executor::Evaluate). The parameters and steps_run() do not change.
+  absl::StatusOr<EvalResult> Evaluate(const std::vector<HostTensor>& batch,
+                                      absl::Span<const std::string> read) {
+    return executor_->Evaluate(batch, read);
+  }
+
   // Returns what resuming needs: every parameter, buffer and optimizer-state tensor now,
   // and the steps run (steps_run()). It holds the whole state in host memory; a checkpoint
   // writer reads it one tensor at a time with StateTensors() and ReadStateTensor().
@@ -118,6 +126,8 @@ class Trainer {
   // Returns every parameter and buffer now.
   absl::StatusOr<std::vector<HostTensor>> State() const { return executor_->ReadState(); }
 
+  // The forward graph it trains.
+  const graph::Graph& forward() const { return forward_; }
   // The plan the steps run under.
   const planner::SectionPlan& plan() const { return plan_; }
   const Executor& executor() const { return *executor_; }
