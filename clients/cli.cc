@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "clients/export_command.h"
 #include "clients/graph_command.h"
 #include "clients/local_service.h"
 #include "clients/profile_command.h"
@@ -26,7 +27,8 @@ std::vector<Command> AddCommands(CLI::App& headroom, const CommandIo& io) {
           AddOpsCommand(headroom, io),      AddZooCommand(headroom, io),
           AddSubmitCommand(headroom, io),   AddWatchCommand(headroom, io),
           AddJobsCommand(headroom, io),     AddCancelCommand(headroom, io),
-          AddTimelineCommand(headroom, io), AddProfilesCommand(headroom, io)};
+          AddTimelineCommand(headroom, io), AddProfilesCommand(headroom, io),
+          AddExportCommand(headroom, io)};
 }
 
 }  // namespace

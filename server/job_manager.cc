@@ -736,7 +736,9 @@ absl::Status JobManager::TrainJob(Run& run) {
       RETURN_IF_ERROR(Checkpoint(run, *trainer, loss));
     }
   }
-  return sink.status();
+  // 4. The trained weights, kept with the job once it succeeds (ExportModel reads them).
+  RETURN_IF_ERROR(sink.status());
+  return Checkpoint(run, *trainer, loss);
 }
 
 absl::Status JobManager::Checkpoint(const Run& run, const executor::Trainer& trainer, double loss) {
@@ -748,6 +750,12 @@ absl::Status JobManager::Checkpoint(const Run& run, const executor::Trainer& tra
           run.job_id.c_str(), static_cast<long long>(trainer.steps_run()),
           std::string(saved.message()).c_str());
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<proto::Checkpoint>> JobManager::GetCheckpoint(
+    const std::string& job_id) const {
+  RETURN_IF_ERROR(Get(job_id).status());
+  return store_->GetCheckpoint(job_id);
 }
 
 absl::StatusOr<double> JobManager::RestoreCheckpoint(const std::string& job_id,

@@ -8,8 +8,8 @@
 // device's free memory; otherwise it stays QUEUED with a message saying what it waits for).
 // A job whose planned peak exceeds the device's whole memory is rejected at submit. While a
 // job trains, every step updates its progress (for WatchJob and ListJobs) and its metrics;
-// every `checkpoint_interval_steps` steps its parameters, buffers and optimizer state are
-// stored, so a daemon killed mid-job resumes it from there when it starts again (bitwise as
+// every `checkpoint_interval_steps` steps (and after its last) its parameters, buffers and
+// optimizer state are stored, so a daemon killed mid-job resumes it from there when it starts again (bitwise as
 // if never interrupted). A checkpoint goes from the device to the store a tensor at a time
 // (Trainer::ReadStateTensor), and resuming restores from the parsed checkpoint in place, so
 // neither holds the state in host memory twice. Cancel() makes a running job CANCELLED at
@@ -163,6 +163,12 @@ class JobManager {
   // stops it the same way (Unavailable). `stop` may be empty: the caller never leaves.
   absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request,
                                                  const std::function<bool()>& stop = {});
+
+  // Returns the job's latest checkpoint (parameters, buffers and optimizer state): for a job
+  // that SUCCEEDED, the one of its last step; none for a job that has not reached its first
+  // (or one that failed or was cancelled: theirs are deleted). NotFound for an unknown job;
+  // the store's error.
+  absl::StatusOr<std::optional<proto::Checkpoint>> GetCheckpoint(const std::string& job_id) const;
 
   // Returns the stored profiles, newest first (without samples and op costs when
   // `summaries_only`).

@@ -238,7 +238,10 @@ void Scheduler::On(const sched::RunEnded& e, absl::Time now, Decision& d) {
     } else {
       SetState(job, proto::JOB_STATE_SUCCEEDED, now, d);
     }
-    if (Ended(job.info.state()) && !job.keep_checkpoint) {
+    // A job that SUCCEEDED keeps the checkpoint of its last step: its trained weights, which
+    // ExportModel serves.
+    if (Ended(job.info.state()) && !job.keep_checkpoint &&
+        job.info.state() != proto::JOB_STATE_SUCCEEDED) {
       d.actions.push_back(Act(sched::Action::Kind::kDeleteCheckpoint, e.job_id));
     }
   }

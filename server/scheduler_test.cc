@@ -74,9 +74,9 @@ TEST_F(SchedulerTest, JobsStartOneAtATimeInSubmissionOrder) {
   EXPECT_EQ(Message("job-2"), "") << "waiting for the worker is not waiting for memory";
 
   now_ += absl::Seconds(5);
+  // It keeps its checkpoint: its trained weights (ExportModel).
   EXPECT_THAT(Acts(Apply(sched::RunEnded{"job-1", absl::OkStatus()})),
-              ElementsAre("Persist(job-1)", "DeleteCheckpoint(job-1)", "Persist(job-2)",
-                          "StartRun(job-2)"));
+              ElementsAre("Persist(job-1)", "Persist(job-2)", "StartRun(job-2)"));
   EXPECT_EQ(State("job-1"), proto::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(scheduler_.Find("job-1")->info.finished_unix_seconds(), 1005);
   EXPECT_EQ(scheduler_.running_job(), "job-2");

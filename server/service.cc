@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "graph/graph.h"
 #include "graph/model_source.h"
+#include "graph/onnx_export.h"
 #include "planner/cost_model.h"
 #include "profiler/measured_cost_model.h"
 #include "server/auth.h"
@@ -110,6 +111,33 @@ absl::Status CheckOwner(const JobManager& jobs, const std::string& caller,
 
 }  // namespace
 
+absl::StatusOr<std::string> ExportJobModel(const proto::JobInfo& job,
+                                           const proto::Checkpoint& checkpoint, bool fixed_batch,
+                                           uint64_t max_bytes, std::string* summary) {
+  ASSIGN_OR_RETURN(proto::GraphDef def, graph::ResolveModel(job.spec().model()));
+  ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
+  graph::OnnxExportOptions options;
+  options.dynamic_batch = !fixed_batch;
+  options.metadata = {{"headroom.job_id", job.job_id()},
+                      {"headroom.step", absl::StrCat(checkpoint.step())},
+                      {"headroom.loss", absl::StrCat(checkpoint.loss())}};
+  const std::vector<proto::TensorValue> values(checkpoint.tensors().begin(),
+                                               checkpoint.tensors().end());
+  absl::StatusOr<graph::OnnxExport> e = graph::ExportOnnx(g, values, options);
+  if (!e.ok()) {
+    return absl::Status(e.status().code(), absl::StrCat("job '", job.job_id(), "': checkpoint at step ",
+                                                        checkpoint.step(), ": ", e.status().message()));
+  }
+  const uint64_t bytes = e->model.ByteSizeLong();
+  if (bytes > std::min<uint64_t>(max_bytes, INT32_MAX)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job '", job.job_id(), "': its ONNX model is ", bytes, " bytes, over the daemon's ",
+        std::min<uint64_t>(max_bytes, INT32_MAX), " (--max-upload-bytes; protobuf's 2 GiB)"));
+  }
+  if (summary != nullptr) *summary = e->stats.DebugString();
+  return e->model.SerializeAsString();
+}
+
 proto::JobInfo JobSummary(proto::JobInfo job) {
   proto::ModelSource& model = *job.mutable_spec()->mutable_model();
   if (model.has_graph()) {
@@ -136,7 +164,8 @@ HeadroomService::HeadroomService(JobManager* jobs, planner::PlanBackend plan_bac
       plan_slots_("--max-concurrent-plans", limits_.max_concurrent_plans,
                   limits_.max_queued_plans),
       watch_slots_("--max-watch-streams", limits_.max_watch_streams, /*max_waiting=*/0),
-      uploads_(options.max_upload_bytes) {}
+      uploads_(options.max_upload_bytes),
+      max_export_bytes_(options.max_upload_bytes) {}
 
 template <typename Call>
 grpc::Status HeadroomService::WithJobs(Call call) const {
@@ -291,6 +320,48 @@ grpc::Status HeadroomService::ListProfiles(grpc::ServerContext*,
                                            proto::ListProfilesResponse* response) {
   return WithJobs([&](JobManager& jobs) {
     return Answer(jobs.ListProfiles(request->summaries_only()), response);
+  });
+}
+
+grpc::Status HeadroomService::ExportModel(grpc::ServerContext* context,
+                                          const proto::ExportModelRequest* request,
+                                          grpc::ServerWriter<proto::ExportModelChunk>* writer) {
+  return WithJobs([&](JobManager& jobs) {
+    RETURN_GRPC_IF_ERROR(CheckJobId(request->job_id()));
+    RETURN_GRPC_IF_ERROR(CheckOwner(jobs, CallerOf(context), request->job_id()));
+    absl::StatusOr<proto::JobInfo> job = jobs.Get(request->job_id());
+    if (!job.ok()) return ToGrpcStatus(job.status());
+    absl::StatusOr<std::optional<proto::Checkpoint>> checkpoint =
+        jobs.GetCheckpoint(request->job_id());
+    if (!checkpoint.ok()) return ToGrpcStatus(checkpoint.status());
+    if (!checkpoint->has_value()) {
+      return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+          "job '", request->job_id(), "' (", proto::JobState_Name(job->state()),
+          ") has no checkpoint: a job has one after its first checkpoint interval and keeps "
+          "the last once it succeeds; failed and cancelled jobs do not keep theirs")));
+    }
+    // Building the model takes a plan's turn: it holds the job's weights about twice.
+    absl::StatusOr<CallSlots::Turn> turn = TurnOf(plan_slots_, context);
+    if (!turn.ok()) return ToGrpcStatus(turn.status());
+    std::string summary;
+    const uint64_t step = (**checkpoint).step();
+    absl::StatusOr<std::string> model = ExportJobModel(*job, **checkpoint, request->fixed_batch(),
+                                                       max_export_bytes_, &summary);
+    checkpoint->reset();  // the model holds the weights now
+    if (!model.ok()) return ToGrpcStatus(model.status());
+    proto::ExportModelChunk first;
+    first.set_onnx_model_bytes(model->size());
+    first.set_step(step);
+    first.set_summary(summary);
+    for (size_t offset = 0; offset == 0 || offset < model->size(); offset += kExportChunkBytes) {
+      proto::ExportModelChunk chunk = offset == 0 ? first : proto::ExportModelChunk();
+      chunk.set_onnx_model_chunk(model->substr(offset, kExportChunkBytes));
+      if (context->IsCancelled() || !writer->Write(chunk)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED,
+                            absl::StrCat("ExportModel: the client left after ", offset, " bytes"));
+      }
+    }
+    return grpc::Status::OK;
   });
 }
 

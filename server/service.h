@@ -7,7 +7,8 @@
 // spec's owner, and a caller whose token names a user lists, watches, cancels and reads the
 // timelines of its own jobs only (others' are NOT_FOUND, as if absent); a caller without a
 // user sees every job. UploadJob joins a streamed ONNX model (server/job_upload.h) under
-// ServiceOptions::max_upload_bytes, then submits it as SubmitJob does.
+// ServiceOptions::max_upload_bytes, then submits it as SubmitJob does. ExportModel streams
+// a job's trained model as ONNX, built under a plan turn and held to max_upload_bytes.
 // Every request is first held to the daemon's limits (server/request_limits.h); a handler
 // that runs out of memory answers RESOURCE_EXHAUSTED, and one that throws answers INTERNAL
 // with what it threw, so no request ends the process.
@@ -42,6 +43,17 @@ class ProfileRunner {
   // Returns the profile `request` asks for, or the error of planning or running it.
   virtual absl::StatusOr<proto::ProfileResponse> Profile(const proto::ProfileRequest& request) = 0;
 };
+
+// The most model bytes one ExportModelChunk carries.
+inline constexpr uint64_t kExportChunkBytes = 1 << 20;
+
+// Returns the ONNX model (graph/onnx_export.h) of `job`'s forward graph with the weights of
+// `checkpoint`, serialized: what ExportModel streams. InvalidArgument when the checkpoint
+// does not fit the job's graph (naming the tensor); ResourceExhausted for a model over
+// protobuf's 2 GiB or `max_bytes`.
+absl::StatusOr<std::string> ExportJobModel(const proto::JobInfo& job,
+                                           const proto::Checkpoint& checkpoint, bool fixed_batch,
+                                           uint64_t max_bytes, std::string* summary);
 
 // The service's limits, filled from headroomd's flags.
 struct ServiceOptions {
@@ -82,6 +94,8 @@ class HeadroomService final : public proto::Headroom::Service {
   grpc::Status ListProfiles(grpc::ServerContext* context,
                             const proto::ListProfilesRequest* request,
                             proto::ListProfilesResponse* response) override;
+  grpc::Status ExportModel(grpc::ServerContext* context, const proto::ExportModelRequest* request,
+                           grpc::ServerWriter<proto::ExportModelChunk>* writer) override;
 
  private:
   // Returns `call(jobs)`, or FAILED_PRECONDITION for a service without a job manager.
@@ -100,6 +114,8 @@ class HeadroomService final : public proto::Headroom::Service {
   CallSlots watch_slots_;
   // The model bytes UploadJob calls in flight hold.
   UploadBudget uploads_;
+  // The largest model ExportModel sends (--max-upload-bytes).
+  const uint64_t max_export_bytes_;
 };
 
 }  // namespace headroom::server

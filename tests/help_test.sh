@@ -39,7 +39,7 @@ done
 [[ -s "$TMP/cli.txt" ]] || fail "headroom --help printed nothing"
 tail -n "$(wc -l <"$TMP/cli.txt")" "$TMP/help.txt" | cmp -s - "$TMP/cli.txt" ||
   fail "./headroom --help does not end with the CLI's own command list"
-for cmd in graph plan train profile submit jobs watch cancel timeline; do
+for cmd in graph plan train profile submit jobs watch cancel timeline export; do
   grep -q "^ *$cmd " "$TMP/cli.txt" || fail "the CLI's help has no '$cmd' (the test's list is stale)"
 done
 

@@ -1,0 +1,229 @@
+#!/usr/bin/python3
+"""Runs an ONNX model with PyTorch: an evaluator independent of Headroom's importer, for
+checking what `headroom export` writes (Debian has no onnxruntime, and its python3-onnx is
+not installed here, so the model is parsed with protoc's Python code for Debian's
+/usr/include/onnx/onnx.proto).
+
+    /usr/bin/python3 tools/onnx_torch.py MODEL.onnx IN.bin OUT.bin [--batch N]
+
+IN.bin: the model's one input, float32 row-major, [N, ...] with the model's other dims;
+OUT.bin: its first output, float32. Library use: load_onnx_module(dir), run(model, feeds).
+
+Every op graph/onnx_export writes at opset 17 is interpreted with torch.nn.functional in
+float32, batch norm in inference mode (F.batch_norm(training=False)): Conv, Gemm, MatMul,
+BatchNormalization, LayerNormalization, Relu, Clip, LeakyRelu, Elu, Selu, Softplus, Sqrt,
+Erf, Sigmoid, Tanh, HardSigmoid, HardSwish, PRelu, Pow, Add, Sub, Mul, Div, MaxPool,
+AveragePool, GlobalAveragePool, Flatten, Reshape, Transpose, Concat, Split, Slice, Expand,
+Gather, Softmax, Constant. Any other op is an error naming it.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ONNX_PROTO = "/usr/include/onnx/onnx.proto"
+
+
+def load_onnx_module(out_dir):
+    """Returns the onnx_pb2 module protoc generates for Debian's onnx.proto into out_dir."""
+    subprocess.run(["protoc", "-I" + os.path.dirname(ONNX_PROTO), "--python_out=" + out_dir,
+                    ONNX_PROTO], check=True)
+    sys.path.insert(0, out_dir)
+    import onnx_pb2  # noqa: E402  (generated above)
+    return onnx_pb2
+
+
+_NP = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
+
+
+def tensor_of(t):
+    """Returns a TensorProto's value as a torch tensor."""
+    dtype = _NP[t.data_type]
+    shape = tuple(t.dims)
+    if t.raw_data:
+        a = np.frombuffer(t.raw_data, dtype=dtype)
+    elif t.data_type == 1:
+        a = np.array(t.float_data, dtype=dtype)
+    elif t.data_type in (6, 9):
+        a = np.array(t.int32_data, dtype=dtype)
+    elif t.data_type == 7:
+        a = np.array(t.int64_data, dtype=dtype)
+    else:
+        a = np.array(t.double_data, dtype=dtype)
+    return torch.from_numpy(a.reshape(shape).copy())
+
+
+def attrs_of(node):
+    out = {}
+    for a in node.attribute:
+        if a.type == 1:
+            out[a.name] = a.f
+        elif a.type == 2:
+            out[a.name] = a.i
+        elif a.type == 3:
+            out[a.name] = a.s.decode()
+        elif a.type == 4:
+            out[a.name] = tensor_of(a.t)
+        elif a.type == 7:
+            out[a.name] = list(a.ints)
+        else:
+            raise ValueError(f"node '{node.name}': attribute '{a.name}' of type {a.type}")
+    return out
+
+
+def _pad2d(x, pads, value):
+    """ONNX pads [top, left, bottom, right] as F.pad's (left, right, top, bottom)."""
+    top, left, bottom, right = pads
+    if top == left == bottom == right == 0:
+        return x
+    return F.pad(x, (left, right, top, bottom), value=value)
+
+
+def _max_pool(x, a):
+    k = a["kernel_shape"]
+    s = a.get("strides", [1, 1])
+    pads = a.get("pads", [0, 0, 0, 0])
+    ceil = bool(a.get("ceil_mode", 0))
+    return F.max_pool2d(_pad2d(x, pads, float("-inf")), k, s, 0, ceil_mode=ceil)
+
+
+def _avg_pool(x, a):
+    k = a["kernel_shape"]
+    s = a.get("strides", [1, 1])
+    pads = a.get("pads", [0, 0, 0, 0])
+    ceil = bool(a.get("ceil_mode", 0))
+    include = bool(a.get("count_include_pad", 0))
+    if pads[0] == pads[2] and pads[1] == pads[3]:
+        return F.avg_pool2d(x, k, s, (pads[0], pads[1]), ceil_mode=ceil,
+                            count_include_pad=include)
+    summed = F.avg_pool2d(_pad2d(x, pads, 0.0), k, s, 0, ceil_mode=ceil) * (k[0] * k[1])
+    if include:
+        return summed / (k[0] * k[1])
+    ones = _pad2d(torch.ones_like(x[:1, :1]), pads, 0.0)
+    count = F.avg_pool2d(ones, k, s, 0, ceil_mode=ceil) * (k[0] * k[1])
+    return summed / count
+
+
+def _reshape(x, shape):
+    target = [int(d) for d in shape]
+    target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+    return x.reshape(target)
+
+
+def _slice(x, starts, ends, axes, steps):
+    index = [slice(None)] * x.dim()
+    for st, en, ax, sp in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+        index[ax] = slice(st, en, sp)
+    return x[tuple(index)]
+
+
+def _expand(x, shape):
+    target = [int(d) for d in shape]
+    lead = len(target) - x.dim()
+    out = [max(t, x.shape[i - lead]) if i >= lead else t for i, t in enumerate(target)]
+    return x.expand(out)
+
+
+def _ops():
+    return {
+        "Relu": lambda i, a: F.relu(i[0]),
+        "Sigmoid": lambda i, a: torch.sigmoid(i[0]),
+        "Tanh": lambda i, a: torch.tanh(i[0]),
+        "Erf": lambda i, a: torch.erf(i[0]),
+        "Sqrt": lambda i, a: torch.sqrt(i[0]),
+        "Softplus": lambda i, a: torch.log1p(torch.exp(i[0])),
+        "LeakyRelu": lambda i, a: F.leaky_relu(i[0], a.get("alpha", 0.01)),
+        "Elu": lambda i, a: F.elu(i[0], a.get("alpha", 1.0)),
+        "Selu": lambda i, a: a.get("gamma", 1.0507) * torch.where(
+            i[0] > 0, i[0], a.get("alpha", 1.67326) * (torch.exp(i[0]) - 1)),
+        "HardSigmoid": lambda i, a: torch.clamp(a.get("alpha", 0.2) * i[0] + a.get("beta", 0.5),
+                                                0, 1),
+        "HardSwish": lambda i, a: F.hardswish(i[0]),
+        "PRelu": lambda i, a: torch.where(i[0] >= 0, i[0], i[1] * i[0]),
+        "Pow": lambda i, a: torch.pow(i[0], i[1]),
+        "Clip": lambda i, a: torch.clamp(i[0], float(i[1]), float(i[2])),
+        "Add": lambda i, a: i[0] + i[1],
+        "Sub": lambda i, a: i[0] - i[1],
+        "Mul": lambda i, a: i[0] * i[1],
+        "Div": lambda i, a: i[0] / i[1],
+        "Conv": lambda i, a: F.conv2d(
+            _pad2d(i[0], a.get("pads", [0, 0, 0, 0]), 0.0), i[1], i[2] if len(i) > 2 else None,
+            a.get("strides", [1, 1]), 0, a.get("dilations", [1, 1]), a.get("group", 1)),
+        "Gemm": lambda i, a: F.linear(i[0], i[1] if a.get("transB", 0) else i[1].t(),
+                                      i[2] if len(i) > 2 else None),
+        "MatMul": lambda i, a: torch.matmul(i[0], i[1]),
+        "BatchNormalization": lambda i, a: F.batch_norm(
+            i[0], i[3], i[4], i[1], i[2], training=False, eps=a.get("epsilon", 1e-5)),
+        "LayerNormalization": lambda i, a: F.layer_norm(
+            i[0], (i[0].shape[-1],), i[1], i[2] if len(i) > 2 else None, a.get("epsilon", 1e-5)),
+        "MaxPool": lambda i, a: _max_pool(i[0], a),
+        "AveragePool": lambda i, a: _avg_pool(i[0], a),
+        "GlobalAveragePool": lambda i, a: i[0].mean(dim=(2, 3), keepdim=True),
+        "Flatten": lambda i, a: i[0].reshape(
+            int(np.prod(i[0].shape[:a.get("axis", 1)])), -1),
+        "Reshape": lambda i, a: _reshape(i[0], i[1]),
+        "Transpose": lambda i, a: i[0].permute(a["perm"]),
+        "Concat": lambda i, a: torch.cat(i, a["axis"]),
+        "Slice": lambda i, a: _slice(i[0], i[1], i[2], i[3], i[4]),
+        "Expand": lambda i, a: _expand(i[0], i[1]),
+        "Gather": lambda i, a: torch.index_select(i[0], a.get("axis", 0),
+                                                  i[1].long().reshape(-1)).reshape(
+            list(i[0].shape[:a.get("axis", 0)]) + list(i[1].shape) +
+            list(i[0].shape[a.get("axis", 0) + 1:])),
+        "Softmax": lambda i, a: F.softmax(i[0], a.get("axis", -1)),
+    }
+
+
+OPS = _ops()
+
+
+def run(model, feeds):
+    """Returns the model's outputs (a list of torch tensors) for feeds {input name: tensor}."""
+    values = {t.name: tensor_of(t) for t in model.graph.initializer}
+    values.update(feeds)
+    for node in model.graph.node:
+        a = attrs_of(node)
+        if node.op_type == "Constant":
+            values[node.output[0]] = a["value"]
+            continue
+        if node.op_type == "Split":
+            sizes = values[node.input[1]].tolist()
+            for name, part in zip(node.output, torch.split(values[node.input[0]], sizes,
+                                                           a.get("axis", 0))):
+                values[name] = part
+            continue
+        if node.op_type not in OPS:
+            raise ValueError(f"node '{node.name}': op {node.op_type} is not interpreted")
+        inputs = [values[n] for n in node.input if n]
+        values[node.output[0]] = OPS[node.op_type](inputs, a)
+    return [values[o.name] for o in model.graph.output]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("inputs")
+    parser.add_argument("out")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_pb2 = load_onnx_module(tmp)
+        model = onnx_pb2.ModelProto()
+        with open(args.model, "rb") as f:
+            model.ParseFromString(f.read())
+    inp = model.graph.input[0]
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim][1:]
+    x = np.fromfile(args.inputs, dtype=np.float32).reshape([-1] + dims)
+    with torch.no_grad():
+        y = run(model, {inp.name: torch.from_numpy(x)})[0]
+    y.numpy().astype(np.float32).tofile(args.out)
+    print(f"{args.model}: logits {list(y.shape)} -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
