@@ -625,6 +625,8 @@ TEST(OnnxImportTest, MatMulOfVectorsAndBroadcastBatchesFollowsNumpy) {
   absl::StatusOr<ImportedModel> bad = ImportOnnx(dot.Bytes(), OnnxImportOptions{4});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("a dot product of two vectors"));
+}
+
 // x[4,3,8,8] -> Resize(x, scales [1,1,0.5,0.5]) as F.interpolate(scale_factor=0.5) writes it
 // ("small", [4,3,4,4]) -> Resize to x's own H and W (torchvision's segmentation heads:
 // F.interpolate(size=input_shape[-2:], mode="bilinear")) through Shape, Gather, Slice,

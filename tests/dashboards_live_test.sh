@@ -34,7 +34,7 @@ TMP="${TEST_TMPDIR:?}"
 # to the host (host memory taken as separate, as on a GPU: on the CPU backend it is the
 # device's own, and offloading would free nothing).
 MODEL=(--model mlp --batch 512 --depth 8 --width 256 --input 64)
-BUDGET=6.5MiB
+BUDGET=6.1MiB
 STEPS=600
 
 for tool in "$PROMETHEUS" "$PROMTOOL"; do
