@@ -29,7 +29,7 @@ PROMTOOL=/usr/bin/promtool
 PYTHON=/usr/bin/python3
 TMP="${TEST_TMPDIR:?}"
 
-# The job: an MLP whose plan under 6.5 MiB (its unconstrained peak is 8.1 MiB, its kernels'
+# The job: an MLP whose plan under 6.1 MiB (its unconstrained peak is 8.1 MiB, its kernels'
 # scratch included) splits the step into sections, recomputes some and offloads their inputs
 # to the host (host memory taken as separate, as on a GPU: on the CPU backend it is the
 # device's own, and offloading would free nothing).
