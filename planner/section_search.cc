@@ -948,12 +948,19 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   };
   // Local optima differ by where the climb starts and how it steps: climb from the fastest
   // candidates of the pool that fit, both ways from the fastest, and keep the best found.
+  // Also from the fastest that offloads, when none of those does: keeping every tensor and
+  // offloading what crosses the cuts may be the best plan of all, yet start slower.
   std::vector<int> starts = {start};
+  bool offloads = !pool_[start].cuts.offload.empty();
   for (int index : by_time_) {
-    if (starts.size() >= kStarts) break;
+    if (starts.size() >= kStarts + 1 || (starts.size() >= kStarts && offloads)) break;
     if (index == start || BudgetLowerBound(index) > budget_bytes) continue;
+    const bool offload = !pool_[index].cuts.offload.empty();
+    if (starts.size() >= kStarts && !offload) continue;
     ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
-    if (BudgetBytes(plan) <= budget_bytes) starts.push_back(index);
+    if (BudgetBytes(plan) > budget_bytes) continue;
+    starts.push_back(index);
+    offloads = offloads || offload;
   }
   int best = start;
   for (size_t i = 0; i < starts.size() && !out_of_work(); ++i) {

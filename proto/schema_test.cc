@@ -18,18 +18,20 @@ using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::FileDescriptor;
 
-TEST(SchemaTest, ServiceHasEveryMethodWithWatchJobAndUploadJobStreaming) {
+TEST(SchemaTest, ServiceHasEveryMethodWithTheirStreamingDirections) {
   const auto* service = GraphDef::descriptor()->file()->FindServiceByName("Headroom");
   ASSERT_NE(service, nullptr);
   std::vector<std::string> names;
   for (int i = 0; i < service->method_count(); ++i) names.push_back(service->method(i)->name());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("Plan", "Profile", "SubmitJob", "WatchJob",
                                                      "CancelJob", "ListJobs", "GetJob",
-                                                     "GetTimeline", "ListProfiles", "UploadJob"));
+                                                     "GetTimeline", "ListProfiles", "UploadJob",
+                                                     "ExportModel"));
   for (int i = 0; i < service->method_count(); ++i) {
     const auto* m = service->method(i);
     EXPECT_EQ(m->client_streaming(), m->name() == "UploadJob") << m->name();
-    EXPECT_EQ(m->server_streaming(), m->name() == "WatchJob") << m->name();
+    EXPECT_EQ(m->server_streaming(), m->name() == "WatchJob" || m->name() == "ExportModel")
+        << m->name();
   }
 }
 

@@ -15,7 +15,7 @@ check() {
   shift
   local smallest
   smallest=$("$HEADROOM" plan "$@" --frontier --json |
-    "$PYTHON" -c 'import json,sys; print(min(int(p["peak_bytes"]) for p in json.load(sys.stdin)["frontier"] if p["strategy"] == "search"))')
+    "$PYTHON" -c 'import json,sys; print(min(int(p["peak_bytes"]) for p in json.load(sys.stdin)["frontier"] if p["strategy"] in ("search", "refined")))')
   local budget
   for budget in "" "$smallest"; do
     local plan=()
