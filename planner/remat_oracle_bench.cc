@@ -22,6 +22,7 @@
 #include "graph/graph.h"
 #include "graph/summary.h"
 #include "graph/zoo.h"
+#include "planner/bench_util.h"
 #include "planner/cost_model.h"
 #include "planner/remat_oracle.h"
 #include "planner/section_search.h"
@@ -32,14 +33,7 @@ namespace {
 
 using graph::HumanBytes;
 
-template <typename T>
-T OrDie(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what.c_str(), std::string(v.status().message()).c_str());
-    std::exit(1);
-  }
-  return std::move(v).value();
-}
+using bench::OrDie;
 
 struct Model {
   std::string label;

@@ -22,6 +22,7 @@
 #include "graph/graph.h"
 #include "graph/summary.h"
 #include "graph/zoo.h"
+#include "planner/bench_util.h"
 #include "planner/cost_model.h"
 #include "planner/section_search.h"
 #include "planner/training_graph.h"
@@ -31,21 +32,8 @@ namespace {
 
 using graph::HumanBytes;
 
-template <typename T>
-T OrDie(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what.c_str(), std::string(v.status().message()).c_str());
-    std::exit(1);
-  }
-  return std::move(v).value();
-}
-
-graph::Graph Load(const std::string& model, uint64_t batch,
-                  const std::map<std::string, int64_t>& options = {}) {
-  return OrDie(graph::Graph::FromProto(
-                   OrDie(graph::BuildZooModel(graph::ZooSpec(model, batch, options)), model)),
-               model);
-}
+using bench::OrDie;
+using bench::Load;
 
 // One model on one device: the search against the baselines.
 struct Model {
