@@ -59,6 +59,13 @@ void SetFloat(onnx::NodeProto* n, const std::string& name, double v) {
   a->set_f(static_cast<float>(v));
 }
 
+void SetString(onnx::NodeProto* n, const std::string& name, const std::string& v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
 void SetInts(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
   onnx::AttributeProto* a = n->add_attribute();
   a->set_name(name);
@@ -331,6 +338,22 @@ class Exporter {
     return init->name();
   }
 
+  // Returns the output of a Constant node holding the 1-D float32 `v` (scales, a group
+  // norm's unit scale and zero bias), as torch writes them: a float initializer of more than
+  // one element would read back as a weight.
+  std::string FloatConstant(const std::string& base, const std::vector<float>& v) {
+    const std::string name = Fresh(base);
+    onnx::NodeProto* c = Emit("Constant", name, {}, {name});
+    onnx::AttributeProto* value = c->add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    onnx::TensorProto* t = value->mutable_t();
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (float x : v) t->add_float_data(x);
+    return name;
+  }
+
   // Returns the batch axis of input i in the coordinates of an output of rank `out_rank`
   // (numpy broadcasting aligns trailing axes), or kNoBatch.
   int AlignedBatch(const Node& n, int i, size_t out_rank) const {
@@ -486,6 +509,71 @@ class Exporter {
     SetInts(node, "pads", Pads4(n.attrs.Ints("padding")));
     SetInts(node, "dilations", n.attrs.Ints("dilation"));
     SetInt(node, "group", n.attrs.Int("groups"));
+    return Same(n);
+  }
+
+  // ONNX's ConvTranspose has PyTorch's weight layout [C, O/groups, kh, kw] and its
+  // output_padding (added at the end of each axis).
+  absl::Status ConvTranspose(const Node& n) {
+    std::vector<std::string> inputs = {In(n, 0), In(n, 1)};
+    if (n.inputs.size() > 2) inputs.push_back(In(n, 2));
+    onnx::NodeProto* node = EmitFor(n, "ConvTranspose", inputs);
+    const Shape& w = ShapeOf(n.inputs[1]);
+    SetInts(node, "kernel_shape", {w[2], w[3]});
+    SetInts(node, "strides", n.attrs.Ints("stride"));
+    SetInts(node, "pads", Pads4(n.attrs.Ints("padding")));
+    SetInts(node, "output_padding", n.attrs.Ints("output_padding"));
+    SetInts(node, "dilations", n.attrs.Ints("dilation"));
+    SetInt(node, "group", n.attrs.Int("groups"));
+    return Same(n);
+  }
+
+  // A group per channel is ONNX's InstanceNormalization. Fewer groups as torch 1.13 exports
+  // nn.GroupNorm at opset 17 (GroupNormalization is opset 18's): a Reshape to [N, G, -1], an
+  // InstanceNormalization of that with unit scale and zero bias, a Reshape back, then the
+  // per-channel weight and bias (as [C, 1, ...]) by Mul and Add. The importer reads either
+  // form back as GroupNorm's arithmetic.
+  absl::Status GroupNorm(const Node& n) {
+    const Shape& x = ShapeOf(n.inputs[0]);
+    const int64_t groups = n.attrs.Int("num_groups");
+    const float epsilon = static_cast<float>(n.attrs.Float("epsilon"));
+    const int b = batch_axis_[n.inputs[0]];
+    if (b != kNoBatch && b != 0) {
+      return Fail(n, StrCat("holds the batch on axis ", b, " of ", ShapeString(x),
+                            ", not the samples' axis 0; export with a fixed batch"));
+    }
+    if (groups == x[1]) {
+      SetFloat(EmitFor(n, "InstanceNormalization", {In(n, 0), In(n, 1), In(n, 2)}), "epsilon",
+               epsilon);
+      return Same(n);
+    }
+    const std::string grouped = Temp(n, "grouped");
+    Emit("Reshape", StrCat(n.name, "/group"),
+         {In(n, 0), Int64s(StrCat(Out(n), "/grouped_shape"), {b == 0 ? 0 : x[0], groups, -1})},
+         {grouped});
+    const std::string normed = Temp(n, "normalized");
+    SetFloat(
+        Emit("InstanceNormalization", StrCat(n.name, "/normalize"),
+             {grouped, FloatConstant(StrCat(Out(n), "/ones"), std::vector<float>(groups, 1.0f)),
+              FloatConstant(StrCat(Out(n), "/zeros"), std::vector<float>(groups, 0.0f))},
+             {normed}),
+        "epsilon", epsilon);
+    Shape back = x;
+    if (b == 0) back[0] = 0;
+    const std::string ungrouped = Temp(n, "ungrouped");
+    Emit("Reshape", StrCat(n.name, "/ungroup"), {normed, Int64s(StrCat(Out(n), "/shape"), back)},
+         {ungrouped});
+    // weight[C] and bias[C] broadcast over the axes after the channels.
+    std::vector<int64_t> affine(x.size() - 1, 1);
+    affine[0] = x[1];
+    const std::string affine_shape = Int64s(StrCat(Out(n), "/affine_shape"), affine);
+    const std::string weight = Temp(n, "weight"), bias = Temp(n, "bias"),
+                      scaled = Temp(n, "scaled");
+    Emit("Reshape", StrCat(n.name, "/weight"), {In(n, 1), affine_shape}, {weight});
+    Emit("Reshape", StrCat(n.name, "/bias"), {In(n, 2), affine_shape}, {bias});
+    Emit("Mul", StrCat(n.name, "/scale"), {ungrouped, weight}, {scaled});
+    onnx_name_[n.outputs[0]] = Out(n);
+    Emit("Add", StrCat(n.name, "/shift"), {scaled, bias}, {Out(n)});
     return Same(n);
   }
 
@@ -653,9 +741,15 @@ class Exporter {
     }
     std::vector<int64_t> steps = n.attrs.Ints("steps");
     if (steps.empty()) steps.assign(axes.size(), 1);
+    // Headroom's end -1 of a negative step runs through element 0; ONNX's -1 is the last
+    // element, and a bound below -dim clamps to "through element 0" (torch writes INT64_MIN).
+    std::vector<int64_t> ends = n.attrs.Ints("ends");
+    for (size_t i = 0; i < ends.size(); ++i) {
+      if (steps[i] < 0 && ends[i] == -1) ends[i] = std::numeric_limits<int64_t>::min();
+    }
     EmitFor(n, "Slice",
             {In(n, 0), Int64s(StrCat(Out(n), "/starts"), n.attrs.Ints("starts")),
-             Int64s(StrCat(Out(n), "/ends"), n.attrs.Ints("ends")),
+             Int64s(StrCat(Out(n), "/ends"), ends),
              Int64s(StrCat(Out(n), "/axes"), axes), Int64s(StrCat(Out(n), "/steps"), steps)});
     return Same(n);
   }
@@ -745,6 +839,78 @@ class Exporter {
     return Same(n);
   }
 
+  // Resize as torch 1.13 exports F.interpolate at opset 17: nearest is 'asymmetric' with
+  // 'floor', bilinear 'half_pixel' (PyTorch's coordinates at align_corners=False, including
+  // an output of one pixel) or 'align_corners'. A scale factor given to the op is passed as
+  // ONNX's scales, which then also set the coordinates, as PyTorch's do; otherwise the sizes,
+  // the batch and channels taken from the input's shape so that any batch serves.
+  absl::Status Resize(const Node& n) {
+    const std::vector<int64_t> size = n.attrs.Ints("size");
+    const double scale_h = n.attrs.Float("scale_h"), scale_w = n.attrs.Float("scale_w");
+    if ((scale_h > 0) != (scale_w > 0)) {
+      return Fail(n, "has a scale factor for one axis only; ONNX's Resize takes both or sizes");
+    }
+    std::vector<std::string> inputs = {In(n, 0), ""};
+    if (scale_h > 0) {
+      inputs.push_back(
+          FloatConstant(StrCat(Out(n), "/scales"),
+                        {1.0f, 1.0f, static_cast<float>(scale_h), static_cast<float>(scale_w)}));
+    } else {
+      const std::string shape = Temp(n, "input_shape"), leading = Temp(n, "batch_channels");
+      Emit("Shape", StrCat(n.name, "/shape"), {In(n, 0)}, {shape});
+      Emit("Slice", StrCat(n.name, "/leading"),
+           {shape, Int64s(StrCat(Out(n), "/zero"), {0}), Int64s(StrCat(Out(n), "/two"), {2})},
+           {leading});
+      const std::string sizes = Temp(n, "sizes");
+      SetInt(Emit("Concat", StrCat(n.name, "/sizes"),
+                  {leading, Int64s(StrCat(Out(n), "/spatial"), size)}, {sizes}),
+             "axis", 0);
+      inputs.push_back("");
+      inputs.push_back(sizes);
+    }
+    onnx::NodeProto* node = EmitFor(n, "Resize", inputs);
+    if (n.attrs.String("mode") == "nearest") {
+      SetString(node, "mode", "nearest");
+      SetString(node, "coordinate_transformation_mode", "asymmetric");
+      SetString(node, "nearest_mode", "floor");
+    } else {
+      SetString(node, "mode", "linear");
+      SetString(node, "coordinate_transformation_mode",
+                n.attrs.Bool("align_corners") ? "align_corners" : "half_pixel");
+    }
+    return Same(n);
+  }
+
+  // ReduceSum takes its axes as an input (opset 13 on), ReduceMax and ReduceMin as an
+  // attribute (until opset 18); no axes reduce all of them, as Headroom's do.
+  absl::Status Reduce(const Node& n) {
+    const int rank = static_cast<int>(ShapeOf(n.inputs[0]).size());
+    std::vector<int64_t> axes = n.attrs.Ints("axes");
+    if (axes.empty()) {
+      axes.resize(rank);
+      std::iota(axes.begin(), axes.end(), 0);
+    }
+    for (int64_t& a : axes) {
+      if (a < 0) a += rank;
+    }
+    const bool keepdims = n.attrs.Bool("keepdims");
+    const int b = batch_axis_[n.inputs[0]];
+    int out_batch = b;
+    for (int64_t a : axes) {
+      if (b == kNoBatch) break;
+      if (a == b) return Fail(n, "reduces over the batch axis; export with a fixed batch");
+      if (a < b && !keepdims) --out_batch;
+    }
+    const std::string op = n.op->name;
+    onnx::NodeProto* node = op == "ReduceSum"
+                                ? EmitFor(n, op, {In(n, 0), Int64s(StrCat(Out(n), "/axes"), axes)})
+                                : EmitFor(n, op, {In(n, 0)});
+    if (op != "ReduceSum") SetInts(node, "axes", axes);
+    SetInt(node, "keepdims", keepdims ? 1 : 0);
+    batch_axis_[n.outputs[0]] = out_batch;
+    return absl::OkStatus();
+  }
+
   // Embedding(ids, table) is Gather(table, ids) along the rows.
   absl::Status Embedding(const Node& n) {
     SetInt(EmitFor(n, "Gather", {In(n, 1), In(n, 0)}), "axis", 0);
@@ -776,6 +942,7 @@ const absl::flat_hash_map<std::string, Converter>& Exporter::Converters() {
       {"BatchNorm", &Exporter::BatchNorm},
       {"Concat", &Exporter::Concat},
       {"Conv2D", &Exporter::Conv},
+      {"ConvTranspose2D", &Exporter::ConvTranspose},
       {"Div", &Exporter::Binary},
       {"Dropout", &Exporter::Dropout},
       {"ELU", &Exporter::Elu},
@@ -785,6 +952,7 @@ const absl::flat_hash_map<std::string, Converter>& Exporter::Converters() {
       {"Flatten", &Exporter::Flatten},
       {"GELU", &Exporter::Gelu},
       {"GlobalAvgPool", &Exporter::GlobalAvgPool},
+      {"GroupNorm", &Exporter::GroupNorm},
       {"HardSigmoid", &Exporter::HardSigmoid},
       {"HardSwish", &Exporter::HardSwish},
       {"LayerNorm", &Exporter::LayerNorm},
@@ -797,7 +965,11 @@ const absl::flat_hash_map<std::string, Converter>& Exporter::Converters() {
       {"Pow", &Exporter::Pow},
       {"ReLU", &Exporter::Relu},
       {"ReLU6", &Exporter::Relu6},
+      {"ReduceMax", &Exporter::Reduce},
+      {"ReduceMin", &Exporter::Reduce},
+      {"ReduceSum", &Exporter::Reduce},
       {"Reshape", &Exporter::Reshape},
+      {"Resize", &Exporter::Resize},
       {"SELU", &Exporter::Selu},
       {"Sigmoid", &Exporter::Sigmoid},
       {"Slice", &Exporter::Slice},

@@ -292,17 +292,117 @@ TEST(OnnxExportTest, AttentionExportsWithItsCausalMask) {
 }
 
 TEST(OnnxExportTest, EveryOpButTheLossesHasAnOnnxForm) {
-  // Ops that joined the op set in the same change as the exporter and have no ONNX form yet:
-  // exporting a graph that holds one is an error naming the node (docs/onnx.md lists them).
-  const std::set<std::string> not_yet = {"ConvTranspose2D", "GroupNorm", "ReduceMax",
-                                         "ReduceMin",       "ReduceSum", "Resize"};
   std::vector<std::string> ops;
   for (const OpSchema* op : AllOps()) {
     const bool loss = op->name == "SoftmaxCrossEntropy" || op->name == "PixelSoftmaxCrossEntropy";
-    if (!loss && not_yet.count(op->name) == 0) ops.push_back(op->name);
+    if (!loss) ops.push_back(op->name);
   }
   EXPECT_THAT(OnnxExportableOps(), ElementsAreArray(ops))
       << "an op joined Headroom's op set without an ONNX export (graph/onnx_export.cc)";
+}
+
+// A segmentation head: a transposed convolution, a group norm of 2 groups and one of a group
+// per channel, resizes by size and by scale (nearest and bilinear), then reductions over the
+// channels and the width, kept and dropped.
+proto::GraphDef SegmentationOps() {
+  GraphBuilder b("segmentation_ops");
+  std::string x = b.Input("x", {2, 4, 5, 5});
+  x = b.Op("ConvTranspose2D", "up", {x, b.Parameter("up.weight", {4, 6, 3, 3})},
+           {{"stride", IntsAttr({2, 2})},
+            {"padding", IntsAttr({1, 1})},
+            {"output_padding", IntsAttr({1, 1})}});  // [2, 6, 10, 10]
+  x = b.Op("GroupNorm", "gn", {x, b.Parameter("gn.weight", {6}), b.Parameter("gn.bias", {6})},
+           {{"num_groups", IntAttr(2)}, {"epsilon", FloatAttr(1e-3)}});
+  x = b.Op("GroupNorm", "in", {x, b.Parameter("in.weight", {6}), b.Parameter("in.bias", {6})},
+           {{"num_groups", IntAttr(6)}});
+  x = b.Op("Resize", "down", {x}, {{"size", IntsAttr({7, 7})}});
+  x = b.Op("Resize", "up2", {x},
+           {{"size", IntsAttr({10, 10})},
+            {"mode", StringAttr("bilinear")},
+            {"scale_h", FloatAttr(1.5)},
+            {"scale_w", FloatAttr(1.5)}});
+  const std::string channels_max = b.Op("ReduceMax", "cmax", {x}, {{"axes", IntsAttr({1})}});
+  const std::string channels_min = b.Op("ReduceMin", "cmin", {x}, {{"axes", IntsAttr({1})}});
+  x = b.Op("Add", "span", {b.Op("Sub", "range", {channels_max, channels_min}), x});
+  x = b.Op("ReduceSum", "rows", {x}, {{"axes", IntsAttr({3})}, {"keepdims", BoolAttr(false)}});
+  x = b.Op("Reshape", "flat", {x}, {{"shape", IntsAttr({2, 60})}});
+  x = b.Linear("fc", x, 60, 3);
+  const std::string labels = b.Label("labels", {2});
+  b.SetLoss(b.AddNode("SoftmaxCrossEntropy", "loss", {x, labels}, {"loss"})[0]);
+  return b.Build();
+}
+
+TEST(OnnxExportTest, SegmentationOpsExportAndImportBack) {
+  const Graph g = Build(SegmentationOps());
+  absl::StatusOr<OnnxExport> e = ExportOnnx(g, ValuesOf(g));
+  ASSERT_TRUE(e.ok()) << e.status();
+  const onnx::GraphProto& og = e->model.graph();
+  const onnx::NodeProto* up = FindOnnxNode(og, "ConvTranspose");
+  ASSERT_NE(up, nullptr);
+  EXPECT_THAT(Attr(*up, "output_padding")->ints(), ElementsAre(1, 1));
+  EXPECT_THAT(Attr(*up, "pads")->ints(), ElementsAre(1, 1, 1, 1));
+  // The 2-group norm as torch writes it at opset 17, the per-channel one as itself.
+  int instance_norms = 0;
+  for (const onnx::NodeProto& n : og.node())
+    instance_norms += n.op_type() == "InstanceNormalization";
+  EXPECT_EQ(instance_norms, 2);
+  // Resize by size reads the batch and channels from the input's shape; by scale, the scales.
+  std::vector<const onnx::NodeProto*> resizes;
+  for (const onnx::NodeProto& n : og.node()) {
+    if (n.op_type() == "Resize") resizes.push_back(&n);
+  }
+  ASSERT_EQ(resizes.size(), 2u);
+  EXPECT_EQ(Attr(*resizes[0], "coordinate_transformation_mode")->s(), "asymmetric");
+  EXPECT_EQ(Attr(*resizes[0], "nearest_mode")->s(), "floor");
+  ASSERT_EQ(resizes[0]->input_size(), 4);
+  EXPECT_EQ(resizes[0]->input(2), "");
+  EXPECT_EQ(Attr(*resizes[1], "mode")->s(), "linear");
+  EXPECT_EQ(Attr(*resizes[1], "coordinate_transformation_mode")->s(), "half_pixel");
+  ASSERT_EQ(resizes[1]->input_size(), 3);
+  EXPECT_NE(FindOnnxNode(og, "Shape"), nullptr);
+  EXPECT_THAT(Attr(*FindOnnxNode(og, "ReduceMax"), "axes")->ints(), ElementsAre(1));
+  EXPECT_EQ(FindOnnxNode(og, "ReduceSum")->input_size(), 2) << "axes an input from opset 13";
+  EXPECT_EQ(Attr(*FindOnnxNode(og, "ReduceSum"), "keepdims")->i(), 0);
+  EXPECT_EQ(e->model.graph().output(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
+
+  // Back at another batch: the same ops (the 2-group norm as its parts), the attributes of the
+  // ones that come back one to one.
+  absl::StatusOr<ImportedModel> back = Reimport(*e, 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  std::map<std::string, int> counts;
+  for (const std::string& op : Ops(back->graph)) ++counts[op];
+  EXPECT_EQ(counts["ConvTranspose2D"], 1);
+  EXPECT_EQ(counts["GroupNorm"], 2);
+  EXPECT_EQ(counts["Resize"], 2);
+  EXPECT_EQ(counts["ReduceMax"], 1);
+  EXPECT_EQ(counts["ReduceMin"], 1);
+  EXPECT_EQ(counts["ReduceSum"], 1);
+  const Graph h = Build(back->graph);
+  EXPECT_EQ(h.tensor(h.FindTensor("x")).shape, (Shape{3, 4, 5, 5}));
+  for (const char* name : {"up", "in", "down", "up2", "cmax", "rows"}) {
+    const NodeId id = h.FindNode(name);
+    ASSERT_NE(id, -1) << name;
+    for (const auto& [attr, value] : g.node(g.FindNode(name)).attrs.values()) {
+      EXPECT_EQ(Canonical(h.node(id), attr), Canonical(g.node(g.FindNode(name)), attr))
+          << name << "." << attr;
+    }
+  }
+}
+
+TEST(OnnxExportTest, AReductionOverTheBatchNeedsAFixedBatch) {
+  GraphBuilder b("batch_sum");
+  const std::string x = b.Input("x", {2, 3});
+  const std::string total = b.Op("ReduceSum", "total", {x}, {{"axes", IntsAttr({0})}});
+  const std::string logits = b.Op("Add", "shift", {x, total});
+  const std::string labels = b.Label("labels", {2});
+  b.SetLoss(b.AddNode("SoftmaxCrossEntropy", "loss", {logits, labels}, {"loss"})[0]);
+  const Graph g = Build(b.Build());
+  absl::Status s = ExportOnnx(g, ValuesOf(g)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("node 'total' (ReduceSum): reduces over the batch axis"));
+  OnnxExportOptions fixed;
+  fixed.dynamic_batch = false;
+  EXPECT_TRUE(ExportOnnx(g, ValuesOf(g), fixed).ok());
 }
 
 TEST(OnnxExportTest, MissingAndMismatchedValuesAreNamed) {

@@ -5,10 +5,12 @@
 //
 //   inference_logits --model NAME --batch N [--image-size S] --checkpoint PATH
 //                    --inputs IN.bin --out OUT.bin
+//   inference_logits --graph FILE --batch N --checkpoint PATH --inputs IN.bin --out OUT.bin
 //   inference_logits --onnx FILE --batch N --inputs IN.bin --out OUT.bin
 //
-// The first form reads a zoo model's weights as `headroom export --checkpoint` does; the
-// second imports an ONNX model (an export, read back) with its own weights. IN.bin holds the
+// The first two forms read a zoo model's or a graph description's weights as `headroom
+// export --checkpoint` does (a graph's batch is its own; --batch must say it); the last
+// imports an ONNX model (an export, read back) with its own weights. IN.bin holds the
 // model's one input, float32 row-major [N, ...]; OUT.bin gets the logits, float32.
 #include <fstream>
 #include <iostream>
@@ -24,6 +26,7 @@
 #include "executor/backends.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
+#include "graph/graph_io.h"
 #include "graph/inference_graph.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
@@ -33,7 +36,7 @@ namespace headroom {
 namespace {
 
 struct Args {
-  std::string model, onnx, checkpoint, inputs, out;
+  std::string model, graph, onnx, checkpoint, inputs, out;
   uint64_t batch = 0;
   int64_t image_size = 0;
 };
@@ -44,6 +47,8 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--model") {
       args.model = value;
+    } else if (flag == "--graph") {
+      args.graph = value;
     } else if (flag == "--onnx") {
       args.onnx = value;
     } else if (flag == "--checkpoint") {
@@ -58,11 +63,12 @@ absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
       return absl::InvalidArgumentError(absl::StrCat("bad flag '", flag, " ", value, "'"));
     }
   }
-  if (args.model.empty() == args.onnx.empty() || args.batch == 0 || args.inputs.empty() ||
-      args.out.empty() || (!args.model.empty() && args.checkpoint.empty())) {
+  const int sources = !args.model.empty() + !args.graph.empty() + !args.onnx.empty();
+  if (sources != 1 || args.batch == 0 || args.inputs.empty() || args.out.empty() ||
+      (args.onnx.empty() && args.checkpoint.empty())) {
     return absl::InvalidArgumentError(
-        "usage: inference_logits (--model NAME [--image-size S] --checkpoint PATH | --onnx FILE) "
-        "--batch N --inputs IN.bin --out OUT.bin");
+        "usage: inference_logits (--model NAME [--image-size S] --checkpoint PATH | --graph FILE "
+        "--checkpoint PATH | --onnx FILE) --batch N --inputs IN.bin --out OUT.bin");
   }
   return args;
 }
@@ -75,6 +81,10 @@ absl::Status Run(const Args& args) {
     std::map<std::string, int64_t> options;
     if (args.image_size > 0) options["image_size"] = args.image_size;
     ASSIGN_OR_RETURN(def, graph::BuildZooModel(graph::ZooSpec(args.model, args.batch, options)));
+    ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
+    ASSIGN_OR_RETURN(values, clients::ReadCheckpoint(args.checkpoint, g));
+  } else if (!args.graph.empty()) {
+    ASSIGN_OR_RETURN(def, graph::ReadGraphFile(args.graph));
     ASSIGN_OR_RETURN(graph::Graph g, graph::Graph::FromProto(def));
     ASSIGN_OR_RETURN(values, clients::ReadCheckpoint(args.checkpoint, g));
   } else {

@@ -23,6 +23,7 @@ import onnx_torch  # noqa: E402
 
 HEADROOM = ""
 LOGITS = ""
+EXAMPLES = ""  # The folder of examples/tiny_*.pbtxt.
 TOLERANCE = 1e-5
 
 
@@ -120,6 +121,62 @@ class ExportAgainstTorchTest(unittest.TestCase):
     def test_resnet18(self):
         self.check_model("resnet18", 4, 32, 3, options=("--image_size", "32"))
 
+    def check_graph(self, name, onnx_ops):
+        """An example graph trained 3 steps, exported, run by PyTorch from the file against
+        Headroom's logits of the trained graph, at its batch and at one sample fewer."""
+        graph = os.path.join(EXAMPLES, name + ".pbtxt")
+        d = os.path.join(self.tmp.name, name)
+        os.makedirs(d)
+        run(HEADROOM, "train", "--graph", graph, "--steps", "3", "--export",
+            os.path.join(d, "run"))
+        path = os.path.join(d, "model.onnx")
+        run(HEADROOM, "export", "--graph", graph, "--checkpoint", os.path.join(d, "run"),
+            "--out", path)
+        m = self.onnx_pb2.ModelProto()
+        with open(path, "rb") as f:
+            m.ParseFromString(f.read())
+        ops = [n.op_type for n in m.graph.node]
+        for op in onnx_ops:
+            self.assertIn(op, ops)
+        inp = m.graph.input[0]
+        self.assertEqual(inp.type.tensor_type.shape.dim[0].dim_param, "batch")
+        dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        # The input's shape as the graph declares it (its batch first).
+        shape_line = [l for l in open(graph) if f'name: "{inp.name}"' in l and "shape" in l][0]
+        shape = [int(v) for v in shape_line.split("shape: [")[1].split("]")[0].split(",")]
+        batch = shape[0]
+        x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+        inputs = os.path.join(d, "inputs.bin")
+        x.tofile(inputs)
+        with torch.no_grad():
+            torch_logits = onnx_torch.run(m, {inp.name: torch.from_numpy(x)})[0].numpy()
+            part = onnx_torch.run(m, {inp.name: torch.from_numpy(x[:batch - 1])})[0].numpy()
+        trained_bin = os.path.join(d, "trained.bin")
+        run(LOGITS, "--graph", graph, "--batch", batch, "--checkpoint", os.path.join(d, "run"),
+            "--inputs", inputs, "--out", trained_bin)
+        trained = np.fromfile(trained_bin, dtype=np.float32).reshape(torch_logits.shape)
+        back_bin = os.path.join(d, "back.bin")
+        run(LOGITS, "--onnx", path, "--batch", batch, "--inputs", inputs, "--out", back_bin)
+        back = np.fromfile(back_bin, dtype=np.float32).reshape(torch_logits.shape)
+        error = relative(trained, torch_logits)
+        print(f"{name}: {len(ops)} ONNX nodes ({', '.join(sorted(set(onnx_ops)))}); Headroom's "
+              f"trained graph against PyTorch on the export: relative error {error:.2e}; "
+              f"imported back: {relative(back, trained):.2e}; batch {batch - 1} against {batch}: "
+              f"{relative(part, torch_logits[:batch - 1]):.2e}")
+        self.assertEqual(dims[1:], shape[1:])
+        self.assertLessEqual(error, TOLERANCE)
+        self.assertLessEqual(relative(back, trained), TOLERANCE)
+        self.assertLessEqual(relative(part, torch_logits[:batch - 1]), 1e-6)
+
+    def test_reductions(self):
+        self.check_graph("tiny_reduce", ["ReduceMax", "ReduceMin", "ReduceSum", "Slice"])
+
+    def test_resizes_and_transposed_convolutions(self):
+        self.check_graph("tiny_upsample", ["ConvTranspose", "Resize", "Shape"])
+
+    def test_group_and_instance_norms(self):
+        self.check_graph("tiny_segmentation", ["InstanceNormalization", "Reshape", "Mul", "Add"])
+
     def test_errors_name_the_file_and_the_tensor(self):
         d = os.path.join(self.tmp.name, "errors")
         os.makedirs(d)
@@ -149,4 +206,5 @@ class ExportAgainstTorchTest(unittest.TestCase):
 
 if __name__ == "__main__":
     HEADROOM, LOGITS = sys.argv[1], sys.argv[2]
+    EXAMPLES = os.path.dirname(os.path.abspath(sys.argv[3]))
     unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -14,7 +14,11 @@ float32, batch norm in inference mode (F.batch_norm(training=False)): Conv, Gemm
 BatchNormalization, LayerNormalization, Relu, Clip, LeakyRelu, Elu, Selu, Softplus, Sqrt,
 Erf, Sigmoid, Tanh, HardSigmoid, HardSwish, PRelu, Pow, Add, Sub, Mul, Div, MaxPool,
 AveragePool, GlobalAveragePool, Flatten, Reshape, Transpose, Concat, Split, Slice, Expand,
-Gather, Softmax, Constant. Any other op is an error naming it.
+Gather, Softmax, Constant, ConvTranspose, InstanceNormalization, ReduceSum, ReduceMax,
+ReduceMin, Shape and Resize (nearest 'asymmetric'/'floor'; linear 'half_pixel',
+'pytorch_half_pixel' or 'align_corners'; the spec's sizes or scales, the latter also setting
+the coordinates, which is F.interpolate's scale_factor). Any other op or mode is an error
+naming it.
 """
 
 import argparse
@@ -116,11 +120,21 @@ def _reshape(x, shape):
     return x.reshape(target)
 
 
-def _slice(x, starts, ends, axes, steps):
-    index = [slice(None)] * x.dim()
-    for st, en, ax, sp in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
-        index[ax] = slice(st, en, sp)
-    return x[tuple(index)]
+def _slice(x, starts, ends, axes=None, steps=None):
+    """ONNX's Slice: negative bounds count from the end, then clamp to [0, dim] (a positive
+    step) or [-1, dim - 1] (a negative one, where -1 runs through element 0)."""
+    starts, ends = starts.tolist(), ends.tolist()
+    axes = list(range(len(starts))) if axes is None else axes.tolist()
+    steps = [1] * len(starts) if steps is None else steps.tolist()
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        ax = ax + x.dim() if ax < 0 else ax
+        dim = x.shape[ax]
+        st = st + dim if st < 0 else st
+        en = en + dim if en < 0 else en
+        low, high = (0, dim) if sp > 0 else (-1, dim - 1)
+        st, en = min(max(st, low), high), min(max(en, low), high)
+        x = x.index_select(ax, torch.arange(st, en, sp, dtype=torch.int64))
+    return x
 
 
 def _expand(x, shape):
@@ -128,6 +142,41 @@ def _expand(x, shape):
     lead = len(target) - x.dim()
     out = [max(t, x.shape[i - lead]) if i >= lead else t for i, t in enumerate(target)]
     return x.expand(out)
+
+
+def _conv_transpose(i, a):
+    """ONNX's ConvTranspose: F.conv_transpose2d without padding, then the pads cropped (they
+    may differ between the two ends)."""
+    top, left, bottom, right = a.get("pads", [0, 0, 0, 0])
+    y = F.conv_transpose2d(i[0], i[1], i[2] if len(i) > 2 else None, a.get("strides", [1, 1]),
+                           0, a.get("output_padding", [0, 0]), a.get("group", 1),
+                           a.get("dilations", [1, 1]))
+    return y[:, :, top:y.shape[2] - bottom, left:y.shape[3] - right]
+
+
+def _reduce(x, axes, keepdims, fn):
+    axes = list(range(x.dim())) if axes is None or len(axes) == 0 else [int(d) for d in axes]
+    return fn(x, dim=axes, keepdim=bool(keepdims))
+
+
+def _resize(node, a, x, scales, sizes):
+    """ONNX's Resize in the modes torch 1.13 writes for F.interpolate, as F.interpolate."""
+    mode = a.get("mode", "nearest")
+    coords = a.get("coordinate_transformation_mode", "half_pixel")
+    if scales is not None and scales.numel() > 0:
+        s = [float(v) for v in scales.tolist()]
+        if s[0] != 1 or s[1] != 1:
+            raise ValueError(f"node '{node.name}': scales {s} resize N or C")
+        how = {"scale_factor": (s[2], s[3])}
+    else:
+        how = {"size": tuple(int(v) for v in sizes.tolist()[2:])}
+    if mode == "nearest":
+        if coords != "asymmetric" or a.get("nearest_mode", "round_prefer_floor") != "floor":
+            raise ValueError(f"node '{node.name}': nearest with {coords} is not interpreted")
+        return F.interpolate(x, mode="nearest", **how)
+    if mode == "linear" and coords in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+        return F.interpolate(x, mode="bilinear", align_corners=coords == "align_corners", **how)
+    raise ValueError(f"node '{node.name}': Resize mode {mode} with {coords} is not interpreted")
 
 
 def _ops():
@@ -170,13 +219,21 @@ def _ops():
         "Reshape": lambda i, a: _reshape(i[0], i[1]),
         "Transpose": lambda i, a: i[0].permute(a["perm"]),
         "Concat": lambda i, a: torch.cat(i, a["axis"]),
-        "Slice": lambda i, a: _slice(i[0], i[1], i[2], i[3], i[4]),
+        "Slice": lambda i, a: _slice(*i),
         "Expand": lambda i, a: _expand(i[0], i[1]),
         "Gather": lambda i, a: torch.index_select(i[0], a.get("axis", 0),
                                                   i[1].long().reshape(-1)).reshape(
             list(i[0].shape[:a.get("axis", 0)]) + list(i[1].shape) +
             list(i[0].shape[a.get("axis", 0) + 1:])),
         "Softmax": lambda i, a: F.softmax(i[0], a.get("axis", -1)),
+        "ConvTranspose": _conv_transpose,
+        "InstanceNormalization": lambda i, a: F.instance_norm(i[0], weight=i[1], bias=i[2],
+                                                              eps=a.get("epsilon", 1e-5)),
+        "Shape": lambda i, a: torch.tensor(list(i[0].shape), dtype=torch.int64),
+        "ReduceSum": lambda i, a: _reduce(i[0], i[1].tolist() if len(i) > 1 else None,
+                                          a.get("keepdims", 1), torch.sum),
+        "ReduceMax": lambda i, a: _reduce(i[0], a.get("axes"), a.get("keepdims", 1), torch.amax),
+        "ReduceMin": lambda i, a: _reduce(i[0], a.get("axes"), a.get("keepdims", 1), torch.amin),
     }
 
 
@@ -197,6 +254,11 @@ def run(model, feeds):
             for name, part in zip(node.output, torch.split(values[node.input[0]], sizes,
                                                            a.get("axis", 0))):
                 values[name] = part
+            continue
+        if node.op_type == "Resize":
+            # Positional inputs X, roi, scales, sizes; empty names are absent.
+            given = [values[n] if n else None for n in node.input] + [None] * 4
+            values[node.output[0]] = _resize(node, a, given[0], given[2], given[3])
             continue
         if node.op_type not in OPS:
             raise ValueError(f"node '{node.name}': op {node.op_type} is not interpreted")
