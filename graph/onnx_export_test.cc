@@ -405,6 +405,32 @@ TEST(OnnxExportTest, AReductionOverTheBatchNeedsAFixedBatch) {
   EXPECT_TRUE(ExportOnnx(g, ValuesOf(g), fixed).ok());
 }
 
+TEST(OnnxExportTest, AnInputWithoutTheBatchKeepsItsShapeWhenReadBack) {
+  // Token and position embeddings, as the zoo's transformer: `positions` [T] has no batch.
+  GraphBuilder b("positions");
+  const std::string ids = b.Input("ids", {2, 4}, proto::DTYPE_INT64);
+  const std::string positions = b.Input("positions", {4}, proto::DTYPE_INT64);
+  const std::string tokens = b.Op("Embedding", "wte", {ids, b.Parameter("wte.weight", {10, 6})});
+  const std::string where =
+      b.Op("Embedding", "wpe", {positions, b.Parameter("wpe.weight", {4, 6})});
+  std::string h = b.Op("Add", "embed", {tokens, where});
+  h = b.Op("MatMul", "head", {h, "wte.weight"}, {{"transpose_b", BoolAttr(true)}});
+  const std::string labels = b.Label("labels", {2, 4});
+  b.SetLoss(b.AddNode("SoftmaxCrossEntropy", "loss", {h, labels}, {"loss"})[0]);
+  const Graph g = Build(b.Build());
+  absl::StatusOr<OnnxExport> e = ExportOnnx(g, ValuesOf(g));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->model.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
+  EXPECT_EQ(e->model.graph().input(1).type().tensor_type().shape().dim(0).dim_value(), 4);
+  // Read back at batch 3: the ids take it, the positions keep their 4.
+  absl::StatusOr<ImportedModel> back = Reimport(*e, 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const Graph h3 = Build(back->graph);
+  EXPECT_EQ(h3.tensor(h3.FindTensor("ids")).shape, (Shape{3, 4}));
+  EXPECT_EQ(h3.tensor(h3.FindTensor("positions")).shape, (Shape{4}));
+  EXPECT_EQ(h3.tensor(h3.loss()).shape, Shape{});
+}
+
 TEST(OnnxExportTest, MissingAndMismatchedValuesAreNamed) {
   const Graph g = Build(SmallCnn());
   std::vector<proto::TensorValue> values = ValuesOf(g);

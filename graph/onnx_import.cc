@@ -243,8 +243,24 @@ class Importer {
     return absl::OkStatus();
   }
 
-  // The data inputs: every graph input that no initializer gives a value.
+  // Whether the first dimension of `input` (a tensor) is given as a number.
+  static bool FixedFirstDim(const onnx::ValueInfoProto& input) {
+    const onnx::TensorShapeProto& shape = input.type().tensor_type().shape();
+    return shape.dim_size() > 0 && shape.dim(0).has_dim_value() && shape.dim(0).dim_value() > 0;
+  }
+
+  // The data inputs: every graph input that no initializer gives a value. The first
+  // dimension is the batch (--batch); but where some input's batch is symbolic (an export
+  // with dynamic axes), an input whose first dimension is a number has no batch (a
+  // transformer's positions) and keeps it.
   absl::Status DeclareInputs() {
+    bool symbolic = false;
+    for (const onnx::ValueInfoProto& input : graph_.input()) {
+      if (values_.contains(input.name()) || !input.type().has_tensor_type()) continue;
+      if (input.type().tensor_type().shape().dim_size() > 0 && !FixedFirstDim(input)) {
+        symbolic = true;
+      }
+    }
     for (const onnx::ValueInfoProto& input : graph_.input()) {
       if (values_.contains(input.name())) continue;
       if (!input.type().has_tensor_type()) {
@@ -252,10 +268,15 @@ class Importer {
       }
       const onnx::TypeProto::Tensor& type = input.type().tensor_type();
       ASSIGN_OR_RETURN(proto::DType dtype, HeadroomDType(type.elem_type()));
+      const bool unbatched = symbolic && FixedFirstDim(input);
       Shape shape;
       for (int d = 0; d < type.shape().dim_size(); ++d) {
         const onnx::TensorShapeProto::Dimension& dim = type.shape().dim(d);
         const bool numeric = dim.has_dim_value() && dim.dim_value() > 0;
+        if (unbatched && d == 0) {
+          shape.push_back(dim.dim_value());
+          continue;
+        }
         if (d == 0 && numeric && options_.batch > 0 &&
             dim.dim_value() != static_cast<int64_t>(options_.batch)) {
           // A fixed-batch export imported at another batch: its baked shapes are rewritten.
@@ -286,7 +307,7 @@ class Importer {
       v.tensor = name;
       v.shape = shape;
       v.dtype = dtype;
-      v.batch = BatchAxis{0, 1, 1};
+      if (!unbatched) v.batch = BatchAxis{0, 1, 1};
       values_[input.name()] = std::move(v);
     }
     return absl::OkStatus();
