@@ -46,6 +46,8 @@ class SegmentationSurveyTest(unittest.TestCase):
         self.assertEqual(row["status"], "ok", row)
         self.assertTrue(row["parameters_equal"], row)
         self.assertLess(row["logits_relative_error"], 1e-4, row)
+        self.assertLess(row["headroom_float64_error"], 1e-4, row)
+        self.assertIn("torch_float64_error", row)
         self.assertTrue(row["trained"], row)
         self.assertEqual(len(row["losses"]), ARGS.steps)
         self.assertLessEqual(row["measured_peak_bytes"], row["budget_bytes"])
