@@ -1,0 +1,149 @@
+#include "dist/data_parallel.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/status_macros.h"
+
+namespace headroom::dist {
+namespace {
+
+constexpr uint64_t kFnvOffset = 14695981039346656037ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t Fnv1a(uint64_t hash, const uint8_t* data, size_t bytes) {
+  for (size_t i = 0; i < bytes; ++i) hash = (hash ^ data[i]) * kFnvPrime;
+  return hash;
+}
+
+// Returns the ranks whose value differs from rank 0's.
+std::vector<int> RanksDiffering(const std::vector<uint64_t>& values) {
+  std::vector<int> ranks;
+  for (size_t r = 1; r < values.size(); ++r) {
+    if (values[r] != values[0]) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+absl::Status BroadcastState(executor::Trainer& trainer, Collectives& collectives) {
+  const std::vector<executor::StateTensorInfo>& infos = trainer.StateTensors();
+  std::vector<std::vector<uint8_t>> values(infos.size());
+  std::vector<executor::StateTensorView> views;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    values[i].resize(infos[i].bytes);
+    if (collectives.rank() == 0) {
+      RETURN_IF_ERROR(trainer.ReadStateTensor(i, absl::MakeSpan(values[i])));
+    }
+    RETURN_IF_ERROR(collectives.Broadcast(values[i].data(), values[i].size(), 0,
+                                          absl::StrCat("broadcast of '", infos[i].name, "'")));
+    views.push_back({infos[i].name, infos[i].shape, infos[i].dtype, values[i]});
+  }
+  int64_t steps_run = trainer.steps_run();
+  RETURN_IF_ERROR(
+      collectives.Broadcast(&steps_run, sizeof(steps_run), 0, "broadcast of the steps run"));
+  return trainer.RestoreState(steps_run, views);
+}
+
+absl::StatusOr<uint64_t> ParameterChecksum(const executor::Trainer& trainer) {
+  ASSIGN_OR_RETURN(std::vector<executor::HostTensor> state, trainer.State());
+  uint64_t hash = kFnvOffset;
+  for (const executor::HostTensor& t : state) {
+    const graph::TensorId id = trainer.forward().FindTensor(t.name);
+    if (id < 0 || trainer.forward().tensor(id).role != proto::ROLE_PARAMETER) continue;
+    hash = Fnv1a(hash, t.bytes.data(), t.bytes.size());
+  }
+  return hash;
+}
+
+absl::Status CheckParametersAgree(const executor::Trainer& trainer, Collectives& collectives,
+                                  int64_t steps_run) {
+  ASSIGN_OR_RETURN(const uint64_t mine, ParameterChecksum(trainer));
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> all,
+                   collectives.AllgatherU64(
+                       mine, absl::StrCat("parameter checksum after ", steps_run, " steps")));
+  const std::vector<int> differ = RanksDiffering(all);
+  if (differ.empty()) return absl::OkStatus();
+  std::vector<std::string> values;
+  for (size_t r = 0; r < all.size(); ++r) values.push_back(absl::StrCat("rank ", r, " ", all[r]));
+  return absl::FailedPreconditionError(
+      absl::StrCat("the ranks' parameters diverged after ", steps_run, " steps: rank(s) ",
+                   absl::StrJoin(differ, ", "),
+                   " differ from rank 0 (checksums: ", absl::StrJoin(values, ", "), ")"));
+}
+
+uint64_t SequenceHash(absl::Span<const CollectiveSpec> sequence) {
+  uint64_t hash = kFnvOffset;
+  const uint64_t n = sequence.size();
+  hash = Fnv1a(hash, reinterpret_cast<const uint8_t*>(&n), sizeof(n));
+  for (const CollectiveSpec& c : sequence) {
+    hash = Fnv1a(hash, reinterpret_cast<const uint8_t*>(&c.count), sizeof(c.count));
+  }
+  return hash;
+}
+
+absl::Status CheckSequencesAgree(absl::Span<const CollectiveSpec> sequence,
+                                 Collectives& collectives) {
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> hashes,
+                   collectives.AllgatherU64(SequenceHash(sequence), "collective sequence hash"));
+  const std::vector<int> differ = RanksDiffering(hashes);
+  if (differ.empty()) return absl::OkStatus();
+  // Find the first collective that differs: every rank takes part in every round.
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> lengths,
+                   collectives.AllgatherU64(sequence.size(), "collective sequence length"));
+  const uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::string first = "none (the sequences differ only in length)";
+  for (uint64_t k = 0; k < longest; ++k) {
+    // 0 for "no such collective", else its size plus one.
+    const uint64_t mine = k < sequence.size() ? sequence[k].count + 1 : 0;
+    ASSIGN_OR_RETURN(const std::vector<uint64_t> sizes,
+                     collectives.AllgatherU64(mine, absl::StrCat("collective ", k, " size")));
+    if (RanksDiffering(sizes).empty()) continue;
+    std::vector<std::string> each;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      each.push_back(sizes[r] == 0 ? absl::StrCat("none on rank ", r)
+                                   : absl::StrCat(sizes[r] - 1, " floats on rank ", r));
+    }
+    first = absl::StrCat("collective #", k, " (here on rank ", collectives.rank(), ": ",
+                         k < sequence.size() ? sequence[k].what : "none",
+                         "): ", absl::StrJoin(each, ", "));
+    break;
+  }
+  std::vector<std::string> counts;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    counts.push_back(absl::StrCat(lengths[r], " on rank ", r));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ranks would issue different collectives each step (a different model, batch, plan "
+      "or bucket size?): rank(s) ",
+      absl::StrJoin(differ, ", "), " differ from rank 0; collectives per step: ",
+      absl::StrJoin(counts, ", "), "; the first difference: ", first));
+}
+
+absl::StatusOr<std::vector<executor::HostTensor>> RankShard(
+    const std::vector<executor::HostTensor>& global, int rank, int ranks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside [0, ", ranks, ")"));
+  }
+  std::vector<executor::HostTensor> shard;
+  for (const executor::HostTensor& t : global) {
+    if (t.shape.empty() || t.shape[0] % ranks != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch tensor '", t.name, "' has ",
+          t.shape.empty() ? std::string("no batch dimension") : absl::StrCat(t.shape[0], " rows"),
+          ", which do not split evenly over ", ranks, " ranks"));
+    }
+    graph::Shape shape = t.shape;
+    shape[0] /= ranks;
+    executor::HostTensor part = executor::MakeHostTensor(t.name, shape, t.dtype);
+    const size_t bytes = part.bytes.size();
+    std::copy(t.bytes.begin() + rank * bytes, t.bytes.begin() + (rank + 1) * bytes,
+              part.bytes.begin());
+    shard.push_back(std::move(part));
+  }
+  return shard;
+}
+
+}  // namespace headroom::dist

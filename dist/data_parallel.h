@@ -1,0 +1,53 @@
+// The checks and transfers that keep data-parallel ranks in lock-step, over a Collectives:
+// rank 0's state to every rank before the first step, the ranks' collective sequences
+// compared before it, and their parameters compared at start and every K steps.
+//
+// Every function here is itself a collective: every rank must call it, in the same order.
+// Errors name the ranks that differ and what differs; every rank returns the same error
+// kind, so every rank stops.
+#ifndef HEADROOM_DIST_DATA_PARALLEL_H_
+#define HEADROOM_DIST_DATA_PARALLEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "dist/collectives.h"
+#include "dist/gradient_buckets.h"
+#include "executor/host_tensor.h"
+#include "executor/trainer.h"
+
+namespace headroom::dist {
+
+// Sets every rank's persistent state (parameters, buffers, optimizer state, steps run) to
+// rank 0's, one tensor at a time.
+absl::Status BroadcastState(executor::Trainer& trainer, Collectives& collectives);
+
+// Returns a 64-bit FNV-1a hash of every parameter's bytes (not buffers: batch norm's running
+// statistics are each rank's own), in tensor order.
+absl::StatusOr<uint64_t> ParameterChecksum(const executor::Trainer& trainer);
+
+// Compares ParameterChecksum() across ranks. FailedPrecondition naming every rank whose
+// parameters differ from rank 0's after `steps_run` steps.
+absl::Status CheckParametersAgree(const executor::Trainer& trainer, Collectives& collectives,
+                                  int64_t steps_run);
+
+// Returns a hash of `sequence`: the collectives' sizes, in order.
+uint64_t SequenceHash(absl::Span<const CollectiveSpec> sequence);
+
+// Compares every rank's collective sequence. FailedPrecondition naming the ranks that
+// differ from rank 0 and the first collective that differs (its index, its description on
+// this rank, and its size on each rank).
+absl::Status CheckSequencesAgree(absl::Span<const CollectiveSpec> sequence,
+                                 Collectives& collectives);
+
+// Returns rank `rank` of `ranks`' rows of every tensor of `global` (rows along dim 0, the
+// batch): rows [rank * B, (rank + 1) * B) where B is the global rows over `ranks`.
+// InvalidArgument naming a tensor whose rows do not divide by `ranks`.
+absl::StatusOr<std::vector<executor::HostTensor>> RankShard(
+    const std::vector<executor::HostTensor>& global, int rank, int ranks);
+
+}  // namespace headroom::dist
+
+#endif  // HEADROOM_DIST_DATA_PARALLEL_H_
