@@ -529,7 +529,7 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
       // This rank's rows of the global batch.
       ASSIGN_OR_RETURN(std::vector<executor::HostTensor> shard,
                        dist::RankShard(dist_run->global_task->Batch(trainer.steps_run()),
-                                       dist_run->rank, dist_run->size));
+                                       trainer.forward(), dist_run->rank, dist_run->size));
       r = trainer.StepOn(shard);
     } else {
       r = trainer.Step();

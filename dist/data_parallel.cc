@@ -123,21 +123,32 @@ absl::Status CheckSequencesAgree(absl::Span<const CollectiveSpec> sequence,
 }
 
 absl::StatusOr<std::vector<executor::HostTensor>> RankShard(
-    const std::vector<executor::HostTensor>& global, int rank, int ranks) {
+    const std::vector<executor::HostTensor>& global, const graph::Graph& forward, int rank,
+    int ranks) {
   if (ranks < 1 || rank < 0 || rank >= ranks) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside [0, ", ranks, ")"));
   }
   std::vector<executor::HostTensor> shard;
   for (const executor::HostTensor& t : global) {
-    if (t.shape.empty() || t.shape[0] % ranks != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "batch tensor '", t.name, "' has ",
-          t.shape.empty() ? std::string("no batch dimension") : absl::StrCat(t.shape[0], " rows"),
-          ", which do not split evenly over ", ranks, " ranks"));
+    const graph::TensorId id = forward.FindTensor(t.name);
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch tensor '", t.name, "' is not a tensor of the model"));
     }
-    graph::Shape shape = t.shape;
-    shape[0] /= ranks;
-    executor::HostTensor part = executor::MakeHostTensor(t.name, shape, t.dtype);
+    const graph::Shape& mine = forward.tensor(id).shape;
+    if (t.shape == mine) {  // the same for every sample: every rank reads it whole
+      shard.push_back(t);
+      continue;
+    }
+    graph::Shape split = t.shape;
+    if (!split.empty() && split[0] % ranks == 0) split[0] /= ranks;
+    if (split != mine) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch tensor '", t.name, "' is ", graph::ShapeString(t.shape),
+                       " at the global batch and ", graph::ShapeString(mine), " at a rank's: not ",
+                       ranks, " rank(s) split along dim 0"));
+    }
+    executor::HostTensor part = executor::MakeHostTensor(t.name, split, t.dtype);
     const size_t bytes = part.bytes.size();
     std::copy(t.bytes.begin() + rank * bytes, t.bytes.begin() + (rank + 1) * bytes,
               part.bytes.begin());

@@ -42,11 +42,15 @@ uint64_t SequenceHash(absl::Span<const CollectiveSpec> sequence);
 absl::Status CheckSequencesAgree(absl::Span<const CollectiveSpec> sequence,
                                  Collectives& collectives);
 
-// Returns rank `rank` of `ranks`' rows of every tensor of `global` (rows along dim 0, the
-// batch): rows [rank * B, (rank + 1) * B) where B is the global rows over `ranks`.
-// InvalidArgument naming a tensor whose rows do not divide by `ranks`.
+// Returns rank `rank` of `ranks`' part of the global batch `global` (every input and label
+// of the model at ranks times the batch) for `forward`, the model at the per-rank batch: a
+// tensor whose dim 0 is `ranks` times forward's gives rows [rank * B, (rank + 1) * B) of
+// it; one of forward's shape already (shared by every sample, like the transformer's
+// positions) is copied whole. InvalidArgument naming a tensor that is neither, or that
+// forward lacks.
 absl::StatusOr<std::vector<executor::HostTensor>> RankShard(
-    const std::vector<executor::HostTensor>& global, int rank, int ranks);
+    const std::vector<executor::HostTensor>& global, const graph::Graph& forward, int rank,
+    int ranks);
 
 }  // namespace headroom::dist
 
