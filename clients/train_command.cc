@@ -82,7 +82,7 @@ struct DataFlags {
 struct DistFlags {
   int ranks = 1;
   int threads_per_rank = 1;
-  int64_t bucket_kib = 4096;
+  int64_t bucket_kib = 0;
   int64_t check_every = 0;
   double collective_timeout = 20;
 };
@@ -367,7 +367,7 @@ absl::StatusOr<std::vector<std::unique_ptr<executor::Callback>>> TrainCommand::M
     callbacks.push_back(std::make_unique<executor::EarlyStoppingCallback>(stop));
   }
   callbacks.push_back(std::make_unique<EpochReport>(&totals, json, &io.out));
-  if (data.progress_seconds > 0) {
+  if (data.progress_seconds > 0 && (dist_run == nullptr || dist_run->rank == 0)) {
     callbacks.push_back(
         std::make_unique<executor::ProgressCallback>(&io.err, data.progress_seconds));
   }

@@ -2,7 +2,7 @@
 # Data-parallel training end to end through mpirun (docs/distributed.md), 2 ranks:
 #  1. equivalence: 2 ranks at batch B against 1 process at batch 2B, same seed: every step's
 #     loss and every final parameter within 1e-5 relative (dist/compare_runs.py), for mlp and
-#     a transformer without dropout, with buckets and with one per gradient, and with
+#     a transformer without dropout, with 4 MiB buckets and with one per gradient, and with
 #     sections (a re-forward issues no collective: exactly buckets x steps allreduces); the
 #     ranks' parameters bitwise equal after 20 steps (the run's own final check, and both
 #     runs' checksums equal whatever the plan);
@@ -51,11 +51,11 @@ equivalent() {
   CHECKSUM=$(json_field parameter_checksum <<<"$ranked")
 }
 
-equivalent mlp 8 20 --model mlp
+equivalent mlp 8 20 --model mlp --bucket-kib 4096
 equivalent mlp_per_gradient 8 20 --model mlp --bucket-kib 0
 TRANSFORMER=(--model transformer --layers 2 --d_model 64 --heads 4 --sequence 32 --vocab 100
              --positions 32 --dropout_percent 0)
-equivalent transformer 2 20 "${TRANSFORMER[@]}"
+equivalent transformer 2 20 "${TRANSFORMER[@]}" --bucket-kib 4096
 plain="$CHECKSUM"
 equivalent transformer_sections 2 20 "${TRANSFORMER[@]}" --sections 3 --bucket-kib 0
 if [[ "$CHECKSUM" != "$plain" ]]; then

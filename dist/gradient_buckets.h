@@ -47,8 +47,9 @@ class GradientBuckets : public executor::GradientExchange {
  public:
   struct Options {
     // A bucket is closed once it holds at least this many bytes; 0: one per gradient.
-    // Default 4 MiB (docs/distributed.md measures the choice).
-    uint64_t bucket_bytes = 4ull << 20;
+    // Default 0: on resnet18 over MPI it hid the most of the allreduces, since the last
+    // bucket, whose reduction nothing hides, is then the smallest (docs/distributed.md).
+    uint64_t bucket_bytes = 0;
   };
 
   GradientBuckets(Collectives* collectives, executor::Backend* backend, const Options& options);
