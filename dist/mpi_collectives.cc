@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -57,7 +58,12 @@ class MpiCollectives : public Collectives {
       stop_ = true;
     }
     wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    // A thread stuck inside MPI would never join: leave it to the process's exit.
+    if (stuck_.load()) {
+      thread_.detach();
+    } else if (thread_.joinable()) {
+      thread_.join();
+    }
   }
 
   // Starts the thread and waits for MPI's initialisation.
@@ -151,6 +157,7 @@ class MpiCollectives : public Collectives {
     std::unique_lock<std::mutex> lock(mu_);
     const auto backstop = std::chrono::duration<double>(options_.timeout_seconds + 5);
     if (!done_.wait_for(lock, backstop, [&] { return o.done; })) {
+      stuck_.store(true);
       return absl::DeadlineExceededError(absl::StrFormat(
           "mpi rank %d: %s did not complete within %.0f s and the communication thread is "
           "stuck in MPI: a peer rank died or issued a different collective",
@@ -279,6 +286,8 @@ class MpiCollectives : public Collectives {
   absl::flat_hash_map<int64_t, std::shared_ptr<Op>> ops_;
   int64_t next_id_ = 0;
   bool stop_ = false;
+  // Set when the communication thread missed the backstop deadline (stuck in MPI).
+  std::atomic<bool> stuck_{false};
   // The first failure (communication thread only).
   absl::Status failed_;
 };
