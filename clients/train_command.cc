@@ -209,7 +209,10 @@ absl::Status TrainCommand::ExportInputs(executor::Trainer& trainer, const graph:
                                             ? *dist_run->global_task
                                             : trainer.task();
   for (int64_t s = 0; s < run.steps; ++s) reference.batches.push_back(task.Batch(s));
-  return executor::WriteReferenceInputs(export_dir, g, reference);
+  // ... and the model at the global batch, which those batches fit.
+  const graph::Graph& model_graph =
+      dist_run != nullptr && dist_run->global_graph != nullptr ? *dist_run->global_graph : g;
+  return executor::WriteReferenceInputs(export_dir, model_graph, reference);
 }
 
 // Reports each step into the run's totals and prints a line (or a JSON object) per epoch.

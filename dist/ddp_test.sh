@@ -5,7 +5,8 @@
 #     a transformer without dropout, with 4 MiB buckets and with one per gradient, and with
 #     sections (a re-forward issues no collective: exactly buckets x steps allreduces); the
 #     ranks' parameters bitwise equal after 20 steps (the run's own final check, and both
-#     runs' checksums equal whatever the plan);
+#     runs' checksums equal whatever the plan); and the 2 ranks' run against PyTorch at the
+#     global batch (tools/torch_reference.py on the exported global batches);
 #  2. a deliberate mismatch (different bucket sizes on the two ranks) stops both within 10 s,
 #     naming the ranks and the first differing collective;
 #  3. a rank killed mid-run (SIGKILL) ends the job within 30 s, naming rank 1;
@@ -53,6 +54,9 @@ equivalent() {
 
 equivalent mlp 8 20 --model mlp --bucket-kib 4096
 equivalent mlp_per_gradient 8 20 --model mlp --bucket-kib 0
+# The independent instrument: PyTorch 1.13 trains the exported global batches at batch 16.
+"$PYTHON" "$TEST_SRCDIR/headroom/tools/torch_reference.py" "$TEST_TMPDIR/mlp_per_gradient.two" \
+  --threads 2 --no-memory
 TRANSFORMER=(--model transformer --layers 2 --d_model 64 --heads 4 --sequence 32 --vocab 100
              --positions 32 --dropout_percent 0)
 equivalent transformer 2 20 "${TRANSFORMER[@]}" --bucket-kib 4096
