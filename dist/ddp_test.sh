@@ -7,6 +7,8 @@
 #     ranks' parameters bitwise equal after 20 steps (the run's own final check, and both
 #     runs' checksums equal whatever the plan); and the 2 ranks' run against PyTorch at the
 #     global batch (tools/torch_reference.py on the exported global batches);
+#     with --dataset, rank 0's checkpoint resumed on both ranks ends bitwise where an
+#     uninterrupted run does;
 #  2. a deliberate mismatch (different bucket sizes on the two ranks) stops both within 10 s,
 #     naming the ranks and the first differing collective;
 #  3. a rank killed mid-run (SIGKILL) ends the job within 30 s, naming rank 1;
@@ -66,6 +68,17 @@ if [[ "$CHECKSUM" != "$plain" ]]; then
   echo "FAIL: with sections the ranks end at checksum $CHECKSUM, without at $plain" >&2
   exit 1
 fi
+
+echo "== --dataset: rank 0's checkpoint after epoch 1, resumed on both ranks"
+DATA=(--dataset fashion-mnist --model small_cnn --batch 32 --validation-fraction 0.95
+      --eval-every 0 --progress-seconds 0 --json)
+whole=$("$HEADROOM" train "${DATA[@]}" --ranks 2 --epochs 2 | json_field parameter_checksum)
+"$HEADROOM" train "${DATA[@]}" --ranks 2 --epochs 1 --checkpoint-dir "$TEST_TMPDIR/ck" >/dev/null
+resumed=$("$HEADROOM" train "${DATA[@]}" --ranks 2 --epochs 2 --resume "$TEST_TMPDIR/ck" |
+          json_field parameter_checksum)
+echo "uninterrupted $whole, resumed $resumed"
+[[ -n "$whole" && "$whole" == "$resumed" ]] ||
+  { echo "FAIL: the resumed ranks end at $resumed, the uninterrupted run at $whole" >&2; exit 1; }
 
 echo "== a collective mismatch: bucket sizes 0 and 1 GiB on ranks 0 and 1"
 start=$(now)
