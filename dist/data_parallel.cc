@@ -28,7 +28,40 @@ std::vector<int> RanksDiffering(const std::vector<uint64_t>& values) {
 
 }  // namespace
 
+namespace {
+
+// Returns a 64-bit FNV-1a hash of the persistent tensors (only parameters when
+// `parameters_only`), in order, read one at a time through one buffer of the largest.
+absl::StatusOr<uint64_t> StateHash(const executor::Trainer& trainer, bool parameters_only) {
+  const std::vector<executor::StateTensorInfo>& infos = trainer.StateTensors();
+  uint64_t largest = 0;
+  for (const executor::StateTensorInfo& info : infos) largest = std::max(largest, info.bytes);
+  std::vector<uint8_t> buffer(largest);
+  uint64_t hash = kFnvOffset;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    if (parameters_only) {
+      const graph::TensorId id = trainer.forward().FindTensor(infos[i].name);
+      if (id < 0 || trainer.forward().tensor(id).role != proto::ROLE_PARAMETER) continue;
+    }
+    const absl::Span<uint8_t> value(buffer.data(), infos[i].bytes);
+    RETURN_IF_ERROR(trainer.ReadStateTensor(i, value));
+    hash = Fnv1a(hash, value.data(), value.size());
+  }
+  return hash;
+}
+
+}  // namespace
+
 absl::Status BroadcastState(executor::Trainer& trainer, Collectives& collectives) {
+  // Ranks that start alike (the same seed and model) already hold rank 0's state: compare
+  // hashes first, so the state crosses the wire, and is held whole in host memory, only
+  // where some rank differs.
+  ASSIGN_OR_RETURN(const uint64_t mine, StateHash(trainer, /*parameters_only=*/false));
+  int64_t steps_run = trainer.steps_run();
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> hashes,
+                   collectives.AllgatherU64(mine ^ static_cast<uint64_t>(steps_run),
+                                            "hash of the state before the broadcast"));
+  if (RanksDiffering(hashes).empty()) return absl::OkStatus();
   const std::vector<executor::StateTensorInfo>& infos = trainer.StateTensors();
   std::vector<std::vector<uint8_t>> values(infos.size());
   std::vector<executor::StateTensorView> views;
@@ -41,21 +74,13 @@ absl::Status BroadcastState(executor::Trainer& trainer, Collectives& collectives
                                           absl::StrCat("broadcast of '", infos[i].name, "'")));
     views.push_back({infos[i].name, infos[i].shape, infos[i].dtype, values[i]});
   }
-  int64_t steps_run = trainer.steps_run();
   RETURN_IF_ERROR(
       collectives.Broadcast(&steps_run, sizeof(steps_run), 0, "broadcast of the steps run"));
   return trainer.RestoreState(steps_run, views);
 }
 
 absl::StatusOr<uint64_t> ParameterChecksum(const executor::Trainer& trainer) {
-  ASSIGN_OR_RETURN(std::vector<executor::HostTensor> state, trainer.State());
-  uint64_t hash = kFnvOffset;
-  for (const executor::HostTensor& t : state) {
-    const graph::TensorId id = trainer.forward().FindTensor(t.name);
-    if (id < 0 || trainer.forward().tensor(id).role != proto::ROLE_PARAMETER) continue;
-    hash = Fnv1a(hash, t.bytes.data(), t.bytes.size());
-  }
-  return hash;
+  return StateHash(trainer, /*parameters_only=*/true);
 }
 
 absl::Status CheckParametersAgree(const executor::Trainer& trainer, Collectives& collectives,

@@ -21,11 +21,13 @@
 namespace headroom::dist {
 
 // Sets every rank's persistent state (parameters, buffers, optimizer state, steps run) to
-// rank 0's, one tensor at a time.
+// rank 0's. The ranks first compare a hash of their state (read one tensor at a time); only
+// where some rank differs is rank 0's state broadcast, a tensor at a time but held whole in
+// host memory on each rank until it is restored.
 absl::Status BroadcastState(executor::Trainer& trainer, Collectives& collectives);
 
 // Returns a 64-bit FNV-1a hash of every parameter's bytes (not buffers: batch norm's running
-// statistics are each rank's own), in tensor order.
+// statistics are each rank's own), in tensor order, read one tensor at a time.
 absl::StatusOr<uint64_t> ParameterChecksum(const executor::Trainer& trainer);
 
 // Compares ParameterChecksum() across ranks. FailedPrecondition naming every rank whose

@@ -9,6 +9,7 @@
 #     global batch (tools/torch_reference.py on the exported global batches);
 #     with --dataset, rank 0's checkpoint resumed on both ranks ends bitwise where an
 #     uninterrupted run does;
+#     ranks seeded differently receive rank 0's state and end bitwise equal;
 #  2. a deliberate mismatch (different bucket sizes on the two ranks) stops both within 10 s,
 #     naming the ranks and the first differing collective;
 #  3. a rank killed mid-run (SIGKILL) ends the job within 30 s, naming rank 1;
@@ -79,6 +80,11 @@ resumed=$("$HEADROOM" train "${DATA[@]}" --ranks 2 --epochs 2 --resume "$TEST_TM
 echo "uninterrupted $whole, resumed $resumed"
 [[ -n "$whole" && "$whole" == "$resumed" ]] ||
   { echo "FAIL: the resumed ranks end at $resumed, the uninterrupted run at $whole" >&2; exit 1; }
+
+echo "== ranks seeded differently: rank 0's state is broadcast, and they end bitwise equal"
+timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train --model mlp --batch 8 --steps 3 --seed 1 \
+  : -np 1 "$HEADROOM" train --model mlp --batch 8 --steps 3 --seed 2 | grep "^ranks:" ||
+  { echo "FAIL: the differently seeded ranks did not end in agreement" >&2; exit 1; }
 
 echo "== a collective mismatch: bucket sizes 0 and 1 GiB on ranks 0 and 1"
 start=$(now)
