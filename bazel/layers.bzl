@@ -11,6 +11,7 @@ LAYERS = [
     "planner",
     "profiler",
     "executor",
+    "dist",
     "runner",
     "server",
     "clients",

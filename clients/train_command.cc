@@ -1,5 +1,7 @@
 #include "clients/train_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -9,10 +11,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "clients/command_flags.h"
 #include "clients/remote_text.h"
 #include "data/epoch_order.h"
 #include "data/image_dataset.h"
+#include "dist/collectives.h"
+#include "dist/data_parallel.h"
+#include "dist/gradient_buckets.h"
+#include "dist/launch.h"
+#include "dist/mpi_collectives.h"
 #include "executor/backend.h"
 #include "executor/backends.h"
 #include "executor/callbacks.h"
@@ -70,6 +78,28 @@ struct DataFlags {
   double progress_seconds = 10;
 };
 
+// Data-parallel training (docs/distributed.md): --ranks and what goes with it.
+struct DistFlags {
+  int ranks = 1;
+  int threads_per_rank = 1;
+  int64_t bucket_kib = 0;
+  int64_t check_every = 0;
+  double collective_timeout = 20;
+};
+
+// A rank's view of a data-parallel run (set where mpirun started this process).
+struct DistRun {
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<dist::Collectives> collectives;
+  std::unique_ptr<dist::GradientBuckets> buckets;
+  // The synthetic task at the global batch (ranks times --batch), whose batches the ranks
+  // split: the samples one process at the global batch would see.
+  std::unique_ptr<graph::Graph> global_graph;
+  std::optional<executor::SyntheticTask> global_task;
+  uint64_t parameter_checksum = 0;
+};
+
 // The sets a run on real data reads: the training set and where its held-out items are.
 struct LoadedData {
   data::ImageDataset train;
@@ -97,12 +127,22 @@ struct TrainCommand {
   bool json = false;
   std::string export_dir;
   DataFlags data;
+  DistFlags dist;
+  // Set by Run() where mpirun started this process.
+  DistRun* dist_run = nullptr;
   // The command (to ask which flags were given).
   const CLI::App* app = nullptr;
   // What importing --onnx found (set by Run()).
   ImportNotes notes;
 
   absl::Status Run(const CommandIo& io);
+
+ private:
+  // Run() for one process (one rank of a data-parallel run, or the only one).
+  absl::Status RunRank(const CommandIo& io);
+  // Sets dist_run's collectives, buckets and global task where this is one of several ranks.
+  absl::Status StartRanks(const graph::Graph& g, executor::TrainerOptions& options,
+                          executor::Backend* backend);
 
  private:
   // Returns an error naming the flag where the data flags do not go together.
@@ -164,8 +204,15 @@ absl::Status TrainCommand::ExportInputs(executor::Trainer& trainer, const graph:
   reference.optimizer = options.optimizer;
   reference.optimizer_params = options.optimizer_params;
   ASSIGN_OR_RETURN(reference.initial_state, trainer.State());
-  for (int64_t s = 0; s < run.steps; ++s) reference.batches.push_back(trainer.task().Batch(s));
-  return executor::WriteReferenceInputs(export_dir, g, reference);
+  // Where ranks split a global batch, the global batches: what one process would train on.
+  const executor::SyntheticTask& task = dist_run != nullptr && dist_run->global_task.has_value()
+                                            ? *dist_run->global_task
+                                            : trainer.task();
+  for (int64_t s = 0; s < run.steps; ++s) reference.batches.push_back(task.Batch(s));
+  // ... and the model at the global batch, which those batches fit.
+  const graph::Graph& model_graph =
+      dist_run != nullptr && dist_run->global_graph != nullptr ? *dist_run->global_graph : g;
+  return executor::WriteReferenceInputs(export_dir, model_graph, reference);
 }
 
 // Reports each step into the run's totals and prints a line (or a JSON object) per epoch.
@@ -323,11 +370,12 @@ absl::StatusOr<std::vector<std::unique_ptr<executor::Callback>>> TrainCommand::M
     callbacks.push_back(std::make_unique<executor::EarlyStoppingCallback>(stop));
   }
   callbacks.push_back(std::make_unique<EpochReport>(&totals, json, &io.out));
-  if (data.progress_seconds > 0) {
+  if (data.progress_seconds > 0 && (dist_run == nullptr || dist_run->rank == 0)) {
     callbacks.push_back(
         std::make_unique<executor::ProgressCallback>(&io.err, data.progress_seconds));
   }
-  if (!data.checkpoint_dir.empty()) {
+  // Rank 0 alone writes checkpoints; every rank can restore them.
+  if (!data.checkpoint_dir.empty() && (dist_run == nullptr || dist_run->rank == 0)) {
     std::error_code error;
     std::filesystem::create_directories(data.checkpoint_dir, error);
     if (error) {
@@ -349,8 +397,9 @@ absl::Status TrainCommand::Fit(executor::Trainer& trainer, const graph::Graph& g
                                const LoadedData& sets, double base_rate, TrainTotals& totals,
                                FitTotals& fit, const CommandIo& io) const {
   ASSIGN_OR_RETURN(const executor::ImageTask task, executor::ImageTask::Create(g, sets.train));
+  const int ranks = dist_run != nullptr ? dist_run->size : 1;
   fit.batches_per_epoch =
-      data::BatchesPerEpoch(static_cast<int64_t>(sets.train_items.size()), task.batch);
+      data::BatchesPerEpoch(static_cast<int64_t>(sets.train_items.size()), task.batch * ranks);
   ASSIGN_OR_RETURN(auto callbacks,
                    MakeCallbacks(sets, data.epochs * std::max<int64_t>(fit.batches_per_epoch, 1),
                                  base_rate, totals, io));
@@ -369,6 +418,10 @@ absl::Status TrainCommand::Fit(executor::Trainer& trainer, const graph::Graph& g
   order.augmentation.crop_padding = data.crop_padding;
   order.augmentation.horizontal_flip = data.flip;
   order.prefetch = static_cast<int>(data.prefetch);
+  if (dist_run != nullptr) {
+    order.rank = dist_run->rank;
+    order.ranks = dist_run->size;
+  }
   executor::FitOptions options;
   options.epochs = data.epochs;
   ASSIGN_OR_RETURN(std::unique_ptr<executor::FitLoop> loop,
@@ -474,7 +527,30 @@ absl::Status TrainCommand::ExportFitInputs(executor::Trainer& trainer, const gra
 absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals,
                                  std::ostream& out) const {
   for (int64_t s = 0; s < run.steps; ++s) {
-    absl::StatusOr<executor::StepResult> r = trainer.Step();
+    absl::StatusOr<executor::StepResult> r;
+    if (dist_run != nullptr && dist_run->global_task.has_value()) {
+      // This rank's rows of the global batch.
+      ASSIGN_OR_RETURN(std::vector<executor::HostTensor> shard,
+                       dist::RankShard(dist_run->global_task->Batch(trainer.steps_run()),
+                                       trainer.forward(), dist_run->rank, dist_run->size));
+      r = trainer.StepOn(shard);
+    } else {
+      r = trainer.Step();
+    }
+    if (r.ok() && dist_run != nullptr) {
+      // The step's loss over the global batch: the ranks' losses averaged.
+      float loss = static_cast<float>(r->loss);
+      ASSIGN_OR_RETURN(dist::CollectiveHandle h,
+                       dist_run->collectives->AllreduceAsync(
+                           &loss, 1, dist::ReduceOp::kAverage,
+                           absl::StrCat("allreduce of step ", trainer.steps_run() - 1, "'s loss")));
+      RETURN_IF_ERROR(dist_run->collectives->Wait(h));
+      r->loss = loss;
+    }
+    if (r.ok() && dist_run != nullptr && dist.check_every > 0 && (s + 1) % dist.check_every == 0) {
+      RETURN_IF_ERROR(
+          dist::CheckParametersAgree(trainer, *dist_run->collectives, trainer.steps_run()));
+    }
     if (!r.ok())
       return absl::Status(r.status().code(), absl::StrCat("step ", s, ": ", r.status().message()));
     totals.losses.push_back(r->loss);
@@ -518,6 +594,19 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
                first, last, median, graph::HumanBytes(t.measured_peak),
                graph::HumanBytes(plan.peak_bytes))
         << "physical: " << ProcessMemoryLine(process) << "\n";
+    if (dist_run != nullptr) {
+      const dist::BucketStats& b = dist_run->buckets->stats();
+      out << absl::StrFormat(
+          "ranks: %d x batch %d (global %d); %d allreduce(s) of %s in %d bucket(s) per step, "
+          "%.3f s waited for them in all (buckets held outside the plan); parameters bitwise equal "
+          "on every rank (checksum "
+          "%016x)\n",
+          dist_run->size, model.batch, dist_run->size * model.batch,
+          b.steps > 0 ? b.allreduces / b.steps : 0,
+          graph::HumanBytes(b.steps > 0 ? b.reduced_bytes / b.steps : 0),
+          dist_run->buckets->BucketBytes().size(), b.exposed_wait_seconds,
+          dist_run->parameter_checksum);
+    }
     if (fit != nullptr) PrintFitSummary(*fit, t, nullptr, out);
     return;
   }
@@ -546,12 +635,98 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("physical_peak_bytes").Uint(process.physical_peak_bytes())
       .Key("unplanned_bytes").Uint(process.unplanned_bytes())
       .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes());
+  if (dist_run != nullptr) {
+    const dist::BucketStats& b = dist_run->buckets->stats();
+    w.Key("ranks")
+        .Int(dist_run->size)
+        .Key("global_batch")
+        .Int(dist_run->size * model.batch)
+        .Key("buckets")
+        .Uint(dist_run->buckets->BucketBytes().size())
+        .Key("allreduces")
+        .Int(b.allreduces)
+        .Key("allreduce_bytes")
+        .Uint(b.reduced_bytes)
+        .Key("allreduce_exposed_seconds")
+        .Double(b.exposed_wait_seconds)
+        .Key("gradient_copy_seconds")
+        .Double(b.copy_seconds)
+        .Key("bucket_bytes_outside_plan")
+        .Uint(b.reduced_bytes / std::max<int64_t>(b.steps, 1))
+        .Key("parameter_checksum")
+        .Uint(dist_run->parameter_checksum);
+  }
   if (fit != nullptr) PrintFitSummary(*fit, t, &w, out);
   w.EndObject();
   out << w.str() << "\n";
 }
 
 absl::Status TrainCommand::Run(const CommandIo& io) {
+  ASSIGN_OR_RETURN(const std::optional<dist::RankEnvironment> env, dist::RankFromEnvironment());
+  if (!env.has_value()) {
+    if (dist.ranks == 1) return RunRank(io);
+    // Start the ranks: this same command line under mpirun.
+    dist::LaunchOptions launch;
+    launch.ranks = dist.ranks;
+    launch.threads_per_rank = dist.threads_per_rank;
+    launch.as_root = geteuid() == 0;
+    ASSIGN_OR_RETURN(const std::vector<std::string> self, dist::OwnCommandLine());
+    ASSIGN_OR_RETURN(const std::vector<std::string> argv, dist::MpirunCommand(launch, self));
+    io.err << "starting " << dist.ranks << " ranks: " << absl::StrJoin(argv, " ") << "\n"
+           << std::flush;
+    return dist::Exec(argv, launch);
+  }
+  if (Given(app, "--ranks") && dist.ranks != env->size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks is ", dist.ranks, " but mpirun started ", env->size, " rank(s)"));
+  }
+  if (env->size == 1) return RunRank(io);
+  DistRun run_state;
+  run_state.rank = env->rank;
+  run_state.size = env->size;
+  dist::MpiOptions mpi;
+  mpi.timeout_seconds = dist.collective_timeout;
+  ASSIGN_OR_RETURN(run_state.collectives, dist::CreateMpiCollectives(mpi));
+  dist_run = &run_state;
+  // Only rank 0 prints results; every rank reports its errors.
+  std::ostream quiet(nullptr);
+  const CommandIo rank_io{env->rank == 0 ? io.out : quiet, io.err, io.terminal, io.connect,
+                          io.connect_local};
+  absl::Status status = RunRank(rank_io);
+  dist_run = nullptr;
+  if (!status.ok()) {
+    return absl::Status(
+        status.code(), absl::StrCat("rank ", env->rank, " of ", env->size, ": ", status.message()));
+  }
+  return status;
+}
+
+absl::Status TrainCommand::StartRanks(const graph::Graph& g, executor::TrainerOptions& options,
+                                      executor::Backend* backend) {
+  DistRun& d = *dist_run;
+  dist::GradientBuckets::Options buckets;
+  buckets.bucket_bytes = static_cast<uint64_t>(dist.bucket_kib) << 10;
+  d.buckets = std::make_unique<dist::GradientBuckets>(d.collectives.get(), backend, buckets);
+  options.gradients = d.buckets.get();
+  if (!data.dataset.empty()) return absl::OkStatus();
+  if (!model.onnx.empty() || !model.graph.empty()) {
+    return absl::InvalidArgumentError(
+        "--ranks on the synthetic task needs a zoo --model (the ranks split the batches of the "
+        "model at ranks x --batch); give a --dataset to train --onnx or --graph across ranks");
+  }
+  ModelFlags global = model;
+  global.batch = model.batch * d.size;
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(global, /*with_values=*/false));
+  ASSIGN_OR_RETURN(graph::Graph global_graph, graph::Graph::FromProto(loaded.graph));
+  d.global_graph = std::make_unique<graph::Graph>(std::move(global_graph));
+  ASSIGN_OR_RETURN(executor::SyntheticTask task,
+                   executor::SyntheticTask::Create(*d.global_graph, options.seed));
+  d.global_task.emplace(std::move(task));
+  (void)g;
+  return absl::OkStatus();
+}
+
+absl::Status TrainCommand::RunRank(const CommandIo& io) {
   RETURN_IF_ERROR(CheckDataFlags());
   ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
   // Real data is read before the process's memory is measured: it is the run's input, not
@@ -581,12 +756,21 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
   // kernel's high-water mark is the run's).
   profiler::ProcessMemorySampler sampler(nullptr, {.reset_peak = true});
   options.events = &sampler;
+  if (dist_run != nullptr) RETURN_IF_ERROR(StartRanks(g, options, backend.get()));
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
                    executor::Trainer::Create(g, backend.get(), options));
+  if (dist_run != nullptr) {
+    // Lock-step from the start: the same collectives each step, rank 0's state everywhere.
+    std::vector<dist::CollectiveSpec> sequence = dist_run->buckets->Sequence();
+    if (!sets.has_value()) sequence.push_back({"allreduce of the step's loss", 1});
+    RETURN_IF_ERROR(dist::CheckSequencesAgree(sequence, *dist_run->collectives));
+    RETURN_IF_ERROR(dist::BroadcastState(*trainer, *dist_run->collectives));
+    RETURN_IF_ERROR(dist::CheckParametersAgree(*trainer, *dist_run->collectives, 0));
+  }
   if (!json) {
     PrintPlan(*trainer, g, totals, sets.has_value() ? -1 : run.steps, io.out);
   }
-  if (!export_dir.empty()) {
+  if (!export_dir.empty() && (dist_run == nullptr || dist_run->rank == 0)) {
     absl::Status s = sets.has_value() ? ExportFitInputs(*trainer, g, options, *sets)
                                       : ExportInputs(*trainer, g, options);
     if (!s.ok()) {
@@ -602,8 +786,13 @@ absl::Status TrainCommand::Run(const CommandIo& io) {
     RETURN_IF_ERROR(Train(*trainer, totals, io.out));
   }
   totals.workspace = backend->workspace_bytes();
+  if (dist_run != nullptr) {
+    RETURN_IF_ERROR(
+        dist::CheckParametersAgree(*trainer, *dist_run->collectives, trainer->steps_run()));
+    ASSIGN_OR_RETURN(dist_run->parameter_checksum, dist::ParameterChecksum(*trainer));
+  }
   const planner::SectionPlan& plan = trainer->plan();
-  if (!export_dir.empty()) {
+  if (!export_dir.empty() && (dist_run == nullptr || dist_run->rank == 0)) {
     ASSIGN_OR_RETURN(std::vector<executor::HostTensor> state, trainer->State());
     absl::Status s =
         executor::WriteReferenceResults(export_dir, totals.losses, totals.seconds, state);
@@ -720,6 +909,44 @@ void AddDataFlags(CLI::App& app, DataFlags& f) {
       ->group(group);
 }
 
+void AddDistFlags(CLI::App& app, DistFlags& f) {
+  const std::string group = "Data parallel (docs/distributed.md)";
+  app.add_option("--ranks", f.ranks,
+                 "train as N processes through mpirun, --batch each (rank r reads its share "
+                 "of every global batch of N x --batch); under mpirun, its -np")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  app.add_option("--threads-per-rank", f.threads_per_rank,
+                 "OMP_NUM_THREADS of each rank --ranks starts, unless already set")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  app.add_option("--bucket-kib", f.bucket_kib,
+                 "gradients are averaged in buckets of at least this many KiB, each as soon as "
+                 "the backward completes it (0: one per gradient)")
+      ->type_name("KIB")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 21))
+      ->group(group);
+  app.add_option("--check-every", f.check_every,
+                 "compare the ranks' parameter checksums every K steps, besides at the start "
+                 "and the end (0: only there)")
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--collective-timeout", f.collective_timeout,
+                 "a collective not done after S seconds stops every rank, naming it (a rank "
+                 "died or issued something else)")
+      ->type_name("S")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group(group);
+}
+
 }  // namespace
 
 Command AddTrainCommand(CLI::App& headroom, const CommandIo& io) {
@@ -733,6 +960,7 @@ Command AddTrainCommand(CLI::App& headroom, const CommandIo& io) {
   app->add_flag("--json", state->json,
                 "one JSON object per step (per epoch with --dataset), then a summary object");
   AddDataFlags(*app, state->data);
+  AddDistFlags(*app, state->dist);
   state->app = app;
   app->add_option("--export", state->export_dir,
                   "also write the graph, initial state, batches and results for "

@@ -107,6 +107,19 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     ASSIGN_OR_RETURN(e->host_pool_, backend->AllocateHost(e->program_.host_pool_bytes));
   }
   RETURN_IF_ERROR(e->PlaceState(initial));
+  if (options.gradients != nullptr) {
+    // The gradients in the order the step completes them: its update nodes' order.
+    std::vector<GradientInfo> gradients;
+    e->gradient_index_.assign(e->program_.nodes.size(), -1);
+    for (size_t s = 0; s < e->program_.nodes.size(); ++s) {
+      if (e->program_.nodes[s].kind != NodeKind::kUpdate) continue;
+      const TensorView& grad = e->bound_args_[s].update.grad;
+      e->gradient_index_[s] = static_cast<int32_t>(gradients.size());
+      gradients.push_back({e->step_->graph.node(e->program_.nodes[s].node).name, grad.shape,
+                           grad.dtype, grad.bytes()});
+    }
+    RETURN_IF_ERROR(options.gradients->Prepare(gradients));
+  }
   return e;
 }
 
@@ -157,6 +170,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
   const auto start = std::chrono::steady_clock::now();
   StepResult result;
   result.step = steps_run_;
+  deferred_updates_.clear();  // a failed step may have left some
   const uint64_t high_water_before = arena_->high_water_bytes();
   arena_->ResetPeaks();
   for (int32_t s = 0; s < static_cast<int32_t>(program_.nodes.size()); ++s) {
@@ -176,8 +190,37 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
     RETURN_IF_ERROR(IssueCopiesOut(program_.nodes[s].copy_out_after, s, &result));
     RETURN_IF_ERROR(FreeBuffers(s));
   }
+  if (options_.gradients != nullptr) RETURN_IF_ERROR(RunDeferredUpdates());
   RETURN_IF_ERROR(FinishStep(start, high_water_before, &result));
   return result;
+}
+
+absl::Status Executor::HandOverGradient(int32_t s) {
+  // The gradient's last writer has run; the exchange copies it out before it is freed.
+  RETURN_IF_ERROR(backend_->Synchronize());
+  RETURN_IF_ERROR(options_.gradients->OnGradientReady(steps_run_, gradient_index_[s],
+                                                      bound_args_[s].update.grad));
+  deferred_updates_.push_back(s);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::RunDeferredUpdates() {
+  for (int32_t s : deferred_updates_) {
+    ASSIGN_OR_RETURN(TensorView reduced,
+                     options_.gradients->ReducedGradient(steps_run_, gradient_index_[s]));
+    UpdateArgs args = bound_args_[s].update;
+    args.grad = std::move(reduced);
+    args.step = steps_run_ + 1;
+    args.params.learning_rate = learning_rate_;
+    const absl::Status status = backend_->Update(args);
+    if (!status.ok()) {
+      const TrainingNode& node = step_->graph.node(program_.nodes[s].node);
+      return absl::Status(status.code(), absl::StrCat("node '", node.name, "' (", node.op,
+                                                      "), deferred: ", status.message()));
+    }
+  }
+  deferred_updates_.clear();
+  return options_.gradients->OnStepEnd(steps_run_);
 }
 
 absl::Status Executor::AllocateBuffers(int32_t s) {
@@ -318,6 +361,7 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
       return backend_->Accumulate(View(node.outputs[0]), View(node.inputs[0]),
                                   View(node.inputs[1]));
     case NodeKind::kUpdate:
+      if (options_.gradients != nullptr) return HandOverGradient(s);
       args.update.step = steps_run_ + 1;
       args.update.params.learning_rate = learning_rate_;
       return backend_->Update(args.update);

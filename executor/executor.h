@@ -36,6 +36,7 @@
 #include "executor/device_arena.h"
 #include "executor/execution_observer.h"
 #include "executor/execution_program.h"
+#include "executor/gradient_exchange.h"
 #include "executor/host_tensor.h"
 #include "executor/kernel_args.h"
 #include "graph/graph.h"
@@ -60,6 +61,10 @@ struct ExecutorOptions {
   // in every step (not their re-forward copies); they come back in StepResult::captured.
   // For checks against a reference. Default none.
   std::vector<std::string> capture;
+  // Data-parallel training (borrowed; must outlive the executor): each parameter's update
+  // is deferred to the end of the step and reads the exchange's reduced gradient
+  // (executor/gradient_exchange.h). Default none: updates run where the schedule puts them.
+  GradientExchange* gradients = nullptr;
 };
 
 // Everything a run needs to go on where it stopped: every persistent tensor of the training
@@ -227,6 +232,10 @@ class Executor {
   absl::Status RunKernel(int32_t s, StepResult* result);
   absl::Status AwaitCopyOut(int32_t s, StepResult* result);
   absl::Status IssuePrefetch(int32_t s);
+  // With ExecutorOptions::gradients: hands the gradient of the update at `s` over, and runs
+  // the deferred updates after the last node.
+  absl::Status HandOverGradient(int32_t s);
+  absl::Status RunDeferredUpdates();
   // Sets the result's loss, peaks and time, and ends the step.
   absl::Status FinishStep(std::chrono::steady_clock::time_point start,
                           uint64_t high_water_before, StepResult* result);
@@ -257,6 +266,10 @@ class Executor {
   // The persistent tensors, in tensor-id order: their ids and what StateTensors() says.
   std::vector<planner::TensorId> state_ids_;
   std::vector<StateTensorInfo> state_tensors_;
+  // With ExecutorOptions::gradients: by schedule position, the update's index among the
+  // gradients (-1 for other nodes), and this step's deferred update positions in order.
+  std::vector<int32_t> gradient_index_;
+  std::vector<int32_t> deferred_updates_;
   int64_t steps_run_ = 0;
   uint64_t run_high_water_bytes_ = 0;
   double learning_rate_;  // options_.optimizer.learning_rate until set_learning_rate()

@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.events = options.events;
   executor_options.cancel = options.cancel;
   executor_options.capture = options.capture;
+  executor_options.gradients = options.gradients;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
                                     initial, executor_options));

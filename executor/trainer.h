@@ -63,6 +63,8 @@ struct TrainerOptions {
   std::vector<HostTensor> initial_values;
   // Forward tensors to copy out in every step (ExecutorOptions::capture). Default none.
   std::vector<std::string> capture;
+  // Data-parallel training: ExecutorOptions::gradients (borrowed). Default none.
+  GradientExchange* gradients = nullptr;
 };
 
 // For a run that owns the device (the command line's train and profile), whose budget is
