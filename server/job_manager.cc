@@ -896,9 +896,8 @@ absl::Status JobManager::FitJob(Run& run, StepContext& context) {
   if (data->total_steps != run.total_steps) {
     return absl::FailedPreconditionError(
         absl::StrCat("spec.data.dataset '", run.spec.data().dataset(),
-                     "' changed since the job was "
-                     "submitted: it makes ",
-                     data->total_steps, " steps now, ", run.total_steps, " then"));
+                     "' changed since the job was submitted: it makes ", data->total_steps,
+                     " steps now, ", run.total_steps, " then"));
   }
   const std::string dir = FitDir(run.job_id);
   std::error_code error;
