@@ -5,7 +5,9 @@
 # the 10,000 test images), the step it resumed from, and whether they are bitwise equal.
 #
 #   bazel build //server:headroomd //clients:headroom
-#   tools/daemon_resume_bench.sh [--epochs N] [--kill-at STEP] [--out DIR]
+#   tools/daemon_resume_bench.sh [--epochs N] [--kill-at STEP] [--out DIR] [--bin DIR]
+#
+# --bin: where headroomd and headroom are (default bazel-bin's).
 #
 # Exits 1 when the two evaluations differ in any bit.
 set -euo pipefail
@@ -13,17 +15,19 @@ set -euo pipefail
 EPOCHS=1
 KILL_AT=500
 TMP=$(mktemp -d /tmp/daemon_resume_bench.XXXXXX)
+BIN=""
 while (($#)); do
   case "$1" in
     --epochs) EPOCHS="$2"; shift 2 ;;
     --kill-at) KILL_AT="$2"; shift 2 ;;
     --out) TMP="$2"; mkdir -p "$TMP"; shift 2 ;;
-    *) echo "usage: $0 [--epochs N] [--kill-at STEP] [--out DIR]" >&2; exit 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    *) echo "usage: $0 [--epochs N] [--kill-at STEP] [--out DIR] [--bin DIR]" >&2; exit 2 ;;
   esac
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-HEADROOM="$ROOT/bazel-bin/clients/headroom"
-HEADROOMD="$ROOT/bazel-bin/server/headroomd"
+HEADROOM="${BIN:-$ROOT/bazel-bin/clients}/headroom"
+HEADROOMD="${BIN:-$ROOT/bazel-bin/server}/headroomd"
 PYTHON=/usr/bin/python3
 [[ -x "$HEADROOMD" && -x "$HEADROOM" ]] ||
   { echo "build first: bazel build //server:headroomd //clients:headroom" >&2; exit 2; }
