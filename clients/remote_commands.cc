@@ -254,6 +254,119 @@ struct PlanCommand {
 
 // ---- submit ---------------------------------------------------------------------------
 
+// `headroom submit --dataset` and what goes with it: JobSpec.data, as `headroom train`'s
+// flags of the same names.
+struct SubmitDataFlags {
+  std::string dataset;
+  int64_t epochs = 1;
+  int64_t eval_every = 1;
+  double validation_fraction = 0;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t crop_padding = 0;
+  bool flip = false;
+  int64_t prefetch = 2;
+  int64_t checkpoint_every_epochs = 0;
+  int64_t keep_last = 3;
+  int64_t early_stop_patience = 0;
+  std::string early_stop_metric = "eval_loss";
+  double early_stop_min_delta = 0;
+};
+
+constexpr const char* kSubmitDataFlags[] = {"--epochs",
+                                            "--eval-every",
+                                            "--validation-fraction",
+                                            "--lr-schedule",
+                                            "--warmup-steps",
+                                            "--crop-padding",
+                                            "--flip",
+                                            "--prefetch",
+                                            "--checkpoint-every-epochs",
+                                            "--keep-last",
+                                            "--early-stop-patience",
+                                            "--early-stop-metric",
+                                            "--early-stop-min-delta"};
+
+void AddSubmitDataFlags(CLI::App& app, SubmitDataFlags& f) {
+  const std::string group = "Data (instead of the synthetic task; docs/training.md)";
+  app.add_option("--dataset", f.dataset,
+                 "train on real data: fashion-mnist, or a dataset directory on the daemon's "
+                 "host under one of its --data-root directories")
+      ->type_name("NAME|DIR")
+      ->group(group);
+  app.add_option("--epochs", f.epochs, "epochs over the training items")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000))
+      ->group(group);
+  app.add_option("--eval-every", f.eval_every,
+                 "evaluate loss and top-1 accuracy on the held-out items every K epochs and "
+                 "after the last (0: never)")
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000))
+      ->group(group);
+  app.add_option("--validation-fraction", f.validation_fraction,
+                 "hold this fraction of the training set out for evaluation (default: "
+                 "fashion-mnist evaluates on its test part)")
+      ->type_name("F")
+      ->check(CLI::Range(0.0, 0.99))
+      ->group(group);
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "constant; step (a tenth every third of the run); cosine (to 0 over the run)")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))
+      ->group(group);
+  app.add_option("--warmup-steps", f.warmup_steps,
+                 "linear warm-up from a tenth of the rate over the first N steps")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--crop-padding", f.crop_padding,
+                 "augment: random crops of the image padded by N pixels")
+      ->type_name("N")
+      ->check(CLI::Range(0, 64))
+      ->group(group);
+  app.add_flag("--flip", f.flip, "augment: mirror half the images left to right")->group(group);
+  app.add_option("--prefetch", f.prefetch, "batches the loader decodes ahead")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->group(group);
+  app.add_option("--checkpoint-every-epochs", f.checkpoint_every_epochs,
+                 "also a checkpoint at the end of every N-th epoch (0: by steps only, "
+                 "--checkpoint-every)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000))
+      ->group(group);
+  app.add_option("--keep-last", f.keep_last,
+                 "keep the newest K checkpoints (and best.hrfit) in the daemon's state")
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100))
+      ->group(group);
+  app.add_option("--early-stop-patience", f.early_stop_patience,
+                 "stop after N evaluations without improvement (0: never)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000))
+      ->group(group);
+  app.add_option("--early-stop-metric", f.early_stop_metric, "the metric early stopping watches")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"eval_loss", "eval_accuracy", "train_loss"}))
+      ->group(group);
+  app.add_option("--early-stop-min-delta", f.early_stop_min_delta,
+                 "an improvement must be larger than this")
+      ->type_name("D")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
+}
+
 struct SubmitCommand {
   ModelFlags model;
   PlanFlags plan;
@@ -262,15 +375,58 @@ struct SubmitCommand {
   std::string name;
   int64_t checkpoint_every = 0;
   bool watch = false;
+  SubmitDataFlags data;
+  // The command (to ask which flags were given).
+  const CLI::App* app = nullptr;
+
+  // Returns an error naming the flag where the data flags do not go together.
+  absl::Status CheckDataFlags() const {
+    if (data.dataset.empty()) {
+      for (const char* flag : kSubmitDataFlags) {
+        if (app != nullptr && app->count(flag) > 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(flag, " applies to training on a --dataset"));
+        }
+      }
+      return absl::OkStatus();
+    }
+    if (app != nullptr && app->count("--steps") > 0) {
+      return absl::InvalidArgumentError(
+          "--steps is the synthetic task's; with --dataset give --epochs");
+    }
+    return absl::OkStatus();
+  }
+
+  void SetData(proto::JobSpec& spec) const {
+    if (data.dataset.empty()) return;
+    proto::DataOptions& d = *spec.mutable_data();
+    d.set_dataset(data.dataset);
+    d.set_epochs(static_cast<uint64_t>(data.epochs));
+    d.set_eval_every(static_cast<uint64_t>(data.eval_every));
+    d.set_validation_fraction(data.validation_fraction);
+    d.set_lr_schedule(data.lr_schedule);
+    d.set_warmup_steps(static_cast<uint64_t>(data.warmup_steps));
+    d.set_crop_padding(static_cast<uint64_t>(data.crop_padding));
+    d.set_flip(data.flip);
+    d.set_prefetch(static_cast<uint64_t>(data.prefetch));
+    d.set_checkpoint_every_epochs(static_cast<uint64_t>(data.checkpoint_every_epochs));
+    d.set_keep_last(static_cast<uint64_t>(data.keep_last));
+    d.set_early_stop_patience(static_cast<uint64_t>(data.early_stop_patience));
+    d.set_early_stop_metric(data.early_stop_metric);
+    d.set_early_stop_min_delta(data.early_stop_min_delta);
+  }
 
   absl::StatusOr<proto::SubmitJobRequest> Request() const {
+    RETURN_IF_ERROR(CheckDataFlags());
     proto::SubmitJobRequest request;
     proto::JobSpec& spec = *request.mutable_spec();
     spec.set_name(name);
     ASSIGN_OR_RETURN(*spec.mutable_plan(), PlanOptionsOf(plan));
+    SetData(spec);
     proto::TrainOptions& train = *spec.mutable_train();
     train.set_backend(run.backend);
-    train.set_steps(static_cast<uint64_t>(run.steps));
+    // With a dataset the epochs decide the steps.
+    train.set_steps(data.dataset.empty() ? static_cast<uint64_t>(run.steps) : 0);
     train.set_seed(static_cast<uint64_t>(run.seed));
     train.set_checkpoint_interval_steps(static_cast<uint64_t>(checkpoint_every));
     if (model.onnx.empty()) {
@@ -417,6 +573,8 @@ Command AddSubmitCommand(CLI::App& headroom, const CommandIo& io) {
       ->type_name("N")
       ->check(AtLeast(0));
   app->add_flag("--watch", state->watch, "follow the job until it ends, as `headroom watch`");
+  AddSubmitDataFlags(*app, state->data);
+  state->app = app;
   AddServiceFlags(*app, state->remote.service, /*local_without_server=*/false);
   return {app, [state, &io] { return state->Run(io); }};
 }

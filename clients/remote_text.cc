@@ -203,6 +203,17 @@ std::string PlanBrief(const proto::PlanResponse& plan) {
   return out + SectionsText(plan);
 }
 
+std::string FitText(const proto::FitProgress& f) {
+  std::string text = absl::StrFormat("epoch %d/%d", f.epoch(), f.total_epochs());
+  if (f.evaluated()) {
+    absl::StrAppendFormat(&text, "  val acc %.2f%% loss %.4f (epoch %d)", 100 * f.eval_accuracy(),
+                          f.eval_loss(), f.eval_epoch());
+  }
+  absl::StrAppendFormat(&text, "  input wait %.2f%%", 100 * f.input_wait_fraction());
+  if (!f.stop_reason().empty()) absl::StrAppend(&text, "  ", Printable(f.stop_reason()));
+  return text;
+}
+
 std::string ProgressLine(const proto::JobProgress& p) {
   std::vector<std::pair<std::string, uint64_t>> by_role;
   for (const proto::RoleBytes& r : p.memory_by_role()) {
@@ -220,6 +231,7 @@ std::string ProgressLine(const proto::JobProgress& p) {
       p.step(), p.total_steps(), p.loss(), p.step_seconds(),
       memory.empty() ? "no memory in use" : absl::StrJoin(memory, ", "),
       HumanBytes(p.measured_peak_bytes()), JobStateName(p.state()));
+  if (p.has_fit()) absl::StrAppend(&line, "  ", FitText(p.fit()));
   if (!p.message().empty()) absl::StrAppend(&line, " (", Printable(p.message()), ")");
   return line;
 }

@@ -35,6 +35,10 @@ std::string PlanBrief(const proto::PlanResponse& plan);
 // three), measured peak and state.
 std::string ProgressLine(const proto::JobProgress& progress);
 
+// Returns a dataset job's "epoch 2/5  val acc 91.20% loss 0.2481 (epoch 2)  input wait
+// 0.01%" (the evaluation once one ran; an early stop's reason after).
+std::string FitText(const proto::FitProgress& fit);
+
 // Returns a table of `jobs` (ages measured at `now_unix_seconds`), or "no jobs\n".
 std::string JobsTable(const std::vector<proto::JobInfo>& jobs, double now_unix_seconds);
 

@@ -70,6 +70,28 @@ TEST(ProgressLineTest, ShowsTheThreeLargestRolesAndTheState) {
   EXPECT_THAT(line, HasSubstr("RUNNING"));
 }
 
+TEST(ProgressLineTest, ShowsADatasetJobsEpochAndValidationAccuracy) {
+  proto::JobProgress p;
+  p.set_state(proto::JOB_STATE_RUNNING);
+  p.set_step(150);
+  p.set_total_steps(300);
+  proto::FitProgress& f = *p.mutable_fit();
+  f.set_epoch(2);
+  f.set_total_epochs(4);
+  EXPECT_THAT(ProgressLine(p), HasSubstr("epoch 2/4  input wait 0.00%"));
+  EXPECT_THAT(ProgressLine(p), ::testing::Not(HasSubstr("val acc")));
+  f.set_evaluated(true);
+  f.set_eval_accuracy(0.8125);
+  f.set_eval_loss(0.51234);
+  f.set_eval_epoch(1);
+  f.set_input_wait_fraction(0.0123);
+  const std::string line = ProgressLine(p);
+  EXPECT_THAT(line, HasSubstr("epoch 2/4  val acc 81.25% loss 0.5123 (epoch 1)  input wait 1.23%"));
+  // A job without a dataset shows none of it.
+  p.clear_fit();
+  EXPECT_THAT(ProgressLine(p), ::testing::Not(HasSubstr("epoch")));
+}
+
 TEST(JobsTableTest, ShowsAgesAndTheErrorBeforeTheMessage) {
   proto::JobInfo job;
   job.set_job_id("job-1");

@@ -149,6 +149,7 @@ absl::Status FitLoop::RunEpochSteps(data::BatchLoader& loader, FitSummary& summa
     const int64_t step = trainer_->steps_run();
     RETURN_IF_ERROR(CallEach([&](Callback& c) { return c.OnStepBegin(*this, step); }));
     const data::Batch batch = loader.Next();
+    input_wait_seconds_ = loader.wait_seconds();
     absl::StatusOr<StepResult> result = trainer_->StepOn(task_.Tensors(batch.pixels, batch.labels));
     if (!result.ok()) {
       return absl::Status(result.status().code(),

@@ -147,6 +147,9 @@ class FitLoop {
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // Steps of the whole run, epochs * batches_per_epoch().
   int64_t total_steps() const { return options_.epochs * batches_per_epoch_; }
+  // Seconds this Run() has waited for the loader's batches, up to the last batch taken (the
+  // loader's wait_seconds()); 0 before the first.
+  double input_wait_seconds() const { return input_wait_seconds_; }
   // The mean loss of the current epoch's steps so far (0 before its first).
   double epoch_loss() const { return epoch_steps_ == 0 ? 0 : epoch_loss_sum_ / epoch_steps_; }
 
@@ -175,6 +178,7 @@ class FitLoop {
   std::map<std::string, Metric> metrics_;
   double epoch_loss_sum_ = 0;
   int64_t epoch_steps_ = 0;
+  double input_wait_seconds_ = 0;
   bool stop_requested_ = false;
   std::string stop_reason_;
   bool ran_ = false;

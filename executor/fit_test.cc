@@ -162,6 +162,8 @@ TEST(FitLoopTest, CallsHooksInOrderAroundEverySteps) {
   EXPECT_EQ(summary.steps_run, 4);
   EXPECT_EQ(summary.epochs_completed, 2);
   EXPECT_FALSE(summary.stopped_early);
+  // The wait the loop reports while it runs is the loader's, up to its last batch.
+  EXPECT_EQ(fit->input_wait_seconds(), summary.input_wait_seconds);
   ASSERT_EQ(summary.callback_seconds.size(), 2u);
   EXPECT_EQ(summary.callback_seconds[0].first, "a");
   ASSERT_NE(fit->FindMetric("train_loss"), nullptr);

@@ -115,6 +115,17 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create() {
     f.step_duration_seconds = Family(
         prometheus::BuildHistogram(), *registry, "headroom_step_duration_seconds",
         "Wall time of a job's training steps; _count is the number of steps.");
+    f.epoch = Family(prometheus::BuildGauge(), *registry, "headroom_job_epoch",
+                     "The epoch (from 1) of a dataset job's last step.");
+    f.eval_accuracy =
+        Family(prometheus::BuildGauge(), *registry, "headroom_job_eval_accuracy",
+               "Top-1 accuracy (a fraction) of a dataset job's last evaluation on held-out data.");
+    f.eval_loss = Family(prometheus::BuildGauge(), *registry, "headroom_job_eval_loss",
+                         "Mean cross-entropy of a dataset job's last evaluation on held-out "
+                         "data.");
+    f.input_wait_seconds =
+        Family(prometheus::BuildCounter(), *registry, "headroom_job_input_wait_seconds_total",
+               "Seconds a dataset job's steps waited for the input pipeline's batches.");
     // Daemon-wide.
     f.jobs = Family(
         prometheus::BuildGauge(), *registry, "headroom_jobs",
@@ -203,6 +214,10 @@ void Metrics::RemoveJobSeries(const JobSeries& series) {
   RemoveIfAdded(families_.prefetched_bytes, series.prefetched_bytes);
   RemoveIfAdded(families_.recompute_seconds, series.recompute_seconds);
   RemoveIfAdded(families_.step_duration_seconds, series.step_duration_seconds);
+  RemoveIfAdded(families_.epoch, series.epoch);
+  RemoveIfAdded(families_.eval_accuracy, series.eval_accuracy);
+  RemoveIfAdded(families_.eval_loss, series.eval_loss);
+  RemoveIfAdded(families_.input_wait_seconds, series.input_wait_seconds);
 }
 
 absl::Status Metrics::ObserveStep(const std::string& job, const std::string& device,
@@ -227,6 +242,47 @@ absl::Status Metrics::ObserveStep(const std::string& job, const std::string& dev
   series.prefetched_bytes->Increment(static_cast<double>(step.prefetched_bytes));
   series.recompute_seconds->Increment(step.recompute_seconds);
   series.step_duration_seconds->Observe(step.step_seconds);
+  return absl::OkStatus();
+}
+
+absl::Status Metrics::ObserveFit(const std::string& job, const std::string& device,
+                                 const FitObservation& fit) {
+  if (!std::isfinite(fit.input_wait_seconds) || fit.input_wait_seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("fit observation: input_wait_seconds is ",
+                                                   fit.input_wait_seconds,
+                                                   ", needs a finite value >= 0"));
+  }
+  if (fit.evaluated && !(std::isfinite(fit.eval_loss) && std::isfinite(fit.eval_accuracy))) {
+    return absl::InvalidArgumentError(absl::StrCat("fit observation: eval loss ", fit.eval_loss,
+                                                   " and accuracy ", fit.eval_accuracy,
+                                                   " must be finite"));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(std::make_pair(job, device));
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
+                                            "' has no metrics: StartJob was not called, or "
+                                            "the job was forgotten"));
+  }
+  JobSeries& series = it->second;
+  if (series.epoch == nullptr) {
+    const prometheus::Labels labels = {{"device", device}, {"job", job}};
+    try {
+      series.epoch = &families_.epoch->Add(labels);
+      series.eval_accuracy = &families_.eval_accuracy->Add(labels);
+      series.eval_loss = &families_.eval_loss->Add(labels);
+      series.input_wait_seconds = &families_.input_wait_seconds->Add(labels);
+    } catch (const std::exception& e) {
+      return InternalFromException(
+          absl::StrCat("adding the fit series of job '", job, "' on device '", device, "'"), e);
+    }
+  }
+  series.epoch->Set(static_cast<double>(fit.epoch));
+  if (fit.evaluated) {
+    series.eval_accuracy->Set(fit.eval_accuracy);
+    series.eval_loss->Set(fit.eval_loss);
+  }
+  series.input_wait_seconds->Increment(fit.input_wait_seconds);
   return absl::OkStatus();
 }
 

@@ -20,6 +20,12 @@
 //       StepDurationBucketsSeconds() (1 ms .. 100 s). Its _count is the number of steps, so
 //       there is no separate headroom_steps_total: it would always equal _count, and
 //       rate(..._count[5m]) is already the step rate.
+//   Of a job with a dataset (added at its first ObserveFit):
+//   headroom_job_epoch{device,job}               gauge    the epoch of its last step, from 1.
+//   headroom_job_eval_accuracy{device,job}       gauge    top-1 accuracy (a fraction) and
+//   headroom_job_eval_loss{device,job}           gauge    mean loss of its last evaluation.
+//   headroom_job_input_wait_seconds_total{device,job} counter  time its steps waited for
+//       the input pipeline's batches.
 //   headroom_jobs{state}                         gauge    jobs per state; all five states
 //       (queued, running, succeeded, failed, cancelled) are always present.
 //   headroom_device_memory_used_bytes{device}    gauge    physical memory in use, as the
@@ -28,7 +34,8 @@
 // Cardinality: role and state are fixed enumerations; device is bounded by the devices of the
 // machine. The job label is the only one that grows, so every job series is removed by
 // ForgetJob(): the daemon must call it when it forgets a job, which bounds the series to
-// (jobs the daemon keeps) x (devices per job) x (10 roles + 5 + 19 histogram lines).
+// (jobs the daemon keeps) x (devices per job) x (10 roles + 5 + 19 histogram lines + 4 of
+// a dataset job).
 // Counters restart from zero if a job is forgotten and started again; Prometheus' rate()
 // treats that as a counter reset.
 //
@@ -97,6 +104,18 @@ struct StepObservation {
   uint64_t bytes(MemoryRole role) const { return bytes_by_role[static_cast<size_t>(role)]; }
 };
 
+// Where a job with a dataset stands, as its fit loop reports it after a step or an epoch.
+struct FitObservation {
+  // The epoch of the last step, from 1.
+  int64_t epoch = 0;
+  // Whether an evaluation ran; then its mean loss and top-1 accuracy (a fraction).
+  bool evaluated = false;
+  double eval_loss = 0;
+  double eval_accuracy = 0;
+  // Seconds waited for the input pipeline since the last observation (not cumulative).
+  double input_wait_seconds = 0;
+};
+
 // Jobs per state, as the daemon counts them; headroom_jobs{state} mirrors it.
 struct JobCounts {
   int64_t queued = 0;
@@ -143,6 +162,13 @@ class Metrics {
   absl::Status ObserveStep(const std::string& job, const std::string& device,
                            const StepObservation& step);
 
+  // Returns OK after recording where dataset job `job` on `device` stands: the epoch, the
+  // evaluation's gauges (when `fit.evaluated`), and input_wait_seconds added to the counter.
+  // The fit series are added at the first call. NotFound as ObserveStep; InvalidArgument,
+  // recording nothing, for a negative or non-finite wait, or a non-finite evaluation.
+  absl::Status ObserveFit(const std::string& job, const std::string& device,
+                          const FitObservation& fit);
+
   // Returns the number of devices whose series of `job` were removed (0 if none: forgetting
   // an unknown job is harmless). Afterwards no series carries job="<job>".
   int ForgetJob(const std::string& job);
@@ -169,6 +195,10 @@ class Metrics {
     prometheus::Family<prometheus::Counter>* prefetched_bytes = nullptr;
     prometheus::Family<prometheus::Counter>* recompute_seconds = nullptr;
     prometheus::Family<prometheus::Histogram>* step_duration_seconds = nullptr;
+    prometheus::Family<prometheus::Gauge>* epoch = nullptr;
+    prometheus::Family<prometheus::Gauge>* eval_accuracy = nullptr;
+    prometheus::Family<prometheus::Gauge>* eval_loss = nullptr;
+    prometheus::Family<prometheus::Counter>* input_wait_seconds = nullptr;
     prometheus::Family<prometheus::Gauge>* jobs = nullptr;
     prometheus::Family<prometheus::Gauge>* device_memory_used_bytes = nullptr;
     prometheus::Family<prometheus::Gauge>* device_memory_total_bytes = nullptr;
@@ -183,6 +213,11 @@ class Metrics {
     prometheus::Counter* prefetched_bytes = nullptr;
     prometheus::Counter* recompute_seconds = nullptr;
     prometheus::Histogram* step_duration_seconds = nullptr;
+    // A dataset job's, from its first ObserveFit.
+    prometheus::Gauge* epoch = nullptr;
+    prometheus::Gauge* eval_accuracy = nullptr;
+    prometheus::Gauge* eval_loss = nullptr;
+    prometheus::Counter* input_wait_seconds = nullptr;
   };
 
   // The physical-memory series of one device.

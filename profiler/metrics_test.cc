@@ -336,6 +336,40 @@ TEST(MetricsTest, ForgetJobRemovesEverySeriesOfThatJobOnly) {
   EXPECT_THAT(metrics->TextExposition(), ::testing::Not(HasSubstr("job=")));
 }
 
+TEST(MetricsTest, FitSeriesAppearAtTheFirstObserveFitAndGoWithTheJob) {
+  auto metrics = NewMetrics();
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_EQ(metrics->ObserveFit("job-1", "cpu:0", {}).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(metrics->StartJob("job-1", "cpu:0", 100).ok());
+  const Labels labels = JobLabels("job-1", "cpu:0");
+  EXPECT_FALSE(Scrape(*metrics).Value("headroom_job_epoch", labels).has_value());
+  // Epoch 1 without an evaluation; epoch 2 with one; the wait accumulates.
+  ASSERT_TRUE(metrics->ObserveFit("job-1", "cpu:0", {1, false, 0, 0, 0.25}).ok());
+  {
+    Scrape scrape(*metrics);
+    EXPECT_EQ(scrape.Value("headroom_job_epoch", labels), 1);
+    EXPECT_EQ(scrape.Value("headroom_job_eval_accuracy", labels), 0);
+    EXPECT_EQ(scrape.Value("headroom_job_input_wait_seconds_total", labels), 0.25);
+  }
+  ASSERT_TRUE(metrics->ObserveFit("job-1", "cpu:0", {2, true, 0.375, 0.875, 0.5}).ok());
+  {
+    Scrape scrape(*metrics);
+    SCOPED_TRACE(scrape.text());
+    EXPECT_EQ(scrape.Value("headroom_job_epoch", labels), 2);
+    EXPECT_EQ(scrape.Value("headroom_job_eval_accuracy", labels), 0.875);
+    EXPECT_EQ(scrape.Value("headroom_job_eval_loss", labels), 0.375);
+    EXPECT_EQ(scrape.Value("headroom_job_input_wait_seconds_total", labels), 0.75);
+  }
+  // Bad figures record nothing.
+  EXPECT_EQ(metrics->ObserveFit("job-1", "cpu:0", {3, false, 0, 0, -1}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(metrics->ObserveFit("job-1", "cpu:0", {3, true, std::nan(""), 0.5, 0}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scrape(*metrics).Value("headroom_job_epoch", labels), 2);
+  EXPECT_EQ(metrics->ForgetJob("job-1"), 1);
+  EXPECT_THAT(metrics->TextExposition(), ::testing::Not(HasSubstr("job=")));
+}
+
 TEST(MetricsTest, BadLabelValuesAreInvalidArgument) {
   auto metrics = NewMetrics();
   ASSERT_NE(metrics, nullptr);
@@ -450,6 +484,7 @@ TEST(MetricsTest, PromtoolFindsNoProblemInTheExposition) {
   ASSERT_TRUE(metrics->ObserveStep("job-1", "cuda:0", Step(0.25, 4096)).ok());
   ASSERT_TRUE(metrics->ObserveStep("job-1", "cpu:0", Step(12.5, 1)).ok());
   ASSERT_TRUE(metrics->ObserveStep("job-2", "cuda:0", Step(0.0005, 3)).ok());
+  ASSERT_TRUE(metrics->ObserveFit("job-2", "cuda:0", {2, true, 0.31, 0.9, 0.004}).ok());
   ASSERT_TRUE(metrics->SetJobCounts({1, 2, 3, 0, 1}).ok());
   ASSERT_TRUE(metrics->SetDeviceMemory("cuda:0", uint64_t{40} << 30, uint64_t{80} << 30).ok());
   ASSERT_TRUE(metrics->SetDeviceMemory("cpu:0", uint64_t{8} << 30, uint64_t{64} << 30).ok());
@@ -462,11 +497,12 @@ TEST(MetricsTest, PromtoolFindsNoProblemInTheExposition) {
   EXPECT_EQ(result.output, "") << "on:\n" << text;
   // Every family made it into what promtool checked.
   for (const char* name :
-       {"headroom_job_memory_bytes", "headroom_planned_peak_bytes",
-        "headroom_measured_peak_bytes", "headroom_offloaded_bytes_total",
-        "headroom_prefetched_bytes_total", "headroom_recompute_seconds_total",
-        "headroom_step_duration_seconds", "headroom_jobs", "headroom_device_memory_used_bytes",
-        "headroom_device_memory_total_bytes"}) {
+       {"headroom_job_memory_bytes", "headroom_planned_peak_bytes", "headroom_measured_peak_bytes",
+        "headroom_offloaded_bytes_total", "headroom_prefetched_bytes_total",
+        "headroom_recompute_seconds_total", "headroom_step_duration_seconds", "headroom_jobs",
+        "headroom_device_memory_used_bytes", "headroom_device_memory_total_bytes",
+        "headroom_job_epoch", "headroom_job_eval_accuracy", "headroom_job_eval_loss",
+        "headroom_job_input_wait_seconds_total"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("# HELP ", name, " "))) << name;
   }
 }

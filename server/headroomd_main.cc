@@ -14,13 +14,15 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <memory>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "CLI/CLI.hpp"
+#include "CivetServer.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -29,12 +31,13 @@
 #include "graph/summary.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/resource_quota.h"
-#include "CivetServer.h"
-#include "prometheus/exposer.h"
 #include "profiler/metrics.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
 #include "runner/profile_run.h"
 #include "runner/trainer_options.h"
 #include "server/auth.h"
+#include "server/data_roots.h"
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/listen_address.h"
@@ -45,8 +48,6 @@
 #include "util/byte_size.h"
 #include "util/openmp_wait.h"
 #include "util/status_macros.h"
-#include "prometheus/registry.h"
-#include "CLI/CLI.hpp"
 #ifdef HEADROOM_HAVE_CUDA
 #include "profiler/cupti_memory.h"
 #endif
@@ -66,6 +67,8 @@ struct DaemonFlags {
   std::string fixed_cost;
   std::optional<uint64_t> fixed_cost_bytes;
   int64_t checkpoint_every = 10;
+  // --data-root, repeatable: where jobs' dataset directories may lie.
+  std::vector<std::string> data_roots;
   // A job's most seconds RUNNING, summed across restarts; 0: none. Default 7 days.
   uint64_t max_job_seconds = 7 * 24 * 3600;
   std::string max_message;
@@ -119,6 +122,11 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--data-root", f.data_roots,
+                 "a directory jobs' datasets (JobSpec.data.dataset) may be read under; repeat "
+                 "for more. A path that resolves (symlinks, ..) outside every root is refused; "
+                 "fashion-mnist is always allowed")
+      ->type_name("DIR");
   app.add_option("--max-job-seconds", f.max_job_seconds,
                  "most seconds a job may spend running, summed across daemon restarts; past "
                  "it the job stops at its step's end with a checkpoint and ends FAILED "
@@ -408,6 +416,11 @@ int Run(const DaemonFlags& f) {
   options.device_memory_bytes = f.device_memory_bytes;
   options.checkpoint_interval_steps = f.checkpoint_every;
   options.max_job_seconds = f.max_job_seconds;
+  absl::StatusOr<DataRoots> data_roots = DataRoots::Create(f.data_roots);
+  if (!data_roots.ok()) {
+    return std::cerr << "headroomd: " << data_roots.status().message() << "\n", 1;
+  }
+  options.data_roots = *std::move(data_roots);
   options.make_backend = [backend_options = f.backend_options](const std::string& name) {
     return executor::MakeBackendWithOptions(name, backend_options);
   };

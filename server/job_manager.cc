@@ -1,14 +1,20 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "executor/callbacks.h"
+#include "executor/fit.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/model_source.h"
@@ -20,6 +26,7 @@
 #include "runner/physical_trace.h"
 #include "runner/profile_run.h"
 #include "runner/trainer_options.h"
+#include "server/fit_job.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
@@ -122,6 +129,60 @@ absl::StatusOr<graph::Graph> GraphOf(const proto::ModelSource& model) {
   return graph::Graph::FromProto(def);
 }
 
+// Returns the step of the newest fit checkpoint in `dir` (checkpoint-STEP.hrfit), if any.
+std::optional<uint64_t> NewestFitCheckpointStep(const std::string& dir) {
+  absl::StatusOr<std::string> latest = executor::LatestCheckpoint(dir);
+  if (!latest.ok()) return std::nullopt;
+  absl::string_view name = *latest;
+  name = name.substr(name.rfind('/') + 1);
+  uint64_t step = 0;
+  if (!absl::ConsumePrefix(&name, "checkpoint-") || !absl::ConsumeSuffix(&name, ".hrfit") ||
+      !absl::SimpleAtoi(name, &step)) {
+    return std::nullopt;
+  }
+  return step;
+}
+
+// The daemon's hooks into a job's fit loop, called after every other callback (so a
+// checkpoint it writes holds what they did): after each step and each epoch's end; and
+// before the next step, when `interrupted` says so (a shutdown), a checkpoint to `dir` and
+// an Aborted error that stops the loop at once.
+class DaemonFitCallback : public executor::Callback {
+ public:
+  using StepHook = std::function<void(executor::FitLoop&, const executor::StepResult&)>;
+  using EpochHook = std::function<void(executor::FitLoop&, int64_t epoch)>;
+  DaemonFitCallback(StepHook on_step, EpochHook on_epoch, std::function<bool()> interrupted,
+                    std::string dir)
+      : on_step_(std::move(on_step)),
+        on_epoch_(std::move(on_epoch)),
+        interrupted_(std::move(interrupted)),
+        dir_(std::move(dir)) {}
+  std::string name() const override { return "daemon"; }
+
+  absl::Status OnStepEnd(executor::FitLoop& fit, const executor::StepResult& r) override {
+    on_step_(fit, r);
+    if (!interrupted_()) return absl::OkStatus();
+    const std::string path =
+        absl::StrFormat("%s/checkpoint-%09d.hrfit", dir_, fit.trainer().steps_run());
+    RETURN_IF_ERROR(fit.WriteCheckpoint(path));
+    stop_checkpoint_ = path;
+    return absl::AbortedError("stopped for a shutdown after its checkpoint");
+  }
+  absl::Status OnEpochEnd(executor::FitLoop& fit, int64_t epoch) override {
+    on_epoch_(fit, epoch);
+    return absl::OkStatus();
+  }
+  // The checkpoint written for a shutdown, or "".
+  const std::string& stop_checkpoint() const { return stop_checkpoint_; }
+
+ private:
+  const StepHook on_step_;
+  const EpochHook on_epoch_;
+  const std::function<bool()> interrupted_;
+  const std::string dir_;
+  std::string stop_checkpoint_;
+};
+
 }  // namespace
 
 // What the manager keeps of a job beside the scheduler. Guarded by mu_.
@@ -165,6 +226,19 @@ struct JobManager::Run {
   std::shared_ptr<RunControl> control;
   // Set when shutdown stopped it after a step, with its checkpoint stored.
   bool interrupted = false;
+  // Steps in all, as Submit counted them (a dataset job's epochs x batches).
+  uint64_t total_steps = 0;
+};
+
+// What the steps of a job's run record into, for AfterStep.
+struct JobManager::StepContext {
+  executor::Trainer* trainer = nullptr;
+  WindowLog* window = nullptr;
+  profiler::MetricsSink* sink = nullptr;
+  profiler::ProcessMemorySampler* process = nullptr;
+  std::shared_ptr<const profiler::StepLayout> layout;
+  // The base learning rate of the job's optimizer (its schedule's).
+  double base_rate = 0;
 };
 
 namespace {
@@ -221,6 +295,8 @@ absl::Status JobManager::Recover() {
       } else {
         event.need_bytes = Need(*plan);
         if (checkpoint->has_value()) event.checkpoint_step = (*checkpoint)->step();
+        // A dataset job resumes from its newest fit checkpoint.
+        if (HasDataset(it->spec())) event.checkpoint_step = NewestFitCheckpointStep(FitDir(id));
       }
       absl::MutexLock lock(&mu_);
       if (plan.ok()) extras_[id].budget_bytes = plan->summary().budget_bytes();
@@ -348,6 +424,11 @@ absl::Status JobManager::Store(const Decision& decision) {
       s = store_->PutJob(info);
     } else if (a.kind == sched::Action::Kind::kDeleteCheckpoint) {
       s = store_->DeleteCheckpoint(a.id);
+      std::error_code error;
+      std::filesystem::remove_all(FitDir(a.id), error);
+      if (error && s.ok()) {
+        s = absl::InternalError(absl::StrCat("deleting '", FitDir(a.id), "': ", error.message()));
+      }
     }
     if (s.ok()) continue;
     if (first.ok()) first = s;
@@ -428,7 +509,9 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(
 absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec& spec,
                                                             const util::CancellationToken* cancel) {
   // 1. Check the spec and plan it: every error here is the caller's.
-  if (spec.train().steps() == 0 || spec.train().steps() > kMaxJobSteps) {
+  RETURN_IF_ERROR(CheckDataOptions(spec));
+  const bool fit = HasDataset(spec);
+  if (!fit && (spec.train().steps() == 0 || spec.train().steps() > kMaxJobSteps)) {
     return absl::InvalidArgumentError(absl::StrCat("spec.train.steps: must be between 1 and ",
                                                    kMaxJobSteps, ", got ", spec.train().steps()));
   }
@@ -440,7 +523,21 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   RETURN_IF_ERROR(runner::TrainerOptionsOf(spec.plan(), spec.train().seed(), backend).status());
   uint64_t budget = 0;
   ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget, cancel));
-  RETURN_IF_ERROR(CheckDiskRoom(plan));
+  // A dataset: under a data root, readable, and fit for the model; it sets the steps.
+  uint64_t total_steps = spec.train().steps();
+  proto::FitProgress fit_progress;
+  if (fit) {
+    ASSIGN_OR_RETURN(const std::string path, options_.data_roots.Resolve(spec.data().dataset()));
+    ASSIGN_OR_RETURN(const graph::Graph g, GraphOf(spec.model()));
+    ASSIGN_OR_RETURN(const std::unique_ptr<JobData> data, LoadJobData(spec, path, g));
+    total_steps = data->total_steps;
+    fit_progress.set_total_epochs(spec.data().epochs());
+    fit_progress.set_batches_per_epoch(static_cast<uint64_t>(data->batches_per_epoch));
+  }
+  // A dataset job keeps keep_last checkpoints, best.hrfit, one being written and the
+  // final state in the store.
+  const uint64_t keep_last = spec.data().keep_last() == 0 ? 3 : spec.data().keep_last();
+  RETURN_IF_ERROR(CheckDiskRoom(plan, fit ? keep_last + 3 : 2));
   // 2. Store it, then hand it to the scheduler.
   ASSIGN_OR_RETURN(std::string id, store_->NewJobId());
   sched::Submitted submitted;
@@ -449,7 +546,8 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   info.set_name(spec.name().empty() ? id : spec.name());
   info.set_state(proto::JOB_STATE_QUEUED);
   info.set_submitted_unix_seconds(UnixSeconds());
-  info.set_total_steps(spec.train().steps());
+  info.set_total_steps(total_steps);
+  if (fit) *info.mutable_fit() = fit_progress;
   info.set_planned_peak_bytes(plan.summary().predicted_peak_bytes());
   info.set_offloaded_bytes_per_step(plan.summary().offloaded_bytes());
   info.set_device(device_);
@@ -469,7 +567,7 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   return response;
 }
 
-absl::Status JobManager::CheckDiskRoom(const proto::PlanResponse& plan) const {
+absl::Status JobManager::CheckDiskRoom(const proto::PlanResponse& plan, uint64_t copies) const {
   uint64_t state_bytes = 0;
   for (const proto::RoleBytes& b : plan.summary().bytes_by_role()) {
     if (b.role() == proto::ROLE_PARAMETER || b.role() == proto::ROLE_BUFFER ||
@@ -477,16 +575,17 @@ absl::Status JobManager::CheckDiskRoom(const proto::PlanResponse& plan) const {
       state_bytes += b.bytes();
     }
   }
-  const uint64_t need_bytes = 2 * state_bytes + (uint64_t{1} << 20);
+  const uint64_t need_bytes = copies * state_bytes + (uint64_t{1} << 20);
   const absl::StatusOr<uint64_t> free_bytes = store_->FreeDiskBytes();
   // When the free space cannot be read, the store's writes tell.
   if (!free_bytes.ok() || *free_bytes >= need_bytes) return absl::OkStatus();
   return DiskFullError(absl::StrCat("the disk holding the state directory '", store_->state_dir(),
                                     "' is full: ", graph::HumanBytes(*free_bytes),
                                     " free, and this job's checkpoints need about ",
-                                    graph::HumanBytes(need_bytes),
-                                    " (twice its parameters, buffers and optimizer state, "
-                                    "and 1 MiB); free space there and submit it again"));
+                                    graph::HumanBytes(need_bytes), " (", copies,
+                                    " times its parameters, buffers and "
+                                    "optimizer state, and 1 MiB); free space there and submit "
+                                    "it again"));
 }
 
 absl::StatusOr<proto::JobState> JobManager::Cancel(const std::string& job_id) {
@@ -627,6 +726,7 @@ void JobManager::RunJob(const std::string& job_id) {
     run.spec = info.spec();
     run.budget_bytes = extras_[job_id].budget_bytes;
     run.planned_peak_bytes = info.planned_peak_bytes();
+    run.total_steps = info.total_steps();
     run.checkpoint_interval = run.spec.train().checkpoint_interval_steps() > 0
                                   ? run.spec.train().checkpoint_interval_steps()
                                   : options_.checkpoint_interval_steps;
@@ -694,12 +794,15 @@ absl::Status JobManager::TrainJob(Run& run) {
                                             " at submit: a bug"));
   }
   auto layout = std::make_shared<const profiler::StepLayout>(profiler::DescribeStep(*trainer->plan().step));
+  StepContext context{trainer.get(), &window, &sink,
+                      &process,      layout,  trainer_options.optimizer_params.learning_rate};
+  metrics_->ForgetJob(run.job_id);
+  RETURN_IF_ERROR(metrics_->StartJob(run.job_id, device_, run.planned_peak_bytes));
+  if (HasDataset(run.spec)) return FitJob(run, context);
 
   // 2. Resume from the checkpoint, if there is one.
   ASSIGN_OR_RETURN(double loss, RestoreCheckpoint(run.job_id, *trainer));
   window.set_first(trainer->steps_run());
-  metrics_->ForgetJob(run.job_id);
-  RETURN_IF_ERROR(metrics_->StartJob(run.job_id, device_, run.planned_peak_bytes));
 
   // 3. The steps: progress after each, a checkpoint every interval; a shutdown stops it
   //    between steps with a checkpoint.
@@ -714,24 +817,8 @@ absl::Status JobManager::TrainJob(Run& run) {
     }
     ASSIGN_OR_RETURN(executor::StepResult r, trainer->Step());
     loss = r.loss;
-    std::shared_ptr<const profiler::Timeline> timeline;
-    if (window.Keeps(r.step)) {
-      absl::StatusOr<profiler::Timeline> built = profiler::Timeline::Build(window.log(), *layout);
-      if (built.ok()) timeline = std::make_shared<const profiler::Timeline>(*std::move(built));
-    }
+    AfterStep(run, context, r, std::nullopt);
     const uint64_t done = static_cast<uint64_t>(trainer->steps_run());
-    {
-      absl::MutexLock lock(&mu_);
-      Extras& extras = extras_[run.job_id];
-      extras.process = process.Account(trainer->plan().peak_bytes,
-                                       trainer->executor().host_pool_bytes(), layout.get());
-      if (timeline != nullptr) {
-        extras.timeline = timeline;
-        extras.layout = layout;
-      }
-    }
-    Dispatch(sched::StepDone{run.job_id, done, r.loss, r.seconds,
-                             r.arena_high_water_bytes, MemoryByRole(sink.last_step())});
     if (done < total && run.checkpoint_interval > 0 && done % run.checkpoint_interval == 0) {
       RETURN_IF_ERROR(Checkpoint(run, *trainer, loss));
     }
@@ -739,6 +826,158 @@ absl::Status JobManager::TrainJob(Run& run) {
   // 4. The trained weights, kept with the job once it succeeds (ExportModel reads them).
   RETURN_IF_ERROR(sink.status());
   return Checkpoint(run, *trainer, loss);
+}
+
+void JobManager::AfterStep(Run& run, StepContext& context, const executor::StepResult& r,
+                           std::optional<proto::FitProgress> fit) {
+  const executor::Trainer& trainer = *context.trainer;
+  std::shared_ptr<const profiler::Timeline> timeline;
+  if (context.window->Keeps(r.step)) {
+    absl::StatusOr<profiler::Timeline> built =
+        profiler::Timeline::Build(context.window->log(), *context.layout);
+    if (built.ok()) timeline = std::make_shared<const profiler::Timeline>(*std::move(built));
+  }
+  const uint64_t done = static_cast<uint64_t>(trainer.steps_run());
+  {
+    absl::MutexLock lock(&mu_);
+    Extras& extras = extras_[run.job_id];
+    extras.process = context.process->Account(
+        trainer.plan().peak_bytes, trainer.executor().host_pool_bytes(), context.layout.get());
+    if (timeline != nullptr) {
+      extras.timeline = timeline;
+      extras.layout = context.layout;
+    }
+  }
+  sched::StepDone step{run.job_id,
+                       done,
+                       r.loss,
+                       r.seconds,
+                       r.arena_high_water_bytes,
+                       MemoryByRole(context.sink->last_step())};
+  step.fit = std::move(fit);
+  Dispatch(step);
+}
+
+std::string JobManager::FitDir(const std::string& job_id) const {
+  return absl::StrCat(store_->state_dir(), "/fit/", job_id);
+}
+
+namespace {
+
+// Returns where `fit` stands after a step of epoch `epoch` (from 0), with the input wait
+// against `step_seconds` (the steps' own time in this run).
+proto::FitProgress FitProgressOf(const executor::FitLoop& fit, int64_t epoch, double step_seconds) {
+  proto::FitProgress p;
+  p.set_epoch(static_cast<uint64_t>(epoch + 1));
+  p.set_total_epochs(static_cast<uint64_t>(fit.epochs()));
+  p.set_batches_per_epoch(static_cast<uint64_t>(fit.batches_per_epoch()));
+  const executor::Metric* loss = fit.FindMetric("eval_loss");
+  const executor::Metric* accuracy = fit.FindMetric("eval_accuracy");
+  if (loss != nullptr && accuracy != nullptr) {
+    p.set_evaluated(true);
+    p.set_eval_loss(loss->value);
+    p.set_eval_accuracy(accuracy->value);
+    p.set_eval_epoch(static_cast<uint64_t>(loss->epoch + 1));
+  }
+  p.set_input_wait_seconds(fit.input_wait_seconds());
+  p.set_input_wait_fraction(step_seconds > 0 ? fit.input_wait_seconds() / step_seconds : 0);
+  return p;
+}
+
+}  // namespace
+
+absl::Status JobManager::FitJob(Run& run, StepContext& context) {
+  executor::Trainer& trainer = *context.trainer;
+  // 1. The data, its path resolved again (a symlink changed since submit cannot lead out of
+  //    the roots), and the same steps as at submit.
+  ASSIGN_OR_RETURN(const std::string path, options_.data_roots.Resolve(run.spec.data().dataset()));
+  ASSIGN_OR_RETURN(const std::unique_ptr<JobData> data,
+                   LoadJobData(run.spec, path, trainer.forward()));
+  if (data->total_steps != run.total_steps) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("spec.data.dataset '", run.spec.data().dataset(),
+                     "' changed since the job was submitted: it makes ", data->total_steps,
+                     " steps now, ", run.total_steps, " then"));
+  }
+  const std::string dir = FitDir(run.job_id);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("fit checkpoints '", dir, "': ", error.message()));
+  }
+  // 2. The callbacks: the job's, then the daemon's hooks.
+  ASSIGN_OR_RETURN(
+      std::vector<std::unique_ptr<executor::Callback>> callbacks,
+      MakeFitCallbacks(run.spec, *data, context.base_rate, dir, run.checkpoint_interval));
+  const auto* checkpoints = static_cast<const executor::CheckpointCallback*>(
+      callbacks.back().get());  // MakeFitCallbacks puts the writer last
+  double step_seconds = 0;
+  double wait_observed = 0;
+  auto observe = [&](const proto::FitProgress& p) {
+    profiler::FitObservation o;
+    o.epoch = static_cast<int64_t>(p.epoch());
+    o.evaluated = p.evaluated();
+    o.eval_loss = p.eval_loss();
+    o.eval_accuracy = p.eval_accuracy();
+    o.input_wait_seconds = std::max(0.0, p.input_wait_seconds() - wait_observed);
+    wait_observed = std::max(wait_observed, p.input_wait_seconds());
+    metrics_->ObserveFit(run.job_id, device_, o).IgnoreError();  // finite by construction
+  };
+  auto on_step = [&](executor::FitLoop& fit, const executor::StepResult& r) {
+    step_seconds += r.seconds;
+    proto::FitProgress p = FitProgressOf(fit, fit.position().epoch, step_seconds);
+    observe(p);
+    AfterStep(run, context, r, std::move(p));
+  };
+  auto on_epoch = [&](executor::FitLoop& fit, int64_t epoch) {
+    proto::FitProgress p = FitProgressOf(fit, epoch, step_seconds);
+    observe(p);
+    Dispatch(sched::EpochEnded{run.job_id, std::move(p)});
+  };
+  auto daemon = std::make_unique<DaemonFitCallback>(
+      on_step, on_epoch, [&run] { return run.control->interrupt.load(); }, dir);
+  const DaemonFitCallback* hooks = daemon.get();
+  callbacks.push_back(std::move(daemon));
+  executor::FitOptions options;
+  options.epochs = static_cast<int64_t>(run.spec.data().epochs());
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<executor::FitLoop> loop,
+      executor::FitLoop::Create(&trainer, &data->train, data->train_items,
+                                LoaderOptionsOf(run.spec), options, std::move(callbacks)));
+  // 3. Resume from the newest checkpoint, if there is one.
+  if (absl::StatusOr<std::string> latest = executor::LatestCheckpoint(dir); latest.ok()) {
+    RETURN_IF_ERROR(loop->Resume(*latest));
+    Dispatch(sched::Restored{run.job_id, static_cast<uint64_t>(trainer.steps_run()),
+                             loop->epoch_loss()});
+  }
+  context.window->set_first(trainer.steps_run());
+  // 4. Run it; a shutdown stops it after a step with its checkpoint written.
+  absl::StatusOr<executor::FitSummary> summary = loop->Run();
+  if (!summary.ok()) {
+    if (!hooks->stop_checkpoint().empty() && absl::IsAborted(summary.status())) {
+      run.interrupted = true;
+      return absl::OkStatus();
+    }
+    return summary.status();
+  }
+  // 5. Where it ended (an early stop says why), the step checkpoints no writer keeps
+  //    (a shutdown's) removed, and the trained weights stored for ExportModel.
+  proto::FitProgress last = FitProgressOf(
+      *loop, std::max<int64_t>(0, std::min(loop->position().epoch, loop->epochs()) - 1),
+      step_seconds);
+  last.set_stop_reason(summary->stop_reason);
+  Dispatch(sched::EpochEnded{run.job_id, last});
+  const std::vector<std::string>& kept = checkpoints->kept();
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string file = entry.path().string();
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "checkpoint-") &&
+        std::find(kept.begin(), kept.end(), file) == kept.end()) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+  RETURN_IF_ERROR(context.sink->status());
+  return Checkpoint(run, trainer, summary->last_loss);
 }
 
 absl::Status JobManager::Checkpoint(const Run& run, const executor::Trainer& trainer, double loss) {

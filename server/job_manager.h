@@ -9,13 +9,24 @@
 // A job whose planned peak exceeds the device's whole memory is rejected at submit. While a
 // job trains, every step updates its progress (for WatchJob and ListJobs) and its metrics;
 // every `checkpoint_interval_steps` steps (and after its last) its parameters, buffers and
-// optimizer state are stored, so a daemon killed mid-job resumes it from there when it starts again (bitwise as
-// if never interrupted). A checkpoint goes from the device to the store a tensor at a time
-// (Trainer::ReadStateTensor), and resuming restores from the parsed checkpoint in place, so
+// optimizer state are stored, so a daemon killed mid-job resumes it from there when it starts again
+// (bitwise as if never interrupted). A checkpoint goes from the device to the store a tensor at a
+// time (Trainer::ReadStateTensor), and resuming restores from the parsed checkpoint in place, so
 // neither holds the state in host memory twice. Cancel() makes a running job CANCELLED at
 // once and stops its run before its next node; its arena is freed as the run stops.
 // A job that has been RUNNING longer than `max_job_seconds` (summed across restarts) is
 // FAILED at its next step's end, saying so, and stops with a checkpoint that is kept.
+//
+// A job with a dataset (JobSpec.data, server/fit_job.h) runs through the fit loop
+// (executor::FitLoop, as `headroom train --dataset`): Submit resolves its path under the
+// data roots and loads the set to check it against the model and count its steps (epochs x
+// batches). Its checkpoints (the fit loop's, with the data position and every callback's
+// state) go to STATE/fit/JOB/ every checkpoint interval of steps (and data.
+// checkpoint_every_epochs), keeping data.keep_last and best.hrfit; a restarted daemon
+// resumes it from the newest, so it ends bitwise as a run never stopped would. Its progress
+// and JobInfo carry FitProgress (epoch, last evaluation, input wait) and its metrics the
+// fit series; once it succeeds its final state is stored as the synthetic job's is, for
+// ExportModel. STATE/fit/JOB/ is deleted with a job that fails or is cancelled.
 //
 // A full disk (the state directory's): Submit refuses a job whose checkpoint would not fit
 // (ResourceExhausted naming the directory); a running job whose checkpoint cannot be
@@ -57,6 +68,7 @@
 #include "profiler/step_layout.h"
 #include "profiler/timeline.h"
 #include "proto/headroom.pb.h"
+#include "server/data_roots.h"
 #include "server/job_store.h"
 #include "server/scheduler.h"
 #include "util/cancellation.h"
@@ -107,6 +119,9 @@ struct JobManagerOptions {
   // timeline, not added here: they depend on the job.)
   std::optional<uint64_t> fixed_cost_bytes;
   uint64_t measured_fixed_cost_bytes = 0;
+  // Where a job's dataset path (JobSpec.data.dataset) may lie (headroomd's --data-root).
+  // Default none: only "fashion-mnist".
+  DataRoots data_roots;
 };
 
 class JobManager {
@@ -199,6 +214,7 @@ class JobManager {
   struct RunControl;
   struct ProfileCall;
   struct Run;
+  struct StepContext;
 
   JobManager(JobStore* store, profiler::Metrics* metrics, JobManagerOptions options);
 
@@ -229,13 +245,22 @@ class JobManager {
   // Trains one job to its end (or until cancelled or shut down) and reports RunEnded.
   void RunJob(const std::string& job_id);
   absl::Status TrainJob(Run& run);
+  // Trains job `run` (one with a dataset) through the fit loop from its newest fit
+  // checkpoint, if it has one.
+  absl::Status FitJob(Run& run, StepContext& context);
+  // Records a step just run: the job's process account and timeline, then StepDone (with
+  // `fit` for a dataset job).
+  void AfterStep(Run& run, StepContext& context, const executor::StepResult& r,
+                 std::optional<proto::FitProgress> fit);
+  // Returns the directory of job `job_id`'s fit checkpoints: STATE/fit/JOB.
+  std::string FitDir(const std::string& job_id) const;
   // Stores `trainer`'s state as `run`'s checkpoint. On a full disk (IsDiskFull) the job goes
   // on: the error is reported on stderr, the previous checkpoint stays, and this returns OK.
   absl::Status Checkpoint(const Run& run, const executor::Trainer& trainer, double loss);
-  // Returns OK when the state directory's disk has room for a checkpoint of `plan`'s job
-  // (twice its parameters, buffers and optimizer state, and 1 MiB); else ResourceExhausted
-  // naming the directory.
-  absl::Status CheckDiskRoom(const proto::PlanResponse& plan) const;
+  // Returns OK when the state directory's disk has room for the checkpoints of `plan`'s job
+  // (`copies` times its parameters, buffers and optimizer state, and 1 MiB); else
+  // ResourceExhausted naming the directory.
+  absl::Status CheckDiskRoom(const proto::PlanResponse& plan, uint64_t copies) const;
   // Returns the loss of job `job_id`'s checkpoint after restoring `trainer` from it (0
   // without one).
   absl::StatusOr<double> RestoreCheckpoint(const std::string& job_id, executor::Trainer& trainer);

@@ -4,17 +4,23 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "data/idx_file.h"
 #include "executor/backend_scratch.h"
 #include "executor/backends.h"
 #include "gmock/gmock.h"
@@ -363,6 +369,190 @@ TEST_F(JobManagerTest, AJobWaitsOnTheDriversFigureAndStartsOnceItCannotBeRead) {
   EXPECT_GE(LinesContaining(log, kCannotRead), 1) << log;
   EXPECT_EQ(LinesContaining(log, "reading cpu:0's free memory works again: 1.0 GiB free"), 1)
       << log;
+}
+
+// ---- Jobs with a dataset (JobSpec.data) ---------------------------------------------------
+
+// Writes a dataset directory of `items` 8x8 one-channel images of 4 classes into `dir`:
+// class c lights up row c, plus noise from a fixed recurrence.
+void WriteToyDataset(const std::string& dir, int64_t items) {
+  std::filesystem::create_directories(dir);
+  data::IdxArray images, labels;
+  images.dims = {items, 8, 8};
+  labels.dims = {items};
+  uint32_t noise = 12345;
+  for (int64_t i = 0; i < items; ++i) {
+    const uint8_t label = static_cast<uint8_t>((i * 7 + 3) % 4);
+    labels.bytes.push_back(label);
+    for (int p = 0; p < 64; ++p) {
+      noise = noise * 1103515245u + 12345u;
+      images.bytes.push_back(
+          static_cast<uint8_t>((noise >> 16) % 150 + (p / 8 == label ? 100 : 0)));
+    }
+  }
+  std::ofstream(dir + "/images.idx", std::ios::binary) << data::EncodeIdx(images);
+  std::ofstream(dir + "/labels.idx", std::ios::binary) << data::EncodeIdx(labels);
+  std::ofstream(dir + "/index.txt")
+      << "headroom-dataset 1\nclasses 4\nshard images.idx labels.idx\n";
+}
+
+class DatasetJobTest : public JobManagerTest {
+ protected:
+  void SetUp() override {
+    JobManagerTest::SetUp();
+    root_ = state_dir_ + "-data";
+    WriteToyDataset(root_ + "/toy", 160);
+    ReopenWithRoot();
+  }
+  void ReopenWithRoot() {
+    Reopen([&](JobManagerOptions& o) { o.data_roots = DataRoots::Create({root_}).value(); });
+  }
+
+  // small_cnn for 8x8 images of 4 classes, batch 8: 128 training items after a 20% split,
+  // 16 steps an epoch, 3 epochs, evaluated each, checkpoints every 5 steps.
+  proto::JobSpec ToyJob() const {
+    proto::JobSpec spec;
+    proto::ZooModel* zoo = spec.mutable_model()->mutable_zoo();
+    zoo->set_name("small_cnn");
+    zoo->set_batch(8);
+    (*zoo->mutable_options())["image_size"] = 8;
+    (*zoo->mutable_options())["channels"] = 1;
+    (*zoo->mutable_options())["classes"] = 4;
+    spec.mutable_train()->set_seed(5);
+    spec.mutable_train()->set_checkpoint_interval_steps(5);
+    proto::DataOptions& d = *spec.mutable_data();
+    d.set_dataset(root_ + "/toy");
+    d.set_epochs(3);
+    d.set_eval_every(1);
+    d.set_validation_fraction(0.2);
+    d.set_lr_schedule("cosine");
+    d.set_warmup_steps(4);
+    d.set_keep_last(2);
+    return spec;
+  }
+
+  std::string root_;
+};
+
+TEST_F(DatasetJobTest, TrainsItsEpochsAndReportsEpochAccuracyAndInputWait) {
+  const std::string id = Submit(ToyJob());
+  EXPECT_EQ(Get(id).total_steps(), 48u);
+  const std::vector<proto::JobProgress> updates = Watch(id);
+  const proto::JobProgress& last = updates.back();
+  ASSERT_EQ(last.state(), proto::JOB_STATE_SUCCEEDED) << last.message();
+  EXPECT_EQ(last.step(), 48u);
+  ASSERT_TRUE(last.has_fit());
+  EXPECT_EQ(last.fit().epoch(), 3u);
+  EXPECT_EQ(last.fit().total_epochs(), 3u);
+  EXPECT_EQ(last.fit().batches_per_epoch(), 16u);
+  EXPECT_TRUE(last.fit().evaluated());
+  EXPECT_EQ(last.fit().eval_epoch(), 3u);
+  EXPECT_GE(last.fit().eval_accuracy(), 0.0);
+  EXPECT_LE(last.fit().eval_accuracy(), 1.0);
+  EXPECT_GT(last.fit().eval_loss(), 0.0);
+  EXPECT_GE(last.fit().input_wait_fraction(), 0.0);
+  // Every epoch showed while it ran, and each evaluation before the next epoch's steps.
+  std::set<uint64_t> epochs, evaluated;
+  for (const proto::JobProgress& p : updates) {
+    epochs.insert(p.fit().epoch());
+    if (p.fit().evaluated()) evaluated.insert(p.fit().eval_epoch());
+  }
+  EXPECT_THAT(epochs, ::testing::IsSupersetOf({1u, 2u, 3u}));
+  EXPECT_THAT(evaluated, ::testing::IsSupersetOf({1u, 2u, 3u}));
+  // The metrics carry the same figures; the trained weights are stored for ExportModel.
+  const std::string text = metrics_->TextExposition();
+  EXPECT_THAT(text,
+              HasSubstr(absl::StrCat("headroom_job_epoch{device=\"cpu:0\",job=\"", id, "\"} 3")));
+  EXPECT_THAT(text, HasSubstr("headroom_job_eval_accuracy{"));
+  EXPECT_THAT(text, HasSubstr("headroom_job_input_wait_seconds_total{"));
+  absl::StatusOr<std::optional<proto::Checkpoint>> checkpoint = jobs_->GetCheckpoint(id);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_TRUE(checkpoint->has_value());
+  EXPECT_EQ((*checkpoint)->step(), 48u);
+  // Its fit checkpoints: the newest 2 by steps and the best.
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir_ + "/fit/" + id)) {
+    files.push_back(e.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_THAT(files, ::testing::ElementsAre("best.hrfit", "checkpoint-000000040.hrfit",
+                                            "checkpoint-000000045.hrfit"));
+}
+
+// A daemon shutdown mid-epoch checkpoints the job where it is; the next start resumes it
+// from there, and it ends with exactly the evaluation of a run never stopped.
+TEST_F(DatasetJobTest, AShutdownMidEpochResumesToTheStraightRunsEvaluationBitwise) {
+  const std::string straight = Submit(ToyJob());
+  const proto::JobProgress done = Watch(straight).back();
+  ASSERT_EQ(done.state(), proto::JOB_STATE_SUCCEEDED) << done.message();
+
+  const std::string stopped = Submit(ToyJob());
+  Watch(stopped, [](const proto::JobProgress& p) { return p.step() >= 21; });
+  jobs_->Shutdown();
+  const proto::JobInfo at_stop = Get(stopped);
+  ASSERT_EQ(at_stop.state(), proto::JOB_STATE_QUEUED) << at_stop.message();
+  ASSERT_LT(at_stop.step(), 48u);
+  ASSERT_NE(at_stop.step() % 16, 0u) << "not mid-epoch";
+  ReopenWithRoot();
+  const proto::JobProgress resumed = Watch(stopped).back();
+  ASSERT_EQ(resumed.state(), proto::JOB_STATE_SUCCEEDED) << resumed.message();
+  EXPECT_EQ(Get(stopped).resumed_from_step(), at_stop.step());
+  EXPECT_EQ(resumed.fit().eval_loss(), done.fit().eval_loss());
+  EXPECT_EQ(resumed.fit().eval_accuracy(), done.fit().eval_accuracy());
+  // The weights too, bitwise.
+  const proto::Checkpoint a = jobs_->GetCheckpoint(straight).value().value();
+  const proto::Checkpoint b = jobs_->GetCheckpoint(stopped).value().value();
+  ASSERT_EQ(a.tensors_size(), b.tensors_size());
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    EXPECT_EQ(a.tensors(i).data(), b.tensors(i).data()) << a.tensors(i).name();
+  }
+  // The shutdown's own checkpoint is not left behind.
+  EXPECT_FALSE(std::filesystem::exists(
+      absl::StrFormat("%s/fit/%s/checkpoint-%09d.hrfit", state_dir_, stopped, at_stop.step())));
+}
+
+TEST_F(DatasetJobTest, SubmitRefusesBadDataNamingTheFieldOrPath) {
+  auto refused = [&](const proto::JobSpec& spec, const std::string& want) {
+    absl::StatusOr<proto::SubmitJobResponse> r = jobs_->Submit(spec);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(want));
+  };
+  // Outside the data root, and through a ".." out of it.
+  const std::string outside = state_dir_ + "-outside";
+  WriteToyDataset(outside, 40);
+  proto::JobSpec spec = ToyJob();
+  spec.mutable_data()->set_dataset(outside);
+  refused(spec, "outside this daemon's data roots");
+  spec.mutable_data()->set_dataset(root_ + "/../" +
+                                   std::filesystem::path(outside).filename().string());
+  refused(spec, "outside this daemon's data roots");
+  // Steps with a dataset; data options without one; a bad option.
+  spec = ToyJob();
+  spec.mutable_train()->set_steps(10);
+  refused(spec, "spec.train.steps");
+  spec = ToyJob();
+  spec.mutable_data()->set_dataset("");
+  refused(spec, "spec.data: options given without spec.data.dataset");
+  spec = ToyJob();
+  spec.mutable_data()->set_lr_schedule("linear");
+  refused(spec, "spec.data.lr_schedule");
+  spec = ToyJob();
+  spec.mutable_data()->set_validation_fraction(0);
+  refused(spec, "has no test part to evaluate on");
+  // A model whose input does not take the set's images.
+  spec = ToyJob();
+  (*spec.mutable_model()->mutable_zoo()->mutable_options())["image_size"] = 12;
+  refused(spec, absl::StrCat("spec.data.dataset '", root_, "/toy'"));
+  // A broken index names the file.
+  std::filesystem::create_directories(root_ + "/broken");
+  std::ofstream(root_ + "/broken/index.txt") << "not an index\n";
+  spec = ToyJob();
+  spec.mutable_data()->set_dataset(root_ + "/broken");
+  const absl::Status broken = jobs_->Submit(spec).status();
+  EXPECT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.message()), HasSubstr("index.txt"));
+  // Nothing was stored.
+  EXPECT_EQ(jobs_->List(proto::ListJobsRequest()).value().jobs_size(), 0);
 }
 
 }  // namespace

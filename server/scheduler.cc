@@ -51,6 +51,7 @@ proto::JobProgress ProgressOf(const ScheduledJob& job) {
   p.set_measured_peak_bytes(info.measured_peak_bytes());
   p.set_message(Ended(info.state()) ? info.error() : info.message());
   for (const proto::RoleBytes& b : job.memory_by_role) *p.add_memory_by_role() = b;
+  if (info.has_fit()) *p.mutable_fit() = info.fit();
   return p;
 }
 
@@ -193,6 +194,7 @@ void Scheduler::On(const sched::StepDone& e, absl::Time now, Decision& d) {
   job.info.set_median_step_seconds(Median(job.step_seconds));
   job.last_step_seconds = e.step_seconds;
   job.memory_by_role = e.memory_by_role;
+  if (e.fit.has_value()) *job.info.mutable_fit() = *e.fit;
   CountRunningTime(job, now);
   const uint64_t limit = options_.max_job_seconds;
   // A run that just finished its last step is done, whatever its time.
@@ -212,6 +214,14 @@ void Scheduler::On(const sched::StepDone& e, absl::Time now, Decision& d) {
     return;
   }
   Changed(job, now - job.last_persist >= options_.progress_write_interval, now, d);
+}
+
+void Scheduler::On(const sched::EpochEnded& e, absl::Time now, Decision& d) {
+  auto it = jobs_.find(e.job_id);
+  // An epoch that ended as the job was cancelled changes nothing.
+  if (it == jobs_.end() || it->second.info.state() != proto::JOB_STATE_RUNNING) return;
+  *it->second.info.mutable_fit() = e.fit;
+  Changed(it->second, /*persist=*/true, now, d);
 }
 
 void Scheduler::On(const sched::RunEnded& e, absl::Time now, Decision& d) {

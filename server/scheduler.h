@@ -117,6 +117,14 @@ struct StepDone {
   double step_seconds = 0;
   uint64_t arena_high_water_bytes = 0;
   std::vector<proto::RoleBytes> memory_by_role;
+  // Of a job with a dataset: its epoch, evaluation and input wait after the step.
+  std::optional<proto::FitProgress> fit;
+};
+// The run of `job_id` (a job with a dataset) ended an epoch: `fit` is where it stands, its
+// evaluation included. Stored at once.
+struct EpochEnded {
+  std::string job_id;
+  proto::FitProgress fit;
 };
 // The run of `job_id` is over and holds nothing: `status` is how training ended;
 // `interrupted` when it stopped for a shutdown with its checkpoint stored.
@@ -147,9 +155,9 @@ struct CapacityChanged {
   uint64_t free_bytes = 0;
 };
 
-using Event = std::variant<Submitted, Recovered, Restored, StepDone, RunEnded, CancelRequested,
-                           ShutdownRequested, ProfileRequested, ProfileDone, ProfileAbandoned,
-                           CapacityChanged>;
+using Event = std::variant<Submitted, Recovered, Restored, StepDone, EpochEnded, RunEnded,
+                           CancelRequested, ShutdownRequested, ProfileRequested, ProfileDone,
+                           ProfileAbandoned, CapacityChanged>;
 
 struct Action {
   enum class Kind {
@@ -213,6 +221,7 @@ class Scheduler {
   void On(const sched::Recovered& e, absl::Time now, Decision& d);
   void On(const sched::Restored& e, absl::Time now, Decision& d);
   void On(const sched::StepDone& e, absl::Time now, Decision& d);
+  void On(const sched::EpochEnded& e, absl::Time now, Decision& d);
   void On(const sched::RunEnded& e, absl::Time now, Decision& d);
   void On(const sched::CancelRequested& e, absl::Time now, Decision& d);
   void On(const sched::ShutdownRequested& e, absl::Time now, Decision& d);

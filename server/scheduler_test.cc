@@ -144,6 +144,34 @@ TEST_F(SchedulerTest, CancelRunningJobStopsItsRunAndFreesItsMemoryWhenTheRunEnds
   EXPECT_EQ(Message("job-1"), "cancelled at step 7");
 }
 
+TEST_F(SchedulerTest, ADatasetJobsFitProgressReachesWatchersAndEpochEndsAreStored) {
+  Submit("job-1", 6 * kMiB);
+  sched::StepDone step{"job-1", 3, 0.9, 0.01, kMiB, {}};
+  proto::FitProgress fit;
+  fit.set_epoch(1);
+  fit.set_total_epochs(4);
+  fit.set_input_wait_fraction(0.002);
+  step.fit = fit;
+  Apply(step);
+  EXPECT_EQ(ProgressOf(*scheduler_.Find("job-1")).fit().epoch(), 1u);
+  EXPECT_EQ(ProgressOf(*scheduler_.Find("job-1")).fit().input_wait_fraction(), 0.002);
+  // An epoch's end (its evaluation) is stored at once, even within the write interval.
+  fit.set_evaluated(true);
+  fit.set_eval_accuracy(0.75);
+  fit.set_eval_epoch(1);
+  EXPECT_THAT(Acts(Apply(sched::EpochEnded{"job-1", fit})), ElementsAre("Persist(job-1)"));
+  EXPECT_EQ(scheduler_.Find("job-1")->info.fit().eval_accuracy(), 0.75);
+  EXPECT_EQ(ProgressOf(*scheduler_.Find("job-1")).fit().eval_epoch(), 1u);
+  // A step without fit progress (a synthetic job's) leaves it; one of an ended job is
+  // ignored.
+  Apply(sched::StepDone{"job-1", 4, 0.8, 0.01, kMiB, {}});
+  EXPECT_EQ(scheduler_.Find("job-1")->info.fit().eval_accuracy(), 0.75);
+  Apply(sched::CancelRequested{"job-1"});
+  fit.set_eval_accuracy(0.5);
+  EXPECT_THAT(Acts(Apply(sched::EpochEnded{"job-1", fit})), IsEmpty());
+  EXPECT_EQ(scheduler_.Find("job-1")->info.fit().eval_accuracy(), 0.75);
+}
+
 TEST_F(SchedulerTest, CancelEndedOrUnknownJob) {
   Submit("job-1", 3 * kMiB);
   Apply(sched::RunEnded{"job-1", absl::InternalError("out of luck")});

@@ -141,6 +141,17 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(response.job_id, "job-1")
         self.assertEqual(response.state, pb.JOB_STATE_QUEUED)
 
+    def test_submit_sends_a_dataset_jobs_data_options_without_steps(self):
+        self.client.submit(zoo("small_cnn", batch=32), seed=3,
+                           data={"dataset": "fashion-mnist", "epochs": 5, "eval_every": 1,
+                                 "lr_schedule": "cosine", "validation_fraction": 0.1})
+        [request] = self.fake.requests["SubmitJob"]
+        self.assertEqual(request.spec.data, pb.DataOptions(
+            dataset="fashion-mnist", epochs=5, eval_every=1, lr_schedule="cosine",
+            validation_fraction=0.1))
+        self.assertEqual(request.spec.train.steps, 0, "the epochs decide the steps")
+        self.assertEqual(request.spec.train.seed, 3)
+
     def test_submit_streams_an_onnx_model_in_chunks(self):
         model = bytes(i * 7919 % 251 for i in range(1300 * 1024))
         response = self.client.submit(onnx(model, batch=2, classes=10), steps=3, name="up")

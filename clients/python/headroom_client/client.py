@@ -195,10 +195,16 @@ class Client:
     # ---- Jobs -------------------------------------------------------------------------------
 
     def submit(self, model, budget_bytes=0, steps=100, name="", seed=1, checkpoint_every=0,
-               backend="", device="cpu", optimizer=None, disable_offload=False):
+               backend="", device="cpu", optimizer=None, disable_offload=False, data=None):
         """Returns the SubmitJobResponse (job_id, state, plan) of queueing `steps` training
         steps of `model` under `budget_bytes`. checkpoint_every: save parameters every this
         many steps (0: the daemon's default). backend: "cpu", "cuda" or "" (the daemon's).
+
+        data: train on real data instead, a dict of DataOptions' fields (or a DataOptions),
+        e.g. {"dataset": "fashion-mnist", "epochs": 5, "eval_every": 1, "lr_schedule":
+        "cosine"}; `steps` is then ignored (the epochs decide). A dataset path must lie under
+        one of the daemon's --data-root directories. watch() then yields progress whose
+        `fit` holds the epoch, the last validation loss and accuracy and the input wait.
 
         An ONNX model (see onnx()) is streamed to the daemon in chunks (UploadJob), so it
         may exceed the daemon's --max-message-bytes, up to its --max-upload-bytes (512 MiB
@@ -211,6 +217,9 @@ class Client:
                               disable_offload=disable_offload),
             train=pb.TrainOptions(steps=steps, seed=seed, backend=backend,
                                   checkpoint_interval_steps=checkpoint_every))
+        if data is not None:
+            spec.data.CopyFrom(data if isinstance(data, pb.DataOptions) else pb.DataOptions(**data))
+            spec.train.steps = 0
         if spec.model.WhichOneof("source") == "onnx_model":
             try:
                 return self._stub.UploadJob(_upload_messages(spec), timeout=self.timeout)
