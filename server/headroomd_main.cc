@@ -416,6 +416,7 @@ int Run(const DaemonFlags& f) {
   options.device_memory_bytes = f.device_memory_bytes;
   options.checkpoint_interval_steps = f.checkpoint_every;
   options.max_job_seconds = f.max_job_seconds;
+  options.max_job_steps = f.service.limits.max_job_steps;
   absl::StatusOr<DataRoots> data_roots = DataRoots::Create(f.data_roots);
   if (!data_roots.ok()) {
     return std::cerr << "headroomd: " << data_roots.status().message() << "\n", 1;

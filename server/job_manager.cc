@@ -531,6 +531,12 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
     ASSIGN_OR_RETURN(const graph::Graph g, GraphOf(spec.model()));
     ASSIGN_OR_RETURN(const std::unique_ptr<JobData> data, LoadJobData(spec, path, g));
     total_steps = data->total_steps;
+    if (total_steps > options_.max_job_steps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.data: ", spec.data().epochs(), " epoch(s) of ",
+                       data->batches_per_epoch, " batches make ", total_steps,
+                       " steps, more than --max-job-steps ", options_.max_job_steps));
+    }
     fit_progress.set_total_epochs(spec.data().epochs());
     fit_progress.set_batches_per_epoch(static_cast<uint64_t>(data->batches_per_epoch));
   }

@@ -97,6 +97,10 @@ struct JobManagerOptions {
   // Least time between two writes of a running job's progress to the store (checkpoints
   // and state changes are written at once). Default 0.5 s.
   absl::Duration progress_write_interval = absl::Milliseconds(500);
+  // The most steps a job may run: a dataset job's epochs times its batches per epoch too
+  // (a job without a dataset is held to it by the service's --max-job-steps check of
+  // spec.train.steps). Default kMaxJobSteps (headroomd's --max-job-steps sets it).
+  uint64_t max_job_steps = kMaxJobSteps;
   // The most seconds a job may spend RUNNING, summed across daemon restarts; 0: no limit.
   // Default 0 (headroomd's --max-job-seconds sets its own default).
   uint64_t max_job_seconds = 0;

@@ -551,6 +551,12 @@ TEST_F(DatasetJobTest, SubmitRefusesBadDataNamingTheFieldOrPath) {
   const absl::Status broken = jobs_->Submit(spec).status();
   EXPECT_FALSE(broken.ok());
   EXPECT_THAT(std::string(broken.message()), HasSubstr("index.txt"));
+  // More epochs than --max-job-steps allows (3 epochs of 16 batches is 48 steps).
+  Reopen([&](JobManagerOptions& o) {
+    o.data_roots = DataRoots::Create({root_}).value();
+    o.max_job_steps = 47;
+  });
+  refused(ToyJob(), "3 epoch(s) of 16 batches make 48 steps, more than --max-job-steps 47");
   // Nothing was stored.
   EXPECT_EQ(jobs_->List(proto::ListJobsRequest()).value().jobs_size(), 0);
 }
