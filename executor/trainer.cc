@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     t->plan_.cuts = *options.cuts;
     t->plan_.peak_bytes = memory.arena_bytes;
     t->plan_.step_seconds = step.step_seconds;
+    t->plan_.host_pool_bytes = planner::HostPoolBytes(step, memory.alignment_bytes);
     t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(step));
     t->plan_.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
   } else {
