@@ -257,8 +257,9 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
       ->type_name("SIZE")
       ->group("Plan");
   command
-      .add_option("--device", f.device,
-                  "cost-model preset: cpu, h100 or h200 (default cpu; h100 with --backend cuda)")
+      .add_option(
+          "--device", f.device,
+          "cost-model preset: cpu, h100, h200 or gh200 (default cpu; h100 with --backend cuda)")
       ->type_name("NAME")
       ->check(CLI::IsMember(planner::DevicePresetNames()))
       ->group("Plan");
@@ -276,6 +277,15 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
                   "memory) or separate (it does not; a GPU's default)")
       ->type_name("KIND")
       ->check(CLI::IsMember({"shared", "separate"}))
+      ->group("Plan");
+  command
+      .add_option("--optimizer-state", f.optimizer_state,
+                  "where the optimizer state lives and its update runs: device, host (state and "
+                  "update on the host, gradients copied out as they finish) or auto (the "
+                  "search chooses)")
+      ->type_name("WHERE")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"device", "host", "auto"}))
       ->group("Plan");
   command.add_option("--optimizer", f.optimizer, "sgd (with momentum) or adam")
       ->type_name("NAME")
@@ -318,6 +328,9 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
   options.set_host_memory(f.host_memory == "shared"     ? proto::HOST_MEMORY_SHARED
                           : f.host_memory == "separate" ? proto::HOST_MEMORY_SEPARATE
                                                         : proto::HOST_MEMORY_BACKEND);
+  options.set_optimizer_state(f.optimizer_state == "host"   ? proto::OPTIMIZER_STATE_HOST
+                              : f.optimizer_state == "auto" ? proto::OPTIMIZER_STATE_AUTO
+                                                            : proto::OPTIMIZER_STATE_DEVICE);
   options.mutable_optimizer()->set_kind(
       f.optimizer == "adam" ? proto::Optimizer::KIND_ADAM : proto::Optimizer::KIND_SGD_MOMENTUM);
   options.mutable_optimizer()->set_learning_rate(f.learning_rate);

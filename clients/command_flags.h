@@ -95,6 +95,8 @@ struct PlanFlags {
   std::string device_file;
   bool no_offload = false;
   std::string host_memory;
+  // --optimizer-state: "device", "host" or "auto".
+  std::string optimizer_state = "device";
   std::string optimizer = "sgd";
   double learning_rate = 0;
   int64_t alignment = 0;

@@ -94,6 +94,15 @@ std::string SummaryLines(const proto::PlanSummary& s) {
   absl::StrAppendFormat(&out, "%-24s %s per step\n", "recomputed", HumanFlops(s.recompute_flops()));
   absl::StrAppendFormat(&out, "%-24s %s per step\n", "offloaded to host",
                         HumanBytes(s.offloaded_bytes()));
+  if (s.optimizer_state() == "host") {
+    absl::StrAppendFormat(&out,
+                          "%-24s host: %s of the host pool (master parameters, gradients, "
+                          "state), %s copied per step, host update %.4f s\n",
+                          "optimizer state", HumanBytes(s.optimizer_host_bytes()),
+                          HumanBytes(s.optimizer_copy_bytes()), s.host_update_seconds());
+  } else if (!s.optimizer_state().empty()) {
+    absl::StrAppendFormat(&out, "%-24s %s\n", "optimizer state", s.optimizer_state());
+  }
   return out;
 }
 
@@ -129,8 +138,9 @@ std::string RolesText(const proto::PlanSummary& s) {
 std::string FrontierText(const proto::PlanResponse& plan) {
   std::vector<std::vector<std::string>> rows = {{"  PEAK", "STEP S", "STRATEGY"}};
   for (const proto::FrontierPoint& p : plan.frontier()) {
-    rows.push_back({"  " + HumanBytes(p.peak_bytes()), absl::StrFormat("%.5f", p.step_seconds()),
-                    p.strategy()});
+    rows.push_back(
+        {"  " + HumanBytes(p.peak_bytes()), absl::StrFormat("%.5f", p.step_seconds()),
+         p.optimizer_state_on_host() ? p.strategy() + ", optimizer state on host" : p.strategy()});
   }
   return "frontier (peak, predicted step time):\n" + Table(rows);
 }

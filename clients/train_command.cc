@@ -30,6 +30,7 @@
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
+#include "planner/sections.h"
 #include "profiler/process_memory.h"
 #include "util/file_io.h"
 #include "util/json_writer.h"
@@ -593,6 +594,8 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
                "done: loss %.5f -> %.5f, median step %.3f s, measured peak %s (predicted %s)\n",
                first, last, median, graph::HumanBytes(t.measured_peak),
                graph::HumanBytes(plan.peak_bytes))
+        << "optimizer state: "
+        << planner::OptimizerPlacementName(plan.step->optimizer_state_on_host()) << "\n"
         << "physical: " << ProcessMemoryLine(process) << "\n";
     if (dist_run != nullptr) {
       const dist::BucketStats& b = dist_run->buckets->stats();
@@ -614,27 +617,50 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
   JsonWriter w;
   w.BeginObject().Key("summary").Bool(true);
   WriteNotes(notes, w);
-  w.Key("model").String(g.name())
-      .Key("backend").String(run.backend)
-      .Key("steps").Int(steps)
-      .Key("budget_bytes").Uint(t.budget)
-      .Key("strategy").String(plan.strategy)
-      .Key("num_sections").Uint(plan.step->sections.size())
-      .Key("predicted_peak_bytes").Uint(plan.peak_bytes)
-      .Key("measured_peak_bytes").Uint(t.measured_peak)
-      .Key("predicted_step_seconds").Double(plan.step_seconds)
-      .Key("median_step_seconds").Double(median)
-      .Key("first_loss").Double(first)
-      .Key("last_loss").Double(last)
-      .Key("offloaded_bytes_per_step").Uint(steps > 0 ? t.offloaded / steps : 0)
-      .Key("copy_wait_seconds").Double(t.copy_wait)
-      .Key("fixed_device_bytes").Uint(t.fixed_device)
-      .Key("workspace_bytes").Uint(t.workspace)
-      .Key("host_pool_bytes").Uint(process.host_pool_bytes())
-      .Key("baseline_bytes").Uint(process.baseline_bytes())
-      .Key("physical_peak_bytes").Uint(process.physical_peak_bytes())
-      .Key("unplanned_bytes").Uint(process.unplanned_bytes())
-      .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes());
+  w.Key("model")
+      .String(g.name())
+      .Key("backend")
+      .String(run.backend)
+      .Key("steps")
+      .Int(steps)
+      .Key("budget_bytes")
+      .Uint(t.budget)
+      .Key("strategy")
+      .String(plan.strategy)
+      .Key("num_sections")
+      .Uint(plan.step->sections.size())
+      .Key("optimizer_state")
+      .String(planner::OptimizerPlacementName(plan.step->optimizer_state_on_host()))
+      .Key("predicted_peak_bytes")
+      .Uint(plan.peak_bytes)
+      .Key("measured_peak_bytes")
+      .Uint(t.measured_peak)
+      .Key("predicted_step_seconds")
+      .Double(plan.step_seconds)
+      .Key("median_step_seconds")
+      .Double(median)
+      .Key("first_loss")
+      .Double(first)
+      .Key("last_loss")
+      .Double(last)
+      .Key("offloaded_bytes_per_step")
+      .Uint(steps > 0 ? t.offloaded / steps : 0)
+      .Key("copy_wait_seconds")
+      .Double(t.copy_wait)
+      .Key("fixed_device_bytes")
+      .Uint(t.fixed_device)
+      .Key("workspace_bytes")
+      .Uint(t.workspace)
+      .Key("host_pool_bytes")
+      .Uint(process.host_pool_bytes())
+      .Key("baseline_bytes")
+      .Uint(process.baseline_bytes())
+      .Key("physical_peak_bytes")
+      .Uint(process.physical_peak_bytes())
+      .Key("unplanned_bytes")
+      .Uint(process.unplanned_bytes())
+      .Key("unplanned_limit_bytes")
+      .Uint(process.unplanned_limit_bytes());
   if (dist_run != nullptr) {
     const dist::BucketStats& b = dist_run->buckets->stats();
     w.Key("ranks")

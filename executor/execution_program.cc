@@ -51,6 +51,10 @@ absl::Status AssignBuffers(const planner::SectionedStep& step, const planner::Me
   absl::flat_hash_map<int32_t, int32_t> index_of_buffer;
   for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t) {
     const planner::PlannedTensor& pt = plan.tensors[t];
+    if (g.tensor(t).on_host) {  // Optimizer state on the host: a host slot, no arena bytes.
+      p.tensor_slices.push_back({0, 0});
+      continue;
+    }
     p.tensor_slices.push_back({pt.offset, g.tensor(t).bytes});
     auto [it, added] =
         index_of_buffer.emplace(pt.buffer, static_cast<int32_t>(p.buffers.size()));
@@ -102,6 +106,30 @@ void AssignHostSlots(const planner::SectionedStep& step, uint64_t align, Executi
       p.nodes[c->prefetch_position].prefetch_source = c->tensor;
     }
   }
+  // Then each host update's master parameter, gradient and state.
+  const TrainingGraph& g = step.graph;
+  auto slot = [&](TensorId t) {
+    const uint64_t offset = p.host_pool_bytes;
+    p.host_offset[t] = offset;
+    p.host_pool_bytes += AlignUp(g.tensor(t).bytes, align);
+    return offset;
+  };
+  for (const planner::HostUpdate& u : step.host_updates) {
+    ProgramHostUpdate h;
+    const std::string& op = g.node(u.update_position).op;
+    h.op = op.substr(std::min<size_t>(op.size(), 4));  // "HostAdamUpdate" -> "AdamUpdate".
+    h.param = u.param;
+    h.grad = u.grad;
+    h.state = u.state;
+    h.param_offset = slot(u.param);
+    h.grad_offset = slot(u.grad);
+    for (TensorId t : u.state) h.state_offsets.push_back(slot(t));
+    const int32_t index = static_cast<int32_t>(p.host_updates.size());
+    p.nodes[u.grad_copy_after_position].grad_copy_after.push_back(u.grad);
+    p.nodes[u.update_position].host_update = index;
+    p.nodes[u.copy_back_position].host_update = index;
+    p.host_updates.push_back(std::move(h));
+  }
 }
 
 // Describes the kernel arguments of the node at each position; a backward node reads its
@@ -137,13 +165,14 @@ absl::Status DescribeNodes(const graph::Graph& forward, const planner::Sectioned
         break;
       }
       case NodeKind::kUpdate: {
+        if (pn.host_update >= 0) break;  // On the host: ProgramHostUpdate says it all.
         DescribedArgs<UpdateArgs> d = DescribeUpdateArgs(g, node, options.optimizer);
         pn.args.update = std::move(d.args);
         pn.tensors = std::move(d.tensors);
         break;
       }
       case NodeKind::kPrefetch:
-        if (pn.prefetch_source == planner::kNone) {
+        if (pn.prefetch_source == planner::kNone && pn.host_update < 0) {
           return absl::InternalError(absl::StrCat("executor: prefetch node '", node.name,
                                                   "' has no offloaded source"));
         }
@@ -220,6 +249,7 @@ NodeKernelArgs BindArgs(const ExecutionProgram& program, const ProgramNode& node
       bound.backward = Bind({node.args.backward, node.tensors}, data);
       break;
     case NodeKind::kUpdate:
+      if (node.host_update >= 0) break;  // On the host: the executor binds its host slots.
       bound.update = Bind({node.args.update, node.tensors}, data);
       break;
     default:
@@ -245,6 +275,13 @@ std::string ExecutionProgram::DebugString(const TrainingGraph& g) const {
     if (!pn.copy_out_after.empty()) absl::StrAppend(&out, " out: ", names(pn.copy_out_after));
     if (pn.prefetch_source != planner::kNone) {
       absl::StrAppend(&out, " back: ", g.tensor(pn.prefetch_source).name);
+    }
+    if (!pn.grad_copy_after.empty()) {
+      absl::StrAppend(&out, " grad out: ", names(pn.grad_copy_after));
+    }
+    if (pn.host_update >= 0) {
+      absl::StrAppend(&out, pn.kind == NodeKind::kUpdate ? " host update: " : " param back: ",
+                      g.tensor(host_updates[pn.host_update].param).name);
     }
     absl::StrAppend(&out, "\n");
   }

@@ -76,6 +76,24 @@ struct ProgramNode {
   std::vector<planner::TensorId> copy_out_after;
   // Tensors ExecutorOptions::capture names that this (forward) node writes.
   std::vector<planner::TensorId> capture_after;
+  // Gradients whose copy to the host pool (for a host update) is issued right after it.
+  std::vector<planner::TensorId> grad_copy_after;
+  // The host update (index into ExecutionProgram::host_updates) this node queues (a kUpdate
+  // node with op "Host...") or copies back (a kPrefetch node "ParamToDevice"); -1 if none.
+  int32_t host_update = -1;
+};
+
+// One parameter's update on the host (planner::HostUpdate): its slots in the host pool.
+struct ProgramHostUpdate {
+  // "SgdMomentumUpdate" or "AdamUpdate": the arithmetic of executor/optimizer_math.h.
+  std::string op;
+  planner::TensorId param = planner::kNone;
+  planner::TensorId grad = planner::kNone;
+  std::vector<planner::TensorId> state;
+  // Host pool offsets: the parameter's master copy, the gradient's copy, each state tensor.
+  uint64_t param_offset = 0;
+  uint64_t grad_offset = 0;
+  std::vector<uint64_t> state_offsets;
 };
 
 struct ExecutionProgram {
@@ -86,9 +104,13 @@ struct ExecutionProgram {
   std::vector<ProgramNode> nodes;
   // Offloaded tensors whose copy to host is issued before the first node (the batch).
   std::vector<planner::TensorId> copy_out_first;
-  // By tensor: its slot's offset in the host pool, for offloaded tensors only.
+  // By tensor: its slot's offset in the host pool, for offloaded tensors, and for the
+  // parameters (master copy), gradients and state of host updates.
   std::vector<std::optional<uint64_t>> host_offset;
   uint64_t host_pool_bytes = 0;
+  // The host updates (optimizer state on the host), in schedule order; their slots follow
+  // the offloaded tensors' in the host pool.
+  std::vector<ProgramHostUpdate> host_updates;
   // The step's input and label tensors, uploaded before the first node.
   std::vector<planner::TensorId> batch_tensors;
 

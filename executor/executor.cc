@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -106,7 +107,16 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
   if (e->program_.host_pool_bytes > 0) {
     ASSIGN_OR_RETURN(e->host_pool_, backend->AllocateHost(e->program_.host_pool_bytes));
   }
+  if (!e->program_.host_updates.empty()) {
+    e->host_queue_ = std::make_unique<HostUpdateQueue>();
+    e->host_tickets_.assign(e->program_.host_updates.size(), -1);
+  }
   RETURN_IF_ERROR(e->PlaceState(initial));
+  if (options.gradients != nullptr && !e->program_.host_updates.empty()) {
+    return absl::UnimplementedError(
+        "data-parallel ranks with the optimizer state on the host: the gradients' exchange and "
+        "the host update are not joined yet (use --optimizer-state device with --ranks)");
+  }
   if (options.gradients != nullptr) {
     // The gradients in the order the step completes them: its update nodes' order.
     std::vector<GradientInfo> gradients;
@@ -160,7 +170,7 @@ absl::Status Executor::PlaceState(InitialValueWriter initial) {
     } else {
       RETURN_IF_ERROR(initial(state_tensors_[i], value));
     }
-    RETURN_IF_ERROR(backend_->Upload(View(state_ids_[i]).data, value.data(), tensor.bytes));
+    RETURN_IF_ERROR(WriteState(state_ids_[i], value.data()));
   }
   arena_->ResetPeaks();
   return absl::OkStatus();
@@ -188,6 +198,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
     RETURN_IF_ERROR(RunNode(s, &result));
     RETURN_IF_ERROR(CaptureAfter(s, &result));
     RETURN_IF_ERROR(IssueCopiesOut(program_.nodes[s].copy_out_after, s, &result));
+    RETURN_IF_ERROR(IssueGradCopies(s, &result));
     RETURN_IF_ERROR(FreeBuffers(s));
   }
   if (options_.gradients != nullptr) RETURN_IF_ERROR(RunDeferredUpdates());
@@ -361,6 +372,7 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
       return backend_->Accumulate(View(node.outputs[0]), View(node.inputs[0]),
                                   View(node.inputs[1]));
     case NodeKind::kUpdate:
+      if (program_.nodes[s].host_update >= 0) return QueueHostUpdate(s);
       if (options_.gradients != nullptr) return HandOverGradient(s);
       args.update.step = steps_run_ + 1;
       args.update.params.learning_rate = learning_rate_;
@@ -368,6 +380,7 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
     case NodeKind::kOffload:
       return AwaitCopyOut(s, result);
     case NodeKind::kPrefetch:
+      if (program_.nodes[s].host_update >= 0) return CopyBackParameter(s, result);
       return IssuePrefetch(s);
   }
   return absl::OkStatus();
@@ -391,8 +404,81 @@ absl::Status Executor::AwaitCopyOut(int32_t s, StepResult* result) {
     observer_->OnCopyAwaited(CopyDirection::kToHost, steps_run_, s, t,
                              *program_.host_offset[t], g.tensor(t).bytes, *it->second.event);
   }
+  // A gradient's host update waits on the copy itself (on a GPU the host did not block).
+  if (host_queue_ != nullptr && g.tensor(t).role == proto::ROLE_GRADIENT) {
+    grad_ready_[t] = std::move(it->second.event);
+  }
   copy_out_events_.erase(it);
   return status;
+}
+
+absl::Status Executor::IssueGradCopies(int32_t s, StepResult* result) {
+  for (TensorId t : program_.nodes[s].grad_copy_after) {
+    const uint64_t bytes = step_->graph.tensor(t).bytes;
+    InFlightCopy& copy = copy_out_events_[t];
+    copy.original = t;
+    ASSIGN_OR_RETURN(copy.event,
+                     backend_->CopyAsync(CopyDirection::kToHost, HostSlot(t), View(t).data, bytes));
+    result->offloaded_bytes += bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::QueueHostUpdate(int32_t s) {
+  const int32_t index = program_.nodes[s].host_update;
+  const ProgramHostUpdate& h = program_.host_updates[index];
+  const TrainingGraph& g = step_->graph;
+  auto host = [&](TensorId t, uint64_t offset) {
+    return TensorView{static_cast<char*>(host_pool_->data()) + offset, g.tensor(t).shape,
+                      g.tensor(t).dtype};
+  };
+  UpdateArgs args;
+  args.op = h.op;
+  args.param = host(h.param, h.param_offset);
+  args.grad = host(h.grad, h.grad_offset);
+  for (size_t i = 0; i < h.state.size(); ++i) {
+    args.state.push_back(host(h.state[i], h.state_offsets[i]));
+  }
+  args.params = options_.optimizer;
+  args.params.learning_rate = learning_rate_;
+  args.step = steps_run_ + 1;
+  std::unique_ptr<Event> ready;
+  if (auto it = grad_ready_.find(h.grad); it != grad_ready_.end()) {
+    ready = std::move(it->second);
+    grad_ready_.erase(it);
+  }
+  host_tickets_[index] = host_queue_->Submit(std::move(args), std::move(ready));
+  return absl::OkStatus();
+}
+
+absl::Status Executor::CopyBackParameter(int32_t s, StepResult* result) {
+  const int32_t index = program_.nodes[s].host_update;
+  const ProgramHostUpdate& h = program_.host_updates[index];
+  const auto wait_start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(host_queue_->Wait(host_tickets_[index]));
+  const uint64_t bytes = step_->graph.tensor(h.param).bytes;
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Event> event,
+      backend_->CopyAsync(CopyDirection::kToDevice, View(h.param).data, HostSlot(h.param), bytes));
+  RETURN_IF_ERROR(backend_->ComputeWaits(*event));
+  result->copy_wait_seconds += Seconds(wait_start);
+  result->offloaded_bytes += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::WriteState(TensorId t, const void* value) {
+  const planner::TrainingTensor& tensor = step_->graph.tensor(t);
+  if (tensor.on_host) {
+    std::memcpy(HostSlot(t), value, tensor.bytes);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(backend_->Upload(View(t).data, value, tensor.bytes));
+  // A parameter updated on the host has its master copy there too.
+  if (tensor.role == proto::ROLE_PARAMETER && host_queue_ != nullptr &&
+      program_.host_offset[t].has_value()) {
+    std::memcpy(HostSlot(t), value, tensor.bytes);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Executor::IssuePrefetch(int32_t s) {
@@ -541,8 +627,12 @@ absl::Status Executor::ReadStateTensor(size_t index, absl::Span<uint8_t> host_ds
                      host_dst.size(), " bytes"));
   }
   RETURN_IF_ERROR(backend_->Synchronize());
-  return backend_->Download(host_dst.data(),
-                            View(state_ids_[index]).data, info.bytes);
+  const TensorId t = state_ids_[index];
+  if (step_->graph.tensor(t).on_host) {
+    std::memcpy(host_dst.data(), HostSlot(t), info.bytes);
+    return absl::OkStatus();
+  }
+  return backend_->Download(host_dst.data(), View(t).data, info.bytes);
 }
 
 absl::Status Executor::RestoreState(const ExecutorState& state) {
@@ -582,8 +672,7 @@ absl::Status Executor::RestoreState(int64_t steps_run, absl::Span<const StateTen
   }
   // 2. Write them.
   for (size_t i = 0; i < writes.size(); ++i) {
-    RETURN_IF_ERROR(backend_->Upload(View(state_ids_[i]).data,
-                                     writes[i]->bytes.data(), writes[i]->bytes.size()));
+    RETURN_IF_ERROR(WriteState(state_ids_[i], writes[i]->bytes.data()));
   }
   RETURN_IF_ERROR(backend_->Synchronize());
   steps_run_ = steps_run;

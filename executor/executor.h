@@ -38,6 +38,7 @@
 #include "executor/execution_program.h"
 #include "executor/gradient_exchange.h"
 #include "executor/host_tensor.h"
+#include "executor/host_update.h"
 #include "executor/kernel_args.h"
 #include "graph/graph.h"
 #include "planner/memory_planner.h"
@@ -200,7 +201,8 @@ class Executor {
 
   // The arena's size: the plan's predicted peak.
   uint64_t predicted_peak_bytes() const { return memory_->arena_bytes; }
-  // The host pool's size: where offloaded tensors wait (0 when nothing is offloaded).
+  // The host pool's size: where offloaded tensors wait, and with the optimizer state on
+  // the host, each parameter's master copy, gradient copy and state (0 when neither).
   uint64_t host_pool_bytes() const;
   const DeviceArena& arena() const { return *arena_; }
 
@@ -236,6 +238,16 @@ class Executor {
   // the deferred updates after the last node.
   absl::Status HandOverGradient(int32_t s);
   absl::Status RunDeferredUpdates();
+  // The host update of the node at `s`: queued (kUpdate), or its parameter copied back once
+  // done (kPrefetch "ParamToDevice").
+  absl::Status QueueHostUpdate(int32_t s);
+  absl::Status CopyBackParameter(int32_t s, StepResult* result);
+  // Issues the copies to host of the gradients the host updates read, due after `s`.
+  absl::Status IssueGradCopies(int32_t s, StepResult* result);
+  // Writes persistent tensor `t` (its bytes at `value`) where it lives: the arena, or its
+  // host slot for optimizer state on the host; a parameter updated on the host also into
+  // its master copy.
+  absl::Status WriteState(planner::TensorId t, const void* value);
   // Sets the result's loss, peaks and time, and ends the step.
   absl::Status FinishStep(std::chrono::steady_clock::time_point start,
                           uint64_t high_water_before, StepResult* result);
@@ -256,6 +268,14 @@ class Executor {
   std::unique_ptr<ExecutionObserver> observer_;
   std::unique_ptr<DeviceArena> arena_;
   std::unique_ptr<Buffer> host_pool_;
+  // Runs the host updates (optimizer state on the host); null when there are none. After
+  // host_pool_, so it finishes before the pool goes.
+  std::unique_ptr<HostUpdateQueue> host_queue_;
+  // By host update: its ticket in host_queue_ this step.
+  std::vector<int64_t> host_tickets_;
+  // By gradient: its copy to host, awaited by the compute stream, for the host update to wait
+  // on before it reads the host copy.
+  absl::flat_hash_map<planner::TensorId, std::unique_ptr<Event>> grad_ready_;
   // By schedule position: the program's kernel arguments bound to the arena.
   std::vector<NodeKernelArgs> bound_args_;
   // By schedule position, the forward nodes' arguments in inference mode (MakeEvalArgs).

@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     t->plan_.cuts = *options.cuts;
     t->plan_.peak_bytes = memory.arena_bytes;
     t->plan_.step_seconds = step.step_seconds;
+    t->plan_.host_pool_bytes = planner::HostPoolBytes(step, memory.alignment_bytes);
     t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(step));
     t->plan_.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
   } else {
@@ -96,8 +97,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     search_options.allow_offload = options.allow_offload;
     search_options.host_pool_in_budget =
         planner::HostPoolInBudget(options.host_memory, backend->host_is_device_memory());
-    ASSIGN_OR_RETURN(std::unique_ptr<planner::SectionSearch> search,
-                     planner::SectionSearch::Create(t->training_, *t->cost_, search_options));
+    ASSIGN_OR_RETURN(std::unique_ptr<planner::PlacementSearch> search,
+                     planner::PlacementSearch::Create(t->training_, *t->cost_, search_options,
+                                                      options.optimizer_state));
     if (options.budget_bytes > 0) {
       ASSIGN_OR_RETURN(t->plan_, search->Plan(options.budget_bytes));
     } else {

@@ -23,6 +23,7 @@
 #include "executor/synthetic_data.h"
 #include "graph/graph.h"
 #include "planner/cost_model.h"
+#include "planner/placement_search.h"
 #include "planner/section_search.h"
 #include "planner/training_graph.h"
 #include "profiler/events.h"
@@ -41,6 +42,9 @@ struct TrainerOptions {
   // Whether the host pool counts against budget_bytes: HOST_MEMORY_BACKEND (default) does
   // where the backend's host memory is its device memory (the CPU backend).
   proto::HostMemory host_memory = proto::HOST_MEMORY_BACKEND;
+  // Where the search keeps the optimizer state (planner/placement_search.h): on the device
+  // (default), on the host, or either (auto). Given `cuts` say it themselves.
+  proto::OptimizerState optimizer_state = proto::OPTIMIZER_STATE_DEVICE;
   // Use exactly these cuts (and offloads) instead of searching; for tests and experiments.
   std::optional<planner::SectionCuts> cuts;
   // The optimizer (default SGD with momentum 0.9, learning rate 0.01).

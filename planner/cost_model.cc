@@ -22,12 +22,20 @@ namespace {
 constexpr double kComputeShare = 0.6;
 constexpr double kBandwidthShare = 0.8;
 
-DeviceSpec Cpu() { return {"cpu", 1.0e11, 1.6e10, 8.0e9, 2e-6}; }
+// The host update rate: on this machine the update shares its 2 cores and 20 GB/s with the
+// backward (10 GB/s); a PCIe host of an H100 or H200 streams a multithreaded AVX-512 Adam at
+// about 30 GB/s (DeepSpeed's CPU-Adam reaches about a billion parameters a second, 28 bytes
+// each); a Grace CPU's 72 cores on LPDDR5X (500 GB/s) about 200 GB/s. NVLink-C2C carries 450
+// GB/s each way, of which copies reach about 80%.
+DeviceSpec Cpu() { return {"cpu", 1.0e11, 1.6e10, 8.0e9, 2e-6, 1.0e10}; }
 DeviceSpec H100() {  // H100 SXM5: 494.7 TFLOP/s TF32 dense, 3.35 TB/s HBM3.
-  return {"h100", kComputeShare * 494.7e12, kBandwidthShare * 3.35e12, 50e9, 5e-6};
+  return {"h100", kComputeShare * 494.7e12, kBandwidthShare * 3.35e12, 50e9, 5e-6, 3.0e10};
 }
 DeviceSpec H200() {  // H200 SXM: the same compute, 4.8 TB/s HBM3e.
-  return {"h200", kComputeShare * 494.7e12, kBandwidthShare * 4.8e12, 50e9, 5e-6};
+  return {"h200", kComputeShare * 494.7e12, kBandwidthShare * 4.8e12, 50e9, 5e-6, 3.0e10};
+}
+DeviceSpec Gh200() {  // GH200: the H100's compute, 4 TB/s HBM3, NVLink-C2C to a Grace CPU.
+  return {"gh200", kComputeShare * 494.7e12, kBandwidthShare * 4.0e12, 360e9, 5e-6, 2.0e11};
 }
 
 bool IsViewOp(const graph::Graph& g, graph::NodeId f) {
@@ -85,12 +93,13 @@ uint64_t ForwardFlops(const graph::Graph& g, graph::NodeId f) {
 
 }  // namespace
 
-std::vector<std::string> DevicePresetNames() { return {"cpu", "h100", "h200"}; }
+std::vector<std::string> DevicePresetNames() { return {"cpu", "h100", "h200", "gh200"}; }
 
 absl::StatusOr<DeviceSpec> DevicePreset(absl::string_view name) {
   if (name == "cpu") return Cpu();
   if (name == "h100") return H100();
   if (name == "h200") return H200();
+  if (name == "gh200") return Gh200();
   return absl::InvalidArgumentError(absl::StrCat("unknown device preset '", name,
                                                  "'; the presets are ",
                                                  absl::StrJoin(DevicePresetNames(), ", ")));
@@ -109,14 +118,15 @@ absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model) 
   };
   constexpr double kInf = std::numeric_limits<double>::infinity();
   for (const Field& f :
-       {Field{"peak_flops_per_second", model.peak_flops_per_second(),
-              &spec.peak_flops_per_second, 1, kInf},
+       {Field{"peak_flops_per_second", model.peak_flops_per_second(), &spec.peak_flops_per_second,
+              1, kInf},
         Field{"memory_bytes_per_second", model.memory_bytes_per_second(),
               &spec.memory_bytes_per_second, 1, kInf},
         Field{"host_link_bytes_per_second", model.host_link_bytes_per_second(),
               &spec.host_link_bytes_per_second, 1, kInf},
-        Field{"op_overhead_seconds", model.op_overhead_seconds(), &spec.op_overhead_seconds,
-              0, 1}}) {
+        Field{"op_overhead_seconds", model.op_overhead_seconds(), &spec.op_overhead_seconds, 0, 1},
+        Field{"host_update_bytes_per_second", model.host_update_bytes_per_second(),
+              &spec.host_update_bytes_per_second, 1, kInf}}) {
     if (f.value == 0) continue;  // The preset's.
     if (!(std::isfinite(f.value) && f.value >= f.min_value && f.value <= f.max_value)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -204,5 +214,11 @@ uint64_t RooflineCostModel::NodeFlops(const TrainingGraph& graph, NodeId id) con
 double RooflineCostModel::CopySeconds(uint64_t bytes) const {
   return static_cast<double>(bytes) / device_.host_link_bytes_per_second;
 }
+
+double RooflineCostModel::HostUpdateSeconds(uint64_t bytes) const {
+  return static_cast<double>(bytes) / device_.host_update_bytes_per_second;
+}
+
+uint64_t HostUpdateBytes(uint64_t elements, bool adam) { return elements * 4 * (adam ? 7 : 5); }
 
 }  // namespace headroom::planner

@@ -27,9 +27,14 @@ struct DeviceSpec {
   double host_link_bytes_per_second = 0;
   // Fixed cost of one op: launch and dispatch.
   double op_overhead_seconds = 0;
+  // Host memory bytes per second an optimizer update on the host's threads streams (reading
+  // the parameter, gradient and state, writing the parameter and state): the rate of the
+  // update that SectionCuts::optimizer_state_on_host moves to the host.
+  double host_update_bytes_per_second = 0;
 };
 
-// Returns the names of the presets: "cpu", "h100", "h200".
+// Returns the names of the presets: "cpu", "h100", "h200" (both on PCIe 5 x16 hosts), "gh200"
+// (Grace Hopper: the H100's compute, 4 TB/s HBM3 and NVLink-C2C to the host).
 std::vector<std::string> DevicePresetNames();
 
 // Returns a preset by name, or InvalidArgument listing the presets.
@@ -71,7 +76,15 @@ class CostModel {
   virtual uint64_t NodeFlops(const TrainingGraph& graph, NodeId id) const = 0;
   // Returns the seconds to copy `bytes` between host and device, one way.
   virtual double CopySeconds(uint64_t bytes) const = 0;
+  // Returns the seconds the host's threads take for an optimizer update that moves `bytes`
+  // of host memory (HostUpdateBytes). The default, for a model that knows no host, is 0.
+  virtual double HostUpdateSeconds(uint64_t bytes) const { return 0 * bytes; }
 };
+
+// Returns the host memory bytes one update of a parameter of `elements` float32 elements
+// moves: SGD with momentum reads parameter, gradient and buffer and writes parameter and
+// buffer (5 x 4 bytes per element); Adam reads 4 and writes 3 (7 x 4).
+uint64_t HostUpdateBytes(uint64_t elements, bool adam);
 
 // The roofline: a node takes the longer of its flops at the peak rate and its bytes at the
 // memory rate, plus the op overhead. Holds a reference to `forward`, which must outlive it.
@@ -83,6 +96,7 @@ class RooflineCostModel : public CostModel {
   double NodeSeconds(const TrainingGraph& graph, NodeId id) const override;
   uint64_t NodeFlops(const TrainingGraph& graph, NodeId id) const override;
   double CopySeconds(uint64_t bytes) const override;
+  double HostUpdateSeconds(uint64_t bytes) const override;
 
   const DeviceSpec& device() const { return device_; }
 

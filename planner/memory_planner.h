@@ -47,6 +47,9 @@ struct MemoryPlan {
   uint64_t no_sharing_bytes = 0;
   // Tensor bytes by role, with no sharing.
   std::map<proto::TensorRole, uint64_t> bytes_by_role;
+  // Bytes of tensors on the host (TrainingTensor::on_host), by role: outside the arena and
+  // every figure above.
+  std::map<proto::TensorRole, uint64_t> host_bytes_by_role;
   uint64_t num_buffers = 0;
   int32_t num_positions = 0;
   uint64_t alignment_bytes = 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "planner/placement_search.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -55,6 +56,7 @@ void AddPoints(const std::vector<TradeOffPoint>& points, proto::PlanResponse& re
     f->set_strategy(p.strategy);
     f->set_num_sections(p.num_sections);
     f->set_offloaded_bytes(p.offloaded_bytes);
+    f->set_optimizer_state_on_host(p.optimizer_state_on_host);
   }
 }
 
@@ -90,6 +92,12 @@ absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::stri
     return absl::InvalidArgumentError(absl::StrCat(
         prefix, ".host_memory: ", options.host_memory(),
         " is not a HostMemory (0 HOST_MEMORY_BACKEND, 1 HOST_MEMORY_SHARED, 2 HOST_MEMORY_SEPARATE)"));
+  }
+  if (!proto::OptimizerState_IsValid(options.optimizer_state())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".optimizer_state: ", options.optimizer_state(),
+        " is not an OptimizerState (0 OPTIMIZER_STATE_DEVICE, 1 OPTIMIZER_STATE_HOST, 2 "
+        "OPTIMIZER_STATE_AUTO)"));
   }
   return CheckOptimizer(options.optimizer(), absl::StrCat(prefix, ".optimizer"));
 }
@@ -161,6 +169,10 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
   summary.set_unconstrained_peak_bytes(plain.peak_bytes);
   summary.set_unconstrained_step_seconds(plain.step_seconds);
   summary.set_cost_model(cost_model);
+  summary.set_optimizer_state(OptimizerPlacementName(step.optimizer_state_on_host()));
+  summary.set_optimizer_host_bytes(OptimizerHostBytes(step, plan.memory->alignment_bytes));
+  summary.set_optimizer_copy_bytes(step.optimizer_copy_bytes);
+  summary.set_host_update_seconds(step.host_update_seconds);
   for (size_t s = 0; s < step.sections.size(); ++s) {
     const SectionInfo& info = step.sections[s];
     proto::Section* section = response.add_sections();
@@ -216,8 +228,9 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
       HostPoolInBudget(options.host_memory(), backend.host_is_device_memory);
   search_options.alignment_bytes = planner_options.alignment_bytes;
   search_options.cancel = cancel;
-  ASSIGN_OR_RETURN(std::unique_ptr<SectionSearch> search,
-                   SectionSearch::Create(training, *cost, search_options));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PlacementSearch> search,
+      PlacementSearch::Create(training, *cost, search_options, options.optimizer_state()));
   ASSIGN_OR_RETURN(SectionPlan plain, search->Unconstrained());
   SectionPlan plan = plain;
   if (options.budget_bytes() > 0) {

@@ -536,8 +536,9 @@ absl::Status SectionSearch::Descend() {
     improved = false;
     for (const std::vector<int32_t>& m : moves(cuts)) {
       RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
-      absl::StatusOr<SectionedStep> step =
-          ExpandSections(graph_, SectionCuts{m, {}}, cost_, &node_costs_);
+      SectionCuts moved{m, {}};
+      moved.optimizer_state_on_host = options_.optimizer_state_on_host;
+      absl::StatusOr<SectionedStep> step = ExpandSections(graph_, moved, cost_, &node_costs_);
       if (!step.ok()) continue;
       const uint64_t b = ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes);
       if (b >= bound) continue;
@@ -546,7 +547,7 @@ absl::Status SectionSearch::Descend() {
       improved = true;
       Candidate c;
       c.strategy = "search";
-      c.cuts = SectionCuts{m, {}};
+      c.cuts = moved;
       c.step = std::make_shared<const SectionedStep>(*std::move(step));
       c.lower_bound_bytes = b;
       pool_.push_back(std::move(c));
@@ -562,6 +563,7 @@ void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<
                                  const std::vector<int32_t>& offload_cuts) {
   SectionCuts section_cuts;
   section_cuts.cuts = cuts;
+  section_cuts.optimizer_state_on_host = options_.optimizer_state_on_host;
   if (!offload_cuts.empty()) {
     absl::StatusOr<std::vector<TensorId>> allowed = OffloadableTensors(graph_, cuts, cost_);
     if (!allowed.ok()) return;
@@ -824,6 +826,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   // Returns `m` predicted if it is faster than `than` seconds and could fit the budget.
   auto predict = [&](SectionCuts m, double than) -> absl::StatusOr<std::optional<Predicted>> {
     RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
+    m.optimizer_state_on_host = options_.optimizer_state_on_host;
     std::string key = CutsKey(m);
     const double faster_than = than * (1 - 1e-12);
     auto [it, fresh] = known_.try_emplace(key);
@@ -1057,8 +1060,14 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
   for (const auto& [role, bytes] : roles) {
     parts.push_back(absl::StrCat(graph::RoleName(role), " ", HumanBytes(bytes)));
   }
-  uint64_t state = 0;
-  for (const TrainingTensor& t : graph_.tensors()) state += t.persistent() ? t.bytes : 0;
+  // What the smallest plan keeps on the device for good: parameters, buffers and (unless it
+  // lives on the host) the optimizer state.
+  uint64_t state = 0, host_state = 0;
+  for (const TrainingTensor& t : smallest.step->graph.tensors()) {
+    if (!t.persistent()) continue;
+    state += t.device_bytes();
+    host_state += t.bytes - t.device_bytes();
+  }
   auto role = [&](proto::TensorRole r) {
     auto it = roles.find(r);
     return it == roles.end() ? uint64_t{0} : it->second;
@@ -1073,8 +1082,12 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
                          " included: host memory is the device's here")
           : "",
       "), with ", smallest.step->sections.size(), " sections and ",
-      HumanBytes(smallest.step->offloaded_bytes), " offloaded to host. At that peak: ",
-      absl::StrJoin(parts, ", "), ". Parameters, buffers and optimizer state alone need ",
+      HumanBytes(smallest.step->offloaded_bytes),
+      " offloaded to host. At that peak: ", absl::StrJoin(parts, ", "), ". ",
+      host_state > 0 ? absl::StrCat("Its optimizer state (", HumanBytes(host_state),
+                                    ") lives on the host; it keeps on the device parameters "
+                                    "and buffers: ")
+                     : "Parameters, buffers and optimizer state alone need ",
       HumanBytes(state), " (", state, " bytes); with the gradients live at the peak, ",
       HumanBytes(state + role(proto::ROLE_GRADIENT)), "."));
 }

@@ -54,6 +54,10 @@ struct SearchOptions {
   // graphs (on the 2-core build machine about 1 to 4 us a unit); a step too large for 64
   // expansions within it is not refined. Default 1,000,000.
   int64_t refine_max_work = 1000000;
+  // Every candidate keeps its optimizer state on the host and updates there
+  // (SectionCuts::optimizer_state_on_host). Default false. PlanWithPlacement() searches
+  // both placements.
+  bool optimizer_state_on_host = false;
   // Checked between pieces of work (each row of the dynamic program, each candidate planned,
   // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
   // once it fails. Borrowed; it must outlive the search. Default none: no limit.
@@ -93,6 +97,8 @@ struct TradeOffPoint {
   std::string strategy;
   int32_t num_sections = 0;
   uint64_t offloaded_bytes = 0;
+  // Whether its optimizer state lives on the host (planner/placement_search.h marks it).
+  bool optimizer_state_on_host = false;
 };
 
 // Plans one training graph under budgets. Create() once (it builds the candidate pool), then

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "graph/shape.h"
 #include "util/check.h"
 #include "util/status_macros.h"
 
@@ -31,8 +32,23 @@ uint64_t HostPoolBytes(const SectionedStep& step, uint64_t alignment_bytes) {
       }
     }
   }
+  return bytes + OptimizerHostBytes(step, alignment_bytes);
+}
+
+uint64_t OptimizerHostBytes(const SectionedStep& step, uint64_t alignment_bytes) {
+  const uint64_t align = std::max<uint64_t>(alignment_bytes, 1);
+  auto aligned = [&](TensorId t) {
+    return (step.graph.tensor(t).bytes + align - 1) / align * align;
+  };
+  uint64_t bytes = 0;
+  for (const HostUpdate& u : step.host_updates) {
+    bytes += aligned(u.param) + aligned(u.grad);
+    for (TensorId t : u.state) bytes += aligned(t);
+  }
   return bytes;
 }
+
+const char* OptimizerPlacementName(bool on_host) { return on_host ? "host" : "device"; }
 
 std::vector<int32_t> EvenCuts(int32_t num_forward, int32_t sections) {
   std::vector<int32_t> cuts;
@@ -118,6 +134,7 @@ class SectionExpander {
       if (kept.size() == wanted.size()) break;
       wanted = kept;
     }
+    if (cuts_.optimizer_state_on_host) PlaceHostUpdates();
     SectionedStep step = Emit(copies);
     for (TensorId t : cuts_.offload) {
       if (!copies.contains(t)) step.offload_dropped.push_back(t);
@@ -369,6 +386,40 @@ class SectionExpander {
     return placed;
   }
 
+  // ---- PlaceHostUpdates ----------------------------------------------------------------
+
+  // Whether item `k` is an optimizer update that runs on the host.
+  bool IsHostUpdateItem(int32_t k) const {
+    return cuts_.optimizer_state_on_host && !items_[k].recompute &&
+           g_.node(items_[k].node).kind == NodeKind::kUpdate;
+  }
+
+  // Decides where each update's gradient copy is awaited (and its host update queued): at
+  // the first item that starts after the copy, issued when its writer ends, can be done (the
+  // gradients' copies queue on one stream), and never before the update's own item. Item
+  // times leave out the updates, which no longer run on the compute stream.
+  void PlaceHostUpdates() {
+    const int32_t n = static_cast<int32_t>(items_.size());
+    std::vector<double> start(n + 1, 0);
+    absl::flat_hash_map<NodeId, int32_t> item_of;
+    for (int32_t k = 0; k < n; ++k) {
+      start[k + 1] = start[k] + (IsHostUpdateItem(k) ? 0 : node_costs_->seconds[items_[k].node]);
+      if (!items_[k].recompute) item_of[items_[k].node] = k;
+    }
+    host_at_.assign(n + 1, {});
+    double stream = 0;
+    for (int32_t k = 0; k < n; ++k) {
+      if (!IsHostUpdateItem(k)) continue;
+      const TensorId grad = g_.node(items_[k].node).inputs[0];
+      const NodeId writer = g_.tensor(grad).producer;
+      const double issued = writer == kNone ? 0 : start[item_of.at(writer) + 1];
+      stream = std::max(stream, issued) + cost_.CopySeconds(g_.tensor(grad).bytes);
+      int32_t at = k;
+      while (at < n && start[at] < stream) ++at;
+      host_at_[at].push_back(k);
+    }
+  }
+
   // ---- Emit ----------------------------------------------------------------------------
 
   SectionedStep Emit(const absl::flat_hash_map<TensorId, Copies>& copies) {
@@ -405,6 +456,29 @@ class SectionExpander {
       expanded_section_.push_back(-1);
       origin_.push_back(kNone);
     };
+    std::vector<HostUpdate> host_updates;
+    // The update of item `k` on the host: the gradient's copy awaited (its device bytes die
+    // there), then the update queued on the host's threads, reading no device tensor.
+    auto emit_host_update = [&](int32_t k) {
+      const TrainingNode& update = g_.node(items_[k].node);
+      HostUpdate u;
+      u.grad = update.inputs[0];
+      u.param = update.updates[0];
+      u.state.assign(update.updates.begin() + 1, update.updates.end());
+      u.grad_copy_after_position = out.tensor(u.grad).producer;
+      u.grad_await_position = static_cast<Position>(out.nodes().size());
+      append_copy(u.grad, ".to_host", "GradToHost", NodeKind::kOffload, {u.grad}, {});
+      TrainingNode node;
+      node.name = update.name;
+      node.op = absl::StrCat("Host", update.op);
+      node.kind = NodeKind::kUpdate;
+      node.updates = u.state;
+      for (TensorId t : u.state) out.tensors_[t].on_host = true;
+      u.update_position = out.AppendNode(std::move(node));
+      expanded_section_.push_back(-1);
+      origin_.push_back(kNone);
+      host_updates.push_back(std::move(u));
+    };
     for (int32_t k = 0; k < static_cast<int32_t>(items_.size()); ++k) {
       for (TensorId t : offload_at[k]) {
         append_copy(t, ".offload", "CopyToHost", NodeKind::kOffload, {t}, {});
@@ -416,9 +490,27 @@ class SectionExpander {
         append_copy(t, ".prefetch", "CopyToDevice", NodeKind::kPrefetch, {}, {id});
         prefetched[t] = id;
       }
+      if (cuts_.optimizer_state_on_host) {
+        for (int32_t u : host_at_[k]) emit_host_update(u);
+        if (IsHostUpdateItem(k)) continue;
+      }
       out.AppendNode(EmitItem(items_[k], &recomputed, prefetched, &out));
       expanded_section_.push_back(BackwardSection(items_[k]));
       origin_.push_back(items_[k].node);
+    }
+    if (cuts_.optimizer_state_on_host) {
+      for (int32_t u : host_at_[items_.size()]) emit_host_update(u);
+      // Each parameter comes back from its host master copy before the next step reads it.
+      for (HostUpdate& u : host_updates) {
+        TrainingNode node;
+        node.name = absl::StrCat(g_.tensor(u.param).name, ".to_device");
+        node.op = "ParamToDevice";
+        node.kind = NodeKind::kPrefetch;
+        node.updates = {u.param};
+        u.copy_back_position = out.AppendNode(std::move(node));
+        expanded_section_.push_back(-1);
+        origin_.push_back(kNone);
+      }
     }
     for (TensorId t = 0; t < static_cast<TensorId>(g_.tensors().size()); ++t) {
       if (cached_[t] && out.tensors_[t].role == proto::ROLE_ACTIVATION) {
@@ -433,6 +525,7 @@ class SectionExpander {
       step.schedule.position_of[n] = n;
     }
     Describe(copies, prefetched, &step);
+    step.host_updates = std::move(host_updates);
     return step;
   }
 
@@ -574,8 +667,37 @@ class SectionExpander {
       if (out.tensor(t).producer == kNone) copy_out(t);
       step.offloaded_bytes += out.tensor(t).bytes;
     }
+    // Host updates: gradients copy out on the same stream as they are written, updates run
+    // in order on the host's threads once their gradient is there, parameters copy back on
+    // the stream to the device once updated; the step ends when the last is back.
+    std::vector<TensorId> host_grads;
+    absl::flat_hash_map<NodeId, const HostUpdate*> host_update_at;
+    absl::flat_hash_map<TensorId, double> updated;  // By parameter: when its host update ends.
+    double host = 0;
+    for (const HostUpdate& u : step.host_updates) {
+      host_grads.push_back(u.grad);
+      host_update_at[u.update_position] = &u;
+      step.optimizer_copy_bytes += out.tensor(u.grad).bytes + out.tensor(u.param).bytes;
+    }
+    std::sort(host_grads.begin(), host_grads.end());
     for (NodeId n = 0; n < static_cast<NodeId>(out.nodes().size()); ++n) {
       const TrainingNode& node = out.node(n);
+      if (auto it = host_update_at.find(n); it != host_update_at.end()) {
+        const HostUpdate& u = *it->second;
+        const double seconds = cost_.HostUpdateSeconds(
+            HostUpdateBytes(graph::NumElements(out.tensor(u.param).shape), u.state.size() == 2));
+        host = std::max(host, std::max(compute, copied_out.at(u.grad))) + seconds;
+        updated[u.param] = host;
+        step.host_update_seconds += seconds;
+        continue;
+      }
+      if (node.kind == NodeKind::kPrefetch && node.outputs.empty()) {  // ParamToDevice.
+        const TensorId p = node.updates[0];
+        to_device = std::max(to_device, updated.at(p)) + cost_.CopySeconds(out.tensor(p).bytes);
+        step.stall_seconds += std::max(compute, to_device) - compute;
+        compute = std::max(compute, to_device);
+        continue;
+      }
       if (node.kind == NodeKind::kPrefetch) {
         const TensorId t = node.outputs[0];
         to_device = std::max(to_device, compute) + cost_.CopySeconds(out.tensor(t).bytes);
@@ -593,7 +715,10 @@ class SectionExpander {
       compute = wait + seconds;
       if (node.kind == NodeKind::kRecompute) step.recompute_seconds += seconds;
       for (TensorId t : node.outputs) {
-        if (std::binary_search(offloaded.begin(), offloaded.end(), t)) copy_out(t);
+        if (std::binary_search(offloaded.begin(), offloaded.end(), t) ||
+            std::binary_search(host_grads.begin(), host_grads.end(), t)) {
+          copy_out(t);
+        }
       }
     }
     step.step_seconds = compute;
@@ -625,6 +750,8 @@ class SectionExpander {
   std::vector<NodeId> origin_;
   // Indexed by original tensor: the first backward-phase item reading it, or -1.
   std::vector<int32_t> first_backward_read_;
+  // Indexed by item (and one past the last): the host-update items emitted before it.
+  std::vector<std::vector<int32_t>> host_at_;
 };
 
 NodeCosts ComputeNodeCosts(const TrainingGraph& graph, const CostModel& cost) {

@@ -39,8 +39,20 @@ struct SectionCuts {
   // forward node of a section that is not the last. Its backward reads the forward's copy,
   // and its re-forward runs only what the rest still needs. Empty: recompute all it needs.
   std::vector<TensorId> keep;
+  // Optimizer state on the host, update on the host (ZeRO-Offload's placement): each
+  // parameter's final gradient is copied to the host pool as soon as its last writer ends and
+  // dies on the device where that copy is awaited (a kOffload node "<grad>.to_host", op
+  // "GradToHost"); the update runs on host threads (a kUpdate node with op "Host" + the
+  // device op, reading no device tensor) on a host master copy of the parameter and the
+  // state, which live in the host pool (TrainingTensor::on_host); the parameter is copied
+  // back at the end of the step (a kPrefetch node "<param>.to_device", op "ParamToDevice",
+  // that updates it), before the next step's forward reads it. Default false: all on the
+  // device.
+  bool optimizer_state_on_host = false;
 };
 
+// Returns "host" or "device".
+const char* OptimizerPlacementName(bool on_host);
 
 // A cached input of a section: produced before the section (or a graph input), read by the
 // section's re-forward or backward; or a tensor of its own that it keeps (SectionCuts::keep).
@@ -83,6 +95,24 @@ struct SectionInfo {
   Position backward_position = -1;
 };
 
+// One parameter's update on the host (SectionCuts::optimizer_state_on_host), as positions
+// of the expanded schedule.
+struct HostUpdate {
+  TensorId param = kNone;
+  // Its final gradient (on the device until its copy out is awaited).
+  TensorId grad = kNone;
+  // Its optimizer state, on the host.
+  std::vector<TensorId> state;
+  // The gradient's copy to host is issued after `grad_copy_after_position` (its writer) and
+  // awaited at `grad_await_position` (the GradToHost node, where its device bytes die); the
+  // host update is queued at `update_position`; the parameter's copy back is issued and
+  // awaited at `copy_back_position`.
+  Position grad_copy_after_position = -1;
+  Position grad_await_position = -1;
+  Position update_position = -1;
+  Position copy_back_position = -1;
+};
+
 // The expanded training step of one SectionCuts.
 struct SectionedStep {
   explicit SectionedStep(TrainingGraph expanded) : graph(std::move(expanded)) {}
@@ -107,6 +137,14 @@ struct SectionedStep {
   // Offload requests that were dropped because the copy out could not finish before the
   // prefetch would be issued (the tensor stays on the device).
   std::vector<TensorId> offload_dropped;
+  // With SectionCuts::optimizer_state_on_host, every parameter's host update, in schedule
+  // order; else empty.
+  std::vector<HostUpdate> host_updates;
+  // Predicted seconds of the host updates (on host threads, overlapping the compute stream)
+  // and bytes of gradients copied to host and parameters copied back per step.
+  double host_update_seconds = 0;
+  uint64_t optimizer_copy_bytes = 0;
+  bool optimizer_state_on_host() const { return !host_updates.empty(); }
 };
 
 // The cost of each node of a training graph, by node id. An expanded step's nodes cost what
@@ -147,8 +185,12 @@ int32_t NumForwardNodes(const TrainingGraph& graph);
 
 // Returns the host memory `step` needs for its offloaded tensors: one slot each (a tensor
 // cached by several sections once), rounded up to `alignment_bytes`, as the executor lays
-// its host pool out.
+// its host pool out; plus OptimizerHostBytes.
 uint64_t HostPoolBytes(const SectionedStep& step, uint64_t alignment_bytes);
+// Returns the part of HostPoolBytes that the host updates hold: per parameter its master
+// copy, its gradient's copy and its optimizer state, each rounded up to `alignment_bytes`,
+// laid out after the offloaded tensors' slots.
+uint64_t OptimizerHostBytes(const SectionedStep& step, uint64_t alignment_bytes);
 
 // Returns the cuts that split `num_forward` forward nodes into `sections` sections of
 // (within one node) equal length; fewer when there are fewer nodes. REQUIRES: sections >= 1.

@@ -55,6 +55,12 @@ struct TrainingTensor {
   NodeId producer = kNone;
   // Nodes that read it or update it in place, in node order, without repeats.
   std::vector<NodeId> consumers;
+  // Whether it lives in host memory, not the device arena: optimizer state placed on the host
+  // (planner/sections.h, SectionCuts::optimizer_state_on_host). Its device bytes are 0.
+  bool on_host = false;
+
+  // Returns the bytes it takes in the device arena: 0 for a tensor on the host.
+  uint64_t device_bytes() const { return on_host ? 0 : bytes; }
 
   // Returns whether it lives across training steps (parameters, buffers, optimizer state).
   bool persistent() const {

@@ -134,6 +134,10 @@ double MeasuredCostModel::CopySeconds(uint64_t bytes) const {
   return fallback_ ? fallback_->CopySeconds(bytes) : 0;
 }
 
+double MeasuredCostModel::HostUpdateSeconds(uint64_t bytes) const {
+  return fallback_ ? fallback_->HostUpdateSeconds(bytes) : 0;
+}
+
 double MeasuredCostModel::Coverage(const planner::TrainingGraph& graph) const {
   int compute = 0, found = 0;
   for (planner::NodeId id = 0; id < static_cast<planner::NodeId>(graph.nodes().size()); ++id) {

@@ -44,6 +44,8 @@ class MeasuredCostModel : public planner::CostModel {
   double NodeSeconds(const planner::TrainingGraph& graph, planner::NodeId id) const override;
   uint64_t NodeFlops(const planner::TrainingGraph& graph, planner::NodeId id) const override;
   double CopySeconds(uint64_t bytes) const override;
+  // The fallback's (no host update is measured yet).
+  double HostUpdateSeconds(uint64_t bytes) const override;
 
   // Returns the share of `graph`'s compute nodes that have a measured time, in [0, 1].
   double Coverage(const planner::TrainingGraph& graph) const;

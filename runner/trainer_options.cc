@@ -23,6 +23,7 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptio
   o.budget_bytes = plan.budget_bytes();
   o.allow_offload = !plan.disable_offload();
   o.host_memory = plan.host_memory();
+  o.optimizer_state = plan.optimizer_state();
   const proto::Optimizer& opt = plan.optimizer();
   if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
   // Checked above: learning_rate is 0 (the default) or positive; the optional fields are used

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "executor/cpu/cpu_context.h"
 #include "executor/dropout_mask.h"
+#include "executor/optimizer_math.h"
 #include "executor/strided_walk.h"
 #include "graph/op_registry.h"
 #include "graph/shape.h"
@@ -1752,61 +1753,30 @@ absl::Status CheckUpdate(const UpdateArgs& args, size_t num_state) {
   return absl::OkStatus();
 }
 
-// torch.optim.SGD (dampening 0, not Nesterov), in float as its CPU single-tensor path.
+// torch.optim.SGD (dampening 0, not Nesterov): executor/optimizer_math.h.
 absl::Status SgdMomentumUpdate(const UpdateArgs& args) {
   RETURN_IF_ERROR(CheckUpdate(args, 1));
-  const float lr = static_cast<float>(args.params.learning_rate);
-  const float momentum = static_cast<float>(args.params.momentum);
-  const float wd = static_cast<float>(args.params.weight_decay);
-  const bool first = args.step == 1;
+  const SgdMomentumMath math(args.params, args.step);
   float* p = args.param.f32();
   const float* grad = args.grad.f32();
   float* buf = args.state[0].f32();
   const int64_t n = args.param.num_elements();
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = wd != 0.f ? grad[i] + wd * p[i] : grad[i];
-    const float b = first ? g : buf[i] * momentum + g;
-    buf[i] = b;
-    p[i] = p[i] + (-lr) * b;
-  }
+  for (int64_t i = 0; i < n; ++i) math(i, p, grad, buf);
   return absl::OkStatus();
 }
 
-// torch.optim.Adam (not AMSGrad), in float as its CPU single-tensor path; the bias
-// corrections in double, as Python computes them.
+// torch.optim.Adam (not AMSGrad): executor/optimizer_math.h.
 absl::Status AdamUpdate(const UpdateArgs& args) {
   RETURN_IF_ERROR(CheckUpdate(args, 2));
-  const OptimizerParams& o = args.params;
-  const double t = static_cast<double>(args.step);
-  const double bias_correction1 = 1.0 - std::pow(o.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(o.beta2, t);
-  const float neg_step_size = static_cast<float>(-(o.learning_rate / bias_correction1));
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float beta1 = static_cast<float>(o.beta1);
-  const float beta2 = static_cast<float>(o.beta2);
-  const float one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
-  const float one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
-  const float eps = static_cast<float>(o.epsilon);
-  const float wd = static_cast<float>(o.weight_decay);
-  const bool first = args.step == 1;
+  const AdamMath math(args.params, args.step);
   float* p = args.param.f32();
   const float* grad = args.grad.f32();
   float* m = args.state[0].f32();
   float* v = args.state[1].f32();
   const int64_t n = args.param.num_elements();
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = wd != 0.f ? grad[i] + wd * p[i] : grad[i];
-    const float m0 = first ? 0.f : m[i];
-    const float v0 = first ? 0.f : v[i];
-    const float mi = m0 * beta1 + one_minus_beta1 * g;
-    const float vi = v0 * beta2 + one_minus_beta2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = p[i] + neg_step_size * mi / denom;
-  }
+  for (int64_t i = 0; i < n; ++i) math(i, p, grad, m, v);
   return absl::OkStatus();
 }
 
