@@ -43,7 +43,7 @@ class ReversibleExpander {
     }
     ReversibleStep result{SectionedStep(std::move(out))};
     result.rebuilt_blocks = rebuilt_blocks_;
-    result.rebuilt = std::move(rebuilt_);
+    result.step.rebuilt = std::move(rebuilt_);
     Finish(&result.step);
     RETURN_IF_ERROR(ValidateSchedule(result.step.graph, result.step.schedule));
     return result;

@@ -49,11 +49,9 @@ struct ReversibleStep {
   // The step: forward, the loss seed, then backward with each rebuilt block's rebuild before
   // its backward. One section; nothing offloaded.
   SectionedStep step;
-  // Blocks rebuilt (indexes into forward.reversible_blocks()).
+  // Blocks rebuilt (indexes into forward.reversible_blocks()), in the order rebuilt. The
+  // tensors they write anew are step.rebuilt.
   std::vector<int32_t> rebuilt_blocks;
-  // (forward tensor as the forward pass wrote it, its rebuilt copy) for every tensor a
-  // rebuild writes anew: block inputs and F's and G's tensors, in the order written.
-  std::vector<std::pair<TensorId, TensorId>> rebuilt;
 };
 
 // Returns the step of training graph `graph` (built from `forward`) with the blocks of

@@ -107,6 +107,9 @@ struct SectionedStep {
   // Offload requests that were dropped because the copy out could not finish before the
   // prefetch would be issued (the tensor stays on the device).
   std::vector<TensorId> offload_dropped;
+  // Only in a step that rebuilds reversible blocks (planner/reversible.h): (the forward's
+  // tensor, its rebuilt copy) for every tensor a rebuild writes anew, in the order written.
+  std::vector<std::pair<TensorId, TensorId>> rebuilt;
 };
 
 // The cost of each node of a training graph, by node id. An expanded step's nodes cost what
