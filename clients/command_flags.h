@@ -94,6 +94,7 @@ struct PlanFlags {
   std::string device;
   std::string device_file;
   bool no_offload = false;
+  bool no_reversible = false;
   std::string host_memory;
   std::string optimizer = "sgd";
   double learning_rate = 0;

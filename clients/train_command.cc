@@ -46,6 +46,10 @@ struct TrainTotals {
   // (fixed_device_bytes()) and the workspace its kernels grew (workspace_bytes()).
   uint64_t fixed_device = 0;
   uint64_t workspace = 0;
+  // --check-rebuild: the largest rebuild error over the checked steps (-1: none checked) and
+  // the elements of rebuilt non-float tensors (dropout masks) that differed.
+  double max_rebuild_error = -1;
+  int64_t rebuild_mismatches = 0;
 };
 
 // Training on real data instead of the synthetic task: --dataset and what goes with it.
@@ -96,6 +100,9 @@ struct TrainCommand {
   LocalPlanFlags local;
   bool json = false;
   std::string export_dir;
+  // Every this many steps, compare rebuilt reversible-block tensors with the forward's
+  // (ExecutorOptions::check_rebuild_every); 0 never.
+  int64_t check_rebuild_every = 0;
   DataFlags data;
   // The command (to ask which flags were given).
   const CLI::App* app = nullptr;
@@ -482,6 +489,8 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
     totals.measured_peak = std::max(totals.measured_peak, r->arena_high_water_bytes);
     totals.offloaded += r->offloaded_bytes;
     totals.copy_wait += r->copy_wait_seconds;
+    totals.max_rebuild_error = std::max(totals.max_rebuild_error, r->max_rebuild_error);
+    totals.rebuild_mismatches += r->rebuild_mismatches;
     if (json) {
       JsonWriter w;
       w.BeginObject()
@@ -491,8 +500,9 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
           .Key("measured_peak_bytes").Uint(r->arena_high_water_bytes)
           .Key("peak_live_bytes").Uint(r->peak_live_bytes)
           .Key("offloaded_bytes").Uint(r->offloaded_bytes)
-          .Key("copy_wait_seconds").Double(r->copy_wait_seconds)
-          .EndObject();
+          .Key("copy_wait_seconds").Double(r->copy_wait_seconds);
+      if (r->max_rebuild_error >= 0) w.Key("max_rebuild_error").Double(r->max_rebuild_error);
+      w.EndObject();
       out << w.str() << "\n" << std::flush;
     } else {
       out << absl::StrFormat("%s %*d/%d  loss %.5f  %.3f s  arena peak %s\n",
@@ -518,6 +528,10 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
                first, last, median, graph::HumanBytes(t.measured_peak),
                graph::HumanBytes(plan.peak_bytes))
         << "physical: " << ProcessMemoryLine(process) << "\n";
+    if (t.max_rebuild_error >= 0) {
+      out << absl::StrFormat("rebuild check: max_rebuild_error %.3g, mismatched mask elements %d\n",
+                             t.max_rebuild_error, t.rebuild_mismatches);
+    }
     if (fit != nullptr) PrintFitSummary(*fit, t, nullptr, out);
     return;
   }
@@ -545,7 +559,12 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("baseline_bytes").Uint(process.baseline_bytes())
       .Key("physical_peak_bytes").Uint(process.physical_peak_bytes())
       .Key("unplanned_bytes").Uint(process.unplanned_bytes())
-      .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes());
+      .Key("unplanned_limit_bytes").Uint(process.unplanned_limit_bytes())
+      .Key("reversible_blocks").Uint(g.reversible_blocks().size());
+  if (t.max_rebuild_error >= 0) {
+    w.Key("max_rebuild_error").Double(t.max_rebuild_error)
+        .Key("rebuild_mismatches").Int(t.rebuild_mismatches);
+  }
   if (fit != nullptr) PrintFitSummary(*fit, t, &w, out);
   w.EndObject();
   out << w.str() << "\n";
@@ -554,6 +573,7 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
 absl::Status TrainCommand::Run(const CommandIo& io) {
   RETURN_IF_ERROR(CheckDataFlags());
   ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
+  options.check_rebuild_every = check_rebuild_every;
   // Real data is read before the process's memory is measured: it is the run's input, not
   // the step's.
   std::optional<LoadedData> sets;
@@ -732,6 +752,13 @@ Command AddTrainCommand(CLI::App& headroom, const CommandIo& io) {
   AddRunFlags(*app, state->run, kDefaultSteps, /*backend_default=*/"cpu");
   app->add_flag("--json", state->json,
                 "one JSON object per step (per epoch with --dataset), then a summary object");
+  app->add_option("--check-rebuild", state->check_rebuild_every,
+                  "every N steps compare each tensor rebuilt for a reversible block with the "
+                  "forward's copy and report max_rebuild_error (a debug mode: host copies "
+                  "outside the plan); 0 never")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   AddDataFlags(*app, state->data);
   state->app = app;
   app->add_option("--export", state->export_dir,

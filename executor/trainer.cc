@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
 
   // 1. Plan: every reversible block rebuilt, given cuts, or the fastest plan that fits the
   //    budget.
-  if (options.rebuild_reversible) {
+  if (options.rebuild_reversible && !forward.reversible_blocks().empty()) {
     ASSIGN_OR_RETURN(planner::ReversibleStep rev,
                      planner::ExpandReversible(forward, t->training_, *t->cost_));
     ASSIGN_OR_RETURN(

@@ -64,8 +64,8 @@ struct TrainerOptions {
   // Forward tensors to copy out in every step (ExecutorOptions::capture). Default none.
   std::vector<std::string> capture;
   // Rebuild every reversible block of the graph in the backward pass instead of keeping its
-  // activations (planner/reversible.h); the budget and cuts are then not used. False keeps
-  // everything, as a graph without blocks. Default false.
+  // activations (planner/reversible.h); where the graph has blocks, the budget and cuts are
+  // then not used. False keeps everything, as a graph without blocks. Default false.
   bool rebuild_reversible = false;
   // ExecutorOptions::check_rebuild_every. Default 0.
   int64_t check_rebuild_every = 0;
