@@ -119,6 +119,10 @@ void PrintPlanned() {
       "revnet164 / revnet38 activations, both rebuilt: %.2fx (target <= 1.25x)\n",
       static_cast<double>(find("revnet164", true)) / find("revnet38", true));
   std::cout << absl::StrFormat(
+      "revnet110 / revnet38 activations, both rebuilt (same basic widths, 3x the depth): "
+      "%.2fx\n",
+      static_cast<double>(find("revnet110", true)) / find("revnet38", true));
+  std::cout << absl::StrFormat(
       "resnet164_cifar kept / revnet164 rebuilt: %.2fx less (target >= 4x)\n",
       static_cast<double>(find("resnet164_cifar", false)) / find("revnet164", true));
   std::cout << absl::StrFormat(
