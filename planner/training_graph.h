@@ -28,15 +28,15 @@ enum class NodeKind {
   kAccumulate,  // Sums two gradient contributions of one tensor.
   kUpdate,      // An optimizer step for one parameter.
   // Only in a sectioned step (planner/sections.h):
-  kRecompute,  // A forward node run again, from its section's cached inputs, before the
-               // section's backward; it writes fresh copies and updates no running statistics.
-  kOffload,    // Awaits the copy of a cached section input to host memory; the device copy
-               // dies here.
-  kPrefetch,   // Issues the copy of an offloaded section input back to the device; writes
-               // the device copy the section's backward reads.
+  kRecompute,   // A forward node run again, from its section's cached inputs, before the
+                // section's backward; it writes fresh copies and updates no running statistics.
+  kOffload,     // Awaits the copy of a cached section input to host memory; the device copy
+                // dies here.
+  kPrefetch,    // Issues the copy of an offloaded section input back to the device; writes
+                // the device copy the section's backward reads.
   // Only in a step that rebuilds reversible blocks (planner/reversible.h):
-  kRebuild,  // Op "Sub": rebuilds an input of a reversible block from its output,
-             // x2 = y2 - G(y1) or x1 = y1 - F(x2); inputs {y, F or G re-run}.
+  kRebuild,     // Op "Sub": rebuilds an input of a reversible block from its output,
+                // x2 = y2 - G(y1) or x1 = y1 - F(x2); inputs {y, F or G re-run}.
 };
 
 // Returns "forward", "backward", ...
