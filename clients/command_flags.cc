@@ -304,6 +304,12 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
         ->check(
             NumberCheck<double>([](double rate) { return rate > 0; }, "a positive number", "> 0"))
         ->group("Plan");
+    command
+        .add_flag("--no-reversible", f.no_reversible,
+                  "keep the activations of the graph's reversible blocks (the baseline) "
+                  "instead of rebuilding them in the backward pass (the default without "
+                  "--budget)")
+        ->group("Plan");
   }
 }
 
@@ -325,6 +331,7 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
   }
   if (!f.device.empty()) options.mutable_device()->set_preset(f.device);
   options.set_disable_offload(f.no_offload);
+  options.set_disable_reversible(f.no_reversible);
   options.set_host_memory(f.host_memory == "shared"     ? proto::HOST_MEMORY_SHARED
                           : f.host_memory == "separate" ? proto::HOST_MEMORY_SEPARATE
                                                         : proto::HOST_MEMORY_BACKEND);

@@ -94,6 +94,7 @@ struct PlanFlags {
   std::string device;
   std::string device_file;
   bool no_offload = false;
+  bool no_reversible = false;
   std::string host_memory;
   // --optimizer-state: "device", "host" or "auto".
   std::string optimizer_state = "device";

@@ -55,6 +55,10 @@ struct TrainTotals {
   // (fixed_device_bytes()) and the workspace its kernels grew (workspace_bytes()).
   uint64_t fixed_device = 0;
   uint64_t workspace = 0;
+  // --check-rebuild: the largest rebuild error over the checked steps (-1: none checked) and
+  // the elements of rebuilt non-float tensors (dropout masks) that differed.
+  double max_rebuild_error = -1;
+  int64_t rebuild_mismatches = 0;
 };
 
 // Training on real data instead of the synthetic task: --dataset and what goes with it.
@@ -127,6 +131,9 @@ struct TrainCommand {
   LocalPlanFlags local;
   bool json = false;
   std::string export_dir;
+  // Every this many steps, compare rebuilt reversible-block tensors with the forward's
+  // (ExecutorOptions::check_rebuild_every); 0 never.
+  int64_t check_rebuild_every = 0;
   DataFlags data;
   DistFlags dist;
   // Set by Run() where mpirun started this process.
@@ -559,6 +566,8 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
     totals.measured_peak = std::max(totals.measured_peak, r->arena_high_water_bytes);
     totals.offloaded += r->offloaded_bytes;
     totals.copy_wait += r->copy_wait_seconds;
+    totals.max_rebuild_error = std::max(totals.max_rebuild_error, r->max_rebuild_error);
+    totals.rebuild_mismatches += r->rebuild_mismatches;
     if (json) {
       JsonWriter w;
       w.BeginObject()
@@ -568,8 +577,9 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
           .Key("measured_peak_bytes").Uint(r->arena_high_water_bytes)
           .Key("peak_live_bytes").Uint(r->peak_live_bytes)
           .Key("offloaded_bytes").Uint(r->offloaded_bytes)
-          .Key("copy_wait_seconds").Double(r->copy_wait_seconds)
-          .EndObject();
+          .Key("copy_wait_seconds").Double(r->copy_wait_seconds);
+      if (r->max_rebuild_error >= 0) w.Key("max_rebuild_error").Double(r->max_rebuild_error);
+      w.EndObject();
       out << w.str() << "\n" << std::flush;
     } else {
       out << absl::StrFormat("%s %*d/%d  loss %.5f  %.3f s  arena peak %s\n",
@@ -609,6 +619,10 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
           graph::HumanBytes(b.steps > 0 ? b.reduced_bytes / b.steps : 0),
           dist_run->buckets->BucketBytes().size(), b.exposed_wait_seconds,
           dist_run->parameter_checksum);
+    }
+    if (t.max_rebuild_error >= 0) {
+      out << absl::StrFormat("rebuild check: max_rebuild_error %.3g, mismatched mask elements %d\n",
+                             t.max_rebuild_error, t.rebuild_mismatches);
     }
     if (fit != nullptr) PrintFitSummary(*fit, t, nullptr, out);
     return;
@@ -660,7 +674,9 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Key("unplanned_bytes")
       .Uint(process.unplanned_bytes())
       .Key("unplanned_limit_bytes")
-      .Uint(process.unplanned_limit_bytes());
+      .Uint(process.unplanned_limit_bytes())
+      .Key("reversible_blocks")
+      .Uint(g.reversible_blocks().size());
   if (dist_run != nullptr) {
     const dist::BucketStats& b = dist_run->buckets->stats();
     w.Key("ranks")
@@ -681,6 +697,10 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
         .Uint(b.reduced_bytes / std::max<int64_t>(b.steps, 1))
         .Key("parameter_checksum")
         .Uint(dist_run->parameter_checksum);
+  }
+  if (t.max_rebuild_error >= 0) {
+    w.Key("max_rebuild_error").Double(t.max_rebuild_error)
+        .Key("rebuild_mismatches").Int(t.rebuild_mismatches);
   }
   if (fit != nullptr) PrintFitSummary(*fit, t, &w, out);
   w.EndObject();
@@ -755,6 +775,7 @@ absl::Status TrainCommand::StartRanks(const graph::Graph& g, executor::TrainerOp
 absl::Status TrainCommand::RunRank(const CommandIo& io) {
   RETURN_IF_ERROR(CheckDataFlags());
   ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
+  options.check_rebuild_every = check_rebuild_every;
   // Real data is read before the process's memory is measured: it is the run's input, not
   // the step's.
   std::optional<LoadedData> sets;
@@ -985,6 +1006,13 @@ Command AddTrainCommand(CLI::App& headroom, const CommandIo& io) {
   AddRunFlags(*app, state->run, kDefaultSteps, /*backend_default=*/"cpu");
   app->add_flag("--json", state->json,
                 "one JSON object per step (per epoch with --dataset), then a summary object");
+  app->add_option("--check-rebuild", state->check_rebuild_every,
+                  "every N steps compare each tensor rebuilt for a reversible block with the "
+                  "forward's copy and report max_rebuild_error (a debug mode: host copies "
+                  "outside the plan); 0 never")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   AddDataFlags(*app, state->data);
   AddDistFlags(*app, state->dist);
   state->app = app;

@@ -18,6 +18,7 @@ absl::StatusOr<uint64_t> BackendScratchModel::NodeScratchBytes(
   switch (node.kind) {
     case planner::NodeKind::kForward:
     case planner::NodeKind::kRecompute:
+    case planner::NodeKind::kRebuild:
       return backend_->ScratchBytes(MakeForwardArgs(forward, graph, node, placeholder));
     case planner::NodeKind::kBackward: {
       // A training graph built from `forward` lists its forward nodes first, in order.

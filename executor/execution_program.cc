@@ -142,7 +142,8 @@ absl::Status DescribeNodes(const graph::Graph& forward, const planner::Sectioned
     const TrainingNode& node = g.node(pn.node);
     switch (node.kind) {
       case NodeKind::kForward:
-      case NodeKind::kRecompute: {
+      case NodeKind::kRecompute:
+      case NodeKind::kRebuild: {
         DescribedArgs<ForwardArgs> d = DescribeForwardArgs(forward, g, node);
         pn.args.forward = std::move(d.args);
         pn.tensors = std::move(d.tensors);
@@ -243,6 +244,7 @@ NodeKernelArgs BindArgs(const ExecutionProgram& program, const ProgramNode& node
   switch (node.kind) {
     case NodeKind::kForward:
     case NodeKind::kRecompute:
+    case NodeKind::kRebuild:
       bound.forward = Bind({node.args.forward, node.tensors}, data);
       break;
     case NodeKind::kBackward:

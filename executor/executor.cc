@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
@@ -197,6 +198,7 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
     }
     RETURN_IF_ERROR(RunNode(s, &result));
     RETURN_IF_ERROR(CaptureAfter(s, &result));
+    RETURN_IF_ERROR(CheckRebuildAfter(s, &result));
     RETURN_IF_ERROR(IssueCopiesOut(program_.nodes[s].copy_out_after, s, &result));
     RETURN_IF_ERROR(IssueGradCopies(s, &result));
     RETURN_IF_ERROR(FreeBuffers(s));
@@ -281,6 +283,54 @@ absl::Status Executor::CaptureAfter(int32_t s, StepResult* result) {
   return absl::OkStatus();
 }
 
+absl::Status Executor::CheckRebuildAfter(int32_t s, StepResult* result) {
+  if (options_.check_rebuild_every <= 0 || step_->rebuilt.empty() ||
+      steps_run_ % options_.check_rebuild_every != 0) {
+    return absl::OkStatus();
+  }
+  if (rebuild_original_of_.empty()) {
+    for (const auto& [original, copy] : step_->rebuilt) {
+      rebuild_original_of_[copy] = original;
+      rebuild_originals_.insert(original);
+    }
+  }
+  if (result->max_rebuild_error < 0) result->max_rebuild_error = 0;
+  const planner::TrainingGraph& g = step_->graph;
+  for (TensorId t : g.node(program_.nodes[s].node).outputs) {
+    const bool original = rebuild_originals_.contains(t);
+    auto copy_of = rebuild_original_of_.find(t);
+    if (!original && copy_of == rebuild_original_of_.end()) continue;
+    const planner::TrainingTensor& tensor = g.tensor(t);
+    HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
+    RETURN_IF_ERROR(backend_->Synchronize());
+    RETURN_IF_ERROR(backend_->Download(value.bytes.data(), View(t).data, tensor.bytes));
+    if (original) {
+      rebuild_forward_values_[t] = std::move(value);
+      continue;
+    }
+    auto kept = rebuild_forward_values_.find(copy_of->second);
+    if (kept == rebuild_forward_values_.end()) {
+      return absl::InternalError(absl::StrCat("executor: rebuilt '", tensor.name,
+                                              "' before the forward wrote its original"));
+    }
+    if (tensor.dtype == proto::DTYPE_FLOAT32) {
+      for (int64_t i = 0; i < value.num_elements(); ++i) {
+        result->max_rebuild_error =
+            std::max(result->max_rebuild_error,
+                     static_cast<double>(std::fabs(value.f32()[i] - kept->second.f32()[i])));
+      }
+    } else {
+      const size_t size = graph::DTypeSize(tensor.dtype);
+      for (size_t i = 0; i < value.bytes.size(); i += size) {
+        result->rebuild_mismatches +=
+            std::memcmp(&value.bytes[i], &kept->second.bytes[i], size) != 0 ? 1 : 0;
+      }
+    }
+    rebuild_forward_values_.erase(kept);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Executor::FinishStep(std::chrono::steady_clock::time_point start,
                                   uint64_t high_water_before, StepResult* result) {
   RETURN_IF_ERROR(backend_->Synchronize());
@@ -348,7 +398,8 @@ absl::Status Executor::RunNode(int32_t s, StepResult* result) {
                         absl::StrCat("node '", node.name, "' (", node.op, "): ",
                                      status.message()));
   }
-  observer_->OnNodeEnd(steps_run_, s, node.kind == NodeKind::kRecompute,
+  observer_->OnNodeEnd(steps_run_, s,
+                       node.kind == NodeKind::kRecompute || node.kind == NodeKind::kRebuild,
                        backend_->workspace_bytes());
   return absl::OkStatus();
 }
@@ -363,6 +414,8 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
       args.forward.seed = SplitMix64(options_.seed ^
                                      SplitMix64(static_cast<uint64_t>(steps_run_) * 1000003u +
                                                 static_cast<uint64_t>(node.forward_node)));
+      return backend_->Forward(args.forward);
+    case NodeKind::kRebuild:  // x = y - F(..) of a reversible block.
       return backend_->Forward(args.forward);
     case NodeKind::kLossSeed:
       return backend_->Fill(View(node.outputs[0]), 1.0f);

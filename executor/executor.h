@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -66,6 +67,11 @@ struct ExecutorOptions {
   // is deferred to the end of the step and reads the exchange's reduced gradient
   // (executor/gradient_exchange.h). Default none: updates run where the schedule puts them.
   GradientExchange* gradients = nullptr;
+  // A debug mode for steps that rebuild reversible blocks (SectionedStep::rebuilt): every
+  // this many steps (from the first; 0 never), each tensor a rebuild writes anew is compared
+  // with the forward's copy of it (both downloaded to host memory, outside the plan), and
+  // StepResult reports the largest difference. Default 0.
+  int64_t check_rebuild_every = 0;
 };
 
 // Everything a run needs to go on where it stopped: every persistent tensor of the training
@@ -111,6 +117,11 @@ struct StepResult {
   uint64_t offloaded_bytes = 0;
   // The tensors ExecutorOptions::capture names, as the forward pass wrote them.
   std::vector<HostTensor> captured;
+  // In a step checked by ExecutorOptions::check_rebuild_every: the largest absolute
+  // difference between a rebuilt float32 tensor and the forward's copy (-1 when not
+  // checked), and the elements of other rebuilt tensors (dropout's masks) that differ at all.
+  double max_rebuild_error = -1;
+  int64_t rebuild_mismatches = 0;
 };
 
 // What one evaluation pass (Executor::Evaluate) did.
@@ -224,6 +235,9 @@ class Executor {
   absl::Status UploadBatch(const std::vector<HostTensor>& batch);
   absl::Status RunNode(int32_t s, StepResult* result);
   absl::Status CaptureAfter(int32_t s, StepResult* result);
+  // In a step checked for rebuild error: downloads what the node at `s` writes that a
+  // rebuild writes again (or rebuilt), comparing each rebuilt tensor with its original.
+  absl::Status CheckRebuildAfter(int32_t s, StepResult* result);
   absl::Status FreeBuffers(int32_t s);
   // Issues the copies to host of `tensors`, due after position `s` (-1: before the first).
   absl::Status IssueCopiesOut(const std::vector<planner::TensorId>& tensors, int32_t s,
@@ -291,6 +305,11 @@ class Executor {
   std::vector<int32_t> gradient_index_;
   std::vector<int32_t> deferred_updates_;
   int64_t steps_run_ = 0;
+  // check_rebuild_every: the original of each rebuilt copy, the originals, and the
+  // originals' values downloaded in this step's forward.
+  absl::flat_hash_map<planner::TensorId, planner::TensorId> rebuild_original_of_;
+  absl::flat_hash_set<planner::TensorId> rebuild_originals_;
+  absl::flat_hash_map<planner::TensorId, HostTensor> rebuild_forward_values_;
   uint64_t run_high_water_bytes_ = 0;
   double learning_rate_;  // options_.optimizer.learning_rate until set_learning_rate()
 };

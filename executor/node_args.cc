@@ -133,11 +133,19 @@ std::vector<NodeId> ForwardNodeIndex(const graph::Graph& forward, const Training
   return index;
 }
 
-DescribedArgs<ForwardArgs> DescribeForwardArgs(const graph::Graph& forward,
-                                               const TrainingGraph& g,
+DescribedArgs<ForwardArgs> DescribeForwardArgs(const graph::Graph& forward, const TrainingGraph& g,
                                                const TrainingNode& node) {
-  const graph::Node& fn = forward.node(node.forward_node);
   DescribedArgs<ForwardArgs> d;
+  if (node.kind == NodeKind::kRebuild) {  // x = y - F(..): a Sub of two tensors of one shape.
+    static const graph::Attrs* const kNoAttrs = new graph::Attrs();
+    d.args.op = node.op;
+    d.args.attrs = kNoAttrs;
+    for (TensorId t : node.inputs) Append(g, t, d.args.inputs, d.tensors.inputs);
+    for (TensorId t : node.outputs) Append(g, t, d.args.outputs, d.tensors.outputs);
+    SetScratch(g, node, d);
+    return d;
+  }
+  const graph::Node& fn = forward.node(node.forward_node);
   d.args.op = fn.op->name;
   d.args.attrs = &fn.attrs;
   d.args.training = !g.inference();

@@ -49,7 +49,7 @@ std::vector<planner::NodeId> ForwardNodeIndex(const graph::Graph& forward,
                                               const planner::TrainingGraph& g);
 
 // Returns the described arguments of forward or re-forward node `node` (see
-// MakeForwardArgs).
+// MakeForwardArgs); for a rebuild node (kRebuild), those of its Sub.
 DescribedArgs<ForwardArgs> DescribeForwardArgs(const graph::Graph& forward,
                                                const planner::TrainingGraph& g,
                                                const planner::TrainingNode& node);

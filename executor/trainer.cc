@@ -9,6 +9,7 @@
 #include "executor/backend_scratch.h"
 #include "graph/summary.h"
 #include "planner/memory_planner.h"
+#include "planner/reversible.h"
 #include "planner/sections.h"
 #include "util/status_macros.h"
 
@@ -77,8 +78,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   ASSIGN_OR_RETURN(SyntheticTask task, SyntheticTask::Create(forward, options.seed));
   std::unique_ptr<Trainer> t(new Trainer(forward, std::move(training), options, std::move(task)));
 
-  // 1. Plan: given cuts, or the fastest plan that fits the budget.
-  if (options.cuts.has_value()) {
+  // 1. Plan: every reversible block rebuilt, given cuts, or the fastest plan that fits the
+  //    budget.
+  if (options.rebuild_reversible && !forward.reversible_blocks().empty()) {
+    ASSIGN_OR_RETURN(planner::ReversibleStep rev,
+                     planner::ExpandReversible(forward, t->training_, *t->cost_));
+    ASSIGN_OR_RETURN(
+        planner::MemoryPlan memory,
+        planner::PlanScheduledGraph(rev.step.graph, rev.step.schedule,
+                                    planner::kDefaultAlignmentBytes, planner::DefaultStrategies()));
+    t->plan_.strategy = "reversible";
+    t->plan_.peak_bytes = memory.arena_bytes;
+    t->plan_.step_seconds = rev.step.step_seconds;
+    t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(rev.step));
+    t->plan_.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
+  } else if (options.cuts.has_value()) {
     ASSIGN_OR_RETURN(planner::SectionedStep step,
                      planner::ExpandSections(t->training_, *options.cuts, *t->cost_));
     ASSIGN_OR_RETURN(planner::MemoryPlan memory,
@@ -126,6 +140,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.cancel = options.cancel;
   executor_options.capture = options.capture;
   executor_options.gradients = options.gradients;
+  executor_options.check_rebuild_every = options.check_rebuild_every;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
                                     initial, executor_options));

@@ -69,6 +69,12 @@ struct TrainerOptions {
   std::vector<std::string> capture;
   // Data-parallel training: ExecutorOptions::gradients (borrowed). Default none.
   GradientExchange* gradients = nullptr;
+  // Rebuild every reversible block of the graph in the backward pass instead of keeping its
+  // activations (planner/reversible.h); where the graph has blocks, the budget and cuts are
+  // then not used. False keeps everything, as a graph without blocks. Default false.
+  bool rebuild_reversible = false;
+  // ExecutorOptions::check_rebuild_every. Default 0.
+  int64_t check_rebuild_every = 0;
 };
 
 // For a run that owns the device (the command line's train and profile), whose budget is

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "graph/reversible_block.h"
 #include "util/status_macros.h"
 
 namespace headroom::graph {
@@ -102,6 +103,7 @@ class GraphLoader {
     ASSIGN_OR_RETURN(std::vector<int> order, TopologicalOrder());
     RETURN_IF_ERROR(BuildNodes(order));
     RETURN_IF_ERROR(FindLoss());
+    ASSIGN_OR_RETURN(graph_.reversible_blocks_, ResolveReversibleBlocks(graph_, def_));
     return std::move(graph_);
   }
 
@@ -414,6 +416,14 @@ proto::GraphDef Graph::ToProto() const {
     for (const auto& [key, value] : n.attrs.values()) (*out->mutable_attrs())[key] = value;
   }
   def.set_loss(tensors_[loss_].name);
+  for (const ReversibleBlock& b : reversible_blocks_) {
+    proto::ReversibleBlock* out = def.add_reversible_blocks();
+    out->set_name(b.name);
+    out->set_y1_node(nodes_[b.y1_node].name);
+    out->set_y2_node(nodes_[b.y2_node].name);
+    for (NodeId n : b.f_nodes) out->add_f_nodes(nodes_[n].name);
+    for (NodeId n : b.g_nodes) out->add_g_nodes(nodes_[n].name);
+  }
   return def;
 }
 

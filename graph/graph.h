@@ -45,6 +45,17 @@ struct Node {
   Attrs attrs;
 };
 
+// A validated reversible block (proto::ReversibleBlock): y1 = x1 + F(x2), y2 = x2 + G(y1).
+struct ReversibleBlock {
+  std::string name;
+  TensorId x1 = -1, x2 = -1, y1 = -1, y2 = -1;
+  // The outputs of F and G that the coupling adds.
+  TensorId f_output = -1, g_output = -1;
+  NodeId y1_node = kNoNode, y2_node = kNoNode;
+  // F's and G's nodes, in topological order.
+  std::vector<NodeId> f_nodes, g_nodes;
+};
+
 // The most nodes, and the most tensors (listed ones plus node outputs), a graph description
 // may have: a bound on what one request can make the planner hold (the largest zoo model,
 // a 1000-layer transformer, has about 30k nodes).
@@ -60,8 +71,9 @@ class Graph {
   // Returns the graph of `def`, or InvalidArgument naming the node and tensor at fault when
   // `def` has a cycle, a tensor used but never produced, a name defined twice, a shape or
   // dtype that does not fit its op, a zero, negative or overflowing dimension, an unknown op
-  // or attribute, no scalar floating-point loss, or more than kMaxGraphNodes nodes or
-  // kMaxGraphTensors tensors (checked first, before anything is built).
+  // or attribute, no scalar floating-point loss, a malformed reversible block (naming the
+  // block and the node or tensor), or more than kMaxGraphNodes nodes or kMaxGraphTensors
+  // tensors (checked first, before anything is built).
   static absl::StatusOr<Graph> FromProto(const proto::GraphDef& def);
 
   // Returns the description of this graph with every tensor listed, its inferred shape and
@@ -75,6 +87,8 @@ class Graph {
   const Node& node(NodeId id) const { return nodes_[id]; }
   // Returns the scalar loss tensor.
   TensorId loss() const { return loss_; }
+  // Returns the reversible blocks, in the order of their y1 nodes.
+  const std::vector<ReversibleBlock>& reversible_blocks() const { return reversible_blocks_; }
 
   // Returns the id of the tensor named `name`, or -1.
   TensorId FindTensor(const std::string& name) const;
@@ -89,6 +103,7 @@ class Graph {
   std::vector<Tensor> tensors_;
   std::vector<Node> nodes_;
   TensorId loss_ = -1;
+  std::vector<ReversibleBlock> reversible_blocks_;
   absl::flat_hash_map<std::string, TensorId> tensor_index_;
   absl::flat_hash_map<std::string, NodeId> node_index_;
 };

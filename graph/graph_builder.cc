@@ -124,6 +124,18 @@ std::string GraphBuilder::Add(const std::string& name, const std::string& a,
   return Op("Add", name, {a, b});
 }
 
+void GraphBuilder::ReversibleBlock(const std::string& name, const std::string& y1_node,
+                                   const std::string& y2_node,
+                                   const std::vector<std::string>& f_nodes,
+                                   const std::vector<std::string>& g_nodes) {
+  proto::ReversibleBlock* b = def_.add_reversible_blocks();
+  b->set_name(name);
+  b->set_y1_node(y1_node);
+  b->set_y2_node(y2_node);
+  for (const std::string& n : f_nodes) b->add_f_nodes(n);
+  for (const std::string& n : g_nodes) b->add_g_nodes(n);
+}
+
 void GraphBuilder::SetLoss(const std::string& tensor) { def_.set_loss(tensor); }
 
 proto::GraphDef GraphBuilder::Build() {

@@ -68,6 +68,12 @@ class GraphBuilder {
   std::string Unary(const std::string& op, const std::string& name, const std::string& x);
   std::string Add(const std::string& name, const std::string& a, const std::string& b);
 
+  // Declares a reversible block over nodes already added (proto::ReversibleBlock):
+  // y1 = x1 + F(x2) written by Add node `y1_node`, y2 = x2 + G(y1) by Add node `y2_node`.
+  void ReversibleBlock(const std::string& name, const std::string& y1_node,
+                       const std::string& y2_node, const std::vector<std::string>& f_nodes,
+                       const std::vector<std::string>& g_nodes);
+
   // Sets the scalar loss tensor.
   void SetLoss(const std::string& tensor);
 

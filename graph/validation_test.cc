@@ -7,6 +7,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "graph/graph.h"
 #include "graph/graph_builder.h"
+#include "graph/reversible_testing.h"
 #include "gtest/gtest.h"
 
 namespace headroom::graph {
@@ -358,6 +359,145 @@ TEST(RejectionTest, EmptyNames) {
   proto::GraphDef def = ValidBuilder().Build();
   FindNodeDef(def, "relu")->set_name("");
   EXPECT_THAT(ErrorOf(def), HasSubstr("empty name"));
+}
+
+// ---- Reversible blocks ------------------------------------------------------------------
+
+// Returns the 2-block chain of reversible_testing.h (blocks b0 and b1), batch norm on.
+proto::GraphDef TwoBlocks() {
+  RevChainOptions o;
+  o.blocks = 2;
+  return RevChain(o);
+}
+
+proto::ReversibleBlock* Block(proto::GraphDef& def, int k) {
+  return def.mutable_reversible_blocks(k);
+}
+
+TEST(ReversibleBlockTest, ValidChainResolves) {
+  absl::StatusOr<Graph> g = Graph::FromProto(TwoBlocks());
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->reversible_blocks().size(), 2u);
+  const ReversibleBlock& b0 = g->reversible_blocks()[0];
+  const ReversibleBlock& b1 = g->reversible_blocks()[1];
+  EXPECT_EQ(b0.name, "b0");
+  EXPECT_EQ(g->tensor(b0.x1).name, "x1");
+  EXPECT_EQ(g->tensor(b0.x2).name, "x2");
+  EXPECT_EQ(g->tensor(b0.f_output).name, "b0.f.relu");
+  EXPECT_EQ(g->tensor(b0.g_output).name, "b0.g.relu");
+  EXPECT_EQ(b1.x1, b0.y1);
+  EXPECT_EQ(b1.x2, b0.y2);
+  EXPECT_EQ(b0.f_nodes.size(), 3u);
+  // The declaration survives ToProto.
+  absl::StatusOr<Graph> again = Graph::FromProto(g->ToProto());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->reversible_blocks().size(), 2u);
+  EXPECT_EQ(again->reversible_blocks()[1].g_nodes, b1.g_nodes);
+}
+
+TEST(ReversibleBlockTest, UnknownNode) {
+  proto::GraphDef def = TwoBlocks();
+  Block(def, 0)->add_f_nodes("nowhere");
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b0'"), HasSubstr("'nowhere'"),
+                                  HasSubstr("does not exist")));
+}
+
+TEST(ReversibleBlockTest, NodeInTwoBlocks) {
+  proto::GraphDef def = TwoBlocks();
+  Block(def, 1)->add_f_nodes("b0.f.conv");
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b1'"), HasSubstr("'b0.f.conv'"),
+                                  HasSubstr("already in block 'b0'")));
+}
+
+TEST(ReversibleBlockTest, DuplicateName) {
+  proto::GraphDef def = TwoBlocks();
+  Block(def, 1)->set_name("b0");
+  EXPECT_THAT(ErrorOf(def), HasSubstr("reversible block 'b0' is defined twice"));
+}
+
+TEST(ReversibleBlockTest, CouplingNotAdd) {
+  proto::GraphDef def = TwoBlocks();
+  FindNodeDef(def, "b0.y1")->set_op("Mul");
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b0'"), HasSubstr("'b0.y1'"),
+                                  HasSubstr("is Mul, needs Add")));
+}
+
+TEST(ReversibleBlockTest, CouplingWithoutF) {
+  proto::GraphDef def = TwoBlocks();
+  // y1 = x1 + x1: no input comes from F.
+  FindNodeDef(def, "b0.y1")->set_inputs(1, "x1");
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b0'"),
+                                  HasSubstr("coupling node 'b0.y1' must add one output of F")));
+}
+
+TEST(ReversibleBlockTest, FReadsX1) {
+  proto::GraphDef def = TwoBlocks();
+  // F's convolution reads x1 instead of x2.
+  FindNodeDef(def, "b0.f.conv")->set_inputs(0, "x1");
+  EXPECT_THAT(ErrorOf(def),
+              AllOf(HasSubstr("reversible block 'b0'"), HasSubstr("F node 'b0.f.conv' reads 'x1'"),
+                    HasSubstr("only x2 'x2'")));
+}
+
+TEST(ReversibleBlockTest, GReadsX2) {
+  proto::GraphDef def = TwoBlocks();
+  FindNodeDef(def, "b1.g.conv")->set_inputs(0, "b0.y2");
+  EXPECT_THAT(ErrorOf(def),
+              AllOf(HasSubstr("reversible block 'b1'"),
+                    HasSubstr("G node 'b1.g.conv' reads 'b0.y2'"), HasSubstr("only y1 'b1.y1'")));
+}
+
+TEST(ReversibleBlockTest, GReadsInsideF) {
+  proto::GraphDef def = TwoBlocks();
+  FindNodeDef(def, "b0.g.conv")->set_inputs(0, "b0.f.bn");
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b0'"),
+                                  HasSubstr("G node 'b0.g.conv' reads 'b0.f.bn'")));
+}
+
+TEST(ReversibleBlockTest, InsideTensorReadOutside) {
+  proto::GraphDef def = TwoBlocks();
+  // A node after the chain reads F's batch norm of block 1 besides the coupling.
+  proto::NodeDef* spy = def.add_nodes();
+  spy->set_name("spy");
+  spy->set_op("ReLU");
+  spy->add_inputs("b1.f.bn");
+  spy->add_outputs("spy");
+  EXPECT_THAT(ErrorOf(def),
+              AllOf(HasSubstr("reversible block 'b1'"),
+                    HasSubstr("tensor 'b1.f.bn' written inside F is read outside the block "
+                              "by node 'spy'")));
+}
+
+TEST(ReversibleBlockTest, StridedFDoesNotCouple) {
+  RevChainOptions o;
+  o.blocks = 1;
+  o.batch_norm = false;
+  proto::GraphDef def = RevChain(o);
+  // F ends in a global pool: [2, 2, 1, 1] broadcasts against x1 [2, 2, 4, 4] in the Add,
+  // but cannot be inverted.
+  proto::NodeDef* relu = FindNodeDef(def, "b0.f.relu");
+  relu->set_op("GlobalAvgPool");
+  EXPECT_THAT(ErrorOf(def),
+              AllOf(HasSubstr("reversible block 'b0'"),
+                    HasSubstr("F's output 'b0.f.relu' is float32 [2,2,1,1]"),
+                    HasSubstr("x1 'x1' is float32 [2,2,4,4]"), HasSubstr("stride 1")));
+}
+
+TEST(ReversibleBlockTest, SameHalves) {
+  RevChainOptions o;
+  o.blocks = 1;
+  proto::GraphDef def = RevChain(o);
+  // y1 = x2 + F(x2): x1 is x2.
+  FindNodeDef(def, "b0.y1")->set_inputs(0, "x2");
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b0'"),
+                                  HasSubstr("x1 and x2 are the same tensor 'x2'")));
+}
+
+TEST(ReversibleBlockTest, EmptyG) {
+  proto::GraphDef def = TwoBlocks();
+  Block(def, 0)->clear_g_nodes();
+  EXPECT_THAT(ErrorOf(def), AllOf(HasSubstr("reversible block 'b0'"),
+                                  HasSubstr("at least one node in F and in G")));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "graph/zoo_internal.h"
 #include "util/status_macros.h"
@@ -57,6 +58,23 @@ ModelSpec ResNetSpec(int depth) {
           }};
 }
 
+ModelSpec RevNetSpec(int depth) {
+  const bool imagenet = depth == 104;
+  std::vector<OptionSpec> options = imagenet ? ImageOptions() : ImageOptions(32, 3, 10);
+  options.push_back(Option("reversible", 1, 1,
+                           "1 declares the reversible blocks (rebuilt in the backward pass); 0 "
+                           "builds the same network without them (keeps every activation)",
+                           /*min_value=*/0));
+  return {absl::StrCat("revnet", depth),
+          absl::StrCat("RevNet-", depth, " (Gomez et al. 2017, ", imagenet ? "ImageNet" : "CIFAR",
+                       "; the paper counts ",
+                       absl::StrFormat("%.2fM", zoo_internal::RevNetPaperParameters(depth) / 1e6),
+                       " parameters)"),
+          options, [depth](int64_t batch, const ZooOptions& o) {
+            return zoo_internal::BuildRevNet(depth, batch, o);
+          }};
+}
+
 ModelSpec MlpSpec() {
   return {"mlp",
           "multilayer perceptron: Linear+ReLU hidden layers, then a Linear classifier",
@@ -102,6 +120,14 @@ const std::vector<ModelSpec>& Registry() {
        "layers",
        ImageOptions(/*image_size=*/28, /*channels=*/1, /*classes=*/10),
        zoo_internal::BuildSmallCnn},
+      RevNetSpec(38),
+      RevNetSpec(110),
+      RevNetSpec(164),
+      RevNetSpec(104),
+      {"resnet164_cifar",
+       "pre-activation ResNet-164 for CIFAR (He et al. 2016; 1.7M parameters): the network "
+       "RevNet-164 is compared with",
+       ImageOptions(32, 3, 10), zoo_internal::BuildPreactResNet164},
   };
   return *registry;
 }

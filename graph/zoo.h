@@ -51,7 +51,8 @@ struct ZooModelInfo {
 };
 
 // Returns every zoo model, in a fixed order: mlp, resnet18, resnet34, resnet50, resnet101,
-// resnet152, vgg16, mobilenet_v2, transformer. Thread-safe.
+// resnet152, vgg16, mobilenet_v2, transformer, small_cnn, revnet38, revnet110, revnet164,
+// revnet104, resnet164_cifar. Thread-safe.
 const std::vector<ZooModelInfo>& ZooModels();
 
 }  // namespace headroom::graph

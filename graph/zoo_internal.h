@@ -30,6 +30,21 @@ absl::StatusOr<proto::GraphDef> BuildMlp(int64_t batch, const ZooOptions& option
 // REQUIRES: depth is 18, 34, 50, 101 or 152.
 absl::StatusOr<proto::GraphDef> BuildResNet(int depth, int64_t batch, const ZooOptions& options);
 
+// revnet38/110/164 (CIFAR) and revnet104 (ImageNet), Gomez et al. 2017: stages of units
+// y1 = x1 + F(x2), y2 = x2 + G(y1) over the two halves of the channels, pre-activation
+// residual functions F and G (basic or bottleneck); the first unit of every stage after the
+// first downsamples (stride 2, 1x1 projections of the halves) and is not reversible; the
+// others are declared reversible blocks unless option reversible is 0. Options image_size,
+// channels, classes, reversible. REQUIRES: depth is 38, 110, 164 or 104.
+absl::StatusOr<proto::GraphDef> BuildRevNet(int depth, int64_t batch, const ZooOptions& options);
+// Returns the parameter count the RevNet paper gives for `depth` (Table 1).
+int64_t RevNetPaperParameters(int depth);
+
+// resnet164_cifar: the pre-activation ResNet-164 for CIFAR (He et al. 2016): 3 stages of 18
+// bottleneck units (64, 128, 256 channels out), 1x1 projection shortcuts where the shape
+// changes. Options image_size, channels, classes.
+absl::StatusOr<proto::GraphDef> BuildPreactResNet164(int64_t batch, const ZooOptions& options);
+
 // vgg16 (torchvision layout, no batch norm): options image_size, classes.
 absl::StatusOr<proto::GraphDef> BuildVgg16(int64_t batch, const ZooOptions& options);
 

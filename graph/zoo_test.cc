@@ -1,6 +1,7 @@
 #include "graph/zoo.h"
 
 #include <cstdint>
+#include <iostream>
 #include <map>
 #include <set>
 #include <string>
@@ -94,6 +95,11 @@ std::vector<std::pair<std::string, Options>> SmallModels() {
           {"vgg16", {}},
           {"mobilenet_v2", {}},
           {"small_cnn", {}},
+          {"revnet38", {}},
+          {"revnet110", {}},
+          {"revnet164", {}},
+          {"revnet104", {{"image_size", 64}}},
+          {"resnet164_cifar", {}},
           {"transformer",
            {{"layers", 2},
             {"d_model", 64},
@@ -110,9 +116,10 @@ std::vector<std::pair<std::string, Options>> SmallModels() {
 TEST(ZooModelsTest, ListsEveryModelInOrder) {
   std::vector<std::string> names;
   for (const ZooModelInfo& info : ZooModels()) names.push_back(info.name);
-  EXPECT_THAT(names, ElementsAre("mlp", "resnet18", "resnet34", "resnet50", "resnet101",
-                                 "resnet152", "vgg16", "mobilenet_v2", "transformer",
-                                 "small_cnn"));
+  EXPECT_THAT(names,
+              ElementsAre("mlp", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+                          "vgg16", "mobilenet_v2", "transformer", "small_cnn", "revnet38",
+                          "revnet110", "revnet164", "revnet104", "resnet164_cifar"));
 }
 
 TEST(ZooModelsTest, EveryModelAndOptionIsDocumented) {
@@ -413,6 +420,37 @@ TEST(ZooErrorTest, OptionsAndBatchAboveTheirMaximumNamedWithTheLimit) {
   MustBuild("mlp", 2, {{"depth", 1000}, {"width", 8}, {"input", 8}});
 }
 
+// RevNets: the parameter count beside the paper's (Table 1), within 5% (our downsampling
+// units use 1x1 projections of the halves); the reversible blocks validate; option
+// reversible 0 gives the same nodes and parameters without the declarations.
+TEST(ZooRevNetTest, ParameterCountsBesideThePapers) {
+  const std::map<std::string, std::pair<uint64_t, int>> paper = {
+      {"revnet38", {460'000, 7}},      // Reversible blocks: 3 + 2 + 2.
+      {"revnet110", {1'730'000, 25}},  // 9 + 8 + 8.
+      {"revnet164", {1'750'000, 25}},
+      {"revnet104", {12'400'000, 14}}};  // 2 + 1 + 10 + 1 (batch 1 at 224).
+  for (const auto& [name, expected] : paper) {
+    const proto::GraphDef def = MustBuild(name, 1);
+    const uint64_t count = CountParameters(def);
+    std::cout << name << ": " << count << " parameters, the paper " << expected.first << " ("
+              << 100.0 * count / expected.first << "%)\n";
+    EXPECT_NEAR(static_cast<double>(count), expected.first, 0.05 * expected.first) << name;
+    absl::StatusOr<Graph> g = Graph::FromProto(def);
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status();
+    EXPECT_EQ(g->reversible_blocks().size(), static_cast<size_t>(expected.second)) << name;
+    const proto::GraphDef plain = MustBuild(name, 1, {{"reversible", 0}});
+    EXPECT_EQ(plain.reversible_blocks_size(), 0) << name;
+    EXPECT_EQ(plain.nodes_size(), def.nodes_size()) << name;
+    EXPECT_EQ(CountParameters(plain), count) << name;
+  }
+  // The pre-activation ResNet-164 of He et al. 2016: 1.7M parameters.
+  const uint64_t resnet164 = CountParameters(MustBuild("resnet164_cifar", 1));
+  std::cout << "resnet164_cifar: " << resnet164 << " parameters, the paper 1700000\n";
+  EXPECT_NEAR(static_cast<double>(resnet164), 1.7e6, 0.05 * 1.7e6);
+  EXPECT_THAT(MustFail("revnet104", 1, {{"image_size", 48}}),
+              HasSubstr("revnet104: image_size 48 is not a multiple of 32"));
+}
+
 TEST(ZooErrorTest, TransformerHeadsMustDivideDModel) {
   const std::string message = MustFail("transformer", 1, {{"d_model", 100}, {"heads", 12}});
   EXPECT_THAT(message, HasSubstr("d_model 100"));
@@ -487,7 +525,8 @@ TEST(ZooFromProtoTest, EveryModelAtBatchTwo) {
   for (const auto& [name, options] : SmallModels()) {
     SCOPED_TRACE(name);
     const proto::GraphDef def = MustBuild(name, 2, options);
-    if (name == "mlp" || name == "small_cnn") {
+    if (name == "mlp" || name == "small_cnn" || name == "revnet38" || name == "revnet110" ||
+        name == "revnet164" || name == "resnet164_cifar") {
       ExpectValid(def, {2, 10});
     } else if (name == "transformer") {
       ExpectValid(def, {2, 16, 100});

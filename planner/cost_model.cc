@@ -182,6 +182,7 @@ NodeWork EstimateNodeWork(const graph::Graph& forward, const TrainingGraph& grap
       break;
     }
     case NodeKind::kAccumulate:
+    case NodeKind::kRebuild:  // One subtraction per element.
       work.flops = graph.tensor(node.outputs[0]).bytes / 4;
       break;
     case NodeKind::kUpdate:  // Momentum: 4 flops per element; Adam: about 12.

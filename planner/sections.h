@@ -145,6 +145,9 @@ struct SectionedStep {
   double host_update_seconds = 0;
   uint64_t optimizer_copy_bytes = 0;
   bool optimizer_state_on_host() const { return !host_updates.empty(); }
+  // Only in a step that rebuilds reversible blocks (planner/reversible.h): (the forward's
+  // tensor, its rebuilt copy) for every tensor a rebuild writes anew, in the order written.
+  std::vector<std::pair<TensorId, TensorId>> rebuilt;
 };
 
 // The cost of each node of a training graph, by node id. An expanded step's nodes cost what

@@ -29,6 +29,8 @@ const char* NodeKindName(NodeKind kind) {
       return "offload";
     case NodeKind::kPrefetch:
       return "prefetch";
+    case NodeKind::kRebuild:
+      return "rebuild";
   }
   return "unknown";
 }

@@ -34,6 +34,9 @@ enum class NodeKind {
                 // dies here.
   kPrefetch,    // Issues the copy of an offloaded section input back to the device; writes
                 // the device copy the section's backward reads.
+  // Only in a step that rebuilds reversible blocks (planner/reversible.h):
+  kRebuild,     // Op "Sub": rebuilds an input of a reversible block from its output,
+                // x2 = y2 - G(y1) or x1 = y1 - F(x2); inputs {y, F or G re-run}.
 };
 
 // Returns "forward", "backward", ...
@@ -149,6 +152,7 @@ class TrainingGraph {
  private:
   friend class TrainingGraphBuilder;
   friend class SectionExpander;
+  friend class ReversibleExpander;
   TrainingGraph() = default;
 
   // Returns the id of `tensor`, appended.

@@ -1,0 +1,206 @@
+// Reversible blocks on the CPU backend: a step that rebuilds every block (planner/
+// reversible.h) against the same step keeping everything. The gradients agree within float32
+// rounding (the post's check: under 1e-6), batch-norm running statistics are updated once
+// per step, dropout replays its mask bit for bit, and the arena's measured peak is the plan's.
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/cpu/cpu_backend.h"
+#include "executor/trainer.h"
+#include "graph/graph.h"
+#include "graph/reversible_testing.h"
+#include "gtest/gtest.h"
+#include "util/check.h"
+
+namespace headroom::executor {
+namespace {
+
+struct TrainRun {
+  std::vector<HostTensor> initial;
+  std::vector<HostTensor> state;
+  std::vector<StepResult> steps;
+  uint64_t predicted_peak_bytes = 0;
+  int rebuild_nodes = 0;
+};
+
+// Trains `steps` steps of `forward` from seed 7 with plain SGD at learning rate `lr`
+// (momentum 0, so the first step moves each parameter by exactly lr * its gradient).
+TrainRun Train(const graph::Graph& forward, bool rebuild, int steps, double lr = 1,
+               int64_t check_every = 0) {
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  TrainerOptions options;
+  options.seed = 7;
+  options.rebuild_reversible = rebuild;
+  options.check_rebuild_every = check_every;
+  options.optimizer_params.learning_rate = lr;
+  options.optimizer_params.momentum = 0;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(forward, backend.get(), options);
+  CHECK(trainer.ok()) << trainer.status();
+  TrainRun run;
+  run.initial = (*trainer)->State().value();
+  run.predicted_peak_bytes = (*trainer)->plan().peak_bytes;
+  for (const planner::TrainingNode& n : (*trainer)->plan().step->graph.nodes()) {
+    run.rebuild_nodes += n.kind == planner::NodeKind::kRebuild;
+  }
+  for (int i = 0; i < steps; ++i) {
+    absl::StatusOr<StepResult> r = (*trainer)->Step();
+    CHECK(r.ok()) << r.status();
+    run.steps.push_back(*r);
+  }
+  run.state = (*trainer)->State().value();
+  return run;
+}
+
+graph::Graph Chain(const graph::RevChainOptions& o) {
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::RevChain(o));
+  CHECK(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+bool IsRunningStat(const std::string& name) { return name.find("running_") != std::string::npos; }
+
+// Returns the largest |a - b| over the float32 parameters (not running statistics).
+double MaxParameterDifference(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
+  CHECK(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].name == b[i].name);
+    if (IsRunningStat(a[i].name) || a[i].dtype != proto::DTYPE_FLOAT32) continue;
+    for (int64_t k = 0; k < a[i].num_elements(); ++k) {
+      worst = std::max(worst, static_cast<double>(std::fabs(a[i].f32()[k] - b[i].f32()[k])));
+    }
+  }
+  return worst;
+}
+
+void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
+  for (const StepResult& s : run.steps) {
+    EXPECT_EQ(s.arena_high_water_bytes, run.predicted_peak_bytes)
+        << what << " step " << s.step << ": measured high-water mark vs planned peak";
+  }
+}
+
+// The post's check: one block at small sizes; the gradients of the step that rebuilds the
+// block against the true ones (the step that keeps everything). Read as the first step's
+// parameter change at learning rate 1, momentum 0: p1 = p0 - g, so the parameters differ by
+// the gradients' difference plus the rounding of p0 - g (half an ulp of p1, below 6e-8 here).
+TEST(ReversibleExecutorTest, OneBlockGradientsMatchWithin1e6) {
+  graph::RevChainOptions o;
+  o.blocks = 1;
+  o.batch = 4;
+  o.half_channels = 3;
+  o.size = 5;
+  const graph::Graph g = Chain(o);
+  const TrainRun keep = Train(g, false, 1);
+  const TrainRun rebuild = Train(g, true, 1);
+  ASSERT_EQ(keep.rebuild_nodes, 0);
+  ASSERT_EQ(rebuild.rebuild_nodes, 2);
+  // The gradients are not zero: the step moved the parameters.
+  EXPECT_GT(MaxParameterDifference(keep.initial, keep.state), 1e-3);
+  const double diff = MaxParameterDifference(keep.state, rebuild.state);
+  std::cout << "one block: max |g_rebuilt - g_true| = " << diff << "\n";
+  EXPECT_LT(diff, 1e-6);
+  EXPECT_EQ(keep.steps[0].loss, rebuild.steps[0].loss) << "the forward pass is the same";
+  ExpectPredictedIsMeasured(keep, "keep");
+  ExpectPredictedIsMeasured(rebuild, "rebuild");
+}
+
+// A chain of 8 blocks in float32 (the CPU backend has no float64): the rebuild error grows
+// with depth; the bound stated here is 1e-5.
+TEST(ReversibleExecutorTest, EightBlockGradientsMatchWithin1e5) {
+  graph::RevChainOptions o;
+  o.blocks = 8;
+  o.batch = 4;
+  o.half_channels = 3;
+  o.size = 5;
+  const graph::Graph g = Chain(o);
+  const TrainRun keep = Train(g, false, 1);
+  const TrainRun rebuild = Train(g, true, 1, 1, /*check_every=*/1);
+  ASSERT_EQ(rebuild.rebuild_nodes, 16);
+  const double diff = MaxParameterDifference(keep.state, rebuild.state);
+  std::cout << "8 blocks: max |g_rebuilt - g_true| = " << diff
+            << ", max_rebuild_error = " << rebuild.steps[0].max_rebuild_error << "\n";
+  EXPECT_LT(diff, 1e-5);
+  EXPECT_GE(rebuild.steps[0].max_rebuild_error, 0) << "the step was checked";
+  EXPECT_LT(rebuild.steps[0].max_rebuild_error, 1e-5);
+  ExpectPredictedIsMeasured(rebuild, "rebuild");
+  // Rebuilding keeps less than keeping everything.
+  EXPECT_LT(rebuild.predicted_peak_bytes, keep.predicted_peak_bytes);
+}
+
+// Batch norm's running statistics are updated once per step: by the forward, never by the
+// rebuild's re-run of F and G. After one step they are bitwise those of the step that keeps
+// everything (whose forward is the same); a second update would move them again.
+TEST(ReversibleExecutorTest, BatchNormStatisticsUpdatedOncePerStep) {
+  graph::RevChainOptions o;
+  o.blocks = 2;
+  o.batch = 4;
+  const graph::Graph g = Chain(o);
+  const TrainRun keep = Train(g, false, 1);
+  const TrainRun rebuild = Train(g, true, 1);
+  int stats = 0;
+  for (size_t i = 0; i < keep.state.size(); ++i) {
+    if (!IsRunningStat(keep.state[i].name)) continue;
+    ++stats;
+    EXPECT_NE(keep.state[i].bytes, keep.initial[i].bytes) << keep.state[i].name << " moved";
+    EXPECT_EQ(keep.state[i].bytes, rebuild.state[i].bytes) << keep.state[i].name;
+  }
+  EXPECT_EQ(stats, 8);  // 2 blocks x (F, G) x (mean, var).
+}
+
+// Dropout inside F and G: the rebuild replays each mask bit for bit (checked against the
+// forward's copies every step), and the gradients still agree.
+TEST(ReversibleExecutorTest, DropoutMaskReplayedBitwise) {
+  graph::RevChainOptions o;
+  o.blocks = 2;
+  o.batch = 4;
+  o.dropout = 0.3;
+  const graph::Graph g = Chain(o);
+  const TrainRun keep = Train(g, false, 3, 0.05);
+  const TrainRun rebuild = Train(g, true, 3, 0.05, /*check_every=*/1);
+  for (const StepResult& s : rebuild.steps) {
+    EXPECT_GE(s.max_rebuild_error, 0) << "step " << s.step << " checked";
+    EXPECT_LT(s.max_rebuild_error, 1e-5) << "step " << s.step;
+    EXPECT_EQ(s.rebuild_mismatches, 0) << "step " << s.step << ": a mask differs";
+  }
+  EXPECT_LT(MaxParameterDifference(keep.state, rebuild.state), 1e-6);
+  ExpectPredictedIsMeasured(rebuild, "rebuild with dropout");
+}
+
+// Measured peak equals predicted, and the plan is flat in depth where keeping grows.
+TEST(ReversibleExecutorTest, MeasuredPeakIsPlannedAndFlatInDepth) {
+  auto peaks = [](int blocks) {
+    graph::RevChainOptions o;
+    o.blocks = blocks;
+    o.batch = 8;
+    o.half_channels = 8;
+    o.size = 16;
+    const graph::Graph g = Chain(o);
+    const TrainRun keep = Train(g, false, 2, 0.01);
+    const TrainRun rebuild = Train(g, true, 2, 0.01);
+    ExpectPredictedIsMeasured(keep, "keep");
+    ExpectPredictedIsMeasured(rebuild, "rebuild");
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_NEAR(keep.steps[i].loss, rebuild.steps[i].loss, 1e-5) << blocks << " step " << i;
+    }
+    std::cout << blocks << " blocks: keep peak " << keep.predicted_peak_bytes << " B, rebuild peak "
+              << rebuild.predicted_peak_bytes << " B\n";
+    return std::make_pair(keep.predicted_peak_bytes, rebuild.predicted_peak_bytes);
+  };
+  const auto [keep2, rebuild2] = peaks(2);
+  const auto [keep8, rebuild8] = peaks(8);
+  // 6 more blocks: keeping adds at least 6 x 4 activations of [8, 8, 16, 16] floats (64 KiB
+  // each); rebuilding adds at most their persistent bytes: per block two 3x3 8->8
+  // convolutions (2304 B each) and two batch norms (4 x 32 B each), three times over
+  // (parameters, gradients, optimizer state).
+  const uint64_t block_parameter_bytes = 2 * 2304 + 2 * 4 * 32;
+  EXPECT_GT(keep8 - keep2, 6u * 4 * 65536);
+  EXPECT_LE(rebuild8 - rebuild2, 6u * 3 * block_parameter_bytes);
+}
+
+}  // namespace
+}  // namespace headroom::executor

@@ -1,0 +1,273 @@
+// Reversible blocks: the targets, measured. `bazel run -c opt //executor:revnet_bench`
+// prints
+//   1. planned activation peaks at batch 128 on 32x32 (the arena less the parameters,
+//      buffers, optimizer state and one gradient per parameter): revnet164 against revnet38
+//      (target <= 1.25x), and revnet164 rebuilt against resnet164_cifar and revnet164
+//      keeping everything (target >= 4x less);
+//   2. training runs at a smaller batch (--batch, default 16) on the CPU backend, each in its
+//      own process: the OS's maximum RSS (VmHWM of /proc/self/status) and the median step
+//      time, for revnet164 rebuilt and kept, resnet164_cifar kept, revnet38 rebuilt and kept;
+//      the ratios rebuild/keep of time (target <= 1.35x) and of RSS above the process's start.
+// `revnet_bench train MODEL BATCH STEPS keep|rebuild` runs one training run and prints one
+// line of figures (what part 2 runs in its child processes).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "executor/cpu/cpu_backend.h"
+#include "executor/trainer.h"
+#include "graph/graph.h"
+#include "graph/zoo.h"
+#include "planner/cost_model.h"
+#include "planner/memory_planner.h"
+#include "planner/offset_assigner.h"
+#include "planner/reversible.h"
+#include "planner/sections.h"
+#include "planner/training_graph.h"
+#include "util/check.h"
+
+namespace headroom::executor {
+namespace {
+
+graph::Graph Build(const std::string& name, uint64_t batch, bool reversible) {
+  std::map<std::string, int64_t> options;
+  if (name.rfind("revnet", 0) == 0) options["reversible"] = reversible ? 1 : 0;
+  absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(graph::ZooSpec(name, batch, options));
+  CHECK(def.ok()) << def.status();
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
+  CHECK(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+struct Planned {
+  uint64_t arena_bytes = 0;
+  uint64_t persistent_bytes = 0;  // Parameters, buffers, optimizer state, parameter gradients.
+  uint64_t activation_bytes() const { return arena_bytes - persistent_bytes; }
+};
+
+// Plans `name` at `batch`, rebuilding every reversible block or keeping everything.
+Planned Plan(const std::string& name, uint64_t batch, bool rebuild) {
+  const graph::Graph g = Build(name, batch, rebuild);
+  const planner::TrainingGraph t = planner::TrainingGraph::Build(g, {}).value();
+  const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+  planner::MemoryPlan plan;
+  if (rebuild) {
+    const planner::ReversibleStep r = planner::ExpandReversible(g, t, cost).value();
+    plan =
+        planner::PlanScheduledGraph(r.step.graph, r.step.schedule, planner::kDefaultAlignmentBytes,
+                                    planner::DefaultStrategies())
+            .value();
+  } else {
+    const planner::SectionedStep s = planner::ExpandSections(t, {}, cost).value();
+    plan = planner::PlanScheduledGraph(s.graph, s.schedule, planner::kDefaultAlignmentBytes,
+                                       planner::DefaultStrategies())
+               .value();
+  }
+  Planned p;
+  p.arena_bytes = plan.arena_bytes;
+  for (const planner::TrainingTensor& tensor : t.tensors()) {
+    if (tensor.persistent()) p.persistent_bytes += tensor.bytes;
+    if (tensor.role == proto::ROLE_PARAMETER) p.persistent_bytes += tensor.bytes;  // Its gradient.
+  }
+  return p;
+}
+
+double MiB(uint64_t bytes) { return bytes / 1048576.0; }
+
+void PrintPlanned() {
+  constexpr uint64_t kBatch = 128;
+  std::cout << "== Planned activation peaks, batch " << kBatch << ", 32x32 (arena less "
+            << "parameters, buffers, optimizer state and one gradient per parameter) ==\n";
+  struct Row {
+    std::string name;
+    bool rebuild;
+    Planned p;
+  };
+  std::vector<Row> rows;
+  for (const auto& [name, rebuild] :
+       std::vector<std::pair<std::string, bool>>{{"revnet38", true},
+                                                 {"revnet38", false},
+                                                 {"revnet110", true},
+                                                 {"revnet110", false},
+                                                 {"revnet164", true},
+                                                 {"revnet164", false},
+                                                 {"resnet164_cifar", false}}) {
+    rows.push_back({name, rebuild, Plan(name, kBatch, rebuild)});
+    const Row& r = rows.back();
+    std::cout << absl::StrFormat("%-16s %-8s arena %9.1f MiB  activations %9.1f MiB\n", name,
+                                 rebuild ? "rebuild" : "keep", MiB(r.p.arena_bytes),
+                                 MiB(r.p.activation_bytes()));
+  }
+  auto find = [&](const std::string& name, bool rebuild) {
+    for (const Row& r : rows) {
+      if (r.name == name && r.rebuild == rebuild) return r.p.activation_bytes();
+    }
+    return uint64_t{0};
+  };
+  std::cout << absl::StrFormat(
+      "revnet164 / revnet38 activations, both rebuilt: %.2fx (target <= 1.25x)\n",
+      static_cast<double>(find("revnet164", true)) / find("revnet38", true));
+  std::cout << absl::StrFormat(
+      "revnet110 / revnet38 activations, both rebuilt (same basic widths, 3x the depth): "
+      "%.2fx\n",
+      static_cast<double>(find("revnet110", true)) / find("revnet38", true));
+  std::cout << absl::StrFormat(
+      "resnet164_cifar kept / revnet164 rebuilt: %.2fx less (target >= 4x)\n",
+      static_cast<double>(find("resnet164_cifar", false)) / find("revnet164", true));
+  std::cout << absl::StrFormat(
+      "revnet164 kept / revnet164 rebuilt: %.2fx less\n",
+      static_cast<double>(find("revnet164", false)) / find("revnet164", true));
+  std::cout << absl::StrFormat(
+      "revnet110 kept / revnet110 rebuilt: %.2fx less\n",
+      static_cast<double>(find("revnet110", false)) / find("revnet110", true));
+}
+
+// Returns a field of /proc/self/status in bytes (VmRSS, VmHWM), or 0.
+uint64_t StatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::strtoull(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+
+// One training run; prints "planned_bytes step_seconds start_rss_bytes max_rss_bytes loss".
+int TrainOne(const std::string& name, uint64_t batch, int steps, bool rebuild) {
+  const uint64_t start_rss = StatusBytes("VmRSS");
+  const graph::Graph g = Build(name, batch, rebuild);
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  TrainerOptions options;
+  options.seed = 3;
+  options.rebuild_reversible = rebuild;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(g, backend.get(), options);
+  CHECK(trainer.ok()) << trainer.status();
+  std::vector<double> seconds;
+  double loss = 0;
+  for (int i = 0; i < steps; ++i) {
+    absl::StatusOr<StepResult> r = (*trainer)->Step();
+    CHECK(r.ok()) << r.status();
+    if (i > 0) seconds.push_back(r->seconds);
+    loss = r->loss;
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds.empty() ? 0 : seconds[seconds.size() / 2];
+  std::cout << (*trainer)->plan().peak_bytes << " " << median << " " << start_rss << " "
+            << StatusBytes("VmHWM") << " " << loss << "\n";
+  return 0;
+}
+
+struct Trained {
+  uint64_t planned = 0;
+  double step_seconds = 0;
+  uint64_t start_rss = 0, max_rss = 0;
+  double loss = 0;
+};
+
+Trained RunChild(const std::string& self, const std::string& name, uint64_t batch, int steps,
+                 bool rebuild) {
+  const std::string command = absl::StrCat(self, " train ", name, " ", batch, " ", steps, " ",
+                                           rebuild ? "rebuild" : "keep");
+  FILE* pipe = popen(command.c_str(), "r");
+  CHECK(pipe != nullptr) << command;
+  char buffer[512] = {0};
+  std::string out;
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  CHECK(pclose(pipe) == 0) << command << ": " << out;
+  Trained t;
+  std::istringstream in(out);
+  in >> t.planned >> t.step_seconds >> t.start_rss >> t.max_rss >> t.loss;
+  return t;
+}
+
+void PrintTrained(const std::string& self, uint64_t batch, int steps) {
+  std::cout << "== Training on the CPU backend, batch " << batch << ", 32x32, " << steps
+            << " steps (median step after the first; RSS from /proc/self/status) ==\n";
+  struct Row {
+    std::string name;
+    bool rebuild;
+    Trained t;
+  };
+  std::vector<Row> rows;
+  for (const auto& [name, rebuild] :
+       std::vector<std::pair<std::string, bool>>{{"revnet38", false},
+                                                 {"revnet38", true},
+                                                 {"revnet164", false},
+                                                 {"revnet164", true},
+                                                 {"resnet164_cifar", false}}) {
+    rows.push_back({name, rebuild, RunChild(self, name, batch, steps, rebuild)});
+    const Trained& t = rows.back().t;
+    std::cout << absl::StrFormat(
+        "%-16s %-8s planned %8.1f MiB  max RSS %8.1f MiB (%8.1f above start)  step %.3f s  "
+        "loss %.4f\n",
+        name, rebuild ? "rebuild" : "keep", MiB(t.planned), MiB(t.max_rss),
+        MiB(t.max_rss - t.start_rss), t.step_seconds, t.loss);
+  }
+  auto find = [&](const std::string& name, bool rebuild) {
+    for (const Row& r : rows) {
+      if (r.name == name && r.rebuild == rebuild) return r.t;
+    }
+    return Trained{};
+  };
+  for (const char* name : {"revnet38", "revnet164"}) {
+    const Trained keep = find(name, false), rebuild = find(name, true);
+    std::cout << absl::StrFormat(
+        "%s step time rebuild / keep: %.2fx (target <= 1.35x); RSS above start keep / "
+        "rebuild: %.2fx; planned keep / rebuild: %.2fx\n",
+        name, rebuild.step_seconds / keep.step_seconds,
+        static_cast<double>(keep.max_rss - keep.start_rss) / (rebuild.max_rss - rebuild.start_rss),
+        static_cast<double>(keep.planned) / rebuild.planned);
+  }
+  const Trained resnet = find("resnet164_cifar", false), rev = find("revnet164", true);
+  std::cout << absl::StrFormat(
+      "resnet164_cifar kept / revnet164 rebuilt, RSS above start: %.2fx; planned: %.2fx\n",
+      static_cast<double>(resnet.max_rss - resnet.start_rss) / (rev.max_rss - rev.start_rss),
+      static_cast<double>(resnet.planned) / rev.planned);
+}
+
+}  // namespace
+}  // namespace headroom::executor
+
+int main(int argc, char** argv) {
+  using headroom::executor::PrintPlanned;
+  if (argc == 6 && std::strcmp(argv[1], "train") == 0) {
+    return headroom::executor::TrainOne(argv[2], std::strtoull(argv[3], nullptr, 10),
+                                        std::atoi(argv[4]), std::strcmp(argv[5], "rebuild") == 0);
+  }
+  uint64_t batch = 16;
+  int steps = 6;
+  bool plan_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+      batch = std::strtoull(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--plan-only") == 0)
+      plan_only = true;
+    else {
+      std::cerr << "usage: revnet_bench [--batch N] [--steps N] [--plan-only] | train MODEL "
+                   "BATCH STEPS keep|rebuild\n";
+      return 2;
+    }
+  }
+  PrintPlanned();
+  if (plan_only) return 0;
+  char self[4096] = {0};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return 1;
+  headroom::executor::PrintTrained(self, batch, steps);
+  return 0;
+}
