@@ -5,9 +5,11 @@
 #include <queue>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "graph/reversible_block.h"
+#include "util/printable.h"
 #include "util/status_macros.h"
 
 namespace headroom::graph {
@@ -96,6 +98,7 @@ class GraphLoader {
   explicit GraphLoader(const proto::GraphDef& def) : def_(def) {}
 
   absl::StatusOr<Graph> Load() {
+    RETURN_IF_ERROR(CheckNamesAreUtf8());
     graph_.name_ = def_.name();
     RETURN_IF_ERROR(DeclareTensors());
     RETURN_IF_ERROR(DeclareNodes());
@@ -108,6 +111,30 @@ class GraphLoader {
   }
 
  private:
+  // Phase 0: every name (the graph's, tensors', nodes' and their operands', the loss's) is
+  // UTF-8. Plans, profiles and errors carry them in proto3 strings, which a reader refuses to
+  // parse otherwise (an ONNX model's names, proto2 strings, are not checked when it parses).
+  absl::Status CheckNamesAreUtf8() const {
+    auto check = [](const std::string& name, const std::string& what) -> absl::Status {
+      if (IsValidUtf8(name)) return absl::OkStatus();
+      return InvalidArgumentError(StrCat(what, " \"", absl::CHexEscape(name),
+                                         "\" is not valid UTF-8"));
+    };
+    RETURN_IF_ERROR(check(def_.name(), "the graph's name"));
+    for (const proto::TensorDef& t : def_.tensors()) RETURN_IF_ERROR(check(t.name(), "tensor"));
+    for (int i = 0; i < def_.nodes_size(); ++i) {
+      const proto::NodeDef& n = def_.nodes(i);
+      const std::string node = StrCat("node ", i);
+      RETURN_IF_ERROR(check(n.name(), StrCat(node, "'s name")));
+      RETURN_IF_ERROR(check(n.op(), StrCat(node, "'s op")));
+      for (const std::string& in : n.inputs()) RETURN_IF_ERROR(check(in, StrCat(node, "'s input")));
+      for (const std::string& out : n.outputs()) {
+        RETURN_IF_ERROR(check(out, StrCat(node, "'s output")));
+      }
+    }
+    return check(def_.loss(), "the loss");
+  }
+
   // Phase 1: every listed tensor, with unique names.
   absl::Status DeclareTensors() {
     for (const proto::TensorDef& t : def_.tensors()) {

@@ -125,6 +125,21 @@ TEST(RejectionTest, TooManyNodesOrTensors) {
   EXPECT_THAT(ErrorOf(tensors), HasSubstr("tensors (listed and node outputs); at most 400000"));
 }
 
+TEST(RejectionTest, NamesThatAreNotUtf8) {
+  // Plans and errors carry names in proto3 strings, which a client would refuse to parse
+  // (an ONNX model's names, proto2 strings, arrive unchecked).
+  proto::GraphDef node = ValidBuilder().Build();
+  FindNodeDef(node, "relu")->set_name("re\xe0lu");
+  EXPECT_THAT(ErrorOf(node), HasSubstr("node 1's name \"re\\xe0lu\" is not valid UTF-8"));
+  proto::GraphDef tensor = ValidBuilder().Build();
+  FindTensorDef(tensor, "x")->set_name("x\xff");
+  EXPECT_THAT(ErrorOf(tensor), HasSubstr("tensor \"x\\xff\" is not valid UTF-8"));
+  // Valid multi-byte names load.
+  proto::GraphDef accented = ValidBuilder().Build();
+  FindNodeDef(accented, "relu")->set_name("r\xc3\xa9lu");
+  EXPECT_TRUE(Graph::FromProto(accented).ok());
+}
+
 TEST(RejectionTest, Cycle) {
   // relu2 reads relu1's output and relu1 reads relu2's: relu1 -> relu2 -> relu1.
   GraphBuilder b("cycle");

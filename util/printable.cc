@@ -49,4 +49,39 @@ bool HasControlCharacters(std::string_view text) {
   return false;
 }
 
+bool IsValidUtf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      ++i;
+      continue;
+    }
+    // The sequence's length and the range of its second byte (RFC 3629's table).
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;
+    if (byte >= 0xc2 && byte <= 0xdf) {
+      length = 2;
+    } else if (byte >= 0xe0 && byte <= 0xef) {
+      length = 3;
+      if (byte == 0xe0) low = 0xa0;   // Overlong below U+0800.
+      if (byte == 0xed) high = 0x9f;  // Surrogates U+D800..U+DFFF.
+    } else if (byte >= 0xf0 && byte <= 0xf4) {
+      length = 4;
+      if (byte == 0xf0) low = 0x90;   // Overlong below U+10000.
+      if (byte == 0xf4) high = 0x8f;  // Above U+10FFFF.
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    const auto second = static_cast<unsigned char>(text[i + 1]);
+    if (second < low || second > high) return false;
+    for (size_t k = 2; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if (next < 0x80 || next > 0xbf) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 }  // namespace headroom

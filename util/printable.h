@@ -21,6 +21,11 @@ std::string PrintableLines(std::string_view text);
 // Returns whether Printable(text) would change `text`.
 bool HasControlCharacters(std::string_view text);
 
+// Returns whether `text` is well-formed UTF-8 (no stray continuation or truncated sequence,
+// no overlong form, surrogate or code point above U+10FFFF): what a protobuf `string` field
+// must hold to parse in proto3.
+bool IsValidUtf8(std::string_view text);
+
 }  // namespace headroom
 
 #endif  // HEADROOM_UTIL_PRINTABLE_H_

@@ -32,5 +32,19 @@ TEST(PrintableTest, PrintableLinesKeepsNewlinesAndTabs) {
             "line 1\n\tline 2\\x1b]0;title\\x07");
 }
 
+TEST(PrintableTest, ValidUtf8) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain"));
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // é, €, an emoji
+  EXPECT_TRUE(IsValidUtf8("\xf4\x8f\xbf\xbf"));                          // U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("/0/\xe0mm"));          // a lead byte without its continuations
+  EXPECT_FALSE(IsValidUtf8("\x80"));               // a stray continuation
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));           // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xe0\x80\xaf"));       // overlong '/' in three bytes
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));       // a surrogate
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));   // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xe2\x82"));           // truncated at the end
+}
+
 }  // namespace
 }  // namespace headroom
