@@ -198,11 +198,16 @@ absl::Status Executor::PrepareStaging() {
     at += RoundUp(step_->graph.tensor(t).bytes, planner::kDefaultAlignmentBytes);
   }
   CHECK(staging_offset_ + at <= predicted_peak_bytes());
-  // Allocated for good, under an id no program buffer has.
-  RETURN_IF_ERROR(arena_
-                      ->Allocate(static_cast<int32_t>(program_.buffers.size()), staging_offset_,
-                                 predicted_peak_bytes() - staging_offset_, "batch staging slot")
-                      .status());
+  // Allocated for good, under an id no program buffer has, and reported as the batch's.
+  ProgramBuffer slot;
+  slot.name = "batch staging slot";
+  slot.role = profiler::MemoryRole::kBatch;
+  slot.slice.offset = staging_offset_;
+  slot.slice.bytes = predicted_peak_bytes() - staging_offset_;
+  slot.persistent = true;
+  const int32_t id = static_cast<int32_t>(program_.buffers.size());
+  RETURN_IF_ERROR(arena_->Allocate(id, slot.slice.offset, slot.slice.bytes, slot.name).status());
+  observer_->OnBuffer(BufferChange::kAllocated, id, slot, profiler::kSetupStep, -1);
   for (std::unique_ptr<Buffer>& host : staging_host_) {
     ASSIGN_OR_RETURN(host, backend_->AllocateHost(std::max<uint64_t>(at, 1)));
   }

@@ -20,6 +20,7 @@
 #include "executor/image_task.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "profiler/events.h"
 #include "util/split_mix.h"
 
 namespace headroom::executor {
@@ -197,6 +198,28 @@ TEST(PrefetchToDeviceTest, ResumedFromACheckpointEndsBitwiseWhereThePlainRunDoes
     EXPECT_EQ(resumed.losses, std::vector<double>(plain.losses.begin() + from, plain.losses.end()));
     EXPECT_EQ(resumed.summary.metrics.at("eval_loss").value,
               plain.summary.metrics.at("eval_loss").value);
+  }
+}
+
+TEST(PrefetchToDeviceTest, TheSlotIsReportedAsBatchMemoryAtSetup) {
+  const graph::Graph g = ToyCnn();
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  for (const bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "plain");
+    profiler::EventLog log;
+    TrainerOptions options;
+    options.prefetch_to_device = prefetch;
+    options.events = &log;
+    std::unique_ptr<Trainer> trainer = Trainer::Create(g, backend.get(), options).value();
+    uint64_t setup_batch_bytes = 0;
+    for (const profiler::MemoryEvent& e : log.memory()) {
+      if (e.step == profiler::kSetupStep && e.role == profiler::MemoryRole::kBatch &&
+          e.kind == profiler::MemoryEvent::Kind::kAllocate) {
+        setup_batch_bytes += e.bytes;
+      }
+    }
+    EXPECT_EQ(setup_batch_bytes, trainer->executor().staging_bytes());
+    EXPECT_EQ(setup_batch_bytes, prefetch ? 1280u : 0u);
   }
 }
 
