@@ -72,6 +72,9 @@ struct DataFlags {
   int64_t crop_padding = 0;
   bool flip = false;
   int64_t prefetch = 2;
+  // Copy the next batch to the device during the step (TrainerOptions::prefetch_to_device);
+  // when not given, on for the CUDA backend only.
+  bool prefetch_to_device = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 0;
   int64_t checkpoint_every_epochs = 1;
@@ -284,9 +287,10 @@ absl::Status TrainCommand::CheckDataFlags() const {
   if (data.dataset.empty()) {
     for (const char* flag :
          {"--epochs", "--validation-fraction", "--eval-every", "--lr-schedule", "--warmup-steps",
-          "--crop-padding", "--flip", "--prefetch", "--checkpoint-dir", "--checkpoint-every-steps",
-          "--checkpoint-every-epochs", "--keep-last", "--resume", "--early-stop-patience",
-          "--early-stop-metric", "--early-stop-min-delta", "--progress-seconds"}) {
+          "--crop-padding", "--flip", "--prefetch", "--prefetch-to-device", "--checkpoint-dir",
+          "--checkpoint-every-steps", "--checkpoint-every-epochs", "--keep-last", "--resume",
+          "--early-stop-patience", "--early-stop-metric", "--early-stop-min-delta",
+          "--progress-seconds"}) {
       if (Given(app, flag)) {
         return absl::InvalidArgumentError(
             absl::StrCat(flag, " applies to training on a --dataset"));
@@ -667,6 +671,8 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Uint(t.workspace)
       .Key("host_pool_bytes")
       .Uint(process.host_pool_bytes())
+      .Key("staging_slot_bytes")
+      .Uint(trainer.executor().staging_bytes())
       .Key("baseline_bytes")
       .Uint(process.baseline_bytes())
       .Key("physical_peak_bytes")
@@ -799,6 +805,10 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
   totals.budget = options.budget_bytes;
   totals.fixed_device = backend->fixed_device_bytes();
   RETURN_IF_ERROR(executor::ReserveFixedCost(*backend, options));
+  if (!data.dataset.empty()) {
+    options.prefetch_to_device =
+        Given(app, "--prefetch-to-device") ? data.prefetch_to_device : backend->name() == "cuda";
+  }
   // The process's own memory from here on, against the plan (one run in this process: the
   // kernel's high-water mark is the run's).
   profiler::ProcessMemorySampler sampler(nullptr, {.reset_peak = true});
@@ -846,7 +856,8 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--export: ", s.message()));
   }
   const proto::ProcessMemory process =
-      sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes());
+      sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes() +
+                                           trainer->executor().staging_host_bytes());
   PrintSummary(*trainer, g, totals, sets.has_value() ? &fit : nullptr, process, io.out);
   if (totals.measured_peak > plan.peak_bytes) {
     return absl::InternalError(absl::StrCat("measured peak ", totals.measured_peak,
@@ -903,6 +914,11 @@ void AddDataFlags(CLI::App& app, DataFlags& f) {
       ->type_name("N")
       ->capture_default_str()
       ->check(AtLeast(1))
+      ->group(group);
+  app.add_flag("--prefetch-to-device", f.prefetch_to_device,
+               "copy the next batch to the device from pinned memory during the step, into a "
+               "planned staging slot (default: on for --backend cuda, off for cpu, where the "
+               "copy cannot overlap; --prefetch-to-device=false turns it off)")
       ->group(group);
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "write checkpoints here (checkpoint-STEP.hrfit, and best.hrfit by eval "

@@ -80,6 +80,12 @@ class Backend {
   // inputs and parameters, reading the loss and parameters back.
   virtual absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) = 0;
   virtual absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) = 0;
+  // Issues a copy of `bytes` from device memory `src` to device memory `dst` on the compute
+  // stream, after the compute issued so far (a staged batch moved into its place). The
+  // ranges must not overlap. Default Unimplemented, naming the backend.
+  virtual absl::Status CopyOnDevice(void* dst, const void* src, uint64_t bytes) {
+    return absl::UnimplementedError("backend '" + name() + "' has no device-to-device copy");
+  }
 
   // Returns the scratch bytes the kernel for `args` needs beyond its inputs and outputs
   // (oneDNN scratchpads and staged copies, cuDNN workspaces): what the plan reserves for

@@ -43,7 +43,21 @@ std::unique_ptr<ExecutionObserver> MakeObserver(profiler::EventSink* events) {
   return std::make_unique<EventSinkObserver>(events);
 }
 
+// Returns `bytes` rounded up to a multiple of `alignment` (>= 1).
+uint64_t RoundUp(uint64_t bytes, uint64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
 }  // namespace
+
+uint64_t StagingSlotBytes(const planner::TrainingGraph& graph) {
+  uint64_t bytes = 0;
+  for (const planner::TrainingTensor& tensor : graph.tensors()) {
+    if (tensor.role != proto::ROLE_INPUT && tensor.role != proto::ROLE_LABEL) continue;
+    bytes += RoundUp(tensor.bytes, planner::kDefaultAlignmentBytes);
+  }
+  return bytes;
+}
 
 Executor::Executor(const graph::Graph& forward,
                    std::shared_ptr<const planner::SectionedStep> step,
@@ -102,8 +116,14 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
                                CompileOptions{options.optimizer, options.capture}));
   std::unique_ptr<Executor> e(new Executor(forward, std::move(step), std::move(memory), backend,
                                            options, std::move(program)));
+  if (options.prefetch_to_device) {
+    // The staging slot goes after the plan's bytes, for the executor's life.
+    e->staging_offset_ = RoundUp(e->memory_->arena_bytes, planner::kDefaultAlignmentBytes);
+    e->staging_bytes_ =
+        e->staging_offset_ - e->memory_->arena_bytes + StagingSlotBytes(e->step_->graph);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Buffer> arena,
-                   backend->AllocateDevice(e->memory_->arena_bytes));
+                   backend->AllocateDevice(e->predicted_peak_bytes()));
   e->arena_ = std::make_unique<DeviceArena>(std::move(arena));
   if (e->program_.host_pool_bytes > 0) {
     ASSIGN_OR_RETURN(e->host_pool_, backend->AllocateHost(e->program_.host_pool_bytes));
@@ -112,6 +132,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
     e->host_queue_ = std::make_unique<HostUpdateQueue>();
     e->host_tickets_.assign(e->program_.host_updates.size(), -1);
   }
+  if (options.prefetch_to_device) RETURN_IF_ERROR(e->PrepareStaging());
   RETURN_IF_ERROR(e->PlaceState(initial));
   if (options.gradients != nullptr && !e->program_.host_updates.empty()) {
     return absl::UnimplementedError(
@@ -177,7 +198,98 @@ absl::Status Executor::PlaceState(InitialValueWriter initial) {
   return absl::OkStatus();
 }
 
+uint64_t Executor::staging_host_bytes() const {
+  return staging_host_[0] == nullptr ? 0 : 2 * staging_host_[0]->bytes();
+}
+
+absl::Status Executor::PrepareStaging() {
+  uint64_t at = 0;
+  for (TensorId t : program_.batch_tensors) {
+    staging_tensor_offsets_.push_back(at);
+    at += RoundUp(step_->graph.tensor(t).bytes, planner::kDefaultAlignmentBytes);
+  }
+  CHECK(staging_offset_ + at <= predicted_peak_bytes());
+  // Allocated for good, under an id no program buffer has, and reported as the batch's.
+  ProgramBuffer slot;
+  slot.name = "batch staging slot";
+  slot.role = profiler::MemoryRole::kBatch;
+  slot.slice.offset = staging_offset_;
+  slot.slice.bytes = predicted_peak_bytes() - staging_offset_;
+  slot.persistent = true;
+  const int32_t id = static_cast<int32_t>(program_.buffers.size());
+  RETURN_IF_ERROR(arena_->Allocate(id, slot.slice.offset, slot.slice.bytes, slot.name).status());
+  observer_->OnBuffer(BufferChange::kAllocated, id, slot, profiler::kSetupStep, -1);
+  for (std::unique_ptr<Buffer>& host : staging_host_) {
+    ASSIGN_OR_RETURN(host, backend_->AllocateHost(std::max<uint64_t>(at, 1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::StageBatch(const std::vector<HostTensor>& batch) {
+  if (staging_host_[0] == nullptr) {
+    return absl::FailedPreconditionError(
+        "executor: StageBatch() needs ExecutorOptions::prefetch_to_device");
+  }
+  if (staged_host_ >= 0) {
+    return absl::FailedPreconditionError(
+        "executor: a batch is staged already; run a staged step first");
+  }
+  absl::flat_hash_map<std::string, const HostTensor*> by_name;
+  for (const HostTensor& t : batch) by_name[t.name] = &t;
+  const int k = next_staging_host_;
+  // The buffer's last copy must be done before it is written again.
+  if (staging_copies_[k] != nullptr) {
+    RETURN_IF_ERROR(staging_copies_[k]->Wait());
+    staging_copies_[k].reset();
+  }
+  char* host = static_cast<char*>(staging_host_[k]->data());
+  uint64_t end = 0;
+  for (size_t i = 0; i < program_.batch_tensors.size(); ++i) {
+    const planner::TrainingTensor& tensor = step_->graph.tensor(program_.batch_tensors[i]);
+    auto it = by_name.find(tensor.name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("executor: the staged batch has no '", tensor.name, "'"));
+    }
+    const HostTensor& value = *it->second;
+    RETURN_IF_ERROR(CheckValue(absl::StrCat("staged batch tensor '", tensor.name, "'"), value,
+                               tensor.shape, tensor.dtype, tensor.bytes));
+    std::copy(value.bytes.begin(), value.bytes.end(), host + staging_tensor_offsets_[i]);
+    end = staging_tensor_offsets_[i] + tensor.bytes;
+  }
+  // One copy of the whole slot, on the copy stream.
+  ASSIGN_OR_RETURN(staging_copies_[k], backend_->CopyAsync(CopyDirection::kToDevice,
+                                                           arena_->At(staging_offset_), host, end));
+  staged_host_ = k;
+  next_staging_host_ = 1 - k;
+  return absl::OkStatus();
+}
+
+absl::Status Executor::MoveStagedBatch() {
+  RETURN_IF_ERROR(backend_->ComputeWaits(*staging_copies_[staged_host_]));
+  for (size_t i = 0; i < program_.batch_tensors.size(); ++i) {
+    const TensorId t = program_.batch_tensors[i];
+    RETURN_IF_ERROR(backend_->CopyOnDevice(View(t).data,
+                                           arena_->At(staging_offset_ + staging_tensor_offsets_[i]),
+                                           step_->graph.tensor(t).bytes));
+  }
+  staged_host_ = -1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Executor::RunStagedStep(const std::vector<HostTensor>* next) {
+  if (staged_host_ < 0) {
+    return absl::FailedPreconditionError("executor: no batch is staged (StageBatch())");
+  }
+  return RunStepOn(nullptr, next);
+}
+
 absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batch) {
+  return RunStepOn(&batch, nullptr);
+}
+
+absl::StatusOr<StepResult> Executor::RunStepOn(const std::vector<HostTensor>* batch,
+                                               const std::vector<HostTensor>* next) {
   const auto start = std::chrono::steady_clock::now();
   StepResult result;
   result.step = steps_run_;
@@ -188,7 +300,13 @@ absl::StatusOr<StepResult> Executor::RunStep(const std::vector<HostTensor>& batc
     RETURN_IF_ERROR(AllocateBuffers(s));
     if (s == 0) {
       // The batch exists before the first node runs.
-      RETURN_IF_ERROR(UploadBatch(batch));
+      if (batch != nullptr) {
+        RETURN_IF_ERROR(UploadBatch(*batch));
+      } else {
+        RETURN_IF_ERROR(MoveStagedBatch());
+        // The next batch's copy waits for the move and overlaps the step's compute.
+        if (next != nullptr) RETURN_IF_ERROR(StageBatch(*next));
+      }
       RETURN_IF_ERROR(IssueCopiesOut(program_.copy_out_first, -1, &result));
     }
     if (options_.cancel != nullptr && options_.cancel->load(std::memory_order_relaxed)) {

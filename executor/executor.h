@@ -72,7 +72,16 @@ struct ExecutorOptions {
   // with the forward's copy of it (both downloaded to host memory, outside the plan), and
   // StepResult reports the largest difference. Default 0.
   int64_t check_rebuild_every = 0;
+  // Prefetch to device: the arena gains a staging slot (StagingSlotBytes() after the plan's
+  // bytes, allocated for the executor's life) into which StageBatch() copies the next batch
+  // from pinned host memory on the copy stream while the current step computes;
+  // RunStagedStep() moves it into the batch's place at its start. Default false.
+  bool prefetch_to_device = false;
 };
+
+// Returns the bytes of the staging slot ExecutorOptions::prefetch_to_device adds to the
+// arena: every input and label tensor of `graph`, each rounded up to the plan's alignment.
+uint64_t StagingSlotBytes(const planner::TrainingGraph& graph);
 
 // Everything a run needs to go on where it stopped: every persistent tensor of the training
 // graph (parameters, buffers and the optimizer's state) and the steps run.
@@ -165,6 +174,27 @@ class Executor {
   // Runs one training step on `batch`: every input and label tensor, by name.
   absl::StatusOr<StepResult> RunStep(const std::vector<HostTensor>& batch);
 
+  // Copies `batch` (every input and label tensor, by name) into pinned host memory (two
+  // buffers, used in turn) and issues its copy into the staging slot on the copy stream,
+  // after the compute issued so far; the next RunStagedStep() runs on it.
+  // REQUIRES: options.prefetch_to_device. FailedPrecondition without it or when a batch is
+  // staged already; InvalidArgument naming a missing or mismatched tensor.
+  absl::Status StageBatch(const std::vector<HostTensor>& batch);
+  // Runs one training step on the staged batch: the compute stream waits for its copy, and
+  // it is copied on the device into the batch's place; then `next` (when given) is staged,
+  // its copy overlapping this step's compute. The same arithmetic as RunStep() on the same
+  // batch. FailedPrecondition when no batch is staged.
+  absl::StatusOr<StepResult> RunStagedStep(const std::vector<HostTensor>* next);
+  // Whether a batch is staged for the next RunStagedStep().
+  bool batch_staged() const { return staged_host_ >= 0; }
+  // Forgets the staged batch, if any (a run that stopped before its step); its copy is
+  // awaited before its host buffer is written again.
+  void DiscardStagedBatch() { staged_host_ = -1; }
+  // The staging slot's device bytes (counted in predicted_peak_bytes()) and its pinned host
+  // buffers' bytes; 0 without prefetch_to_device.
+  uint64_t staging_bytes() const { return staging_bytes_; }
+  uint64_t staging_host_bytes() const;
+
   // Returns the loss of the forward pass on `batch` (every input and label tensor, by name)
   // in inference mode, and the forward tensors `read` names, each downloaded right after the
   // node that writes it (so its planned lifetime covers the read). Inside the training
@@ -210,8 +240,8 @@ class Executor {
   void set_learning_rate(double rate) { learning_rate_ = rate; }
   double learning_rate() const { return learning_rate_; }
 
-  // The arena's size: the plan's predicted peak.
-  uint64_t predicted_peak_bytes() const { return memory_->arena_bytes; }
+  // The arena's size: the plan's predicted peak, plus the staging slot.
+  uint64_t predicted_peak_bytes() const { return memory_->arena_bytes + staging_bytes_; }
   // The host pool's size: where offloaded tensors wait, and with the optimizer state on
   // the host, each parameter's master copy, gradient copy and state (0 when neither).
   uint64_t host_pool_bytes() const;
@@ -233,6 +263,13 @@ class Executor {
   // The steps of RunStep at schedule position `s`, in order.
   absl::Status AllocateBuffers(int32_t s);
   absl::Status UploadBatch(const std::vector<HostTensor>& batch);
+  // RunStep() on `batch`, or with nullptr on the staged batch (then staging `next`).
+  absl::StatusOr<StepResult> RunStepOn(const std::vector<HostTensor>* batch,
+                                       const std::vector<HostTensor>* next);
+  // The staging slot (prefetch_to_device): allocates it and its host buffers; at a staged
+  // step's start, waits for the copy and moves the batch into its place.
+  absl::Status PrepareStaging();
+  absl::Status MoveStagedBatch();
   absl::Status RunNode(int32_t s, StepResult* result);
   absl::Status CaptureAfter(int32_t s, StepResult* result);
   // In a step checked for rebuild error: downloads what the node at `s` writes that a
@@ -311,6 +348,16 @@ class Executor {
   absl::flat_hash_set<planner::TensorId> rebuild_originals_;
   absl::flat_hash_map<planner::TensorId, HostTensor> rebuild_forward_values_;
   uint64_t run_high_water_bytes_ = 0;
+  // prefetch_to_device: the slot's offset in the arena and bytes, each batch tensor's
+  // offset within it (program_.batch_tensors' order), the pinned host buffers with their
+  // last copies, and the buffer whose batch is staged (-1: none).
+  uint64_t staging_offset_ = 0;
+  uint64_t staging_bytes_ = 0;
+  std::vector<uint64_t> staging_tensor_offsets_;
+  std::unique_ptr<Buffer> staging_host_[2];
+  std::unique_ptr<Event> staging_copies_[2];
+  int next_staging_host_ = 0;
+  int staged_host_ = -1;
   double learning_rate_;  // options_.optimizer.learning_rate until set_learning_rate()
 };
 

@@ -144,13 +144,35 @@ absl::Status FitLoop::CallEach(Hook hook) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<StepResult> FitLoop::RunStep(data::BatchLoader& loader) {
+  if (!trainer_->prefetch_to_device()) {
+    const data::Batch batch = loader.Next();
+    input_wait_seconds_ = loader.wait_seconds();
+    return trainer_->StepOn(task_.Tensors(batch.pixels, batch.labels));
+  }
+  // Prefetch to device: this step's batch is staged (the first one here), and the next
+  // one, unless this step is the run's last, is staged while it computes.
+  if (!trainer_->executor().batch_staged()) {
+    const data::Batch batch = loader.Next();
+    RETURN_IF_ERROR(trainer_->StageBatch(task_.Tensors(batch.pixels, batch.labels)));
+  }
+  const int64_t after = trainer_->steps_run() + 1;
+  const bool last = position_.epoch * batches_per_epoch_ + position_.batch + 1 >= total_steps() ||
+                    (options_.stop_at_step > 0 && after >= options_.stop_at_step);
+  std::vector<HostTensor> next;
+  if (!last) {
+    const data::Batch batch = loader.Next();
+    next = task_.Tensors(batch.pixels, batch.labels);
+  }
+  input_wait_seconds_ = loader.wait_seconds();
+  return trainer_->StepOnStaged(last ? nullptr : &next);
+}
+
 absl::Status FitLoop::RunEpochSteps(data::BatchLoader& loader, FitSummary& summary) {
   while (position_.batch < batches_per_epoch_ && !stop_requested_) {
     const int64_t step = trainer_->steps_run();
     RETURN_IF_ERROR(CallEach([&](Callback& c) { return c.OnStepBegin(*this, step); }));
-    const data::Batch batch = loader.Next();
-    input_wait_seconds_ = loader.wait_seconds();
-    absl::StatusOr<StepResult> result = trainer_->StepOn(task_.Tensors(batch.pixels, batch.labels));
+    absl::StatusOr<StepResult> result = RunStep(loader);
     if (!result.ok()) {
       return absl::Status(result.status().code(),
                           absl::StrCat("epoch ", position_.epoch, " batch ", position_.batch,
@@ -188,6 +210,8 @@ absl::StatusOr<FitSummary> FitLoop::Run() {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<data::BatchLoader> loader,
                    data::BatchLoader::Create(set_, train_items_, loader_options));
+  // A batch an earlier run staged and never trained on is not this run's.
+  trainer_->DiscardStagedBatch();
   RETURN_IF_ERROR(CallEach([&](Callback& c) { return c.OnTrainBegin(*this); }));
   while (position_.epoch < options_.epochs && !stop_requested_) {
     const int64_t epoch = position_.epoch;
@@ -208,6 +232,7 @@ absl::StatusOr<FitSummary> FitLoop::Run() {
   summary.stopped_early = stop_requested_;
   summary.stop_reason = stop_reason_;
   summary.input_wait_seconds = loader->wait_seconds();
+  trainer_->DiscardStagedBatch();  // staged before a stop
   for (size_t i = 0; i < callbacks_.size(); ++i) {
     summary.callback_seconds.emplace_back(callbacks_[i]->name(), callback_seconds_[i]);
   }

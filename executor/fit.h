@@ -163,6 +163,9 @@ class FitLoop {
   absl::Status CallEach(Hook hook);
   // Runs the batches of the position's epoch from the position on.
   absl::Status RunEpochSteps(data::BatchLoader& loader, FitSummary& summary);
+  // Runs the step on the loader's next batch; with the trainer's prefetch_to_device, on the
+  // staged batch while the next is staged.
+  absl::StatusOr<StepResult> RunStep(data::BatchLoader& loader);
 
   Trainer* const trainer_;
   const data::ImageDataset* const set_;

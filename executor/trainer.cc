@@ -41,6 +41,23 @@ absl::StatusOr<absl::flat_hash_map<std::string, const HostTensor*>> ValuesByName
   return by_name;
 }
 
+// Returns the budget the step's plan gets: options.budget_bytes less the staging slot of
+// prefetch_to_device. FailedPrecondition when the slot takes it all.
+absl::StatusOr<uint64_t> PlanBudget(const planner::TrainingGraph& training,
+                                    const TrainerOptions& options) {
+  if (!options.prefetch_to_device) return options.budget_bytes;
+  const uint64_t slot = StagingSlotBytes(training);
+  if (slot + planner::kDefaultAlignmentBytes > options.budget_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the budget of ", graph::HumanBytes(options.budget_bytes), " leaves nothing for the ",
+        "step: prefetch to device's staging slot alone takes ", graph::HumanBytes(slot)));
+  }
+  // Rounded down to the alignment, so that the slot placed after the plan's aligned end
+  // still ends within the budget.
+  return (options.budget_bytes - slot) / planner::kDefaultAlignmentBytes *
+         planner::kDefaultAlignmentBytes;
+}
+
 }  // namespace
 
 absl::Status ReserveFixedCost(const Backend& backend, TrainerOptions& options) {
@@ -115,7 +132,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
                      planner::PlacementSearch::Create(t->training_, *t->cost_, search_options,
                                                       options.optimizer_state));
     if (options.budget_bytes > 0) {
-      ASSIGN_OR_RETURN(t->plan_, search->Plan(options.budget_bytes));
+      ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(t->training_, options));
+      ASSIGN_OR_RETURN(t->plan_, search->Plan(budget));
     } else {
       ASSIGN_OR_RETURN(t->plan_, search->Unconstrained());
     }
@@ -141,9 +159,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.capture = options.capture;
   executor_options.gradients = options.gradients;
   executor_options.check_rebuild_every = options.check_rebuild_every;
+  executor_options.prefetch_to_device = options.prefetch_to_device;
   ASSIGN_OR_RETURN(t->executor_,
                    Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
                                     initial, executor_options));
+  // The staging slot is planned memory too.
+  t->plan_.peak_bytes = t->executor_->predicted_peak_bytes();
   malloc_trim(0);
   return t;
 }
@@ -165,6 +186,14 @@ absl::StatusOr<StepResult> Trainer::Step() { return executor_->RunStep(task_.Bat
 absl::StatusOr<StepResult> Trainer::StepOn(const std::vector<HostTensor>& batch) {
   ++next_step_;
   return executor_->RunStep(batch);
+}
+
+absl::StatusOr<StepResult> Trainer::StepOnStaged(const std::vector<HostTensor>* next) {
+  if (!executor_->batch_staged()) {
+    return absl::FailedPreconditionError("trainer: no batch is staged (StageBatch())");
+  }
+  ++next_step_;
+  return executor_->RunStagedStep(next);
 }
 
 }  // namespace headroom::executor

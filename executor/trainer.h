@@ -75,6 +75,12 @@ struct TrainerOptions {
   bool rebuild_reversible = false;
   // ExecutorOptions::check_rebuild_every. Default 0.
   int64_t check_rebuild_every = 0;
+  // Prefetch to device (ExecutorOptions::prefetch_to_device): the next batch is copied from
+  // pinned host memory into a staging slot of the arena during the current step (StageBatch,
+  // StepOnStaged). The slot's bytes (StagingSlotBytes) count in the plan's peak and come out
+  // of budget_bytes. Worth it where copies overlap compute (CUDA); on the CPU backend the
+  // copy is a memcpy either way. Default false.
+  bool prefetch_to_device = false;
 };
 
 // For a run that owns the device (the command line's train and profile), whose budget is
@@ -98,6 +104,18 @@ class Trainer {
 
   // Runs the next step on `batch` (every input and label tensor, by name) instead.
   absl::StatusOr<StepResult> StepOn(const std::vector<HostTensor>& batch);
+
+  // Stages `batch` for the next StepOnStaged() (Executor::StageBatch).
+  // REQUIRES: options.prefetch_to_device.
+  absl::Status StageBatch(const std::vector<HostTensor>& batch) {
+    return executor_->StageBatch(batch);
+  }
+  // Runs the next step on the staged batch, staging `next` (when given) during it
+  // (Executor::RunStagedStep): the same numbers as StepOn() on that batch.
+  absl::StatusOr<StepResult> StepOnStaged(const std::vector<HostTensor>* next);
+  bool prefetch_to_device() const { return executor_->staging_bytes() > 0; }
+  // Forgets a staged batch (a run that stopped before its step).
+  void DiscardStagedBatch() { executor_->DiscardStagedBatch(); }
 
   // Returns the loss of the forward pass on `batch` in inference mode and the forward
   // tensors `read` names, inside the training arena without raising its peak

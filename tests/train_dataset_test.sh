@@ -3,7 +3,8 @@
 # 8x8 images of 4 classes): bad flags fail with the flag named; a run evaluates each epoch
 # and its --json summary carries eval_loss, eval_accuracy (a fraction), the input wait and
 # the callbacks' overhead; checkpoints keep the last K; a run resumed from a mid-run
-# checkpoint ends with exactly the straight run's evaluation (loss and accuracy).
+# checkpoint ends with exactly the straight run's evaluation (loss and accuracy), and so does
+# a run with --prefetch-to-device, whose peaks grow by its staging slot.
 set -euo pipefail
 
 HEADROOM="$TEST_SRCDIR/headroom/clients/headroom"
@@ -91,5 +92,27 @@ for key in ("eval_loss", "eval_accuracy", "steps_run", "last_loss"):
     assert a[key] == b[key], (key, a[key], b[key])
 print("ok   resumed run: eval loss %r, accuracy %r, as the straight run" % (b["eval_loss"],
       b["eval_accuracy"]))
+PY
+
+# 5. --prefetch-to-device (the next batch staged in a planned slot during the step): the same
+#    numbers, to the last bit; the predicted and the measured peak each grow by the slot.
+expect_error "--prefetch-to-device applies to training on a --dataset" "${MODEL[@]}" \
+  --prefetch-to-device
+"$HEADROOM" train "${RUN[@]}" --prefetch-to-device >"$TMP/prefetch.json" ||
+  fail "the run with --prefetch-to-device failed: $(cat "$TMP/prefetch.json")"
+"$PYTHON" - "$TMP/straight.json" "$TMP/prefetch.json" <<'PY' || fail "prefetch != straight"
+import json, sys
+a = json.loads(open(sys.argv[1]).readlines()[-1])
+b = json.loads(open(sys.argv[2]).readlines()[-1])
+for key in ("eval_loss", "eval_accuracy", "steps_run", "first_loss", "last_loss"):
+    assert a[key] == b[key], (key, a[key], b[key])
+# 8 images of 8x8 float32 (2,048 B) and 8 int64 labels (64 B, rounded up to 256 B).
+assert a["staging_slot_bytes"] == 0 and b["staging_slot_bytes"] == 2048 + 256, (a, b)
+slot = b["staging_slot_bytes"]
+assert b["predicted_peak_bytes"] == a["predicted_peak_bytes"] + slot, (a, b)
+assert b["measured_peak_bytes"] == a["measured_peak_bytes"] + slot, (a, b)
+assert b["measured_peak_bytes"] <= b["predicted_peak_bytes"], b
+print("ok   --prefetch-to-device: eval loss %r as the straight run; peak %d B, slot %d B" %
+      (b["eval_loss"], b["predicted_peak_bytes"], slot))
 PY
 echo PASS

@@ -171,6 +171,10 @@ class CpuBackend : public Backend {
     std::memcpy(host_dst, device_src, bytes);
     return absl::OkStatus();
   }
+  absl::Status CopyOnDevice(void* dst, const void* src, uint64_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<uint64_t> ScratchBytes(const ForwardArgs& args) override {
     return kernels_.ScratchBytes(args);

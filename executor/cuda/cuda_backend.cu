@@ -362,6 +362,16 @@ absl::Status CudaBackend::Download(void* host_dst, const void* device_src, uint6
   return Annotate(status, absl::StrCat("downloading ", bytes, " bytes"));
 }
 
+absl::Status CudaBackend::CopyOnDevice(void* dst, const void* src, uint64_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  // On the compute stream: after the compute issued so far, before the compute after it.
+  absl::Status status = [&]() -> absl::Status {
+    HR_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_->compute));
+    return absl::OkStatus();
+  }();
+  return Annotate(status, absl::StrCat("copying ", bytes, " bytes on the device"));
+}
+
 namespace {
 
 // Returns the kernels of `op` with a `forward` (else backward) kernel, given its attributes:

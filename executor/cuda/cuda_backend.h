@@ -102,6 +102,7 @@ class CudaBackend : public Backend {
   double TakeStreamWaitSeconds() override;
   absl::Status Upload(void* device_dst, const void* host_src, uint64_t bytes) override;
   absl::Status Download(void* host_dst, const void* device_src, uint64_t bytes) override;
+  absl::Status CopyOnDevice(void* dst, const void* src, uint64_t bytes) override;
   absl::StatusOr<uint64_t> ScratchBytes(const ForwardArgs& args) override;
   absl::StatusOr<uint64_t> ScratchBytes(const BackwardArgs& args) override;
   absl::Status Forward(const ForwardArgs& args) override;
