@@ -57,7 +57,7 @@ InterconnectSpec Preset(const std::string& name) {
   } else if (name == "cpu") {
     // OpenMPI over shared memory on one host, fitted to dist/allreduce_bench with 2 ranks on
     // this 2-core machine (docs/distributed.md, "Planning with ranks").
-    s = {name, 1.6e9, 20e-6, 0, 0, 0, 0};
+    s = {name, 2.8e9, 140e-6, 0, 0, 0, 0};
   }
   return s;
 }
