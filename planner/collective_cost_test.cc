@@ -188,8 +188,12 @@ TEST(CollectiveCostTest, BucketsCloseAtTheirSizeInTheOrderGradientsComplete) {
     total += dp.buckets[b].bytes;
     // Every bucket but the last holds at least the bucket size; each starts after the one
     // before it ends (one communication stream) and no earlier than its last gradient.
-    if (b + 1 < dp.buckets.size()) EXPECT_GE(dp.buckets[b].bytes, options.bucket_bytes) << b;
-    if (b > 0) EXPECT_GE(dp.buckets[b].start_seconds, dp.buckets[b - 1].end_seconds) << b;
+    if (b + 1 < dp.buckets.size()) {
+      EXPECT_GE(dp.buckets[b].bytes, options.bucket_bytes) << b;
+    }
+    if (b > 0) {
+      EXPECT_GE(dp.buckets[b].start_seconds, dp.buckets[b - 1].end_seconds) << b;
+    }
     EXPECT_GE(dp.buckets[b].start_seconds, dp.buckets[b].ready_seconds) << b;
   }
   EXPECT_EQ(total, dp.communication_bytes);
