@@ -9,6 +9,7 @@
 #include "graph/graph_io.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
+#include "planner/collective_cost.h"
 #include "planner/cost_model.h"
 #include "planner/sections.h"
 #include "profiler/measured_cost_model.h"
@@ -297,6 +298,25 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
         ->type_name("BYTES")
         ->check(AtLeast(0))
         ->group("Plan");
+    command
+        .add_option("--ranks", f.ranks,
+                    "data-parallel ranks (one per device): the step then holds the gradient "
+                    "allreduces, the memory their buckets (default 1)")
+        ->type_name("N")
+        ->group("Plan");
+    command
+        .add_option("--interconnect", f.interconnect,
+                    "with --ranks: nvlink, ib, pcie, nvlink+ib or cpu (default nvlink+ib on a "
+                    "GPU device, cpu on cpu)")
+        ->type_name("NAME")
+        ->group("Plan");
+    command
+        .add_option("--bucket-kib", f.bucket_kib,
+                    "with --ranks: close a gradient bucket at this many KiB (default 0: one per "
+                    "gradient, as `headroom train --bucket-kib`)")
+        ->type_name("KIB")
+        ->check(AtLeast(0))
+        ->group("Plan");
   } else {
     command
         .add_option("--lr", f.learning_rate, "learning rate (default 0.01 for sgd, 0.001 for adam)")
@@ -346,6 +366,24 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
         absl::StrCat("--alignment must be a power of two, not ", f.alignment));
   }
   options.set_alignment_bytes(static_cast<uint64_t>(f.alignment));
+  if (f.ranks < 1 || f.ranks > planner::kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks ", f.ranks, ": needs 1 to ", planner::kMaxRanks, " ranks"));
+  }
+  if (!f.interconnect.empty()) {
+    const absl::Status known = planner::InterconnectPreset(f.interconnect).status();
+    if (!known.ok()) return absl::InvalidArgumentError(absl::StrCat("--", known.message()));
+    if (f.ranks == 1) return absl::InvalidArgumentError("--interconnect needs --ranks above 1");
+  }
+  if (f.bucket_kib > 0 && f.ranks == 1) {
+    return absl::InvalidArgumentError("--bucket-kib needs --ranks above 1");
+  }
+  if (f.ranks > 1) {
+    proto::DataParallelOptions& dp = *options.mutable_data_parallel();
+    dp.set_ranks(static_cast<uint32_t>(f.ranks));
+    dp.mutable_interconnect()->set_preset(f.interconnect);
+    dp.set_bucket_bytes(static_cast<uint64_t>(f.bucket_kib) * 1024);
+  }
   return options;
 }
 

@@ -101,6 +101,10 @@ struct PlanFlags {
   std::string optimizer = "sgd";
   double learning_rate = 0;
   int64_t alignment = 0;
+  // `headroom plan` only (train has its own --ranks): data-parallel ranks, 1: none.
+  int64_t ranks = 1;
+  std::string interconnect;
+  int64_t bucket_kib = 0;
 };
 
 // `trains`: the command trains (then --lr; else --alignment, which only plans honour).

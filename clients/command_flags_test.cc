@@ -41,5 +41,37 @@ TEST(CommandFlagsTest, RemoteRunsHaveNoNondeterministicFlag) {
   EXPECT_FALSE(Parse(remote, "", {"--nondeterministic"}));
 }
 
+// Parses `args` on `headroom plan`'s plan flags; returns the options or the error.
+absl::StatusOr<proto::PlanOptions> PlanOptionsFrom(std::vector<std::string> args) {
+  CLI::App app("test");
+  PlanFlags flags;
+  AddPlanFlags(app, flags, /*trains=*/false);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  app.parse(reversed);
+  return PlanOptionsOf(flags);
+}
+
+TEST(CommandFlagsTest, RanksReachThePlanOptions) {
+  absl::StatusOr<proto::PlanOptions> o =
+      PlanOptionsFrom({"--ranks", "64", "--interconnect", "ib", "--bucket-kib", "4096"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->data_parallel().ranks(), 64u);
+  EXPECT_EQ(o->data_parallel().interconnect().preset(), "ib");
+  EXPECT_EQ(o->data_parallel().bucket_bytes(), 4096u * 1024);
+  EXPECT_FALSE(PlanOptionsFrom({}).value().has_data_parallel());
+}
+
+TEST(CommandFlagsTest, BadRanksAndInterconnectsNameTheValueAndTheChoices) {
+  EXPECT_EQ(PlanOptionsFrom({"--ranks", "0"}).status().message(),
+            "--ranks 0: needs 1 to 65536 ranks");
+  EXPECT_EQ(PlanOptionsFrom({"--ranks", "-3"}).status().message(),
+            "--ranks -3: needs 1 to 65536 ranks");
+  EXPECT_EQ(PlanOptionsFrom({"--ranks", "8", "--interconnect", "myrinet"}).status().message(),
+            "--interconnect 'myrinet' is not a preset; choose one of nvlink, ib, pcie, "
+            "nvlink+ib, cpu");
+  EXPECT_EQ(PlanOptionsFrom({"--interconnect", "ib"}).status().message(),
+            "--interconnect needs --ranks above 1");
+}
+
 }  // namespace
 }  // namespace headroom::clients

@@ -103,6 +103,18 @@ std::string SummaryLines(const proto::PlanSummary& s) {
   } else if (!s.optimizer_state().empty()) {
     absl::StrAppendFormat(&out, "%-24s %s\n", "optimizer state", s.optimizer_state());
   }
+  if (s.has_data_parallel()) {
+    const proto::DataParallelSummary& d = s.data_parallel();
+    absl::StrAppendFormat(
+        &out,
+        "%-24s %d over %s: %d bucket(s), %s in all (peak with them %s); allreduce "
+        "%.4f s, %.4f s of it exposed; one rank %.4f s, scaling efficiency "
+        "%.1f%%\n",
+        "ranks", d.ranks(), d.interconnect(), d.num_buckets(), HumanBytes(d.communication_bytes()),
+        HumanBytes(d.peak_with_communication_bytes()), d.allreduce_seconds(),
+        d.exposed_allreduce_seconds(), d.single_rank_step_seconds(),
+        100.0 * d.scaling_efficiency());
+  }
   return out;
 }
 

@@ -74,6 +74,8 @@ const char* RoleName(proto::TensorRole role) {
       return "temporary";
     case proto::ROLE_CACHED_INPUT:
       return "cached_input";
+    case proto::ROLE_COMMUNICATION:
+      return "communication";
     default:
       return "unspecified";
   }

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "graph/summary.h"
+#include "planner/collective_cost.h"
 #include "planner/placement_search.h"
 #include "util/status_macros.h"
 
@@ -48,11 +50,59 @@ void AddTensors(const MemoryPlan& memory, const proto::PlanOptions& options,
   }
 }
 
-void AddPoints(const std::vector<TradeOffPoint>& points, proto::PlanResponse& response) {
+// Returns the data-parallel options `options` asks for with the interconnect preset defaulting
+// to the device's ("cpu" on the cpu preset, else "nvlink+ib"), or the interconnect's error.
+absl::StatusOr<DataParallelOptions> DataParallelOf(const proto::PlanOptions& options,
+                                                   const std::string& device_preset) {
+  const proto::DataParallelOptions& d = options.data_parallel();
+  DataParallelOptions out;
+  out.ranks = std::max<uint32_t>(1, d.ranks());
+  out.bucket_bytes = d.bucket_bytes();
+  absl::StatusOr<InterconnectSpec> link =
+      InterconnectSpecFromProto(d.interconnect(), device_preset == "cpu" ? "cpu" : "nvlink+ib");
+  if (!link.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.data_parallel.", link.status().message()));
+  }
+  out.interconnect = *std::move(link);
+  // The ranks must fit the interconnect's nodes: an empty allreduce says whether they do.
+  absl::StatusOr<double> fits = AllreduceSeconds(0, out.ranks, out.interconnect);
+  if (!fits.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.data_parallel.ranks: ", fits.status().message()));
+  }
+  return out;
+}
+
+// Sets the ranks' figures of `dp` (the chosen plan's, `plain`'s for the plain step) into
+// `summary`: the step times with the allreduces, the buckets' bytes as role COMMUNICATION.
+void FillDataParallel(const DataParallelOptions& options, const DataParallelStep& dp,
+                      const DataParallelStep& plain, proto::PlanSummary& summary) {
+  summary.set_predicted_step_seconds(dp.step_seconds);
+  summary.set_unconstrained_step_seconds(plain.step_seconds);
+  proto::RoleBytes* role = summary.add_bytes_by_role();
+  role->set_role(proto::ROLE_COMMUNICATION);
+  role->set_bytes(dp.communication_bytes);
+  proto::DataParallelSummary& d = *summary.mutable_data_parallel();
+  d.set_ranks(options.ranks);
+  d.set_interconnect(options.interconnect.name);
+  d.set_num_buckets(dp.buckets.size());
+  d.set_communication_bytes(dp.communication_bytes);
+  d.set_peak_with_communication_bytes(summary.predicted_peak_bytes() + dp.communication_bytes);
+  d.set_allreduce_seconds(dp.allreduce_seconds);
+  d.set_exposed_allreduce_seconds(dp.exposed_seconds);
+  d.set_single_rank_step_seconds(dp.single_rank_step_seconds);
+  d.set_scaling_efficiency(dp.scaling_efficiency());
+}
+
+// Adds `points` to the frontier, each with `extra_bytes` and `extra_seconds` (the ranks'
+// buckets and allreduces; 0 without ranks).
+void AddPoints(const std::vector<TradeOffPoint>& points, uint64_t extra_bytes, double extra_seconds,
+               proto::PlanResponse& response) {
   for (const TradeOffPoint& p : points) {
     proto::FrontierPoint* f = response.add_frontier();
-    f->set_peak_bytes(p.peak_bytes);
-    f->set_step_seconds(p.step_seconds);
+    f->set_peak_bytes(p.peak_bytes + extra_bytes);
+    f->set_step_seconds(p.step_seconds + extra_seconds);
     f->set_strategy(p.strategy);
     f->set_num_sections(p.num_sections);
     f->set_offloaded_bytes(p.offloaded_bytes);
@@ -98,6 +148,11 @@ absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::stri
         prefix, ".optimizer_state: ", options.optimizer_state(),
         " is not an OptimizerState (0 OPTIMIZER_STATE_DEVICE, 1 OPTIMIZER_STATE_HOST, 2 "
         "OPTIMIZER_STATE_AUTO)"));
+  }
+  if (options.data_parallel().ranks() > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".data_parallel.ranks: ", options.data_parallel().ranks(),
+                     " is more than ", kMaxRanks));
   }
   return CheckOptimizer(options.optimizer(), absl::StrCat(prefix, ".optimizer"));
 }
@@ -207,6 +262,10 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
   planner_options.training.scratch = backend.scratch;
   RETURN_IF_ERROR(util::CheckCancellation(cancel));
   if (planner_options.training.inference) {
+    if (options.data_parallel().ranks() > 1) {
+      return absl::InvalidArgumentError(
+          "options.data_parallel.ranks: ranks reduce gradients; an inference plan has none");
+    }
     return AnswerInference(forward, options, planner_options);
   }
   // 1. The training graph and the cost model (each linear in the graph's size).
@@ -221,6 +280,9 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
     roofline = std::make_unique<RooflineCostModel>(forward, device);
     cost = roofline.get();
   }
+  const std::string device_preset =
+      options.device().preset().empty() ? backend.device_preset : options.device().preset();
+  ASSIGN_OR_RETURN(const DataParallelOptions dp, DataParallelOf(options, device_preset));
   // 2. The search: the plain step, then the plan for the budget.
   SearchOptions search_options;
   search_options.allow_offload = !options.disable_offload();
@@ -232,19 +294,35 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
       std::unique_ptr<PlacementSearch> search,
       PlacementSearch::Create(training, *cost, search_options, options.optimizer_state()));
   ASSIGN_OR_RETURN(SectionPlan plain, search->Unconstrained());
+  // With ranks, the budget holds the gradient buckets beside the plan's arena.
+  ASSIGN_OR_RETURN(DataParallelStep dp_plain, PredictDataParallelStep(*plain.step, *cost, dp));
+  const bool ranked = dp.ranks > 1;
+  const uint64_t bucket_bytes = ranked ? dp_plain.communication_bytes : 0;
   SectionPlan plan = plain;
   if (options.budget_bytes() > 0) {
-    ASSIGN_OR_RETURN(plan, search->Plan(options.budget_bytes()));
+    if (options.budget_bytes() <= bucket_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "budget ", graph::HumanBytes(options.budget_bytes()), " does not hold the ", dp.ranks,
+          " ranks' gradient buckets (", graph::HumanBytes(bucket_bytes), ") and a plan"));
+    }
+    ASSIGN_OR_RETURN(plan, search->Plan(options.budget_bytes() - bucket_bytes));
   }
   proto::PlanResponse response = SectionPlanToProto(
       plan, plain, options.budget_bytes(), search_options.host_pool_in_budget, cost->name());
+  if (ranked) {
+    ASSIGN_OR_RETURN(DataParallelStep dp_plan, PredictDataParallelStep(*plan.step, *cost, dp));
+    FillDataParallel(dp, dp_plan, dp_plain, *response.mutable_summary());
+  }
   AddTensors(*plan.memory, options, response);
-  // 3. The frontier, when asked.
+  // 3. The frontier, when asked. With ranks each point holds the buckets and the plain step's
+  // exposed allreduce time: sections only add backward work behind each bucket, so a
+  // sectioned plan hides at least as much (a bound, not each point's own schedule).
   if (options.frontier()) {
     ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, search->Frontier());
     ASSIGN_OR_RETURN(std::vector<TradeOffPoint> baselines, search->Baselines());
-    AddPoints(frontier, response);
-    AddPoints(baselines, response);
+    const double exposed = ranked ? dp_plain.exposed_seconds : 0;
+    AddPoints(frontier, bucket_bytes, exposed, response);
+    AddPoints(baselines, bucket_bytes, exposed, response);
   }
   response.mutable_summary()->set_num_candidates(search->num_candidates());
   return response;

@@ -188,5 +188,102 @@ TEST(PlanRequestTest, ACancellationAtAnyCheckStopsThePlan) {
   }
 }
 
+uint64_t RoleBytes(const proto::PlanSummary& s, proto::TensorRole role) {
+  for (const proto::RoleBytes& r : s.bytes_by_role()) {
+    if (r.role() == role) return r.bytes();
+  }
+  return 0;
+}
+
+TEST(PlanRequestTest, OneRankIsThePlanWithoutRanks) {
+  const graph::Graph g = Zoo("resnet18", 4);
+  proto::PlanOptions options;
+  options.mutable_device()->set_preset("h100");
+  options.set_frontier(true);
+  const proto::PlanResponse alone = AnswerPlan(g, options).value();
+  options.mutable_data_parallel()->set_ranks(1);
+  options.mutable_data_parallel()->mutable_interconnect()->set_preset("ib");
+  const proto::PlanResponse one = AnswerPlan(g, options).value();
+  EXPECT_FALSE(one.summary().has_data_parallel());
+  EXPECT_EQ(one.DebugString(), alone.DebugString());
+}
+
+TEST(PlanRequestTest, RanksAddTheExposedAllreducesAndTheBuckets) {
+  const graph::Graph g = Zoo("resnet18", 32);
+  proto::PlanOptions options;
+  options.mutable_device()->set_preset("h100");
+  options.set_frontier(true);
+  const proto::PlanResponse alone = AnswerPlan(g, options).value();
+  options.mutable_data_parallel()->set_ranks(64);
+  const proto::PlanResponse ranked = AnswerPlan(g, options).value();
+  const proto::PlanSummary& s = ranked.summary();
+  ASSERT_TRUE(s.has_data_parallel());
+  const proto::DataParallelSummary& d = s.data_parallel();
+  EXPECT_EQ(d.ranks(), 64u);
+  EXPECT_EQ(d.interconnect(), "nvlink+ib");  // the default on a GPU preset
+  // Every parameter's gradient is in a bucket once (float32 like the parameter).
+  EXPECT_EQ(d.communication_bytes(), RoleBytes(alone.summary(), proto::ROLE_PARAMETER));
+  EXPECT_EQ(RoleBytes(s, proto::ROLE_COMMUNICATION), d.communication_bytes());
+  EXPECT_EQ(d.peak_with_communication_bytes(), s.predicted_peak_bytes() + d.communication_bytes());
+  EXPECT_EQ(s.predicted_peak_bytes(), alone.summary().predicted_peak_bytes());
+  // The step: one rank's plus what the backward does not hide, and never all of it.
+  EXPECT_DOUBLE_EQ(d.single_rank_step_seconds(), alone.summary().predicted_step_seconds());
+  EXPECT_GT(d.exposed_allreduce_seconds(), 0);
+  EXPECT_LT(d.exposed_allreduce_seconds(), d.allreduce_seconds());
+  EXPECT_DOUBLE_EQ(s.predicted_step_seconds(),
+                   d.single_rank_step_seconds() + d.exposed_allreduce_seconds());
+  EXPECT_DOUBLE_EQ(d.scaling_efficiency(),
+                   d.single_rank_step_seconds() / s.predicted_step_seconds());
+  // The frontier holds both: each point's buckets and exposed time.
+  ASSERT_EQ(ranked.frontier_size(), alone.frontier_size());
+  for (int i = 0; i < ranked.frontier_size(); ++i) {
+    EXPECT_EQ(ranked.frontier(i).peak_bytes(),
+              alone.frontier(i).peak_bytes() + d.communication_bytes())
+        << i;
+    EXPECT_DOUBLE_EQ(ranked.frontier(i).step_seconds(),
+                     alone.frontier(i).step_seconds() + d.exposed_allreduce_seconds())
+        << i;
+  }
+}
+
+TEST(PlanRequestTest, ABudgetWithRanksHoldsTheBuckets) {
+  const graph::Graph g = Zoo("resnet18", 32);
+  proto::PlanOptions options;
+  options.mutable_device()->set_preset("h100");
+  options.mutable_data_parallel()->set_ranks(8);
+  const proto::PlanSummary plain = AnswerPlan(g, options).value().summary();
+  const uint64_t buckets = plain.data_parallel().communication_bytes();
+  options.set_budget_bytes(plain.predicted_peak_bytes() * 3 / 4 + buckets);
+  const proto::PlanSummary fit = AnswerPlan(g, options).value().summary();
+  EXPECT_LE(fit.data_parallel().peak_with_communication_bytes(), options.budget_bytes());
+  EXPECT_GT(fit.predicted_peak_bytes() + buckets, plain.predicted_peak_bytes() * 3 / 4);
+  options.set_budget_bytes(buckets);
+  absl::StatusOr<proto::PlanResponse> none = AnswerPlan(g, options);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(), HasSubstr("does not hold the 8 ranks' gradient buckets"));
+}
+
+TEST(PlanRequestTest, BadRanksAndInterconnectsNameTheValueAndTheChoices) {
+  const graph::Graph g = Zoo("mlp", 4);
+  proto::PlanOptions options;
+  options.mutable_device()->set_preset("h100");
+  options.mutable_data_parallel()->set_ranks(70000);
+  EXPECT_THAT(AnswerPlan(g, options).status().message(),
+              HasSubstr("options.data_parallel.ranks: 70000 is more than 65536"));
+  options.mutable_data_parallel()->set_ranks(16);
+  options.mutable_data_parallel()->mutable_interconnect()->set_preset("nvlink");
+  EXPECT_THAT(AnswerPlan(g, options).status().message(),
+              HasSubstr("options.data_parallel.ranks: interconnect nvlink: 16 ranks exceed one "
+                        "node of 8"));
+  options.mutable_data_parallel()->mutable_interconnect()->set_preset("carrier-pigeon");
+  EXPECT_THAT(AnswerPlan(g, options).status().message(),
+              HasSubstr("options.data_parallel.interconnect 'carrier-pigeon' is not a preset; "
+                        "choose one of nvlink, ib, pcie, nvlink+ib, cpu"));
+  options.mutable_data_parallel()->mutable_interconnect()->set_preset("");
+  options.set_inference(true);
+  EXPECT_THAT(AnswerPlan(g, options).status().message(), HasSubstr("an inference plan has none"));
+}
+
 }  // namespace
 }  // namespace headroom::planner
