@@ -137,7 +137,9 @@ RunEnd Train(bool prefetch, std::optional<planner::SectionCuts> cuts = std::null
   RunEnd end;
   std::unique_ptr<FitLoop> fit =
       MakeLoop(trainer.get(), &set, Callbacks(&held_out, TempDir("run"), &end.losses));
-  if (!resume.empty()) EXPECT_TRUE(fit->Resume(resume).ok());
+  if (!resume.empty()) {
+    EXPECT_TRUE(fit->Resume(resume).ok());
+  }
   end.summary = fit->Run().value();
   end.state = trainer->SaveState().value().tensors;
   end.predicted_peak_bytes = trainer->plan().peak_bytes;
