@@ -1,5 +1,6 @@
 #include "runner/trainer_options.h"
 
+#include "absl/strings/str_cat.h"
 #include "planner/cost_model.h"
 #include "planner/plan_request.h"
 #include "util/status_macros.h"
@@ -18,6 +19,14 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptio
                                                           uint64_t seed,
                                                           const std::string& backend) {
   RETURN_IF_ERROR(planner::CheckPlanOptions(plan, "plan"));
+  if (plan.data_parallel().ranks() > 1) {
+    // Planned only: a job or profile with ranks would run as one process under a plan that
+    // assumed N (`headroom train --ranks N` starts its ranks itself).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan.data_parallel.ranks: ", plan.data_parallel().ranks(),
+        ": jobs and profiles run as one process (ranks are for `headroom plan --ranks`; "
+        "`headroom train --ranks` starts its own)"));
+  }
   executor::TrainerOptions o;
   o.seed = seed == 0 ? 1 : seed;
   o.budget_bytes = plan.budget_bytes();

@@ -90,6 +90,18 @@ TEST(TrainerOptionsTest, DeviceRatesMustBeFiniteAndUsable) {
   EXPECT_EQ(o->device.host_link_bytes_per_second, 25e9);
 }
 
+TEST(TrainerOptionsTest, RanksAreRefusedForAJob) {
+  proto::PlanOptions plan;
+  plan.mutable_data_parallel()->set_ranks(1);
+  EXPECT_TRUE(TrainerOptionsOf(plan, 1, "cpu").ok()) << "one rank is one process";
+  plan.mutable_data_parallel()->set_ranks(4);
+  absl::StatusOr<executor::TrainerOptions> o = TrainerOptionsOf(plan, 1, "cpu");
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()),
+              ::testing::HasSubstr("plan.data_parallel.ranks: 4: jobs and profiles run as one "
+                                   "process"));
+}
+
 TEST(TrainerOptionsTest, ExplicitZeroMomentumIsHonouredAndUnsetMeansTheDefault) {
   proto::PlanOptions plan;
   absl::StatusOr<executor::TrainerOptions> defaults = TrainerOptionsOf(plan, 0, "cpu");
