@@ -122,6 +122,94 @@ CLI::Validator AtLeast(int64_t min) {
                               absl::StrCat(">=", min));
 }
 
+const char* const kDatasetOnlyFlags[13] = {"--epochs",
+                                           "--eval-every",
+                                           "--validation-fraction",
+                                           "--lr-schedule",
+                                           "--warmup-steps",
+                                           "--crop-padding",
+                                           "--flip",
+                                           "--prefetch",
+                                           "--checkpoint-every-epochs",
+                                           "--keep-last",
+                                           "--early-stop-patience",
+                                           "--early-stop-metric",
+                                           "--early-stop-min-delta"};
+
+void AddDatasetFlags(CLI::App& app, DatasetFlags& f, const DatasetFlagsHelp& help) {
+  const std::string& group = help.group;
+  app.add_option("--dataset", f.dataset, help.dataset)->type_name("NAME|DIR")->group(group);
+  app.add_option("--epochs", f.epochs, "epochs over the training items")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000))
+      ->group(group);
+  app.add_option("--eval-every", f.eval_every,
+                 "evaluate loss and top-1 accuracy on the held-out items every K epochs and "
+                 "after the last (0: never)")
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000))
+      ->group(group);
+  app.add_option("--validation-fraction", f.validation_fraction,
+                 "hold this fraction of the training set out for evaluation (default: "
+                 "fashion-mnist evaluates on its test part)")
+      ->type_name("F")
+      ->check(CLI::Range(0.0, 0.99))
+      ->group(group);
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "constant; step (a tenth every third of the run); cosine (to 0 over the run)")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"constant", "step", "cosine"}))
+      ->group(group);
+  app.add_option("--warmup-steps", f.warmup_steps,
+                 "linear warm-up from a tenth of the rate over the first N steps")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(AtLeast(0))
+      ->group(group);
+  app.add_option("--crop-padding", f.crop_padding,
+                 "augment: random crops of the image padded by N pixels")
+      ->type_name("N")
+      ->check(CLI::Range(0, 64))
+      ->group(group);
+  app.add_flag("--flip", f.flip, "augment: mirror half the images left to right")->group(group);
+  app.add_option("--prefetch", f.prefetch, "batches the loader decodes ahead")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64))
+      ->group(group);
+  app.add_option("--checkpoint-every-epochs", f.checkpoint_every_epochs,
+                 help.checkpoint_every_epochs)
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000))
+      ->group(group);
+  app.add_option("--keep-last", f.keep_last, help.keep_last)
+      ->type_name("K")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100))
+      ->group(group);
+  app.add_option("--early-stop-patience", f.early_stop_patience,
+                 "stop after N evaluations without improvement (0: never)")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000))
+      ->group(group);
+  app.add_option("--early-stop-metric", f.early_stop_metric, "the metric early stopping watches")
+      ->type_name("NAME")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"eval_loss", "eval_accuracy", "train_loss"}))
+      ->group(group);
+  app.add_option("--early-stop-min-delta", f.early_stop_min_delta,
+                 "an improvement must be larger than this")
+      ->type_name("D")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
+}
+
 void AddModelFlags(CLI::App& command, ModelFlags& f) {
   f.app = &command;
   command.add_option("--model", f.model, "a zoo model (see 'headroom zoo'); its options as flags")

@@ -136,6 +136,41 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const PlanFlags& plan,
 // Returns the options of the backend a run here makes (--nondeterministic).
 executor::BackendOptions BackendOptionsOf(const RunFlags& run);
 
+// Training on a dataset instead of the synthetic task, the flags `headroom train` and
+// `headroom submit` share (docs/training.md): --dataset, --epochs, --eval-every,
+// --validation-fraction, --lr-schedule, --warmup-steps, --crop-padding, --flip, --prefetch,
+// --checkpoint-every-epochs, --keep-last and the --early-stop-* flags. Each command keeps its
+// own defaults by setting a field before AddDatasetFlags (which shows it as the default).
+struct DatasetFlags {
+  std::string dataset;  // "fashion-mnist" or a dataset directory (docs/data.md)
+  int64_t epochs = 1;
+  int64_t eval_every = 1;
+  double validation_fraction = 0;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  int64_t crop_padding = 0;
+  bool flip = false;
+  int64_t prefetch = 2;
+  int64_t checkpoint_every_epochs = 1;
+  int64_t keep_last = 3;
+  int64_t early_stop_patience = 0;
+  std::string early_stop_metric = "eval_loss";
+  double early_stop_min_delta = 0;
+};
+
+// The help that differs between a run here and a job on the daemon.
+struct DatasetFlagsHelp {
+  std::string group;
+  std::string dataset;
+  std::string checkpoint_every_epochs;
+  std::string keep_last;
+};
+
+// The flags of DatasetFlags that apply only with --dataset (all but --dataset itself).
+extern const char* const kDatasetOnlyFlags[13];
+
+void AddDatasetFlags(CLI::App& command, DatasetFlags& flags, const DatasetFlagsHelp& help);
+
 // What a local run plans with beyond the plan options: --sections N (N sections of equal
 // length instead of a search) and --profile FILE (measured node costs).
 struct LocalPlanFlags {

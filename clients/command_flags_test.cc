@@ -1,5 +1,6 @@
 // Checks the run flags' --nondeterministic: off by default (deterministic backends), on
-// where given, and declared only on commands whose backend runs here.
+// where given, and declared only on commands whose backend runs here; the plan flags'
+// --ranks; the dataset flags' per-command defaults and limits.
 #include "clients/command_flags.h"
 
 #include <string>
@@ -71,6 +72,54 @@ TEST(CommandFlagsTest, BadRanksAndInterconnectsNameTheValueAndTheChoices) {
             "nvlink+ib, cpu");
   EXPECT_EQ(PlanOptionsFrom({"--interconnect", "ib"}).status().message(),
             "--interconnect needs --ranks above 1");
+}
+
+// Parses `args` on a command with the dataset flags; returns whether CLI11 accepted them.
+bool ParseDataset(DatasetFlags& flags, std::vector<std::string> args) {
+  CLI::App app("test");
+  AddDatasetFlags(app, flags, {"Data", "a dataset", "every N epochs", "keep K"});
+  for (const char* flag : kDatasetOnlyFlags) {
+    if (app.get_option_no_throw(flag) == nullptr) {
+      ADD_FAILURE() << flag << " is in kDatasetOnlyFlags but not declared";
+    }
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError&) {
+    return false;
+  }
+  return true;
+}
+
+TEST(CommandFlagsTest, DatasetFlagsKeepEachCommandsDefaultAndTheirLimits) {
+  // `headroom train` checkpoints every epoch, `headroom submit` by steps: each command sets
+  // its default before declaring the shared flags.
+  DatasetFlags train;
+  ASSERT_TRUE(ParseDataset(train, {"--dataset", "fashion-mnist", "--epochs", "3", "--flip"}));
+  EXPECT_EQ(train.dataset, "fashion-mnist");
+  EXPECT_EQ(train.epochs, 3);
+  EXPECT_TRUE(train.flip);
+  EXPECT_EQ(train.checkpoint_every_epochs, 1);
+  DatasetFlags submit;
+  submit.checkpoint_every_epochs = 0;
+  ASSERT_TRUE(ParseDataset(submit, {"--dataset", "d"}));
+  EXPECT_EQ(submit.checkpoint_every_epochs, 0);
+
+  // The limits are stated once for both commands.
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--epochs", "0"},
+                                             {"--epochs", "10001"},
+                                             {"--keep-last", "0"},
+                                             {"--keep-last", "101"},
+                                             {"--prefetch", "65"},
+                                             {"--crop-padding", "65"},
+                                             {"--validation-fraction", "1"},
+                                             {"--lr-schedule", "linear"},
+                                             {"--early-stop-metric", "loss"}}) {
+    DatasetFlags f;
+    EXPECT_FALSE(ParseDataset(f, bad)) << bad[0] << " " << bad[1];
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -61,28 +62,15 @@ struct TrainTotals {
   int64_t rebuild_mismatches = 0;
 };
 
-// Training on real data instead of the synthetic task: --dataset and what goes with it.
-struct DataFlags {
-  std::string dataset;  // "fashion-mnist" or a dataset directory (docs/data.md)
-  int64_t epochs = 1;
-  double validation_fraction = 0;
-  int64_t eval_every = 1;
-  std::string lr_schedule = "constant";
-  int64_t warmup_steps = 0;
-  int64_t crop_padding = 0;
-  bool flip = false;
-  int64_t prefetch = 2;
+// Training on real data instead of the synthetic task: --dataset and what goes with it, the
+// flags `headroom submit` shares and those of a run here.
+struct DataFlags : DatasetFlags {
   // Copy the next batch to the device during the step (TrainerOptions::prefetch_to_device);
   // when not given, on for the CUDA backend only.
   bool prefetch_to_device = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every_steps = 0;
-  int64_t checkpoint_every_epochs = 1;
-  int64_t keep_last = 3;
   std::string resume;
-  int64_t early_stop_patience = 0;
-  std::string early_stop_metric = "eval_loss";
-  double early_stop_min_delta = 0;
   double progress_seconds = 10;
 };
 
@@ -285,12 +273,12 @@ bool Given(const CLI::App* app, const std::string& flag) {
 
 absl::Status TrainCommand::CheckDataFlags() const {
   if (data.dataset.empty()) {
-    for (const char* flag :
-         {"--epochs", "--validation-fraction", "--eval-every", "--lr-schedule", "--warmup-steps",
-          "--crop-padding", "--flip", "--prefetch", "--prefetch-to-device", "--checkpoint-dir",
-          "--checkpoint-every-steps", "--checkpoint-every-epochs", "--keep-last", "--resume",
-          "--early-stop-patience", "--early-stop-metric", "--early-stop-min-delta",
-          "--progress-seconds"}) {
+    std::vector<const char*> flags(std::begin(kDatasetOnlyFlags), std::end(kDatasetOnlyFlags));
+    for (const char* flag : {"--prefetch-to-device", "--checkpoint-dir", "--checkpoint-every-steps",
+                             "--resume", "--progress-seconds"}) {
+      flags.push_back(flag);
+    }
+    for (const char* flag : flags) {
       if (Given(app, flag)) {
         return absl::InvalidArgumentError(
             absl::StrCat(flag, " applies to training on a --dataset"));
@@ -869,52 +857,12 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
 
 void AddDataFlags(CLI::App& app, DataFlags& f) {
   const std::string group = "Data (instead of the synthetic task)";
-  app.add_option("--dataset", f.dataset,
-                 "train on real data: fashion-mnist (/usr/share/datasets/fashion-mnist) or a "
-                 "dataset directory (docs/data.md)")
-      ->type_name("NAME|DIR")
-      ->group(group);
-  app.add_option("--epochs", f.epochs, "epochs over the training items")
-      ->type_name("N")
-      ->capture_default_str()
-      ->check(AtLeast(1))
-      ->group(group);
-  app.add_option("--validation-fraction", f.validation_fraction,
-                 "hold this fraction of the training set out for evaluation (default: "
-                 "fashion-mnist evaluates on its test part)")
-      ->type_name("F")
-      ->check(CLI::Range(0.0, 0.99))
-      ->group(group);
-  app.add_option("--eval-every", f.eval_every,
-                 "evaluate loss and top-1 accuracy on the held-out items every K epochs and "
-                 "after the last (0: never)")
-      ->type_name("K")
-      ->capture_default_str()
-      ->check(AtLeast(0))
-      ->group(group);
-  app.add_option("--lr-schedule", f.lr_schedule,
-                 "constant; step (a tenth every third of the run); cosine (to 0 over the run)")
-      ->type_name("NAME")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"constant", "step", "cosine"}))
-      ->group(group);
-  app.add_option("--warmup-steps", f.warmup_steps,
-                 "linear warm-up from a tenth of the rate over the first N steps")
-      ->type_name("N")
-      ->capture_default_str()
-      ->check(AtLeast(0))
-      ->group(group);
-  app.add_option("--crop-padding", f.crop_padding,
-                 "augment: random crops of the image padded by N pixels")
-      ->type_name("N")
-      ->check(AtLeast(0))
-      ->group(group);
-  app.add_flag("--flip", f.flip, "augment: mirror half the images left to right")->group(group);
-  app.add_option("--prefetch", f.prefetch, "batches the loader decodes ahead")
-      ->type_name("N")
-      ->capture_default_str()
-      ->check(AtLeast(1))
-      ->group(group);
+  AddDatasetFlags(
+      app, f,
+      {group,
+       "train on real data: fashion-mnist (/usr/share/datasets/fashion-mnist) or a "
+       "dataset directory (docs/data.md)",
+       "a checkpoint every N epochs (0: none by epochs)", "keep the newest K checkpoints"});
   app.add_flag("--prefetch-to-device", f.prefetch_to_device,
                "copy the next batch to the device from pinned memory during the step, into a "
                "planned staging slot (default: on for --backend cuda, off for cpu, where the "
@@ -931,37 +879,9 @@ void AddDataFlags(CLI::App& app, DataFlags& f) {
       ->capture_default_str()
       ->check(AtLeast(0))
       ->group(group);
-  app.add_option("--checkpoint-every-epochs", f.checkpoint_every_epochs,
-                 "a checkpoint every N epochs (0: none by epochs)")
-      ->type_name("N")
-      ->capture_default_str()
-      ->check(AtLeast(0))
-      ->group(group);
-  app.add_option("--keep-last", f.keep_last, "keep the newest K checkpoints")
-      ->type_name("K")
-      ->capture_default_str()
-      ->check(AtLeast(1))
-      ->group(group);
   app.add_option("--resume", f.resume,
                  "go on exactly from a checkpoint file, or the newest in a directory")
       ->type_name("FILE|DIR")
-      ->group(group);
-  app.add_option("--early-stop-patience", f.early_stop_patience,
-                 "stop after N evaluations without improvement (0: never)")
-      ->type_name("N")
-      ->capture_default_str()
-      ->check(AtLeast(0))
-      ->group(group);
-  app.add_option("--early-stop-metric", f.early_stop_metric, "the metric early stopping watches")
-      ->type_name("NAME")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"eval_loss", "eval_accuracy", "train_loss"}))
-      ->group(group);
-  app.add_option("--early-stop-min-delta", f.early_stop_min_delta,
-                 "an improvement must be larger than this")
-      ->type_name("D")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
       ->group(group);
   app.add_option("--progress-seconds", f.progress_seconds,
                  "a progress line with the time left on stderr at most every S seconds (0: "
