@@ -131,7 +131,6 @@ kill -KILL "$DAEMON_PID"
 wait "$DAEMON_PID" 2>/dev/null || true
 DAEMON_PID=""
 echo "ok   headroomd killed with SIGKILL at step $step or a little after"
-rm -f "$TMP/ready"  # the new daemon's addresses, not the old one's
 start_headroomd --data-root "$TMP/data"
 "$HEADROOM" watch --server "$ADDR" "$KILLED" >"$TMP/resumed.txt" 2>&1 ||
   fail "the resumed job: $(tail -3 "$TMP/resumed.txt")"

@@ -68,7 +68,6 @@ rc=0
 
 # 5. After a restart the finished job's weights are still there.
 stop_headroomd
-rm -f "$TMP/ready"
 start_headroomd
 "$HEADROOM" export --server "$ADDR" --job "$JOB" --out "$TMP/again.onnx" >"$TMP/again.txt" 2>&1 ||
   fail "export after a restart exited $?: $(cat "$TMP/again.txt")"

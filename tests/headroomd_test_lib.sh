@@ -29,6 +29,8 @@ fail() {
 
 start_headroomd() {
   mkdir -p "$TMP/state"
+  # A restarted daemon must not be found at the address its predecessor wrote.
+  rm -f "$TMP/ready"
   # One OpenMP thread: oneDNN's threads spin-wait, which on a busy two-core machine makes
   # steps far slower than one thread's.
   OMP_NUM_THREADS=1 "$HEADROOMD" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
