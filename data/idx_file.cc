@@ -69,8 +69,12 @@ int64_t IdxArray::item_elements() const {
   return n;
 }
 
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
-  GzFile f(gzopen(path.c_str(), "rb"));
+namespace {
+
+// Opens the IDX file at `path` and reads its magic number and dimensions into `array` (no
+// elements); `f` is left at the first element.
+absl::Status ReadHeader(const std::string& path, GzFile& f, IdxArray& array) {
+  f.reset(gzopen(path.c_str(), "rb"));
   if (f == nullptr) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat("IDX file '", path, "': not found"));
@@ -93,7 +97,7 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("IDX file '", path, "': ", rank, " dimensions; needs 1 to ", kMaxDims));
   }
-  IdxArray array;
+  array = IdxArray{};
   array.type = magic[2];
   uint64_t elements = 1;
   for (int d = 0; d < rank; ++d) {
@@ -110,6 +114,23 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     }
     array.dims.push_back(static_cast<int64_t>(dim));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdxHeader(const std::string& path) {
+  GzFile f;
+  IdxArray array;
+  if (absl::Status s = ReadHeader(path, f, array); !s.ok()) return s;
+  return array;
+}
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
+  GzFile f;
+  IdxArray array;
+  if (absl::Status s = ReadHeader(path, f, array); !s.ok()) return s;
+  const uint64_t elements = static_cast<uint64_t>(array.num_elements());
   const uint64_t bytes = elements * array.element_bytes();
   array.bytes.resize(bytes);
   if (absl::Status s = ReadExactly(

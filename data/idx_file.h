@@ -39,6 +39,10 @@ struct IdxArray {
 // Returns the array in the IDX file at `path` (gzip-compressed or not).
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
 
+// Returns the type and dimensions of the IDX file at `path` without its elements (which
+// are neither read nor checked: ReadIdxFile's errors about them come only from reading it).
+absl::StatusOr<IdxArray> ReadIdxHeader(const std::string& path);
+
 // Returns the bytes of an IDX file holding `array` (uncompressed): for tests and tools.
 std::string EncodeIdx(const IdxArray& array);
 

@@ -55,6 +55,28 @@ TEST(IdxFileTest, ReadsWhatItEncodedPlainAndCompressed) {
   }
 }
 
+TEST(IdxFileTest, AHeaderIsTheTypeAndDimensionsAlone) {
+  const std::string encoded = EncodeIdx(Sample());
+  // Compressed, and with elements missing: the header does not read them.
+  for (const std::string& path :
+       {WriteGzip("header.idx.gz", encoded),
+        WritePlain("header_short.idx", encoded.substr(0, encoded.size() - 3))}) {
+    absl::StatusOr<IdxArray> header = ReadIdxHeader(path);
+    ASSERT_TRUE(header.ok()) << header.status();
+    EXPECT_EQ(header->type, Sample().type);
+    EXPECT_EQ(header->dims, Sample().dims);
+    EXPECT_TRUE(header->bytes.empty());
+  }
+  EXPECT_THAT(ReadIdxFile(WritePlain("header_short.idx", encoded.substr(0, encoded.size() - 3)))
+                  .status()
+                  .message(),
+              HasSubstr("ends inside"));
+  EXPECT_EQ(ReadIdxHeader(TempPath("no_such.idx")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      ReadIdxHeader(WritePlain("not_idx", std::string("\x01\x00\x08\x01", 4))).status().message(),
+      HasSubstr("not an IDX file"));
+}
+
 // The header byte by byte, as the MNIST page gives it: magic 0x00000803, then big-endian dims.
 TEST(IdxFileTest, DimensionsAreBigEndian) {
   std::string bytes = {0, 0, 8, 1, 0, 0, 1, 2};  // 1 dim of 258

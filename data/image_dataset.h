@@ -24,6 +24,22 @@ inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
 enum class FashionMnistPart { kTrain, kTest };
 
+// What a set holds, as its files' headers say: enough to check a model against it and to
+// count its batches without reading its images (ImageDataset::Inspect*).
+struct ImageSetShape {
+  std::string name;
+  int64_t size = 0;  // items
+  int64_t channels = 0, height = 0, width = 0;
+  int num_classes = 0;
+  bool floats = false;  // float32 pixels; else bytes
+
+  int64_t image_elements() const { return channels * height * width; }
+  // Returns the bytes the set takes in memory once loaded: its pixels and labels.
+  uint64_t memory_bytes() const {
+    return static_cast<uint64_t>(size) * (image_elements() * (floats ? 4 : 1) + 1);
+  }
+};
+
 class ImageDataset {
  public:
   // Returns the set of `images` ([N, H, W] for one channel, or [N, C, H, W]; bytes or
@@ -46,6 +62,16 @@ class ImageDataset {
   // shards whose images differ in shape or element type.
   static absl::StatusOr<ImageDataset> LoadDirectory(const std::string& dir);
 
+  // Returns the shape LoadFashionMnist(part, dir) and LoadDirectory(dir) would load, from
+  // the IDX files' headers and the index alone: their errors about the index, the shapes,
+  // types and counts of the shards and the class count, not those about the elements (a
+  // label out of range, a float that is not finite, a file that ends early), which only a
+  // load finds.
+  static absl::StatusOr<ImageSetShape> InspectFashionMnist(
+      FashionMnistPart part, const std::string& dir = kFashionMnistDir);
+  static absl::StatusOr<ImageSetShape> InspectDirectory(const std::string& dir);
+
+  ImageSetShape shape() const;
   const std::string& name() const { return name_; }
   int64_t size() const { return static_cast<int64_t>(labels_.size()); }
   int64_t channels() const { return channels_; }

@@ -100,6 +100,41 @@ TEST(ImageDatasetTest, ADirectoryConcatenatesItsShards) {
   EXPECT_EQ(px[3], 200 / 255.0f);
 }
 
+// Inspecting reads the headers: the shape a load would have, and none of the elements (so
+// a bad label or a short file is found only by loading).
+TEST(ImageDatasetTest, InspectingADirectoryGivesTheLoadedShapeFromTheHeaders) {
+  const std::string dir = TempDir("inspect");
+  Write(dir + "/a.images.idx", EncodeIdx(Images({2, 3, 4, 5})));
+  Write(dir + "/a.labels.idx", EncodeIdx(Labels({0, 1})));
+  Write(dir + "/b.images.idx", EncodeIdx(Images({7, 3, 4, 5})));
+  Write(dir + "/b.labels.idx", EncodeIdx(Labels({2, 2, 1, 0, 0, 1, 2})));
+  Write(dir + "/index.txt",
+        "headroom-dataset 1\nclasses 3\nshard a.images.idx a.labels.idx\n"
+        "shard b.images.idx b.labels.idx\n");
+  absl::StatusOr<ImageSetShape> shape = ImageDataset::InspectDirectory(dir);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<ImageDataset> set = ImageDataset::LoadDirectory(dir);
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (const ImageSetShape& s : {*shape, set->shape()}) {
+    EXPECT_EQ(s.name, dir);
+    EXPECT_EQ(s.size, 9);
+    EXPECT_EQ(s.channels, 3);
+    EXPECT_EQ(s.height, 4);
+    EXPECT_EQ(s.width, 5);
+    EXPECT_EQ(s.num_classes, 3);
+    EXPECT_FALSE(s.floats);
+    EXPECT_EQ(s.memory_bytes(), 9u * (60 + 1));
+  }
+
+  // A label out of range and a truncated shard: only the load reads them.
+  Write(dir + "/b.labels.idx", EncodeIdx(Labels({2, 2, 1, 0, 0, 1, 9})));
+  std::string images = EncodeIdx(Images({7, 3, 4, 5}));
+  images.resize(images.size() - 10);
+  Write(dir + "/b.images.idx", images);
+  EXPECT_TRUE(ImageDataset::InspectDirectory(dir).ok());
+  EXPECT_THAT(ImageDataset::LoadDirectory(dir).status().message(), HasSubstr("ends inside"));
+}
+
 TEST(ImageDatasetTest, FloatImagesReadAsTheyAre) {
   IdxArray images;
   images.type = kIdxFloat;
@@ -145,8 +180,12 @@ TEST(ImageDatasetTest, BadDirectoriesAreErrorsNamingFileAndLine) {
     absl::StatusOr<ImageDataset> set = ImageDataset::LoadDirectory(dir);
     EXPECT_FALSE(set.ok()) << c.index;
     EXPECT_THAT(set.status().message(), HasSubstr(c.message)) << c.index;
+    // The headers alone find the same fault.
+    EXPECT_EQ(ImageDataset::InspectDirectory(dir).status(), set.status()) << c.index;
   }
   EXPECT_EQ(ImageDataset::LoadDirectory(TempDir("empty")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ImageDataset::InspectDirectory(TempDir("empty")).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -155,6 +194,8 @@ TEST(ImageDatasetTest, AMissingFashionMnistSaysWhichPackage) {
       ImageDataset::LoadFashionMnist(FashionMnistPart::kTest, "/nonexistent");
   EXPECT_EQ(set.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(set.status().message(), HasSubstr("dataset-fashion-mnist"));
+  EXPECT_EQ(ImageDataset::InspectFashionMnist(FashionMnistPart::kTest, "/nonexistent").status(),
+            set.status());
 }
 
 // The real set, as Debian packages it (./headroom installs it): its published sizes, and
@@ -167,6 +208,11 @@ TEST(ImageDatasetTest, FashionMnistHasItsPublishedShape) {
        {std::pair{FashionMnistPart::kTrain, 60000}, std::pair{FashionMnistPart::kTest, 10000}}) {
     absl::StatusOr<ImageDataset> set = ImageDataset::LoadFashionMnist(part);
     ASSERT_TRUE(set.ok()) << set.status();
+    absl::StatusOr<ImageSetShape> shape = ImageDataset::InspectFashionMnist(part);
+    ASSERT_TRUE(shape.ok()) << shape.status();
+    EXPECT_EQ(shape->size, items);
+    EXPECT_EQ(shape->memory_bytes(), static_cast<uint64_t>(items) * (28 * 28 + 1));
+    EXPECT_EQ(shape->name, set->name());
     EXPECT_EQ(set->size(), items);
     EXPECT_EQ(set->channels(), 1);
     EXPECT_EQ(set->height(), 28);

@@ -11,7 +11,7 @@
 namespace headroom::executor {
 
 absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
-                                            const data::ImageDataset& set) {
+                                            const data::ImageSetShape& set) {
   ImageTask task;
   // 1. The loss: a SoftmaxCrossEntropy of logits and labels.
   const graph::Tensor& loss = forward.tensor(forward.loss());
@@ -19,7 +19,7 @@ absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
   if (sce.op->name != "SoftmaxCrossEntropy" ||
       forward.tensor(sce.inputs[1]).role != proto::ROLE_LABEL) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "training on '", set.name(), "' needs a SoftmaxCrossEntropy loss of a labels tensor; '",
+        "training on '", set.name, "' needs a SoftmaxCrossEntropy loss of a labels tensor; '",
         loss.name, "' is made by node '", sce.name, "' (", sce.op->name, ")"));
   }
   const graph::Tensor& logits = forward.tensor(sce.inputs[0]);
@@ -28,11 +28,11 @@ absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
   task.labels = labels.name;
   task.label_dtype = labels.dtype;
   if (logits.shape.size() != 2 || logits.dtype != proto::DTYPE_FLOAT32 ||
-      logits.shape[1] < set.num_classes()) {
+      logits.shape[1] < set.num_classes) {
     return absl::InvalidArgumentError(
         absl::StrCat("logits '", logits.name, "' are ", graph::ShapeString(logits.shape), " ",
-                     graph::DTypeName(logits.dtype), "; '", set.name(),
-                     "' needs [batch, classes >= ", set.num_classes(), "] float32"));
+                     graph::DTypeName(logits.dtype), "; '", set.name,
+                     "' needs [batch, classes >= ", set.num_classes, "] float32"));
   }
   task.batch = logits.shape[0];
   task.classes = logits.shape[1];
@@ -43,28 +43,33 @@ absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
                      graph::DTypeName(labels.dtype), "; needs [", task.batch, "] int64 or int32"));
   }
   // 2. The one input: the set's images.
-  const graph::Shape images{task.batch, set.channels(), set.height(), set.width()};
+  const graph::Shape images{task.batch, set.channels, set.height, set.width};
   for (const graph::Tensor& t : forward.tensors()) {
     if (t.role != proto::ROLE_INPUT) continue;
     if (!task.input.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("training on '", set.name(),
+      return absl::InvalidArgumentError(absl::StrCat("training on '", set.name,
                                                      "' needs one input; the model has '",
                                                      task.input, "' and '", t.name, "'"));
     }
     if (t.shape != images || t.dtype != proto::DTYPE_FLOAT32) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input '", t.name, "' is ", graph::ShapeString(t.shape), " ", graph::DTypeName(t.dtype),
-          "; '", set.name(), "' gives ", graph::ShapeString(images), " float32 (", set.channels(),
-          " channel(s) of ", set.height(), "x", set.width(), ")"));
+          "; '", set.name, "' gives ", graph::ShapeString(images), " float32 (", set.channels,
+          " channel(s) of ", set.height, "x", set.width, ")"));
     }
     task.input = t.name;
     task.input_shape = t.shape;
   }
   if (task.input.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("training on '", set.name(), "' needs an image input; the model has none"));
+        absl::StrCat("training on '", set.name, "' needs an image input; the model has none"));
   }
   return task;
+}
+
+absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
+                                            const data::ImageDataset& set) {
+  return Create(forward, set.shape());
 }
 
 std::vector<HostTensor> ImageTask::Tensors(absl::Span<const float> pixels,

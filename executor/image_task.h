@@ -39,6 +39,8 @@ struct ImageTask {
   // Returns how `forward` takes batches of `set`. InvalidArgument naming the tensor whose
   // shape or dtype does not fit the set (e.g. a model built for 32x32x3 images).
   static absl::StatusOr<ImageTask> Create(const graph::Graph& forward,
+                                          const data::ImageSetShape& set);
+  static absl::StatusOr<ImageTask> Create(const graph::Graph& forward,
                                           const data::ImageDataset& set);
 
   // Returns the batch tensors of `pixels` (batch * C * H * W) and `labels` (batch).

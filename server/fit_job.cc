@@ -99,9 +99,76 @@ absl::Status CheckDataOptions(const proto::JobSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<JobDataShape> InspectJobData(const proto::JobSpec& spec, const std::string& path,
+                                            const graph::Graph& forward,
+                                            uint64_t max_memory_bytes) {
+  const proto::DataOptions& d = spec.data();
+  const bool fashion = path == kFashionMnistName;
+  auto named = [&](const absl::Status& s) {
+    return absl::Status(s.code(),
+                        absl::StrCat("spec.data.dataset '", d.dataset(), "': ", s.message()));
+  };
+  absl::StatusOr<data::ImageSetShape> train =
+      fashion ? data::ImageDataset::InspectFashionMnist(data::FashionMnistPart::kTrain)
+              : data::ImageDataset::InspectDirectory(path);
+  if (!train.ok()) return named(train.status());
+  JobDataShape out;
+  out.train = *std::move(train);
+  out.memory_bytes = out.train.memory_bytes();
+  // The model must take the set's images and classes.
+  absl::StatusOr<executor::ImageTask> task = executor::ImageTask::Create(forward, out.train);
+  if (!task.ok()) return named(task.status());
+  if (d.validation_fraction() > 0) {
+    absl::StatusOr<data::TrainValidationSplit> split =
+        data::SplitTrainValidation(out.train.size, d.validation_fraction(), spec.train().seed());
+    if (!split.ok()) return named(split.status());
+    out.train_items = std::move(split->train);
+    if (d.eval_every() > 0) out.held_out_items = std::move(split->validation);
+  } else {
+    out.train_items.resize(out.train.size);
+    for (int64_t i = 0; i < out.train.size; ++i) out.train_items[i] = i;
+    if (fashion && d.eval_every() > 0) {
+      absl::StatusOr<data::ImageSetShape> test =
+          data::ImageDataset::InspectFashionMnist(data::FashionMnistPart::kTest);
+      if (!test.ok()) return named(test.status());
+      out.held_out_is_test = true;
+      out.memory_bytes += test->memory_bytes();
+      out.held_out_items.resize(test->size);
+      for (int64_t i = 0; i < test->size; ++i) out.held_out_items[i] = i;
+    }
+  }
+  if (max_memory_bytes > 0 && out.memory_bytes > max_memory_bytes) {
+    return named(absl::ResourceExhaustedError(
+        absl::StrCat(out.train.size, " items of ", out.train.channels, "x", out.train.height, "x",
+                     out.train.width, out.train.floats ? " floats" : " bytes",
+                     out.held_out_is_test ? " and its test part" : "", " take ", out.memory_bytes,
+                     " bytes in memory once loaded, more than headroomd's --max-dataset-bytes ",
+                     max_memory_bytes)));
+  }
+  if (d.eval_every() > 0 && out.held_out_items.empty()) {
+    return named(absl::InvalidArgumentError("no items are held out to evaluate on"));
+  }
+  out.batches_per_epoch =
+      data::BatchesPerEpoch(static_cast<int64_t>(out.train_items.size()), task->batch);
+  if (out.batches_per_epoch < 1) {
+    return named(absl::InvalidArgumentError(absl::StrCat(out.train_items.size(),
+                                                         " training items hold no whole batch of ",
+                                                         task->batch, " (the model's batch)")));
+  }
+  out.total_steps = d.epochs() * static_cast<uint64_t>(out.batches_per_epoch);
+  if (d.warmup_steps() > out.total_steps) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.data.warmup_steps: ", d.warmup_steps(),
+                                                   " is more than the job's ", out.total_steps,
+                                                   " steps"));
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<JobData>> LoadJobData(const proto::JobSpec& spec,
                                                      const std::string& path,
-                                                     const graph::Graph& forward) {
+                                                     const graph::Graph& forward,
+                                                     uint64_t max_memory_bytes) {
+  ASSIGN_OR_RETURN(JobDataShape shape, InspectJobData(spec, path, forward, max_memory_bytes));
   const proto::DataOptions& d = spec.data();
   const bool fashion = path == kFashionMnistName;
   auto named = [&](const absl::Status& s) {
@@ -112,43 +179,22 @@ absl::StatusOr<std::unique_ptr<JobData>> LoadJobData(const proto::JobSpec& spec,
       fashion ? data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTrain)
               : data::ImageDataset::LoadDirectory(path);
   if (!train.ok()) return named(train.status());
-  auto out = std::make_unique<JobData>(JobData{*std::move(train), {}, std::nullopt, {}, 0, 0});
-  // The model must take the set's images and classes.
-  absl::StatusOr<executor::ImageTask> task = executor::ImageTask::Create(forward, out->train);
-  if (!task.ok()) return named(task.status());
-  if (d.validation_fraction() > 0) {
-    absl::StatusOr<data::TrainValidationSplit> split =
-        data::SplitTrainValidation(out->train.size(), d.validation_fraction(), spec.train().seed());
-    if (!split.ok()) return named(split.status());
-    out->train_items = std::move(split->train);
-    if (d.eval_every() > 0) out->held_out_items = std::move(split->validation);
-  } else {
-    out->train_items.resize(out->train.size());
-    for (int64_t i = 0; i < out->train.size(); ++i) out->train_items[i] = i;
-    if (fashion && d.eval_every() > 0) {
-      absl::StatusOr<data::ImageDataset> test =
-          data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTest);
-      if (!test.ok()) return named(test.status());
-      out->test = *std::move(test);
-      out->held_out_items.resize(out->test->size());
-      for (int64_t i = 0; i < out->test->size(); ++i) out->held_out_items[i] = i;
+  // The files may change between reading their headers and reading them whole.
+  if (train->size() != shape.train.size ||
+      train->image_elements() != shape.train.image_elements()) {
+    return named(absl::FailedPreconditionError("changed while it was read"));
+  }
+  auto out = std::make_unique<JobData>(JobData{*std::move(train), std::move(shape.train_items),
+                                               std::nullopt, std::move(shape.held_out_items),
+                                               shape.batches_per_epoch, shape.total_steps});
+  if (shape.held_out_is_test) {
+    absl::StatusOr<data::ImageDataset> test =
+        data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTest);
+    if (!test.ok()) return named(test.status());
+    if (test->size() != static_cast<int64_t>(out->held_out_items.size())) {
+      return named(absl::FailedPreconditionError("its test part changed while it was read"));
     }
-  }
-  if (d.eval_every() > 0 && out->held_out_items.empty()) {
-    return named(absl::InvalidArgumentError("no items are held out to evaluate on"));
-  }
-  out->batches_per_epoch =
-      data::BatchesPerEpoch(static_cast<int64_t>(out->train_items.size()), task->batch);
-  if (out->batches_per_epoch < 1) {
-    return named(absl::InvalidArgumentError(absl::StrCat(out->train_items.size(),
-                                                         " training items hold no whole batch of ",
-                                                         task->batch, " (the model's batch)")));
-  }
-  out->total_steps = d.epochs() * static_cast<uint64_t>(out->batches_per_epoch);
-  if (d.warmup_steps() > out->total_steps) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.data.warmup_steps: ", d.warmup_steps(),
-                                                   " is more than the job's ", out->total_steps,
-                                                   " steps"));
+    out->test = *std::move(test);
   }
   return out;
 }

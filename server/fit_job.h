@@ -2,9 +2,10 @@
 // the callbacks of its fit loop, so that it trains as `headroom train --dataset` does
 // (executor/fit.h) with its checkpoints in the daemon's state directory.
 //
-// Phases: CheckDataOptions() (the options alone, no I/O); LoadJobData() (reads the set and
-// checks it against the model), at submit and again when the job runs; then
-// MakeFitCallbacks() for the run. Stateless functions; thread-safe.
+// Phases: CheckDataOptions() (the options alone, no I/O); InspectJobData() at submit (the
+// files' headers against the model and the limits); LoadJobData() when the job runs (the
+// same checks, then the sets read whole); then MakeFitCallbacks() for the run. Stateless functions;
+// thread-safe.
 #ifndef HEADROOM_SERVER_FIT_JOB_H_
 #define HEADROOM_SERVER_FIT_JOB_H_
 
@@ -52,13 +53,39 @@ struct JobData {
   uint64_t total_steps = 0;
 };
 
-// Returns the sets of `spec` read from `path` ("fashion-mnist", or the resolved directory
-// of DataRoots::Resolve), checked against `forward` (its input's image shape, its classes)
-// and holding at least one batch per epoch. The data layer's errors (NotFound, or
-// InvalidArgument naming the file and item), prefixed with "spec.data.dataset".
+// What a dataset job will train on, from its sets' headers (data::ImageDataset::Inspect*),
+// without reading their images.
+struct JobDataShape {
+  data::ImageSetShape train;
+  // The split of the training set's items (all of them without a validation fraction) and
+  // the held-out items (of the validation split or Fashion-MNIST's test part; none without
+  // evaluation).
+  std::vector<int64_t> train_items;
+  std::vector<int64_t> held_out_items;
+  bool held_out_is_test = false;
+  int64_t batches_per_epoch = 0;
+  uint64_t total_steps = 0;
+  // What loading the sets takes in memory: the training set, and the test part where the
+  // job evaluates on it.
+  uint64_t memory_bytes = 0;
+};
+
+// Returns what the job of `spec` trains on in `path` ("fashion-mnist", or the resolved
+// directory of DataRoots::Resolve), checked against `forward` (its input's image shape, its
+// classes), holding at least one batch per epoch and taking at most `max_memory_bytes` (0:
+// no limit; else ResourceExhausted naming the sizes) once loaded. The data layer's errors
+// (NotFound, or InvalidArgument naming the file and line), prefixed with
+// "spec.data.dataset". Reads the index and the IDX headers alone: cheap enough for a submit.
+absl::StatusOr<JobDataShape> InspectJobData(const proto::JobSpec& spec, const std::string& path,
+                                            const graph::Graph& forward, uint64_t max_memory_bytes);
+
+// Returns the sets of `spec` read from `path`: InspectJobData's checks first (so nothing
+// past the limit is read), then the sets loaded and checked whole (InvalidArgument naming
+// the file and item for a bad label, a float that is not finite, a file that ends early).
 absl::StatusOr<std::unique_ptr<JobData>> LoadJobData(const proto::JobSpec& spec,
                                                      const std::string& path,
-                                                     const graph::Graph& forward);
+                                                     const graph::Graph& forward,
+                                                     uint64_t max_memory_bytes);
 
 // Returns the data order of `spec`'s fit loop: seed, augmentation, prefetch.
 data::LoaderOptions LoaderOptionsOf(const proto::JobSpec& spec);

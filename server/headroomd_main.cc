@@ -69,6 +69,9 @@ struct DaemonFlags {
   int64_t checkpoint_every = 10;
   // --data-root, repeatable: where jobs' dataset directories may lie.
   std::vector<std::string> data_roots;
+  // --max-dataset-bytes: a dataset job's sets in memory once loaded (JobManagerOptions).
+  std::string max_dataset;
+  uint64_t max_dataset_bytes = 0;
   // A job's most seconds RUNNING, summed across restarts; 0: none. Default 7 days.
   uint64_t max_job_seconds = 7 * 24 * 3600;
   std::string max_message;
@@ -127,6 +130,11 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
                  "for more. A path that resolves (symlinks, ..) outside every root is refused; "
                  "fashion-mnist is always allowed")
       ->type_name("DIR");
+  app.add_option("--max-dataset-bytes", f.max_dataset,
+                 "largest dataset a job may load: its images and labels in memory, counted from "
+                 "the files' headers at submit and again when the job starts (default: half of "
+                 "this host's physical memory)")
+      ->type_name("SIZE");
   app.add_option("--max-job-seconds", f.max_job_seconds,
                  "most seconds a job may spend running, summed across daemon restarts; past "
                  "it the job stops at its step's end with a checkpoint and ends FAILED "
@@ -175,6 +183,15 @@ absl::Status ResolveFlags(DaemonFlags& f) {
   }
   if (!f.fixed_cost.empty()) {
     ASSIGN_OR_RETURN(f.fixed_cost_bytes, ParseByteSize(f.fixed_cost));
+  }
+  if (!f.max_dataset.empty()) {
+    ASSIGN_OR_RETURN(f.max_dataset_bytes, ParseByteSize(f.max_dataset));
+    if (f.max_dataset_bytes == 0) {
+      return absl::InvalidArgumentError("--max-dataset-bytes: must be more than 0");
+    }
+  } else {
+    f.max_dataset_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / 2;
   }
   if (!f.max_message.empty()) {
     ASSIGN_OR_RETURN(f.max_message_bytes, ParseByteSize(f.max_message));
@@ -417,6 +434,7 @@ int Run(const DaemonFlags& f) {
   options.checkpoint_interval_steps = f.checkpoint_every;
   options.max_job_seconds = f.max_job_seconds;
   options.max_job_steps = f.service.limits.max_job_steps;
+  options.max_dataset_bytes = f.max_dataset_bytes;
   absl::StatusOr<DataRoots> data_roots = DataRoots::Create(f.data_roots);
   if (!data_roots.ok()) {
     return std::cerr << "headroomd: " << data_roots.status().message() << "\n", 1;

@@ -529,16 +529,18 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   if (fit) {
     ASSIGN_OR_RETURN(const std::string path, options_.data_roots.Resolve(spec.data().dataset()));
     ASSIGN_OR_RETURN(const graph::Graph g, GraphOf(spec.model()));
-    ASSIGN_OR_RETURN(const std::unique_ptr<JobData> data, LoadJobData(spec, path, g));
-    total_steps = data->total_steps;
+    // The headers alone: a submit reads no images (the job loads them when it runs).
+    ASSIGN_OR_RETURN(const JobDataShape data,
+                     InspectJobData(spec, path, g, options_.max_dataset_bytes));
+    total_steps = data.total_steps;
     if (total_steps > options_.max_job_steps) {
       return absl::InvalidArgumentError(
-          absl::StrCat("spec.data: ", spec.data().epochs(), " epoch(s) of ",
-                       data->batches_per_epoch, " batches make ", total_steps,
-                       " steps, more than --max-job-steps ", options_.max_job_steps));
+          absl::StrCat("spec.data: ", spec.data().epochs(), " epoch(s) of ", data.batches_per_epoch,
+                       " batches make ", total_steps, " steps, more than --max-job-steps ",
+                       options_.max_job_steps));
     }
     fit_progress.set_total_epochs(spec.data().epochs());
-    fit_progress.set_batches_per_epoch(static_cast<uint64_t>(data->batches_per_epoch));
+    fit_progress.set_batches_per_epoch(static_cast<uint64_t>(data.batches_per_epoch));
   }
   // A dataset job keeps keep_last checkpoints, best.hrfit, one being written and the
   // final state in the store.
@@ -898,7 +900,7 @@ absl::Status JobManager::FitJob(Run& run, StepContext& context) {
   //    the roots), and the same steps as at submit.
   ASSIGN_OR_RETURN(const std::string path, options_.data_roots.Resolve(run.spec.data().dataset()));
   ASSIGN_OR_RETURN(const std::unique_ptr<JobData> data,
-                   LoadJobData(run.spec, path, trainer.forward()));
+                   LoadJobData(run.spec, path, trainer.forward(), options_.max_dataset_bytes));
   if (data->total_steps != run.total_steps) {
     return absl::FailedPreconditionError(
         absl::StrCat("spec.data.dataset '", run.spec.data().dataset(),

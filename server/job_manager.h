@@ -101,6 +101,11 @@ struct JobManagerOptions {
   // (a job without a dataset is held to it by the service's --max-job-steps check of
   // spec.train.steps). Default kMaxJobSteps (headroomd's --max-job-steps sets it).
   uint64_t max_job_steps = kMaxJobSteps;
+  // The most bytes a dataset job's sets may take in memory once loaded (images and labels,
+  // the held-out part included), counted from the files' headers at submit and again before
+  // the job loads them; 0: no limit. Default 0 (headroomd's --max-dataset-bytes sets half
+  // the host's memory).
+  uint64_t max_dataset_bytes = 0;
   // The most seconds a job may spend RUNNING, summed across daemon restarts; 0: no limit.
   // Default 0 (headroomd's --max-job-seconds sets its own default).
   uint64_t max_job_seconds = 0;

@@ -561,5 +561,38 @@ TEST_F(DatasetJobTest, SubmitRefusesBadDataNamingTheFieldOrPath) {
   EXPECT_EQ(jobs_->List(proto::ListJobsRequest()).value().jobs_size(), 0);
 }
 
+// A submit reads the set's headers, not its images: it refuses a set past
+// --max-dataset-bytes at once, and a fault inside the elements (a label out of range) is
+// found when the job loads the set, failing it with the file's error.
+TEST_F(DatasetJobTest, ASubmitReadsHeadersAndHoldsTheSetToTheMemoryLimit) {
+  // 160 items of 8x8 bytes and a label each: 10,400 bytes.
+  Reopen([&](JobManagerOptions& o) {
+    o.data_roots = DataRoots::Create({root_}).value();
+    o.max_dataset_bytes = 10399;
+  });
+  absl::StatusOr<proto::SubmitJobResponse> r = jobs_->Submit(ToyJob());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("160 items of 1x8x8 bytes take 10400 bytes in memory once loaded, more "
+                        "than headroomd's --max-dataset-bytes 10399"));
+  EXPECT_EQ(jobs_->List(proto::ListJobsRequest()).value().jobs_size(), 0);
+
+  Reopen([&](JobManagerOptions& o) {
+    o.data_roots = DataRoots::Create({root_}).value();
+    o.max_dataset_bytes = 10400;
+  });
+  // The last label becomes 9 of 4 classes: the header still holds, the load does not.
+  data::IdxArray labels;
+  labels.dims = {160};
+  for (int64_t i = 0; i < 160; ++i) labels.bytes.push_back(static_cast<uint8_t>(i % 4));
+  labels.bytes.back() = 9;
+  std::ofstream(root_ + "/toy/labels.idx", std::ios::binary) << data::EncodeIdx(labels);
+  const std::string id = Submit(ToyJob());
+  const std::vector<proto::JobProgress> updates = Watch(id);
+  ASSERT_FALSE(updates.empty());
+  EXPECT_EQ(updates.back().state(), proto::JOB_STATE_FAILED);
+  EXPECT_THAT(updates.back().message(), HasSubstr("item 159 has label 9, outside [0, 4)"));
+}
+
 }  // namespace
 }  // namespace headroom::server
