@@ -9,7 +9,10 @@
 #  - the dashboard's `device` and `job` variable queries (label_values) list the daemon's
 #    device and the job;
 #  - every panel target returns status success and at least one series (each is printed
-#    with its series and values); the test fails listing every panel that returned none;
+#    with its series and values), with the `job` variable set to both jobs that ran: the
+#    offloading one and a dataset job (3 epochs of a toy image set, evaluated each), whose
+#    epoch, validation and input-wait panels have data only from it; the test fails listing
+#    every panel that returned none;
 #  - the job's offloaded bytes counter is above zero, and Prometheus saw its step count
 #    change over several scrapes;
 #  - headroomd exits 0 on SIGTERM.
@@ -92,10 +95,27 @@ print(r[0]["value"][1] if r else "none")'
 
 start=$SECONDS
 
-# ---- 1. headroomd on free loopback ports ---------------------------------------------------
-mkdir -p "$TMP/state"
+# ---- 1. headroomd on free loopback ports, with a toy dataset under its data root -----------
+mkdir -p "$TMP/state" "$TMP/data/toy"
+# 160 one-channel 8x8 images of 4 classes (class c lights up row c), as IDX files.
+"$PYTHON" - "$TMP/data/toy" <<'PY'
+import random
+import struct
+import sys
+
+out = sys.argv[1]
+rng = random.Random(7)
+labels = [(i * 7 + 3) % 4 for i in range(160)]
+pixels = bytearray()
+for label in labels:
+    pixels += bytes(rng.randrange(150) + (100 if p // 8 == label else 0) for p in range(64))
+open(f"{out}/images.idx", "wb").write(struct.pack(">BBBBIII", 0, 0, 8, 3, 160, 8, 8) + pixels)
+open(f"{out}/labels.idx", "wb").write(struct.pack(">BBBBI", 0, 0, 8, 1, 160) + bytes(labels))
+open(f"{out}/index.txt", "w").write("headroom-dataset 1\nclasses 4\nshard images.idx labels.idx\n")
+PY
 OMP_NUM_THREADS=1 "$HEADROOMD" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --state "$TMP/state" \
-  --device-memory 64MiB --ready-file "$TMP/ready" >"$TMP/headroomd.log" 2>&1 &
+  --device-memory 64MiB --data-root "$TMP/data" --ready-file "$TMP/ready" \
+  >"$TMP/headroomd.log" 2>&1 &
 DAEMON_PID=$!
 for _ in $(seq 600); do
   [[ -s "$TMP/ready" ]] && grep -q '^metrics=' "$TMP/ready" && break
@@ -149,6 +169,13 @@ done
 [[ "$(prom_value 'up{job="headroomd"}')" == 1 ]] || fail "prometheus has not scraped headroomd"
 
 # ---- 4. The jobs -----------------------------------------------------------------------------
+# A dataset job first (48 steps, a few seconds): the fit panels' series.
+"$HEADROOM" submit --server "$GRPC_ADDR" --model small_cnn --image_size 8 --channels 1 \
+  --classes 4 --batch 8 --dataset "$TMP/data/toy" --epochs 3 --eval-every 1 \
+  --validation-fraction 0.2 --name dashboards-fit --json >"$TMP/submit_fit.json" ||
+  fail "headroom submit --dataset failed"
+FIT_JOB=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' \
+  "$TMP/submit_fit.json")
 "$HEADROOM" submit --server "$GRPC_ADDR" "${MODEL[@]}" --budget "$BUDGET" --host-memory separate --steps "$STEPS" \
   --checkpoint-every 100 --name dashboards --json >"$TMP/submit.json" ||
   fail "headroom submit failed"
@@ -176,20 +203,24 @@ set -e
 tail -n 2 "$TMP/watch.txt"
 ((watch_rc == 0)) || fail "headroom watch $JOB exited $watch_rc (0 is succeeded)"
 echo "job $JOB ran $STEPS steps in $((SECONDS - job_start)) s"
+"$HEADROOM" watch --server "$GRPC_ADDR" "$FIT_JOB" >"$TMP/watch_fit.txt" 2>&1 ||
+  fail "headroom watch $FIT_JOB (the dataset job) did not end succeeded: $(tail -n 2 "$TMP/watch_fit.txt")"
 "$HEADROOM" jobs --server "$GRPC_ADDR"
 
 # Let Prometheus scrape the ended jobs.
 for _ in $(seq 100); do
-  [[ "$(prom_value 'headroom_jobs{state="succeeded"}')" == 1 &&
+  [[ "$(prom_value 'headroom_jobs{state="succeeded"}')" == 2 &&
      "$(prom_value 'headroom_jobs{state="cancelled"}')" == 1 &&
      "$(prom_value "headroom_step_duration_seconds_count{job=\"$JOB\"}")" == "$STEPS" ]] && break
   sleep 0.2
 done
 sleep 1.5
-for state in succeeded cancelled; do
-  [[ "$(prom_value "headroom_jobs{state=\"$state\"}")" == 1 ]] ||
-    fail "Prometheus does not see one $state job"
-done
+[[ "$(prom_value 'headroom_jobs{state="succeeded"}')" == 2 ]] ||
+  fail "Prometheus does not see two succeeded jobs"
+[[ "$(prom_value 'headroom_jobs{state="cancelled"}')" == 1 ]] ||
+  fail "Prometheus does not see one cancelled job"
+[[ "$(prom_value "headroom_job_epoch{job=\"$FIT_JOB\"}")" == 3 ]] ||
+  fail "Prometheus does not see epoch 3 of the dataset job $FIT_JOB"
 [[ "$(prom_value "headroom_step_duration_seconds_count{job=\"$JOB\"}")" == "$STEPS" ]] ||
   fail "Prometheus does not see $STEPS steps of $JOB"
 offloaded_total=$(prom_value "headroom_offloaded_bytes_total{job=\"$JOB\"}")
@@ -201,14 +232,14 @@ echo "Prometheus saw the step count of $JOB change $scrapes times; $offloaded_to
   fail "the job ran over too few scrapes ($scrapes changes of its step count)"
 
 # ---- 5. Every panel, as Grafana would query it -----------------------------------------------
-"$PYTHON" - "$DASHBOARD" "$PROM_ADDR" "$JOB" <<'PY'
+"$PYTHON" - "$DASHBOARD" "$PROM_ADDR" "$JOB" "$FIT_JOB" <<'PY'
 import json
 import re
 import sys
 import urllib.parse
 import urllib.request
 
-dashboard_path, prom, job = sys.argv[1:]
+dashboard_path, prom, job, fit_job = sys.argv[1:]
 dash = json.load(open(dashboard_path))
 
 
@@ -241,9 +272,10 @@ for var in dash["templating"]["list"]:
     values[var["name"]] = found
     print(f"variable {var['name']}: label_values({selector}, {label}) = {found}")
     if var["name"] == "job":
-        if job not in found:
-            sys.exit(f"FAIL: variable job does not list {job}")
-        chosen["job"] = job
+        for j in (job, fit_job):
+            if j not in found:
+                sys.exit(f"FAIL: variable job does not list {j}")
+        chosen["job"] = [job, fit_job]
     else:
         if len(found) != 1:
             sys.exit(f"FAIL: variable {var['name']}: expected one value, got {found}")
@@ -264,7 +296,10 @@ def fill(expr):
         if name not in chosen:
             raise KeyError(name)
         value = chosen[name]
-        # Multi-value variables are regex-escaped (in =~ matchers); `raw` is verbatim.
+        # Multi-value variables are regex-escaped (in =~ matchers), several as (a|b);
+        # `raw` is verbatim.
+        if isinstance(value, list):
+            return "(" + "|".join(v if fmt == "raw" else regex_escape(v) for v in value) + ")"
         return value if fmt == "raw" else regex_escape(value)
     pattern = (r"\$\{(?P<braced>\w+)(?::(?P<fmt>\w+))?\}|\[\[(?P<bracket>\w+)\]\]"
                r"|\$(?P<plain>\w+)")
