@@ -17,7 +17,8 @@ auxiliary classifier:
      forward (batch statistics), max |ours - PyTorch's| / max |PyTorch's|, target 1e-4;
      and both against PyTorch's forward in float64, the model's own float32 rounding at
      these inputs (where PyTorch's float32 is itself 1e-4 from it, 1e-4 between two float32
-     implementations is below what the model's conditioning allows);
+     implementations is below what the model's conditioning allows); and PyTorch's float32
+     against itself (without oneDNN's convolutions, and on another number of threads);
   4. `headroom plan --onnx FILE --batch B --json`: the training step's arena, with the
      per-pixel loss the importer attaches to [N, 21, H, W] logits (label 255 ignored);
   5. `headroom train --onnx FILE --batch B --budget F*arena --steps S --json`: training
@@ -110,6 +111,25 @@ def check_logits(name, args, scratch, row):
     row["headroom_float64_error"] = float(np.max(np.abs(ours - exact))) / exact_scale
     row["logits"] += " (float64: PyTorch's %.1e, Headroom's %.1e)" % (
         row["torch_float64_error"], row["headroom_float64_error"])
+    # PyTorch's float32 against itself: the same forward with oneDNN's (mkldnn) convolutions
+    # turned off, and on one thread instead of the survey's; the larger difference is how far
+    # "PyTorch's logits" are defined at these inputs.
+    model.float()
+    self_errors = []
+    threads = torch.get_num_threads()
+    for mkldnn, n in ((False, threads), (True, 1 if threads > 1 else 2)):
+        torch.backends.mkldnn.enabled = mkldnn
+        torch.set_num_threads(n)
+        try:
+            with torch.no_grad():
+                other = model(x)
+        finally:
+            torch.backends.mkldnn.enabled = True
+            torch.set_num_threads(threads)
+        other = (other["out"] if isinstance(other, dict) else other).numpy()
+        self_errors.append(float(np.max(np.abs(other.astype(np.float64) - theirs))) / scale)
+    row["torch_self_error"] = max(self_errors)
+    row["logits"] += ", PyTorch against itself %.1e" % row["torch_self_error"]
 
 
 def check_training(path, args, row):

@@ -48,6 +48,9 @@ class SegmentationSurveyTest(unittest.TestCase):
         self.assertLess(row["logits_relative_error"], 1e-4, row)
         self.assertLess(row["headroom_float64_error"], 1e-4, row)
         self.assertIn("torch_float64_error", row)
+        # PyTorch against itself: measured, and restored to its settings afterwards.
+        self.assertGreaterEqual(row["torch_self_error"], 0.0, row)
+        self.assertTrue(torch.backends.mkldnn.enabled)
         self.assertTrue(row["trained"], row)
         self.assertEqual(len(row["losses"]), ARGS.steps)
         self.assertLessEqual(row["measured_peak_bytes"], row["budget_bytes"])
