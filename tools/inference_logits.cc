@@ -12,10 +12,8 @@
 // export --checkpoint` does (a graph's batch is its own; --batch must say it); the last
 // imports an ONNX model (an export, read back) with its own weights. IN.bin holds the
 // model's one input, float32 row-major [N, ...]; OUT.bin gets the logits, float32.
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,13 +21,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/export_command.h"
-#include "executor/backends.h"
-#include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/graph_io.h"
 #include "graph/inference_graph.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
+#include "tools/logits_run.h"
 #include "util/status_macros.h"
 
 namespace headroom {
@@ -98,42 +95,8 @@ absl::Status Run(const Args& args) {
   ASSIGN_OR_RETURN(graph::InferenceModel inference, graph::InferenceForm(g, values));
   ASSIGN_OR_RETURN(graph::Graph ig, graph::Graph::FromProto(inference.graph));
 
-  // 2. One forward pass on the inputs (labels 0), the logits captured.
-  executor::TrainerOptions options;
-  for (const proto::TensorValue& v : inference.values) {
-    options.initial_values.push_back(executor::HostTensorFromValue(v));
-  }
-  const graph::Tensor& loss = ig.tensor(ig.loss());
-  options.capture = {ig.tensor(ig.node(loss.producer).inputs[0]).name};
-  ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend, executor::MakeBackend("cpu"));
-  ASSIGN_OR_RETURN(std::unique_ptr<executor::Trainer> trainer,
-                   executor::Trainer::Create(ig, backend.get(), options));
-  std::ifstream in(args.inputs, std::ios::binary);
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
-  std::vector<executor::HostTensor> batch;
-  for (const graph::Tensor& t : ig.tensors()) {
-    if (t.role == proto::ROLE_INPUT) {
-      executor::HostTensor input = executor::MakeHostTensor(t.name, t.shape, t.dtype);
-      if (bytes.size() != input.bytes.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(args.inputs, ": ", bytes.size(), " bytes; input '", t.name, "' ",
-                         graph::ShapeString(t.shape), " takes ", input.bytes.size()));
-      }
-      input.bytes = bytes;
-      batch.push_back(std::move(input));
-    } else if (t.role == proto::ROLE_LABEL) {
-      batch.push_back(executor::MakeHostTensor(t.name, t.shape, t.dtype));
-    }
-  }
-  ASSIGN_OR_RETURN(executor::StepResult step, trainer->StepOn(batch));
-  const executor::HostTensor& out = step.captured.at(0);
-  std::ofstream file(args.out, std::ios::binary);
-  file.write(reinterpret_cast<const char*>(out.bytes.data()),
-             static_cast<std::streamsize>(out.bytes.size()));
-  if (!file) return absl::InternalError(absl::StrCat("cannot write ", args.out));
-  std::cout << "logits " << graph::ShapeString(out.shape) << " -> " << args.out << "\n";
-  return absl::OkStatus();
+  // 2. One forward pass on the inputs (labels 0), the logits written.
+  return tools::WriteLogits(ig, inference.values, args.inputs, args.out);
 }
 
 }  // namespace
