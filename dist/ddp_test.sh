@@ -10,6 +10,11 @@
 #     with --dataset, rank 0's checkpoint resumed on both ranks ends bitwise where an
 #     uninterrupted run does;
 #     ranks seeded differently receive rank 0's state and end bitwise equal;
+#     --sync-batchnorm: small_cnn (20 steps) and resnet18 at 32x32 (3 steps: beyond them a
+#     2e-7 perturbation of the learning rate alone moves one process by more than 1e-5;
+#     docs/distributed.md) within 1e-5 of one process at the global batch, with and without
+#     sections, and exactly 3 batch-norm allreduces per batch norm and step (2 in the
+#     forward, 1 in the backward; none in a re-forward);
 #  2. a deliberate mismatch (different bucket sizes on the two ranks) stops both within 10 s,
 #     naming the ranks and the first differing collective;
 #  3. a rank killed mid-run (SIGKILL) ends the job within 30 s, naming rank 1;
@@ -53,6 +58,31 @@ equivalent() {
     exit 1
   fi
   CHECKSUM=$(json_field parameter_checksum <<<"$ranked")
+  RANKED="$ranked"
+}
+
+# sync_equivalent NAME BATCH STEPS BN_PER_STEP [FLAGS...]: `equivalent` with --sync-batchnorm,
+# and exactly BN_PER_STEP batch-norm allreduces per step, with and without 3 sections, which
+# end at the same parameters.
+sync_equivalent() {
+  local name="$1" batch="$2" steps="$3" per_step="$4"
+  shift 4
+  local plain_checksum="" bn
+  for sections in 1 3; do
+    equivalent "${name}_sync_s$sections" "$batch" "$steps" "$@" --sync-batchnorm \
+      --sections "$sections"
+    bn=$(json_field batch_norm_allreduces <<<"$RANKED")
+    echo "$bn batch-norm allreduce(s) in $steps steps"
+    if [[ "$bn" != "$((per_step * steps))" ]]; then
+      echo "FAIL: $name: $bn batch-norm allreduces in $steps steps, not $per_step per step" >&2
+      exit 1
+    fi
+    if [[ -n "$plain_checksum" && "$CHECKSUM" != "$plain_checksum" ]]; then
+      echo "FAIL: $name: with sections the ranks end at $CHECKSUM, without at $plain_checksum" >&2
+      exit 1
+    fi
+    plain_checksum="$CHECKSUM"
+  done
 }
 
 equivalent mlp 8 20 --model mlp --bucket-kib 4096
@@ -69,6 +99,11 @@ if [[ "$CHECKSUM" != "$plain" ]]; then
   echo "FAIL: with sections the ranks end at checksum $CHECKSUM, without at $plain" >&2
   exit 1
 fi
+
+# Batch norm over the global batch: 2 (small_cnn) and 20 (resnet18) batch norms, each with
+# a forward's 2 allreduces and a backward's 1.
+sync_equivalent small_cnn 8 20 6 --model small_cnn --bucket-kib 0
+sync_equivalent resnet18 16 3 60 --model resnet18 --image_size 32 --bucket-kib 4096
 
 echo "== --dataset: rank 0's checkpoint after epoch 1, resumed on both ranks"
 DATA=(--dataset fashion-mnist --model small_cnn --batch 32 --validation-fraction 0.95

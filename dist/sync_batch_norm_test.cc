@@ -24,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kSteps = 4;
+constexpr int kSteps = 6;
 constexpr uint64_t kSeed = 11;
 
 graph::Graph Model(const std::string& name, uint64_t batch) {
