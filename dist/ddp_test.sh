@@ -15,8 +15,8 @@
 #     docs/distributed.md) within 1e-5 of one process at the global batch, with and without
 #     sections, and exactly 3 batch-norm allreduces per batch norm and step (2 in the
 #     forward, 1 in the backward; none in a re-forward);
-#  2. a deliberate mismatch (different bucket sizes on the two ranks) stops both within 10 s,
-#     naming the ranks and the first differing collective;
+#  2. a deliberate mismatch (different bucket sizes on the two ranks; --sync-batchnorm on one
+#     rank only) stops both within 10 s, naming the ranks and the first differing collective;
 #  3. a rank killed mid-run (SIGKILL) ends the job within 30 s, naming rank 1;
 #  4. a rank that hangs (SIGSTOP) makes the other fail its collective's deadline
 #     (--collective-timeout 5), naming the collective, and the job ends within 30 s.
@@ -138,6 +138,25 @@ for rank in 0 1; do
   grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
     { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
 done
+
+echo "== a collective mismatch: --sync-batchnorm on rank 0 only"
+start=$(now)
+set +e
+out=$(timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train --model small_cnn --batch 8 --steps 3 \
+        --sync-batchnorm : -np 1 "$HEADROOM" train --model small_cnn --batch 8 --steps 3 2>&1)
+rc=$?
+set -e
+took=$(elapsed "$start")
+echo "$out" | grep "headroom train" || true
+echo "exit $rc after $took s"
+[[ "$rc" != 0 && "$rc" != 124 ]] || { echo "FAIL: the mismatched run exited $rc" >&2; exit 1; }
+below "$took" 10 || { echo "FAIL: the mismatch took $took s to stop (limit 10 s)" >&2; exit 1; }
+for rank in 0 1; do
+  grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
+    { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
+done
+grep -q "rank 0 of 2: .*allreduce of batch norm 'bn1' count and sum(x) (forward)" <<<"$out" ||
+  { echo "FAIL: rank 0 did not name its batch-norm allreduce" >&2; exit 1; }
 
 # run_and_signal SIGNAL TIMEOUT: starts 2 ranks of a long run, sends SIGNAL to rank 1 once
 # both train, and prints the job's output; sets TOOK (seconds from the signal to the job's
