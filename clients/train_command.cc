@@ -22,6 +22,7 @@
 #include "dist/gradient_buckets.h"
 #include "dist/launch.h"
 #include "dist/mpi_collectives.h"
+#include "dist/sync_batch_norm.h"
 #include "executor/backend.h"
 #include "executor/backends.h"
 #include "executor/callbacks.h"
@@ -81,6 +82,7 @@ struct DistFlags {
   int64_t bucket_kib = 0;
   int64_t check_every = 0;
   double collective_timeout = 20;
+  bool sync_batchnorm = false;
 };
 
 // A rank's view of a data-parallel run (set where mpirun started this process).
@@ -89,6 +91,8 @@ struct DistRun {
   int size = 1;
   std::unique_ptr<dist::Collectives> collectives;
   std::unique_ptr<dist::GradientBuckets> buckets;
+  // --sync-batchnorm: batch norm over the global batch.
+  std::unique_ptr<dist::SyncBatchNorm> batch_norm;
   // The synthetic task at the global batch (ranks times --batch), whose batches the ranks
   // split: the samples one process at the global batch would see.
   std::unique_ptr<graph::Graph> global_graph;
@@ -611,6 +615,13 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
           graph::HumanBytes(b.steps > 0 ? b.reduced_bytes / b.steps : 0),
           dist_run->buckets->BucketBytes().size(), b.exposed_wait_seconds,
           dist_run->parameter_checksum);
+      if (dist_run->batch_norm != nullptr) {
+        const dist::SyncBatchNormStats& n = dist_run->batch_norm->stats();
+        out << absl::StrFormat(
+            "sync batch norm: %d allreduce(s) of %s per step (blocking), %.3f s in them in all\n",
+            b.steps > 0 ? n.allreduces / b.steps : 0,
+            graph::HumanBytes(b.steps > 0 ? n.reduced_bytes / b.steps : 0), n.wait_seconds);
+      }
     }
     if (t.max_rebuild_error >= 0) {
       out << absl::StrFormat("rebuild check: max_rebuild_error %.3g, mismatched mask elements %d\n",
@@ -691,6 +702,15 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
         .Uint(b.reduced_bytes / std::max<int64_t>(b.steps, 1))
         .Key("parameter_checksum")
         .Uint(dist_run->parameter_checksum);
+    if (dist_run->batch_norm != nullptr) {
+      const dist::SyncBatchNormStats& n = dist_run->batch_norm->stats();
+      w.Key("batch_norm_allreduces")
+          .Int(n.allreduces)
+          .Key("batch_norm_allreduce_bytes")
+          .Uint(n.reduced_bytes)
+          .Key("batch_norm_allreduce_seconds")
+          .Double(n.wait_seconds);
+    }
   }
   if (t.max_rebuild_error >= 0) {
     w.Key("max_rebuild_error").Double(t.max_rebuild_error)
@@ -703,6 +723,10 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
 
 absl::Status TrainCommand::Run(const CommandIo& io) {
   ASSIGN_OR_RETURN(const std::optional<dist::RankEnvironment> env, dist::RankFromEnvironment());
+  if (dist.sync_batchnorm && (env.has_value() ? env->size : dist.ranks) == 1) {
+    io.err << "warning: --sync-batchnorm with one rank: every batch norm already sees the whole "
+              "batch; nothing to synchronise\n";
+  }
   if (!env.has_value()) {
     if (dist.ranks == 1) return RunRank(io);
     // Start the ranks: this same command line under mpirun.
@@ -748,6 +772,10 @@ absl::Status TrainCommand::StartRanks(const graph::Graph& g, executor::TrainerOp
   buckets.bucket_bytes = static_cast<uint64_t>(dist.bucket_kib) << 10;
   d.buckets = std::make_unique<dist::GradientBuckets>(d.collectives.get(), backend, buckets);
   options.gradients = d.buckets.get();
+  if (dist.sync_batchnorm) {
+    d.batch_norm = std::make_unique<dist::SyncBatchNorm>(d.collectives.get());
+    options.batch_norm_sync = d.batch_norm.get();
+  }
   if (!data.dataset.empty()) return absl::OkStatus();
   if (!model.onnx.empty() || !model.graph.empty()) {
     return absl::InvalidArgumentError(
@@ -807,6 +835,9 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
   if (dist_run != nullptr) {
     // Lock-step from the start: the same collectives each step, rank 0's state everywhere.
     std::vector<dist::CollectiveSpec> sequence = dist_run->buckets->Sequence();
+    if (dist_run->batch_norm != nullptr) {
+      sequence = dist::MergeByPosition(sequence, dist_run->batch_norm->Sequence());
+    }
     if (!sets.has_value()) sequence.push_back({"allreduce of the step's loss", 1});
     RETURN_IF_ERROR(dist::CheckSequencesAgree(sequence, *dist_run->collectives));
     RETURN_IF_ERROR(dist::BroadcastState(*trainer, *dist_run->collectives));
@@ -920,6 +951,11 @@ void AddDistFlags(CLI::App& app, DistFlags& f) {
       ->type_name("K")
       ->capture_default_str()
       ->check(AtLeast(0))
+      ->group(group);
+  app.add_flag("--sync-batchnorm", f.sync_batchnorm,
+               "every batch norm normalises over the global batch of all ranks (allreduces of "
+               "its statistics in the forward and backward), as PyTorch's SyncBatchNorm; "
+               "without it each rank normalises its own share")
       ->group(group);
   app.add_option("--collective-timeout", f.collective_timeout,
                  "a collective not done after S seconds stops every rank, naming it (a rank "

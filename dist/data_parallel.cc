@@ -141,8 +141,8 @@ absl::Status CheckSequencesAgree(absl::Span<const CollectiveSpec> sequence,
     counts.push_back(absl::StrCat(lengths[r], " on rank ", r));
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "the ranks would issue different collectives each step (a different model, batch, plan "
-      "or bucket size?): rank(s) ",
+      "the ranks would issue different collectives each step (a different model, batch, plan, "
+      "bucket size or --sync-batchnorm?): rank(s) ",
       absl::StrJoin(differ, ", "), " differ from rank 0; collectives per step: ",
       absl::StrJoin(counts, ", "), "; the first difference: ", first));
 }

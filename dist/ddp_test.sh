@@ -10,8 +10,13 @@
 #     with --dataset, rank 0's checkpoint resumed on both ranks ends bitwise where an
 #     uninterrupted run does;
 #     ranks seeded differently receive rank 0's state and end bitwise equal;
-#  2. a deliberate mismatch (different bucket sizes on the two ranks) stops both within 10 s,
-#     naming the ranks and the first differing collective;
+#     --sync-batchnorm: small_cnn (20 steps) and resnet18 at 32x32 (3 steps: beyond them a
+#     2e-7 perturbation of the learning rate alone moves one process by more than 1e-5;
+#     docs/distributed.md) within 1e-5 of one process at the global batch, with and without
+#     sections, and exactly 3 batch-norm allreduces per batch norm and step (2 in the
+#     forward, 1 in the backward; none in a re-forward);
+#  2. a deliberate mismatch (different bucket sizes on the two ranks; --sync-batchnorm on one
+#     rank only) stops both within 10 s, naming the ranks and the first differing collective;
 #  3. a rank killed mid-run (SIGKILL) ends the job within 30 s, naming rank 1;
 #  4. a rank that hangs (SIGSTOP) makes the other fail its collective's deadline
 #     (--collective-timeout 5), naming the collective, and the job ends within 30 s.
@@ -53,6 +58,31 @@ equivalent() {
     exit 1
   fi
   CHECKSUM=$(json_field parameter_checksum <<<"$ranked")
+  RANKED="$ranked"
+}
+
+# sync_equivalent NAME BATCH STEPS BN_PER_STEP [FLAGS...]: `equivalent` with --sync-batchnorm,
+# and exactly BN_PER_STEP batch-norm allreduces per step, with and without 3 sections, which
+# end at the same parameters.
+sync_equivalent() {
+  local name="$1" batch="$2" steps="$3" per_step="$4"
+  shift 4
+  local plain_checksum="" bn
+  for sections in 1 3; do
+    equivalent "${name}_sync_s$sections" "$batch" "$steps" "$@" --sync-batchnorm \
+      --sections "$sections"
+    bn=$(json_field batch_norm_allreduces <<<"$RANKED")
+    echo "$bn batch-norm allreduce(s) in $steps steps"
+    if [[ "$bn" != "$((per_step * steps))" ]]; then
+      echo "FAIL: $name: $bn batch-norm allreduces in $steps steps, not $per_step per step" >&2
+      exit 1
+    fi
+    if [[ -n "$plain_checksum" && "$CHECKSUM" != "$plain_checksum" ]]; then
+      echo "FAIL: $name: with sections the ranks end at $CHECKSUM, without at $plain_checksum" >&2
+      exit 1
+    fi
+    plain_checksum="$CHECKSUM"
+  done
 }
 
 equivalent mlp 8 20 --model mlp --bucket-kib 4096
@@ -69,6 +99,11 @@ if [[ "$CHECKSUM" != "$plain" ]]; then
   echo "FAIL: with sections the ranks end at checksum $CHECKSUM, without at $plain" >&2
   exit 1
 fi
+
+# Batch norm over the global batch: 2 (small_cnn) and 20 (resnet18) batch norms, each with
+# a forward's 2 allreduces and a backward's 1.
+sync_equivalent small_cnn 8 20 6 --model small_cnn --bucket-kib 0
+sync_equivalent resnet18 16 3 60 --model resnet18 --image_size 32 --bucket-kib 4096
 
 echo "== --dataset: rank 0's checkpoint after epoch 1, resumed on both ranks"
 DATA=(--dataset fashion-mnist --model small_cnn --batch 32 --validation-fraction 0.95
@@ -103,6 +138,25 @@ for rank in 0 1; do
   grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
     { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
 done
+
+echo "== a collective mismatch: --sync-batchnorm on rank 0 only"
+start=$(now)
+set +e
+out=$(timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train --model small_cnn --batch 8 --steps 3 \
+        --sync-batchnorm : -np 1 "$HEADROOM" train --model small_cnn --batch 8 --steps 3 2>&1)
+rc=$?
+set -e
+took=$(elapsed "$start")
+echo "$out" | grep "headroom train" || true
+echo "exit $rc after $took s"
+[[ "$rc" != 0 && "$rc" != 124 ]] || { echo "FAIL: the mismatched run exited $rc" >&2; exit 1; }
+below "$took" 10 || { echo "FAIL: the mismatch took $took s to stop (limit 10 s)" >&2; exit 1; }
+for rank in 0 1; do
+  grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
+    { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
+done
+grep -q "rank 0 of 2: .*allreduce of batch norm 'bn1' count and sum(x) (forward)" <<<"$out" ||
+  { echo "FAIL: rank 0 did not name its batch-norm allreduce" >&2; exit 1; }
 
 # run_and_signal SIGNAL TIMEOUT: starts 2 ranks of a long run, sends SIGNAL to rank 1 once
 # both train, and prints the job's output; sets TOOK (seconds from the signal to the job's

@@ -113,7 +113,7 @@ std::vector<CollectiveSpec> GradientBuckets::Sequence() const {
     sequence.push_back(
         {absl::StrCat("allreduce of gradient bucket ", k, " (", buckets_[k].gradients.size(),
                       " gradient(s), first '", slots_[buckets_[k].gradients[0]].info.name, "')"),
-         buckets_[k].values.size()});
+         buckets_[k].values.size(), slots_[buckets_[k].gradients.back()].info.position});
   }
   return sequence;
 }

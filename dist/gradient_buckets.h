@@ -30,6 +30,8 @@ namespace headroom::dist {
 struct CollectiveSpec {
   std::string what;    // "allreduce of gradient bucket 2"
   uint64_t count = 0;  // floats
+  // The schedule position where a step issues it (-1: after the step).
+  int32_t position = -1;
 };
 
 // What the reductions cost, summed over the steps run.
@@ -60,7 +62,8 @@ class GradientBuckets : public executor::GradientExchange {
   absl::StatusOr<executor::TensorView> ReducedGradient(int64_t step, int32_t index) override;
   absl::Status OnStepEnd(int64_t step) override;
 
-  // Returns the collectives one step issues, in order. REQUIRES: Prepare() ran.
+  // Returns the collectives one step issues, in order, each at the position of its bucket's
+  // last gradient. REQUIRES: Prepare() ran.
   std::vector<CollectiveSpec> Sequence() const;
   // Returns the buckets' sizes in bytes, in order.
   std::vector<uint64_t> BucketBytes() const;

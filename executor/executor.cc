@@ -148,10 +148,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
       const TensorView& grad = e->bound_args_[s].update.grad;
       e->gradient_index_[s] = static_cast<int32_t>(gradients.size());
       gradients.push_back({e->step_->graph.node(e->program_.nodes[s].node).name, grad.shape,
-                           grad.dtype, grad.bytes()});
+                           grad.dtype, grad.bytes(), static_cast<int32_t>(s)});
     }
     RETURN_IF_ERROR(options.gradients->Prepare(gradients));
   }
+  if (options.batch_norm_sync != nullptr) RETURN_IF_ERROR(e->PrepareBatchNormSync());
   return e;
 }
 
@@ -532,6 +533,7 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
       args.forward.seed = SplitMix64(options_.seed ^
                                      SplitMix64(static_cast<uint64_t>(steps_run_) * 1000003u +
                                                 static_cast<uint64_t>(node.forward_node)));
+      if (!synced_batch_norm_.empty() && synced_batch_norm_[s]) return SyncedBatchNormForward(s);
       return backend_->Forward(args.forward);
     case NodeKind::kRebuild:  // x = y - F(..) of a reversible block.
       return backend_->Forward(args.forward);
@@ -554,6 +556,91 @@ absl::Status Executor::RunKernel(int32_t s, StepResult* result) {
       if (program_.nodes[s].host_update >= 0) return CopyBackParameter(s, result);
       return IssuePrefetch(s);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::PrepareBatchNormSync() {
+  if (!backend_->host_is_device_memory()) {
+    return absl::UnimplementedError(
+        absl::StrCat("synchronised batch norm (--sync-batchnorm) on the ", backend_->name(),
+                     " backend: only the cpu backend's kernels have it"));
+  }
+  const TrainingGraph& g = step_->graph;
+  BatchNormSync* sync = options_.batch_norm_sync;
+  std::vector<BatchNormCollective> collectives;
+  synced_batch_norm_.assign(program_.nodes.size(), false);
+  for (size_t s = 0; s < program_.nodes.size(); ++s) {
+    const TrainingNode& node = g.node(program_.nodes[s].node);
+    const NodeKind kind = program_.nodes[s].kind;
+    const bool runs_kernel =
+        kind == NodeKind::kForward || kind == NodeKind::kRecompute || kind == NodeKind::kBackward;
+    if (!runs_kernel || g.inference() || node.forward_node < 0 ||
+        forward_.node(node.forward_node).op->name != "BatchNorm") {
+      continue;
+    }
+    const std::string name = forward_.node(node.forward_node).name;
+    auto bind = [&](const char* phase) -> StatisticsAllreduce {
+      return [sync, name, phase](float* data, size_t count, const char* what) {
+        return sync->AllreduceSum(
+            data, count, absl::StrCat("allreduce of batch norm '", name, "' ", what, phase));
+      };
+    };
+    const auto position = static_cast<int32_t>(s);
+    if (kind == NodeKind::kForward || kind == NodeKind::kRecompute) {
+      ForwardArgs& args = bound_args_[s].forward;
+      if (args.saved.size() < 2) {
+        return absl::InvalidArgumentError(absl::StrCat("synchronised batch norm: node '", node.name,
+                                                       "' saves no statistics to share"));
+      }
+      synced_batch_norm_[s] = true;
+      if (kind == NodeKind::kRecompute) {
+        args.saved_statistics_given = true;  // Copied in from the forward: no collective.
+        continue;
+      }
+      args.sync_statistics = bind(" (forward)");
+      const uint64_t channels = static_cast<uint64_t>(args.saved[0].num_elements());
+      collectives.push_back(
+          {absl::StrCat("allreduce of batch norm '", name, "' count and sum(x) (forward)"),
+           channels + 1, position});
+      collectives.push_back(
+          {absl::StrCat("allreduce of batch norm '", name, "' sum((x - mean)^2) (forward)"),
+           channels, position});
+    } else if (kind == NodeKind::kBackward) {
+      BackwardArgs& args = bound_args_[s].backward;
+      // Only a backward that computes dx with a gradient flowing sums across the ranks.
+      if (args.input_grads.empty() || !args.input_grads[0].present() || args.output_grads.empty() ||
+          !args.output_grads[0].present()) {
+        continue;
+      }
+      args.sync_statistics = bind(" (backward)");
+      const uint64_t channels = static_cast<uint64_t>(args.inputs[0].dim(1));
+      collectives.push_back({absl::StrCat("allreduce of batch norm '", name,
+                                          "' sum(dy) and sum(dy * xhat) (backward)"),
+                             2 * channels + 1, position});
+    }
+  }
+  return sync->Prepare(collectives);
+}
+
+absl::Status Executor::SyncedBatchNormForward(int32_t s) {
+  const TrainingNode& node = step_->graph.node(program_.nodes[s].node);
+  ForwardArgs& args = bound_args_[s].forward;
+  std::vector<float>& kept = batch_norm_statistics_[node.forward_node];
+  const TensorView& mean = args.saved[0];
+  const TensorView& var = args.saved[1];
+  const size_t channels = static_cast<size_t>(mean.num_elements());
+  if (args.saved_statistics_given) {  // A re-forward: the forward's statistics, no collective.
+    if (kept.size() != 2 * channels) {
+      return absl::InternalError("re-forward of a synchronised batch norm before its forward");
+    }
+    std::memcpy(mean.data, kept.data(), channels * sizeof(float));
+    std::memcpy(var.data, kept.data() + channels, channels * sizeof(float));
+    return backend_->Forward(args);
+  }
+  RETURN_IF_ERROR(backend_->Forward(args));
+  kept.resize(2 * channels);
+  std::memcpy(kept.data(), mean.data, channels * sizeof(float));
+  std::memcpy(kept.data() + channels, var.data, channels * sizeof(float));
   return absl::OkStatus();
 }
 
@@ -675,6 +762,8 @@ absl::Status Executor::MakeEvalArgs() {
     ForwardArgs args = bound_args_[s].forward;
     args.training = false;
     args.saved.clear();
+    args.sync_statistics = nullptr;
+    args.saved_statistics_given = false;
     for (const TensorView& r : args.running) args.inputs.push_back(r);
     args.running.clear();
     ASSIGN_OR_RETURN(const uint64_t scratch, backend_->ScratchBytes(args));

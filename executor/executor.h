@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "executor/backend.h"
+#include "executor/batch_norm_sync.h"
 #include "executor/device_arena.h"
 #include "executor/execution_observer.h"
 #include "executor/execution_program.h"
@@ -67,6 +68,10 @@ struct ExecutorOptions {
   // is deferred to the end of the step and reads the exchange's reduced gradient
   // (executor/gradient_exchange.h). Default none: updates run where the schedule puts them.
   GradientExchange* gradients = nullptr;
+  // Batch norm synchronised across data-parallel ranks (borrowed; must outlive the
+  // executor): every training BatchNorm normalises over the global batch
+  // (executor/batch_norm_sync.h). Default none: each rank normalises its own batch.
+  BatchNormSync* batch_norm_sync = nullptr;
   // A debug mode for steps that rebuild reversible blocks (SectionedStep::rebuilt): every
   // this many steps (from the first; 0 never), each tensor a rebuild writes anew is compared
   // with the forward's copy of it (both downloaded to host memory, outside the plan), and
@@ -289,6 +294,11 @@ class Executor {
   // the deferred updates after the last node.
   absl::Status HandOverGradient(int32_t s);
   absl::Status RunDeferredUpdates();
+  // With ExecutorOptions::batch_norm_sync: binds the batch norms' allreduces and tells the
+  // sync every collective of a step (at Create); around the forward of the node at `s`,
+  // keeps its global statistics (a forward) or copies them in (a re-forward).
+  absl::Status PrepareBatchNormSync();
+  absl::Status SyncedBatchNormForward(int32_t s);
   // The host update of the node at `s`: queued (kUpdate), or its parameter copied back once
   // done (kPrefetch "ParamToDevice").
   absl::Status QueueHostUpdate(int32_t s);
@@ -341,6 +351,11 @@ class Executor {
   // gradients (-1 for other nodes), and this step's deferred update positions in order.
   std::vector<int32_t> gradient_index_;
   std::vector<int32_t> deferred_updates_;
+  // With ExecutorOptions::batch_norm_sync: by schedule position, whether the node is a
+  // synchronised batch norm's forward or re-forward; by forward node, the global mean and
+  // variance the forward saved this step (2C floats, host memory outside the plan).
+  std::vector<bool> synced_batch_norm_;
+  absl::flat_hash_map<int32_t, std::vector<float>> batch_norm_statistics_;
   int64_t steps_run_ = 0;
   // check_rebuild_every: the original of each rebuilt copy, the originals, and the
   // originals' values downloaded in this step's forward.

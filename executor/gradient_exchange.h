@@ -28,6 +28,8 @@ struct GradientInfo {
   graph::Shape shape;
   proto::DType dtype = proto::DTYPE_FLOAT32;
   uint64_t bytes = 0;
+  // The schedule position of its update node (where OnGradientReady() is called).
+  int32_t position = 0;
 };
 
 class GradientExchange {

@@ -4,14 +4,24 @@
 #ifndef HEADROOM_EXECUTOR_KERNEL_ARGS_H_
 #define HEADROOM_EXECUTOR_KERNEL_ARGS_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "executor/tensor_view.h"
 #include "graph/op_registry.h"
 
 namespace headroom::executor {
+
+// Sums `count` floats at `data` in place over every data-parallel rank and returns once the
+// sum is there on this rank (blocking): a synchronised batch norm's per-channel sums
+// (executor/batch_norm_sync.h). `what` says which sums ("batch sums"); the caller adds the
+// node. Every rank calls it at the same nodes, in the same order, with the same counts.
+using StatisticsAllreduce =
+    std::function<absl::Status(float* data, size_t count, const char* what)>;
 
 // A forward op (op set name, e.g. "Conv2D"), in training mode or not.
 //
@@ -39,6 +49,16 @@ struct ForwardArgs {
   std::vector<TensorView> running;
   // Batch statistics for BatchNorm, an active Dropout.
   bool training = true;
+  // BatchNorm in training, synchronised across data-parallel ranks (--sync-batchnorm): the
+  // statistics are the global batch's: the kernel sums count, sum(x) and then
+  // sum((x - mean)^2) per channel through this (two calls of C + 1 and C floats) and saves
+  // the global mean and biased variance; the running statistics take the unbiased variance
+  // over the global count. Empty: the statistics are this rank's own batch.
+  StatisticsAllreduce sync_statistics;
+  // BatchNorm in a training re-forward of a synchronised batch norm: `saved` already holds
+  // the forward's global statistics (the executor copied them in); the kernel normalises
+  // with them and computes and reduces nothing.
+  bool saved_statistics_given = false;
   // Dropout's random stream for this node in this step. A re-forward is handed the same
   // seed and must write the same mask and output.
   uint64_t seed = 0;
@@ -71,6 +91,11 @@ struct BackwardArgs {
   // kernel overwrites each present one (it does not accumulate). Distinct inputs always
   // have distinct gradients.
   std::vector<TensorView> input_grads;
+  // BatchNorm synchronised across ranks (ForwardArgs::sync_statistics): where dx is
+  // computed and a gradient flows, the kernel sums count, sum(dy) and sum(dy * xhat) per
+  // channel through this (one call of 2C + 1 floats) so that dx is the global batch's;
+  // dweight and dbias stay this rank's own sums (the gradient exchange averages them).
+  StatisticsAllreduce sync_statistics;
   // The node's planned scratch, as for ForwardArgs.
   void* scratch = nullptr;
   uint64_t scratch_bytes = 0;

@@ -158,6 +158,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   executor_options.cancel = options.cancel;
   executor_options.capture = options.capture;
   executor_options.gradients = options.gradients;
+  executor_options.batch_norm_sync = options.batch_norm_sync;
   executor_options.check_rebuild_every = options.check_rebuild_every;
   executor_options.prefetch_to_device = options.prefetch_to_device;
   ASSIGN_OR_RETURN(t->executor_,

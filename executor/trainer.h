@@ -69,6 +69,9 @@ struct TrainerOptions {
   std::vector<std::string> capture;
   // Data-parallel training: ExecutorOptions::gradients (borrowed). Default none.
   GradientExchange* gradients = nullptr;
+  // Batch norm over the global batch of data-parallel ranks: ExecutorOptions::
+  // batch_norm_sync (borrowed). Default none.
+  BatchNormSync* batch_norm_sync = nullptr;
   // Rebuild every reversible block of the graph in the backward pass instead of keeping its
   // activations (planner/reversible.h); where the graph has blocks, the budget and cuts are
   // then not used. False keeps everything, as a graph without blocks. Default false.

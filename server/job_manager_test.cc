@@ -333,6 +333,7 @@ TEST_F(JobManagerTest, AJobRunsWhenTheDevicesFreeMemoryCannotBeRead) {
   EXPECT_LE(lines, 1 + static_cast<int>(elapsed / absl::Minutes(1))) << log;
   EXPECT_EQ(LinesContaining(log, kFallback), lines) << log;
   EXPECT_EQ(jobs_->reserved_bytes(), 0u);
+  jobs_.reset();  // Shut down while `driver`, which the manager samples until then, lives.
 }
 
 // The driver's figure is used while it can be read: 0 bytes free keeps the job QUEUED saying
@@ -369,6 +370,7 @@ TEST_F(JobManagerTest, AJobWaitsOnTheDriversFigureAndStartsOnceItCannotBeRead) {
   EXPECT_GE(LinesContaining(log, kCannotRead), 1) << log;
   EXPECT_EQ(LinesContaining(log, "reading cpu:0's free memory works again: 1.0 GiB free"), 1)
       << log;
+  jobs_.reset();  // Shut down while `driver`, which the manager samples until then, lives.
 }
 
 // ---- Jobs with a dataset (JobSpec.data) ---------------------------------------------------

@@ -753,6 +753,164 @@ void UpdateRunningStats(float momentum, int64_t per_channel, int64_t channels,
   }
 }
 
+// ---- BatchNorm synchronised across data-parallel ranks (--sync-batchnorm) ----
+//
+// The statistics are the global batch's: per channel, count and sum(x) are summed over the
+// ranks (the global mean), then sum((x - mean)^2) (the global biased variance: two passes,
+// as exact as one process's variance, where sum and sum of squares in one pass would
+// cancel). Each rank accumulates its own part in double. The backward sums count, sum(dy)
+// and sum(dy * xhat) over the ranks. Loops parallel over channels only: deterministic.
+
+// Returns InvalidArgument unless a synchronised BatchNorm has its two saved statistics.
+absl::Status CheckSyncSaved(const std::string& op, size_t saved) {
+  if (saved >= 2) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("CPU ", op,
+                   ": a batch norm synchronised across ranks needs its saved mean "
+                   "and variance (got ",
+                   saved, " saved tensors)"));
+}
+
+// Fills mean and var (biased) with the global batch's statistics of x [N, C, plane].
+absl::Status GlobalBatchStatistics(const ForwardArgs& args, const memory::dims& dims, float* mean,
+                                   float* var, double* count) {
+  const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
+  const float* x = args.inputs[0].f32();
+  // Step 1: sum(x) per channel and this rank's count, summed over the ranks.
+  std::vector<float> sums(channels + 1);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xp = x + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) sum += xp[j];
+    }
+    sums[c] = static_cast<float>(sum);
+  }
+  sums[channels] = static_cast<float>(n * plane);
+  RETURN_IF_ERROR(args.sync_statistics(sums.data(), sums.size(), "count and sum(x)"));
+  *count = sums[channels];
+  if (!(*count >= 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": the global batch has ",
+                                                   *count, " values per channel; needs 2"));
+  }
+  for (int64_t c = 0; c < channels; ++c) mean[c] = static_cast<float>(sums[c] / *count);
+    // Step 2: sum((x - mean)^2) per channel, summed over the ranks.
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    double m2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xp = x + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        const double d = static_cast<double>(xp[j]) - mean[c];
+        m2 += d * d;
+      }
+    }
+    sums[c] = static_cast<float>(m2);
+  }
+  RETURN_IF_ERROR(args.sync_statistics(sums.data(), channels, "sum((x - mean)^2)"));
+  for (int64_t c = 0; c < channels; ++c) var[c] = static_cast<float>(sums[c] / *count);
+  return absl::OkStatus();
+}
+
+// The forward of a synchronised BatchNorm in training (or its re-forward with the
+// statistics given): y = (x - mean) * weight / sqrt(var + epsilon) + bias.
+absl::Status SyncBatchNormForward(const ForwardArgs& args, const memory::dims& dims) {
+  RETURN_IF_ERROR(CheckSyncSaved(args.op, args.saved.size()));
+  float* mean = args.saved[0].f32();
+  float* var = args.saved[1].f32();
+  if (!args.saved_statistics_given) {
+    double count = 0;
+    RETURN_IF_ERROR(GlobalBatchStatistics(args, dims, mean, var, &count));
+    // The running statistics, once per step, with the unbiased variance over the global
+    // count (as PyTorch's SyncBatchNorm and one process at the global batch).
+    if (!args.running.empty()) {
+      UpdateRunningStats(static_cast<float>(args.attrs->Float("momentum")),
+                         static_cast<int64_t>(std::llround(count)), dims[1], mean, var,
+                         args.running[0].f32(), args.running[1].f32());
+    }
+  }
+  const double epsilon = static_cast<float>(args.attrs->Float("epsilon"));
+  const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
+  const float* x = args.inputs[0].f32();
+  const float* weight = args.inputs[1].f32();
+  const float* bias = args.inputs[2].f32();
+  float* y = args.outputs[0].f32();  // may be x: each element is read before it is written
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    const float scale =
+        static_cast<float>(weight[c] / std::sqrt(static_cast<double>(var[c]) + epsilon));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xp = x + (i * channels + c) * plane;
+      float* yp = y + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) yp[j] = (xp[j] - mean[c]) * scale + bias[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The backward of a synchronised BatchNorm where dx is computed: dweight and dbias are this
+// rank's sums; dx = weight / sqrt(var + epsilon) * (dy - mean(dy) - xhat * mean(dy * xhat)),
+// the means over the global batch.
+absl::Status SyncBatchNormBackward(const BackwardArgs& args, const memory::dims& dims,
+                                   float epsilon) {
+  const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
+  if (!args.inputs[1].present()) {
+    return absl::InvalidArgumentError(absl::StrCat("CPU ", args.op, ": dx needs input 'weight'"));
+  }
+  const float* x = args.inputs[0].f32();
+  const float* weight = args.inputs[1].f32();
+  const float* mean = args.saved[0].f32();
+  const float* var = args.saved[1].f32();
+  const float* dy = args.output_grads[0].f32();
+  float* dweight = args.input_grads[1].present() ? args.input_grads[1].f32() : nullptr;
+  float* dbias = args.input_grads[2].present() ? args.input_grads[2].f32() : nullptr;
+  // Step 1: this rank's sum(dy) and sum(dy * xhat) per channel, and its count.
+  std::vector<float> sums(2 * channels + 1);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    const double inv_std = 1.0 / std::sqrt(static_cast<double>(var[c]) + epsilon);
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xp = x + (i * channels + c) * plane;
+      const float* dyp = dy + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        sum_dy += dyp[j];
+        sum_dy_xhat += static_cast<double>(dyp[j]) * (xp[j] - mean[c]);
+      }
+    }
+    sum_dy_xhat *= inv_std;
+    sums[c] = static_cast<float>(sum_dy);
+    sums[channels + c] = static_cast<float>(sum_dy_xhat);
+    if (dweight != nullptr) dweight[c] = static_cast<float>(sum_dy_xhat);
+    if (dbias != nullptr) dbias[c] = static_cast<float>(sum_dy);
+  }
+  sums[2 * channels] = static_cast<float>(n * plane);
+  // Step 2: summed over the ranks.
+  RETURN_IF_ERROR(args.sync_statistics(sums.data(), sums.size(), "sum(dy) and sum(dy * xhat)"));
+  const double count = sums[2 * channels];
+  // Step 3: dx (dy may alias dx: each element is read before it is written).
+  float* dx = args.input_grads[0].f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < channels; ++c) {
+    const double inv_std = 1.0 / std::sqrt(static_cast<double>(var[c]) + epsilon);
+    const float mean_dy = static_cast<float>(sums[c] / count);
+    const float mean_dy_xhat = static_cast<float>(sums[channels + c] / count);
+    const float k = static_cast<float>(weight[c] * inv_std);
+    const float m = mean[c], s = static_cast<float>(inv_std);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* xp = x + (i * channels + c) * plane;
+      const float* dyp = dy + (i * channels + c) * plane;
+      float* dxp = dx + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) {
+        const float xhat = (xp[j] - m) * s;
+        dxp[j] = k * (dyp[j] - mean_dy - xhat * mean_dy_xhat);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Returns the dims of a BatchNorm forward's x after checking its tensors.
 absl::StatusOr<memory::dims> BatchNormForwardDims(const ForwardArgs& args) {
   // Training reads x, weight and bias; inference also the running statistics (inputs 3, 4).
@@ -779,6 +937,9 @@ absl::StatusOr<uint64_t> BatchNormForwardScratch(CpuContext& ctx, const ForwardA
 
 absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const memory::dims dims, BatchNormForwardDims(args));
+  if (args.training && (args.sync_statistics || args.saved_statistics_given)) {
+    return SyncBatchNormForward(args, dims);
+  }
   BatchNormForwardPrims& p = BatchNormForwardFor(ctx, args, dims);
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
   const ScratchSpace scratch(ctx.engine, base, p.layout);
@@ -907,6 +1068,7 @@ absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
                         args.saved[1].f32(), dweight.f32(), dbias.f32());
     return absl::OkStatus();
   }
+  if (args.sync_statistics) return SyncBatchNormBackward(args, dims, epsilon);
   if (!args.inputs[1].present()) {
     return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": dx needs input 'weight'"));
   }
