@@ -130,6 +130,10 @@ void AssignHostSlots(const planner::SectionedStep& step, uint64_t align, Executi
     p.nodes[u.copy_back_position].host_update = index;
     p.host_updates.push_back(std::move(h));
   }
+  // Parameters on the host between uses: each copy is prefetched from the master copy.
+  for (const planner::ParameterCopy& c : step.parameter_copies) {
+    p.nodes[c.prefetch_position].prefetch_source = c.param;
+  }
 }
 
 // Describes the kernel arguments of the node at each position; a backward node reads its
