@@ -93,11 +93,125 @@ SectionedStep Expand(const TrainingGraph& t, std::vector<int32_t> cuts, bool par
   return std::move(step).value();
 }
 
-TEST(ParameterPlacementTest, ScheduleWithTwoSections) {
+TEST(ParameterPlacementTest, TwoSectionsPrefetchEachGroupsCopiesAtTheGroupBefore) {
   const graph::Graph g = Chain();
   const TrainingGraph t = Training(g, proto::Optimizer::KIND_SGD_MOMENTUM);
+  // Sections [fc1 r1] and [fc2 r2 fc3 loss]. Use groups: f0 (section 0's forward), f1
+  // (section 1's forward and backward), b0 (section 0's re-forward and backward). f0's and
+  // f1's copies are prefetched at the step's start, b0's at f1's start; fc1.backward reads no
+  // weight (x needs no gradient); each parameter's host update is awaited at the end.
   const SectionedStep step = Expand(t, {2}, true);
-  std::cout << Written(step) << "\n";
+  EXPECT_EQ(Written(step),
+            "fc1.weight.f0.prefetch (ParamPrefetch)\n"
+            "fc1.bias.f0.prefetch (ParamPrefetch)\n"
+            "fc2.weight.f1.prefetch (ParamPrefetch)\n"
+            "fc2.bias.f1.prefetch (ParamPrefetch)\n"
+            "fc3.weight.f1.prefetch (ParamPrefetch)\n"
+            "fc3.bias.f1.prefetch (ParamPrefetch)\n"
+            "fc1 (MatMul) reads fc1.weight.f0 fc1.bias.f0\n"
+            "r1 (ReLU)\n"
+            "fc1.weight.b0.prefetch (ParamPrefetch)\n"
+            "fc1.bias.b0.prefetch (ParamPrefetch)\n"
+            "fc2 (MatMul) reads fc2.weight.f1 fc2.bias.f1\n"
+            "r2 (ReLU)\n"
+            "fc3 (MatMul) reads fc3.weight.f1 fc3.bias.f1\n"
+            "loss (SoftmaxCrossEntropy)\n"
+            "loss.seed (LossSeed)\n"
+            "loss.backward (SoftmaxCrossEntropyGrad)\n"
+            "fc3.backward (MatMulGrad) reads fc3.weight.f1\n"
+            "fc3.weight.grad.to_host (GradToHost)\n"
+            "fc3.weight.update (HostSgdMomentumUpdate)\n"
+            "fc3.bias.grad.to_host (GradToHost)\n"
+            "fc3.bias.update (HostSgdMomentumUpdate)\n"
+            "r2.backward (ReLUGrad)\n"
+            "fc2.backward (MatMulGrad) reads fc2.weight.f1\n"
+            "fc2.weight.grad.to_host (GradToHost)\n"
+            "fc2.weight.update (HostSgdMomentumUpdate)\n"
+            "fc2.bias.grad.to_host (GradToHost)\n"
+            "fc2.bias.update (HostSgdMomentumUpdate)\n"
+            "fc1.recompute (MatMul) reads fc1.weight.b0 fc1.bias.b0\n"
+            "r1.recompute (ReLU)\n"
+            "r1.backward (ReLUGrad)\n"
+            "fc1.backward (MatMulGrad)\n"
+            "fc1.weight.grad.to_host (GradToHost)\n"
+            "fc1.weight.update (HostSgdMomentumUpdate)\n"
+            "fc1.bias.grad.to_host (GradToHost)\n"
+            "fc1.bias.update (HostSgdMomentumUpdate)\n"
+            "fc3.weight.host_updated (AwaitHostUpdate)\n"
+            "fc3.bias.host_updated (AwaitHostUpdate)\n"
+            "fc2.weight.host_updated (AwaitHostUpdate)\n"
+            "fc2.bias.host_updated (AwaitHostUpdate)\n"
+            "fc1.weight.host_updated (AwaitHostUpdate)\n"
+            "fc1.bias.host_updated (AwaitHostUpdate)")
+      << Written(step);
+  ASSERT_EQ(step.parameter_copies.size(), 8u);
+  const ParameterCopy& c = step.parameter_copies[6];
+  EXPECT_EQ(step.graph.tensor(c.copy).name, "fc1.weight.b0");
+  EXPECT_EQ(c.group, "b0");
+  EXPECT_EQ(step.graph.node(c.prefetch_position).name, "fc1.weight.b0.prefetch");
+  EXPECT_EQ(step.graph.node(c.first_use_position).name, "fc1.recompute");
+  EXPECT_EQ(step.graph.node(c.last_use_position).name, "fc1.recompute");
+  // fc1's weight and bias twice, fc2's and fc3's once: (64*64 + 64) * 4 bytes each time.
+  EXPECT_EQ(step.parameter_copy_bytes, 4 * (64 * 64 + 64) * 4u);
+  // Gradients go out; no parameter comes back at the end of the step.
+  EXPECT_EQ(step.optimizer_copy_bytes, 3 * (64 * 64 + 64) * 4u);
+}
+
+// One section: a single use group, whose copies live from the step's start to their last
+// reader in the backward (no longer to the step's end, as the parameters themselves do).
+TEST(ParameterPlacementTest, MemoryPlanKeepsOnlyTheCopiesOnTheDevice) {
+  const graph::Graph g = Chain();
+  const TrainingGraph t = Training(g, proto::Optimizer::KIND_ADAM);
+  for (const std::vector<int32_t>& cuts : {std::vector<int32_t>{}, std::vector<int32_t>{2}}) {
+    const SectionedStep device = Expand(t, cuts, false);
+    const SectionedStep host = Expand(t, cuts, true);
+    const MemoryPlan on_device =
+        PlanScheduledGraph(device.graph, device.schedule, 256, DefaultStrategies()).value();
+    const MemoryPlan on_host =
+        PlanScheduledGraph(host.graph, host.schedule, 256, DefaultStrategies()).value();
+    const uint64_t params = 3 * (64 * 64 + 64) * 4;
+    EXPECT_EQ(on_device.bytes_by_role.at(proto::ROLE_PARAMETER), params);
+    EXPECT_EQ(on_host.host_bytes_by_role.at(proto::ROLE_PARAMETER), params);
+    EXPECT_EQ(on_host.bytes_by_role.at(proto::ROLE_PARAMETER), host.parameter_copy_bytes);
+    for (const ParameterCopy& c : host.parameter_copies) {
+      const PlannedTensor& planned = on_host.tensors[c.copy];
+      EXPECT_EQ(planned.lifetime.first_position, c.prefetch_position) << planned.name;
+      EXPECT_EQ(planned.lifetime.last_position, c.last_use_position) << planned.name;
+      EXPECT_EQ(on_host.tensors[c.param].bytes, 0u) << planned.name;
+    }
+    // The host pool holds the same: the master copies were there already.
+    EXPECT_EQ(HostPoolBytes(host, 256), HostPoolBytes(device, 256));
+    EXPECT_LT(on_host.arena_bytes, on_device.arena_bytes) << "on device:\n"
+                                                          << on_device.DebugString() << "on host:\n"
+                                                          << on_host.DebugString();
+  }
+}
+
+TEST(ParameterPlacementTest, PredictedStepWaitsForSlowPrefetches) {
+  const graph::Graph g = Chain();
+  const TrainingGraph t = Training(g, proto::Optimizer::KIND_SGD_MOMENTUM);
+  // Free copies: the compute stream never waits; 6 forward + seed + 6 backward + 2
+  // re-forward nodes of 1 s (fc1's host updates are free here).
+  const SectionedStep free = Expand(t, {2}, true);
+  EXPECT_DOUBLE_EQ(free.step_seconds, 6 + 1 + 6 + 2);
+  EXPECT_DOUBLE_EQ(free.stall_seconds, 0);
+  // 1 ms a byte: the six copies of f0 and f1 (16384 B weights, 256 B biases) queue on the
+  // stream to the device from the step's start, so fc3 cannot start before 3 * 16.64 s,
+  // where 4 nodes of compute would have it start at 4 s. Every wait is a stall.
+  const SectionedStep slow = Expand(t, {2}, true, 1e-3);
+  const double pair = (16384 + 256) * 1e-3;
+  EXPECT_GE(slow.stall_seconds, 3 * pair - 4) << "step " << slow.step_seconds << " s";
+  EXPECT_NEAR(slow.step_seconds, free.step_seconds + slow.stall_seconds, 1e-9);
+}
+
+TEST(ParameterPlacementTest, ParametersOnTheHostNeedTheStateThere) {
+  const graph::Graph g = Chain();
+  const TrainingGraph t = Training(g, proto::Optimizer::KIND_ADAM);
+  SectionCuts cuts;
+  cuts.parameters_on_host = true;
+  const UnitCostModel cost(0, 0);
+  EXPECT_THAT(ExpandSections(t, cuts, cost).status().message(),
+              HasSubstr("parameters on the host need the optimizer state on the host"));
 }
 
 }  // namespace
