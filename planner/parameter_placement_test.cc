@@ -214,5 +214,41 @@ TEST(ParameterPlacementTest, ParametersOnTheHostNeedTheStateThere) {
               HasSubstr("parameters on the host need the optimizer state on the host"));
 }
 
+// Auto: parameters go to the host only where nothing else fits; the frontier marks them.
+TEST(ParameterPlacementTest, AutoPicksParametersOnTheHostOnlyBelowTheStatesFloor) {
+  const graph::Graph g = Chain();
+  const TrainingGraph t = Training(g, proto::Optimizer::KIND_ADAM);
+  const UnitCostModel cost(1e-6, 1e-6);
+  SearchOptions options;
+  auto state_host = PlacementSearch::Create(t, cost, options, proto::OPTIMIZER_STATE_HOST).value();
+  auto any =
+      PlacementSearch::Create(t, cost, options, proto::OPTIMIZER_STATE_AUTO, proto::PARAMETERS_AUTO)
+          .value();
+  const uint64_t state_floor = state_host->MinimumPeakBytes().value();
+  const uint64_t floor = any->MinimumPeakBytes().value();
+  EXPECT_LT(floor, state_floor);
+  const SectionPlan below = any->Plan(state_floor - 1).value();
+  EXPECT_TRUE(below.step->parameters_on_host());
+  EXPECT_TRUE(below.step->optimizer_state_on_host());
+  EXPECT_LE(below.peak_bytes, state_floor - 1);
+  const SectionPlan roomy = any->Plan(1 << 30).value();
+  EXPECT_FALSE(roomy.step->parameters_on_host()) << "copies cost time; room enough without";
+  const std::vector<TradeOffPoint> frontier = any->Frontier().value();
+  bool marked = false;
+  for (const TradeOffPoint& p : frontier) marked = marked || p.parameters_on_host;
+  EXPECT_TRUE(marked) << "the frontier's smallest point keeps the parameters on the host";
+  // Far below every floor (the search may refine a plan a little below MinimumPeakBytes).
+  const absl::Status too_small = any->Plan(floor / 4).status();
+  EXPECT_EQ(too_small.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(too_small.message(), HasSubstr("Its optimizer state and parameters"));
+  EXPECT_THAT(PlacementSearch::Create(t, cost, options, proto::OPTIMIZER_STATE_DEVICE,
+                                      proto::PARAMETERS_HOST)
+                  .status()
+                  .message(),
+              HasSubstr("parameters on the host need the optimizer state on the host"));
+  EXPECT_THAT(ParseParameterPlacement("cpu").status().message(),
+              HasSubstr("'cpu' is not one of device, host, auto"));
+}
+
 }  // namespace
 }  // namespace headroom::planner
