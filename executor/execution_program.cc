@@ -286,8 +286,12 @@ std::string ExecutionProgram::DebugString(const TrainingGraph& g) const {
       absl::StrAppend(&out, " grad out: ", names(pn.grad_copy_after));
     }
     if (pn.host_update >= 0) {
-      absl::StrAppend(&out, pn.kind == NodeKind::kUpdate ? " host update: " : " param back: ",
-                      g.tensor(host_updates[pn.host_update].param).name);
+      const TensorId param = host_updates[pn.host_update].param;
+      absl::StrAppend(&out,
+                      pn.kind == NodeKind::kUpdate ? " host update: "
+                      : g.tensor(param).on_host    ? " host update awaited: "
+                                                   : " param back: ",
+                      g.tensor(param).name);
     }
     absl::StrAppend(&out, "\n");
   }
