@@ -376,6 +376,16 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
       ->capture_default_str()
       ->check(CLI::IsMember({"device", "host", "auto"}))
       ->group("Plan");
+  command
+      .add_option("--parameters", f.parameters,
+                  "where the parameters live between uses: device, host (master copies in the "
+                  "host pool; each section's forward, re-forward and backward prefetches a "
+                  "device copy; needs --optimizer-state host or auto) or auto (the search "
+                  "chooses)")
+      ->type_name("WHERE")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"device", "host", "auto"}))
+      ->group("Plan");
   command.add_option("--optimizer", f.optimizer, "sgd (with momentum) or adam")
       ->type_name("NAME")
       ->capture_default_str()
@@ -446,6 +456,14 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
   options.set_optimizer_state(f.optimizer_state == "host"   ? proto::OPTIMIZER_STATE_HOST
                               : f.optimizer_state == "auto" ? proto::OPTIMIZER_STATE_AUTO
                                                             : proto::OPTIMIZER_STATE_DEVICE);
+  options.set_parameters(f.parameters == "host"   ? proto::PARAMETERS_HOST
+                         : f.parameters == "auto" ? proto::PARAMETERS_AUTO
+                                                  : proto::PARAMETERS_DEVICE);
+  if (f.parameters == "host" && f.optimizer_state == "device") {
+    return absl::InvalidArgumentError(
+        "--parameters host needs --optimizer-state host or auto (the host update's master "
+        "copies are what each use prefetches)");
+  }
   options.mutable_optimizer()->set_kind(
       f.optimizer == "adam" ? proto::Optimizer::KIND_ADAM : proto::Optimizer::KIND_SGD_MOMENTUM);
   options.mutable_optimizer()->set_learning_rate(f.learning_rate);

@@ -98,6 +98,8 @@ struct PlanFlags {
   std::string host_memory;
   // --optimizer-state: "device", "host" or "auto".
   std::string optimizer_state = "device";
+  // --parameters: "device", "host" or "auto".
+  std::string parameters = "device";
   std::string optimizer = "sgd";
   double learning_rate = 0;
   int64_t alignment = 0;

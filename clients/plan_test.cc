@@ -169,5 +169,33 @@ TEST(PlanTest, AnInfeasibleBudgetExitsOneWithTheSmallestThatWorks) {
   EXPECT_TRUE(r.out.empty());
 }
 
+// --parameters host: the daemon answers what the local service does; the text and JSON say
+// where the parameters live and what their copies move; without the state on the host the
+// flag is refused naming both flags.
+TEST(PlanTest, ParametersOnTheHostAppearInTheAnswer) {
+  CpuDaemon daemon;
+  const std::vector<std::string> args =
+      Small({"--device", "h100", "--host-memory", "separate", "--optimizer-state", "host",
+             "--parameters", "host", "--budget", "100MiB"});
+  PlanRun local = Plan(args);
+  std::vector<std::string> remote_args = args;
+  remote_args.insert(remote_args.end(), {"--server", daemon.address()});
+  PlanRun remote = Plan(remote_args);
+  ASSERT_EQ(local.code, 0) << local.err;
+  ASSERT_EQ(remote.code, 0) << remote.err;
+  EXPECT_EQ(local.out, remote.out);
+  EXPECT_THAT(local.out, HasSubstr("host between uses: "));
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  PlanRun json = Plan(json_args);
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"parameters\":\"host\""));
+  EXPECT_THAT(json.out, HasSubstr("\"parameter_copy_bytes\":\""));
+  PlanRun refused = Plan(Small({"--parameters", "host"}));
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("--parameters host needs --optimizer-state host or auto"));
+  EXPECT_EQ(Plan(Small({"--parameters", "gpu"})).code, 2);
+}
+
 }  // namespace
 }  // namespace headroom::clients

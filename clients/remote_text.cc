@@ -103,6 +103,12 @@ std::string SummaryLines(const proto::PlanSummary& s) {
   } else if (!s.optimizer_state().empty()) {
     absl::StrAppendFormat(&out, "%-24s %s\n", "optimizer state", s.optimizer_state());
   }
+  if (s.parameters() == "host") {
+    absl::StrAppendFormat(&out,
+                          "%-24s host between uses: %s of device copies prefetched per step "
+                          "(their masters in the host pool)\n",
+                          "parameters", HumanBytes(s.parameter_copy_bytes()));
+  }
   if (s.has_data_parallel()) {
     const proto::DataParallelSummary& d = s.data_parallel();
     absl::StrAppendFormat(
@@ -152,7 +158,9 @@ std::string FrontierText(const proto::PlanResponse& plan) {
   for (const proto::FrontierPoint& p : plan.frontier()) {
     rows.push_back(
         {"  " + HumanBytes(p.peak_bytes()), absl::StrFormat("%.5f", p.step_seconds()),
-         p.optimizer_state_on_host() ? p.strategy() + ", optimizer state on host" : p.strategy()});
+         p.strategy() + (p.parameters_on_host()        ? ", optimizer state and parameters on host"
+                         : p.optimizer_state_on_host() ? ", optimizer state on host"
+                                                       : "")});
   }
   return "frontier (peak, predicted step time):\n" + Table(rows);
 }

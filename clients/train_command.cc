@@ -602,6 +602,8 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
                graph::HumanBytes(plan.peak_bytes))
         << "optimizer state: "
         << planner::OptimizerPlacementName(plan.step->optimizer_state_on_host()) << "\n"
+        << "parameters: " << planner::OptimizerPlacementName(plan.step->parameters_on_host())
+        << "\n"
         << "physical: " << ProcessMemoryLine(process) << "\n";
     if (dist_run != nullptr) {
       const dist::BucketStats& b = dist_run->buckets->stats();
@@ -648,6 +650,8 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Uint(plan.step->sections.size())
       .Key("optimizer_state")
       .String(planner::OptimizerPlacementName(plan.step->optimizer_state_on_host()))
+      .Key("parameters")
+      .String(planner::OptimizerPlacementName(plan.step->parameters_on_host()))
       .Key("predicted_peak_bytes")
       .Uint(plan.peak_bytes)
       .Key("measured_peak_bytes")

@@ -130,6 +130,10 @@ void AssignHostSlots(const planner::SectionedStep& step, uint64_t align, Executi
     p.nodes[u.copy_back_position].host_update = index;
     p.host_updates.push_back(std::move(h));
   }
+  // Parameters on the host between uses: each copy is prefetched from the master copy.
+  for (const planner::ParameterCopy& c : step.parameter_copies) {
+    p.nodes[c.prefetch_position].prefetch_source = c.param;
+  }
 }
 
 // Describes the kernel arguments of the node at each position; a backward node reads its
@@ -282,8 +286,12 @@ std::string ExecutionProgram::DebugString(const TrainingGraph& g) const {
       absl::StrAppend(&out, " grad out: ", names(pn.grad_copy_after));
     }
     if (pn.host_update >= 0) {
-      absl::StrAppend(&out, pn.kind == NodeKind::kUpdate ? " host update: " : " param back: ",
-                      g.tensor(host_updates[pn.host_update].param).name);
+      const TensorId param = host_updates[pn.host_update].param;
+      absl::StrAppend(&out,
+                      pn.kind == NodeKind::kUpdate ? " host update: "
+                      : g.tensor(param).on_host    ? " host update awaited: "
+                                                   : " param back: ",
+                      g.tensor(param).name);
     }
     absl::StrAppend(&out, "\n");
   }

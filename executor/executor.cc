@@ -714,6 +714,11 @@ absl::Status Executor::CopyBackParameter(int32_t s, StepResult* result) {
   const ProgramHostUpdate& h = program_.host_updates[index];
   const auto wait_start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(host_queue_->Wait(host_tickets_[index]));
+  // A parameter on the host between uses: each use prefetches the updated master copy.
+  if (step_->graph.tensor(h.param).on_host) {
+    result->copy_wait_seconds += Seconds(wait_start);
+    return absl::OkStatus();
+  }
   const uint64_t bytes = step_->graph.tensor(h.param).bytes;
   ASSIGN_OR_RETURN(
       std::unique_ptr<Event> event,
@@ -812,6 +817,13 @@ absl::StatusOr<EvalResult> Executor::Evaluate(const std::vector<HostTensor>& bat
       live.insert(b);
     }
     if (s == 0) RETURN_IF_ERROR(UploadBatch(batch));
+    if (node.kind == NodeKind::kPrefetch && node.prefetch_source != planner::kNone &&
+        g.tensor(node.prefetch_source).on_host) {
+      // A parameter on the host between uses: its copy for the forward, from the master.
+      const TensorId copy = g.node(node.node).outputs[0];
+      RETURN_IF_ERROR(
+          backend_->Upload(View(copy).data, HostSlot(node.prefetch_source), g.tensor(copy).bytes));
+    }
     if (eval_args_[s].has_value()) {
       eval_args_[s]->seed = 0;
       const absl::Status status = backend_->Forward(*eval_args_[s]);
@@ -856,8 +868,11 @@ absl::StatusOr<std::vector<HostTensor>> Executor::ReadState() const {
     const planner::TrainingTensor& tensor = g.tensor(t);
     if (!tensor.persistent()) continue;
     HostTensor value = MakeHostTensor(tensor.name, tensor.shape, tensor.dtype);
-    RETURN_IF_ERROR(backend_->Download(value.bytes.data(),
-                                       View(t).data, tensor.bytes));
+    if (tensor.on_host) {  // A parameter on the host between uses: its master copy.
+      std::memcpy(value.bytes.data(), HostSlot(t), tensor.bytes);
+    } else {
+      RETURN_IF_ERROR(backend_->Download(value.bytes.data(), View(t).data, tensor.bytes));
+    }
     state.push_back(std::move(value));
   }
   return state;

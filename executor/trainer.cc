@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
         planner::HostPoolInBudget(options.host_memory, backend->host_is_device_memory());
     ASSIGN_OR_RETURN(std::unique_ptr<planner::PlacementSearch> search,
                      planner::PlacementSearch::Create(t->training_, *t->cost_, search_options,
-                                                      options.optimizer_state));
+                                                      options.optimizer_state, options.parameters));
     if (options.budget_bytes > 0) {
       ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(t->training_, options));
       ASSIGN_OR_RETURN(t->plan_, search->Plan(budget));

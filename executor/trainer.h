@@ -45,6 +45,9 @@ struct TrainerOptions {
   // Where the search keeps the optimizer state (planner/placement_search.h): on the device
   // (default), on the host, or either (auto). Given `cuts` say it themselves.
   proto::OptimizerState optimizer_state = proto::OPTIMIZER_STATE_DEVICE;
+  // Where the search keeps the parameters between uses (planner/placement_search.h): on the
+  // device (default), on the host (needs optimizer_state host or auto), or either (auto).
+  proto::ParameterPlacement parameters = proto::PARAMETERS_DEVICE;
   // Use exactly these cuts (and offloads) instead of searching; for tests and experiments.
   std::optional<planner::SectionCuts> cuts;
   // The optimizer (default SGD with momentum 0.9, learning rate 0.01).

@@ -1,11 +1,13 @@
-// Optimizer state on the host, the planner's side (issue 24, item 2 with its search): the
-// smallest feasible budget with the state kept on the device and with the state and update
-// on the host, and the predicted step there.
+// Optimizer state and parameters on the host, the planner's side (issue 24, items 2 and 3
+// with their search): the smallest feasible budget with the state kept on the device, with
+// the state and update on the host, and with the parameters on the host between uses too,
+// and the predicted step there.
 //   1. GPT-2 small (transformer, batch 4, sequence 512, Adam) on the h100, h200 and gh200
 //      presets.
 //   2. resnet18 at batch 8 (SGD with momentum, h100): the least feasible fraction of the
 //      float32 unconstrained peak.
-//   3. The fastest plan at the device placement's floor, with each placement.
+//   3. The fastest plan the auto search (every placement) finds at the device placement's
+//      floor and at the host state's.
 //
 //   bazel run -c opt //planner:optimizer_offload_bench
 #include <cstdio>
@@ -27,6 +29,12 @@ using bench::Load;
 using bench::OrDie;
 using graph::HumanBytes;
 
+struct Placement {
+  const char* name;
+  proto::OptimizerState state;
+  proto::ParameterPlacement parameters;
+};
+
 void Row(const std::string& label, const graph::Graph& forward, proto::Optimizer::Kind optimizer,
          const std::string& device) {
   TrainingOptions training;
@@ -34,42 +42,50 @@ void Row(const std::string& label, const graph::Graph& forward, proto::Optimizer
   const TrainingGraph t = OrDie(TrainingGraph::Build(forward, training), label);
   const RooflineCostModel cost(forward, OrDie(DevicePreset(device), device));
   SearchOptions options;  // Offload allowed; a GPU's host memory is separate.
-  uint64_t floor[2] = {0, 0};
+  const Placement placements[] = {
+      {"state device, params device", proto::OPTIMIZER_STATE_DEVICE, proto::PARAMETERS_DEVICE},
+      {"state host,   params device", proto::OPTIMIZER_STATE_HOST, proto::PARAMETERS_DEVICE},
+      {"state host,   params host", proto::OPTIMIZER_STATE_HOST, proto::PARAMETERS_HOST}};
+  uint64_t floor[3] = {0, 0, 0};
   double plain_seconds = 0;
   uint64_t plain_peak = 0;
-  for (proto::OptimizerState placement :
-       {proto::OPTIMIZER_STATE_DEVICE, proto::OPTIMIZER_STATE_HOST}) {
-    const bool host = placement == proto::OPTIMIZER_STATE_HOST;
+  for (int i = 0; i < 3; ++i) {
+    const Placement& p = placements[i];
     std::unique_ptr<PlacementSearch> search =
-        OrDie(PlacementSearch::Create(t, cost, options, placement), "search");
+        OrDie(PlacementSearch::Create(t, cost, options, p.state, p.parameters), "search");
     const SectionPlan plain = OrDie(search->Unconstrained(), "plain");
-    if (!host) {
+    if (i == 0) {
       plain_seconds = plain.step_seconds;
       plain_peak = plain.peak_bytes;
     }
     const uint64_t min_peak = OrDie(search->MinimumPeakBytes(), "minimum");
-    floor[host] = min_peak;
+    floor[i] = min_peak;
     const SectionPlan at_floor = OrDie(search->Plan(min_peak), "plan at the floor");
     std::printf(
-        "%-26s %-6s state on %-6s unconstrained %10s  floor %10s (%5.1f%% of float32 "
-        "unconstrained)  step there %.4f s (%.2fx the plain step), %zu sections, "
-        "host pool %s, host update %.4f s\n",
-        label.c_str(), device.c_str(), host ? "host" : "device",
-        HumanBytes(plain.peak_bytes).c_str(), HumanBytes(min_peak).c_str(),
-        100.0 * min_peak / plain_peak, at_floor.step_seconds, at_floor.step_seconds / plain_seconds,
-        at_floor.step->sections.size(), HumanBytes(at_floor.host_pool_bytes).c_str(),
-        at_floor.step->host_update_seconds);
+        "%-24s %-5s %s: unconstrained %10s  floor %10s (%5.1f%% of float32 unconstrained, "
+        "%.2fx below the device placement's)  step there %.4f s (%.2fx the plain step), %zu "
+        "sections, host pool %s, host update %.4f s, parameter copies %s a step\n",
+        label.c_str(), device.c_str(), p.name, HumanBytes(plain.peak_bytes).c_str(),
+        HumanBytes(min_peak).c_str(), 100.0 * min_peak / plain_peak,
+        static_cast<double>(floor[0]) / min_peak, at_floor.step_seconds,
+        at_floor.step_seconds / plain_seconds, at_floor.step->sections.size(),
+        HumanBytes(at_floor.host_pool_bytes).c_str(), at_floor.step->host_update_seconds,
+        HumanBytes(at_floor.step->parameter_copy_bytes).c_str());
   }
-  // At the device placement's floor: the fastest plan with the state on the host.
-  std::unique_ptr<PlacementSearch> host =
-      OrDie(PlacementSearch::Create(t, cost, options, proto::OPTIMIZER_STATE_AUTO), "search");
-  const SectionPlan best = OrDie(host->Plan(floor[0]), "plan");
-  std::printf(
-      "%-26s %-6s floor ratio device/host %.2fx; at the device floor %s the auto "
-      "search picks state on %s, step %.4f s\n",
-      label.c_str(), device.c_str(), static_cast<double>(floor[0]) / floor[1],
-      HumanBytes(floor[0]).c_str(), best.step->optimizer_state_on_host() ? "host" : "device",
-      best.step_seconds);
+  // At the device placement's floor and at the host state's: the fastest plan when the
+  // search may choose every placement.
+  std::unique_ptr<PlacementSearch> any =
+      OrDie(PlacementSearch::Create(t, cost, options, proto::OPTIMIZER_STATE_AUTO,
+                                    proto::PARAMETERS_AUTO),
+            "search");
+  for (int i : {0, 1}) {
+    const SectionPlan best = OrDie(any->Plan(floor[i]), "plan");
+    std::printf(
+        "%-24s %-5s auto at %10s (floor of %s): state on %s, parameters on %s, step %.4f s\n",
+        label.c_str(), device.c_str(), HumanBytes(floor[i]).c_str(), placements[i].name,
+        best.step->optimizer_state_on_host() ? "host" : "device",
+        best.step->parameters_on_host() ? "host" : "device", best.step_seconds);
+  }
 }
 
 }  // namespace

@@ -28,23 +28,59 @@ absl::StatusOr<proto::OptimizerState> ParseOptimizerState(absl::string_view name
       absl::StrCat("optimizer state placement '", name, "' is not one of device, host, auto"));
 }
 
+const char* ParameterPlacementName(proto::ParameterPlacement placement) {
+  switch (placement) {
+    case proto::PARAMETERS_HOST:
+      return "host";
+    case proto::PARAMETERS_AUTO:
+      return "auto";
+    default:
+      return "device";
+  }
+}
+
+absl::StatusOr<proto::ParameterPlacement> ParseParameterPlacement(absl::string_view name) {
+  if (name == "device") return proto::PARAMETERS_DEVICE;
+  if (name == "host") return proto::PARAMETERS_HOST;
+  if (name == "auto") return proto::PARAMETERS_AUTO;
+  return absl::InvalidArgumentError(
+      absl::StrCat("parameter placement '", name, "' is not one of device, host, auto"));
+}
+
 absl::StatusOr<std::unique_ptr<PlacementSearch>> PlacementSearch::Create(
     const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options,
-    proto::OptimizerState placement) {
+    proto::OptimizerState placement, proto::ParameterPlacement parameters) {
   if (!proto::OptimizerState_IsValid(placement)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer_state: ", placement, " is not an OptimizerState (0 device, 1 host, 2 auto)"));
   }
+  if (!proto::ParameterPlacement_IsValid(parameters)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters: ", parameters, " is not a ParameterPlacement (0 device, 1 host, 2 auto)"));
+  }
+  if (parameters == proto::PARAMETERS_HOST && placement == proto::OPTIMIZER_STATE_DEVICE) {
+    return absl::InvalidArgumentError(
+        "parameters on the host need the optimizer state on the host (its master copies are "
+        "what each use prefetches): use optimizer state host or auto");
+  }
+  // (state on the host, parameters on the host) pairs, the device's first.
+  std::vector<std::pair<bool, bool>> pairs;
+  if (parameters != proto::PARAMETERS_HOST) {
+    if (placement != proto::OPTIMIZER_STATE_HOST) pairs.push_back({false, false});
+    if (placement != proto::OPTIMIZER_STATE_DEVICE) pairs.push_back({true, false});
+  }
+  if (parameters != proto::PARAMETERS_DEVICE && placement != proto::OPTIMIZER_STATE_DEVICE) {
+    pairs.push_back({true, true});
+  }
   std::unique_ptr<PlacementSearch> search(new PlacementSearch());
-  for (bool on_host : {false, true}) {
-    const bool wanted = placement == proto::OPTIMIZER_STATE_AUTO ||
-                        (placement == proto::OPTIMIZER_STATE_HOST) == on_host;
-    if (!wanted) continue;
+  for (const auto& [on_host, params_on_host] : pairs) {
     SearchOptions o = options;
     o.optimizer_state_on_host = on_host;
+    o.parameters_on_host = params_on_host;
     ASSIGN_OR_RETURN(std::unique_ptr<SectionSearch> s, SectionSearch::Create(graph, cost, o));
     search->searches_.push_back(std::move(s));
     search->on_host_.push_back(on_host);
+    search->parameters_on_host_.push_back(params_on_host);
   }
   return search;
 }
@@ -78,7 +114,10 @@ absl::StatusOr<std::vector<TradeOffPoint>> PlacementSearch::Frontier() {
   std::vector<TradeOffPoint> all;
   for (size_t i = 0; i < searches_.size(); ++i) {
     ASSIGN_OR_RETURN(std::vector<TradeOffPoint> points, searches_[i]->Frontier());
-    for (TradeOffPoint& p : points) p.optimizer_state_on_host = on_host_[i];
+    for (TradeOffPoint& p : points) {
+      p.optimizer_state_on_host = on_host_[i];
+      p.parameters_on_host = parameters_on_host_[i];
+    }
     all.insert(all.end(), points.begin(), points.end());
   }
   // Largest peak first; a point stays if it is faster than every point with a smaller peak.

@@ -1,6 +1,7 @@
-// The search over where the optimizer state lives, beside cuts and offload: one
-// SectionSearch per placement considered (state on the device, state and update on the host:
-// SectionCuts::optimizer_state_on_host), each planning its candidates exactly; the answer is
+// The search over where the optimizer state and the parameters live, beside cuts and
+// offload: one SectionSearch per placement considered (state on the device; state and update
+// on the host: SectionCuts::optimizer_state_on_host; state and parameters on the host:
+// SectionCuts::parameters_on_host too), each planning its candidates exactly; the answer is
 // the fastest plan that fits the budget over all of them.
 //
 // Create() once, then Plan() for any number of budgets, Frontier(), MinimumPeakBytes().
@@ -27,16 +28,27 @@ const char* OptimizerStateName(proto::OptimizerState placement);
 // otherwise.
 absl::StatusOr<proto::OptimizerState> ParseOptimizerState(absl::string_view name);
 
+// Returns "device", "host" or "auto".
+const char* ParameterPlacementName(proto::ParameterPlacement placement);
+
+// Returns the placement named "device", "host" or "auto"; InvalidArgument naming `name`
+// otherwise.
+absl::StatusOr<proto::ParameterPlacement> ParseParameterPlacement(absl::string_view name);
+
 class PlacementSearch {
  public:
-  // Returns the search over `graph` for the placements `placement` allows (OPTIMIZER_STATE_
-  // DEVICE: the device only; HOST: the host only; AUTO: both), each a SectionSearch with
-  // `options` (its optimizer_state_on_host set per placement); InvalidArgument for an
-  // unknown placement, or SectionSearch::Create's error.
-  static absl::StatusOr<std::unique_ptr<PlacementSearch>> Create(const TrainingGraph& graph,
-                                                                 const CostModel& cost,
-                                                                 const SearchOptions& options,
-                                                                 proto::OptimizerState placement);
+  // Returns the search over `graph` for the placements `placement` and `parameters` allow,
+  // each a SectionSearch with `options` (its optimizer_state_on_host and parameters_on_host
+  // set per placement). The state: OPTIMIZER_STATE_DEVICE the device only, HOST the host
+  // only, AUTO both. The parameters: PARAMETERS_DEVICE on the device; HOST on the host only
+  // (with the state on the host: the state's DEVICE is refused, its AUTO becomes HOST); AUTO
+  // adds state and parameters on the host to the state's placements (unless the state is
+  // DEVICE). InvalidArgument for an unknown placement, a refused pair, or
+  // SectionSearch::Create's error.
+  static absl::StatusOr<std::unique_ptr<PlacementSearch>> Create(
+      const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options,
+      proto::OptimizerState placement,
+      proto::ParameterPlacement parameters = proto::PARAMETERS_DEVICE);
 
   // Returns the plain step (no sections) of the first placement searched (the device's,
   // unless only the host is).
@@ -63,9 +75,11 @@ class PlacementSearch {
  private:
   PlacementSearch() = default;
 
-  // One per placement searched, the device's first; and whether it is the host's.
+  // One per placement searched, the device's first; whether its state is on the host, and
+  // its parameters.
   std::vector<std::unique_ptr<SectionSearch>> searches_;
   std::vector<bool> on_host_;
+  std::vector<bool> parameters_on_host_;
 };
 
 }  // namespace headroom::planner

@@ -107,6 +107,7 @@ void AddPoints(const std::vector<TradeOffPoint>& points, uint64_t extra_bytes, d
     f->set_num_sections(p.num_sections);
     f->set_offloaded_bytes(p.offloaded_bytes);
     f->set_optimizer_state_on_host(p.optimizer_state_on_host);
+    f->set_parameters_on_host(p.parameters_on_host);
   }
 }
 
@@ -148,6 +149,19 @@ absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::stri
         prefix, ".optimizer_state: ", options.optimizer_state(),
         " is not an OptimizerState (0 OPTIMIZER_STATE_DEVICE, 1 OPTIMIZER_STATE_HOST, 2 "
         "OPTIMIZER_STATE_AUTO)"));
+  }
+  if (!proto::ParameterPlacement_IsValid(options.parameters())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".parameters: ", options.parameters(),
+                     " is not a ParameterPlacement (0 PARAMETERS_DEVICE, 1 PARAMETERS_HOST, 2 "
+                     "PARAMETERS_AUTO)"));
+  }
+  if (options.parameters() == proto::PARAMETERS_HOST &&
+      options.optimizer_state() == proto::OPTIMIZER_STATE_DEVICE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".parameters: PARAMETERS_HOST needs ", prefix,
+        ".optimizer_state HOST or AUTO (the host update's master copies are what each use "
+        "prefetches)"));
   }
   if (options.data_parallel().ranks() > kMaxRanks) {
     return absl::InvalidArgumentError(
@@ -228,6 +242,8 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
   summary.set_optimizer_host_bytes(OptimizerHostBytes(step, plan.memory->alignment_bytes));
   summary.set_optimizer_copy_bytes(step.optimizer_copy_bytes);
   summary.set_host_update_seconds(step.host_update_seconds);
+  summary.set_parameters(OptimizerPlacementName(step.parameters_on_host()));
+  summary.set_parameter_copy_bytes(step.parameter_copy_bytes);
   for (size_t s = 0; s < step.sections.size(); ++s) {
     const SectionInfo& info = step.sections[s];
     proto::Section* section = response.add_sections();
@@ -290,9 +306,9 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
       HostPoolInBudget(options.host_memory(), backend.host_is_device_memory);
   search_options.alignment_bytes = planner_options.alignment_bytes;
   search_options.cancel = cancel;
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<PlacementSearch> search,
-      PlacementSearch::Create(training, *cost, search_options, options.optimizer_state()));
+  ASSIGN_OR_RETURN(std::unique_ptr<PlacementSearch> search,
+                   PlacementSearch::Create(training, *cost, search_options,
+                                           options.optimizer_state(), options.parameters()));
   ASSIGN_OR_RETURN(SectionPlan plain, search->Unconstrained());
   // With ranks, the budget holds the gradient buckets beside the plan's arena.
   ASSIGN_OR_RETURN(DataParallelStep dp_plain, PredictDataParallelStep(*plain.step, *cost, dp));

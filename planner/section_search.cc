@@ -538,6 +538,7 @@ absl::Status SectionSearch::Descend() {
       RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
       SectionCuts moved{m, {}};
       moved.optimizer_state_on_host = options_.optimizer_state_on_host;
+      moved.parameters_on_host = options_.parameters_on_host;
       absl::StatusOr<SectionedStep> step = ExpandSections(graph_, moved, cost_, &node_costs_);
       if (!step.ok()) continue;
       const uint64_t b = ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes);
@@ -564,6 +565,7 @@ void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<
   SectionCuts section_cuts;
   section_cuts.cuts = cuts;
   section_cuts.optimizer_state_on_host = options_.optimizer_state_on_host;
+  section_cuts.parameters_on_host = options_.parameters_on_host;
   if (!offload_cuts.empty()) {
     absl::StatusOr<std::vector<TensorId>> allowed = OffloadableTensors(graph_, cuts, cost_);
     if (!allowed.ok()) return;
@@ -827,6 +829,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   auto predict = [&](SectionCuts m, double than) -> absl::StatusOr<std::optional<Predicted>> {
     RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
     m.optimizer_state_on_host = options_.optimizer_state_on_host;
+    m.parameters_on_host = options_.parameters_on_host;
     std::string key = CutsKey(m);
     const double faster_than = than * (1 - 1e-12);
     auto [it, fresh] = known_.try_emplace(key);
@@ -1073,6 +1076,7 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
     return it == roles.end() ? uint64_t{0} : it->second;
   };
   const uint64_t smallest_bytes = BudgetBytes(smallest);
+  const bool params_on_host = smallest.step->parameters_on_host();
   return absl::FailedPreconditionError(absl::StrCat(
       "budget ", HumanBytes(budget_bytes), " (", budget_bytes,
       " bytes) is below the smallest peak Headroom can plan for this step: ",
@@ -1084,12 +1088,17 @@ absl::Status SectionSearch::Infeasible(uint64_t budget_bytes) {
       "), with ", smallest.step->sections.size(), " sections and ",
       HumanBytes(smallest.step->offloaded_bytes),
       " offloaded to host. At that peak: ", absl::StrJoin(parts, ", "), ". ",
-      host_state > 0 ? absl::StrCat("Its optimizer state (", HumanBytes(host_state),
-                                    ") lives on the host; it keeps on the device parameters "
-                                    "and buffers: ")
-                     : "Parameters, buffers and optimizer state alone need ",
-      HumanBytes(state), " (", state, " bytes); with the gradients live at the peak, ",
-      HumanBytes(state + role(proto::ROLE_GRADIENT)), "."));
+      host_state == 0 ? "Parameters, buffers and optimizer state alone need "
+      : params_on_host
+          ? absl::StrCat("Its optimizer state and parameters (", HumanBytes(host_state),
+                         ") live on the host; it keeps on the device buffers: ")
+          : absl::StrCat("Its optimizer state (", HumanBytes(host_state),
+                         ") lives on the host; it keeps on the device parameters and buffers: "),
+      HumanBytes(state), " (", state, " bytes); with the gradients ",
+      params_on_host ? "and the parameters' copies " : "", "live at the peak, ",
+      HumanBytes(state + role(proto::ROLE_GRADIENT) +
+                 (params_on_host ? role(proto::ROLE_PARAMETER) : 0)),
+      "."));
 }
 
 absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {

@@ -58,6 +58,9 @@ struct SearchOptions {
   // (SectionCuts::optimizer_state_on_host). Default false. PlanWithPlacement() searches
   // both placements.
   bool optimizer_state_on_host = false;
+  // Every candidate keeps its parameters on the host between uses
+  // (SectionCuts::parameters_on_host; needs optimizer_state_on_host). Default false.
+  bool parameters_on_host = false;
   // Checked between pieces of work (each row of the dynamic program, each candidate planned,
   // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
   // once it fails. Borrowed; it must outlive the search. Default none: no limit.
@@ -99,6 +102,8 @@ struct TradeOffPoint {
   uint64_t offloaded_bytes = 0;
   // Whether its optimizer state lives on the host (planner/placement_search.h marks it).
   bool optimizer_state_on_host = false;
+  // Whether its parameters live on the host between uses (placement_search.h marks it).
+  bool parameters_on_host = false;
 };
 
 // Plans one training graph under budgets. Create() once (it builds the candidate pool), then

@@ -116,6 +116,11 @@ class SectionExpander {
 
   absl::StatusOr<SectionedStep> Expand() {
     RETURN_IF_ERROR(Validate());
+    if (cuts_.parameters_on_host && !cuts_.optimizer_state_on_host) {
+      return absl::InvalidArgumentError(
+          "parameters on the host need the optimizer state on the host too (the host update's "
+          "master copies are what each use prefetches)");
+    }
     if (node_costs_ == nullptr) {
       own_costs_ = ComputeNodeCosts(g_, cost_);
       node_costs_ = &own_costs_;
@@ -135,6 +140,7 @@ class SectionExpander {
       wanted = kept;
     }
     if (cuts_.optimizer_state_on_host) PlaceHostUpdates();
+    if (cuts_.parameters_on_host) PlaceParameterCopies();
     SectionedStep step = Emit(copies);
     for (TensorId t : cuts_.offload) {
       if (!copies.contains(t)) step.offload_dropped.push_back(t);
@@ -420,6 +426,69 @@ class SectionExpander {
     }
   }
 
+  // ---- PlaceParameterCopies ------------------------------------------------------------
+
+  // Returns the use group of item `k` (SectionCuts::parameters_on_host): section s's forward
+  // is group s, except the last section's, which shares the group of its backward phase; the
+  // i-th backward-phase group visited is group last() + i (+ 1 if the first is not the last
+  // section's).
+  int32_t UseGroup(int32_t k) const {
+    const Item& item = items_[k];
+    if (k < nf_) return item.section;
+    const auto it = std::find(group_order_.begin(), group_order_.end(), item.section);
+    const int32_t i = static_cast<int32_t>(it - group_order_.begin());
+    return last() + i + (group_order_.front() == last() ? 0 : 1);
+  }
+
+  // Returns the name of use group `g`: "f<s>" or "b<s>".
+  std::string UseGroupName(int32_t g) const {
+    if (g <= last()) return absl::StrCat("f", g);
+    const int32_t i = g - last() - (group_order_.front() == last() ? 0 : 1);
+    return absl::StrCat("b", group_order_[i]);
+  }
+
+  // Decides, for each use group, the device copy of each host-updated parameter it reads and
+  // the item before which that copy's prefetch is issued: the first item of the group before
+  // (item 0 for the first group), or none where the group before read the same parameter
+  // (its copy serves both).
+  void PlaceParameterCopies() {
+    const int32_t n = static_cast<int32_t>(items_.size());
+    host_param_.assign(g_.tensors().size(), false);
+    for (int32_t k = 0; k < n; ++k) {
+      if (IsHostUpdateItem(k)) host_param_[g_.node(items_[k].node).updates[0]] = true;
+    }
+    item_group_.assign(n, 0);
+    std::vector<int32_t> group_first;  // By group: its first item (-1: no items).
+    for (int32_t k = 0; k < n; ++k) {
+      const int32_t g = UseGroup(k);
+      item_group_[k] = g;
+      if (static_cast<int32_t>(group_first.size()) <= g) group_first.resize(g + 1, -1);
+      if (group_first[g] < 0) group_first[g] = k;
+    }
+    param_prefetch_at_.assign(n + 1, {});
+    copy_index_.assign(group_first.size(), {});
+    int32_t copies = 0;
+    for (int32_t k = 0; k < n; ++k) {
+      if (IsHostUpdateItem(k)) continue;
+      const int32_t g = item_group_[k];
+      for (TensorId t : g_.node(items_[k].node).inputs) {
+        if (!host_param_[t] || copy_index_[g].contains(t)) continue;
+        int32_t before = g - 1;
+        while (before >= 0 && group_first[before] < 0) --before;
+        if (before >= 0) {
+          if (auto it = copy_index_[before].find(t); it != copy_index_[before].end()) {
+            copy_index_[g][t] = it->second;  // The group before still holds it.
+            copy_groups_[it->second] += absl::StrCat("+", UseGroupName(g));
+            continue;
+          }
+        }
+        copy_index_[g][t] = copies++;
+        copy_groups_.push_back(UseGroupName(g));
+        param_prefetch_at_[before >= 0 ? group_first[before] : 0].push_back({t, copies - 1});
+      }
+    }
+  }
+
   // ---- Emit ----------------------------------------------------------------------------
 
   SectionedStep Emit(const absl::flat_hash_map<TensorId, Copies>& copies) {
@@ -457,6 +526,9 @@ class SectionExpander {
       origin_.push_back(kNone);
     };
     std::vector<HostUpdate> host_updates;
+    std::vector<ParameterCopy> parameter_copies;
+    absl::flat_hash_map<int32_t, TensorId> parameter_copy_ids;  // By copy index.
+    if (param_prefetch_at_.empty()) param_prefetch_at_.assign(items_.size() + 1, {});
     // The update of item `k` on the host: the gradient's copy awaited (its device bytes die
     // there), then the update queued on the host's threads, reading no device tensor.
     auto emit_host_update = [&](int32_t k) {
@@ -490,21 +562,45 @@ class SectionExpander {
         append_copy(t, ".prefetch", "CopyToDevice", NodeKind::kPrefetch, {}, {id});
         prefetched[t] = id;
       }
+      for (const auto& [param, index] : param_prefetch_at_[k]) {
+        TrainingTensor copy = Unlinked(g_.tensor(param), absl::StrCat(".", copy_groups_[index]));
+        copy.parameter_copy = true;
+        const TensorId id = out.AppendTensor(std::move(copy));
+        parameter_copy_ids[index] = id;
+        append_copy(param, absl::StrCat(".", copy_groups_[index], ".prefetch").c_str(),
+                    "ParamPrefetch", NodeKind::kPrefetch, {}, {id});
+        parameter_copies.push_back({param, id, copy_groups_[index]});
+      }
       if (cuts_.optimizer_state_on_host) {
         for (int32_t u : host_at_[k]) emit_host_update(u);
         if (IsHostUpdateItem(k)) continue;
       }
-      out.AppendNode(EmitItem(items_[k], &recomputed, prefetched, &out));
+      TrainingNode node = EmitItem(items_[k], &recomputed, prefetched, &out);
+      if (cuts_.parameters_on_host) {
+        for (TensorId& t : node.inputs) {
+          if (t < static_cast<TensorId>(host_param_.size()) && host_param_[t]) {
+            t = parameter_copy_ids.at(copy_index_[item_group_[k]].at(t));
+          }
+        }
+      }
+      out.AppendNode(std::move(node));
       expanded_section_.push_back(BackwardSection(items_[k]));
       origin_.push_back(items_[k].node);
     }
     if (cuts_.optimizer_state_on_host) {
       for (int32_t u : host_at_[items_.size()]) emit_host_update(u);
-      // Each parameter comes back from its host master copy before the next step reads it.
+      // Each parameter comes back from its host master copy before the next step reads it
+      // (on the host between uses: each use prefetches it, and the step waits for its update).
       for (HostUpdate& u : host_updates) {
         TrainingNode node;
-        node.name = absl::StrCat(g_.tensor(u.param).name, ".to_device");
-        node.op = "ParamToDevice";
+        if (cuts_.parameters_on_host) {
+          node.name = absl::StrCat(g_.tensor(u.param).name, ".host_updated");
+          node.op = "AwaitHostUpdate";
+          out.tensors_[u.param].on_host = true;
+        } else {
+          node.name = absl::StrCat(g_.tensor(u.param).name, ".to_device");
+          node.op = "ParamToDevice";
+        }
         node.kind = NodeKind::kPrefetch;
         node.updates = {u.param};
         u.copy_back_position = out.AppendNode(std::move(node));
@@ -526,6 +622,14 @@ class SectionExpander {
     }
     Describe(copies, prefetched, &step);
     step.host_updates = std::move(host_updates);
+    for (ParameterCopy& c : parameter_copies) {
+      const TrainingTensor& copy = step.graph.tensor(c.copy);
+      c.prefetch_position = copy.producer;
+      c.first_use_position = copy.consumers.front();
+      c.last_use_position = copy.consumers.back();
+      step.parameter_copy_bytes += copy.bytes;
+    }
+    step.parameter_copies = std::move(parameter_copies);
     return step;
   }
 
@@ -677,7 +781,8 @@ class SectionExpander {
     for (const HostUpdate& u : step.host_updates) {
       host_grads.push_back(u.grad);
       host_update_at[u.update_position] = &u;
-      step.optimizer_copy_bytes += out.tensor(u.grad).bytes + out.tensor(u.param).bytes;
+      step.optimizer_copy_bytes +=
+          out.tensor(u.grad).bytes + (cuts_.parameters_on_host ? 0 : out.tensor(u.param).bytes);
     }
     std::sort(host_grads.begin(), host_grads.end());
     for (NodeId n = 0; n < static_cast<NodeId>(out.nodes().size()); ++n) {
@@ -689,6 +794,12 @@ class SectionExpander {
         host = std::max(host, std::max(compute, copied_out.at(u.grad))) + seconds;
         updated[u.param] = host;
         step.host_update_seconds += seconds;
+        continue;
+      }
+      if (node.kind == NodeKind::kPrefetch && node.op == "AwaitHostUpdate") {
+        const double done = updated.at(node.updates[0]);
+        step.stall_seconds += std::max(compute, done) - compute;
+        compute = std::max(compute, done);
         continue;
       }
       if (node.kind == NodeKind::kPrefetch && node.outputs.empty()) {  // ParamToDevice.
@@ -752,6 +863,15 @@ class SectionExpander {
   std::vector<int32_t> first_backward_read_;
   // Indexed by item (and one past the last): the host-update items emitted before it.
   std::vector<std::vector<int32_t>> host_at_;
+  // SectionCuts::parameters_on_host. Indexed by original tensor: a parameter updated on the
+  // host. Indexed by item: its use group. Indexed by use group: the copy index of each
+  // parameter it reads. Indexed by copy index: the groups it serves. Indexed by item (and one
+  // past the last): the (parameter, copy index) prefetches issued before it.
+  std::vector<bool> host_param_;
+  std::vector<int32_t> item_group_;
+  std::vector<absl::flat_hash_map<TensorId, int32_t>> copy_index_;
+  std::vector<std::string> copy_groups_;
+  std::vector<std::vector<std::pair<TensorId, int32_t>>> param_prefetch_at_;
 };
 
 NodeCosts ComputeNodeCosts(const TrainingGraph& graph, const CostModel& cost) {

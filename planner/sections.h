@@ -49,9 +49,21 @@ struct SectionCuts {
   // that updates it), before the next step's forward reads it. Default false: all on the
   // device.
   bool optimizer_state_on_host = false;
+  // Parameters on the host between uses (ZeRO-Infinity's placement; needs
+  // optimizer_state_on_host, whose master copies in the host pool they are): the step is cut
+  // into use groups (each section's forward but the last; the last section's forward with its
+  // backward phase; each other section's backward phase, re-forward included), and each group
+  // reads a device copy of each parameter it uses (a tensor TrainingTensor::parameter_copy,
+  // role PARAMETER) prefetched from the master by a kPrefetch node "<param>.<group>.prefetch"
+  // (op "ParamPrefetch") at the start of the group before it (the step's start for the
+  // first), alive until its last reader in its group (two consecutive groups that read it
+  // share one copy). The parameter itself is TrainingTensor::on_host; the step ends with a
+  // kPrefetch node "<param>.host_updated" (op "AwaitHostUpdate") that copies nothing and
+  // waits for its update. Default false: parameters live on the device.
+  bool parameters_on_host = false;
 };
 
-// Returns "host" or "device".
+// Returns "host" or "device" (of the optimizer state, or of the parameters).
 const char* OptimizerPlacementName(bool on_host);
 
 // A cached input of a section: produced before the section (or a graph input), read by the
@@ -113,6 +125,20 @@ struct HostUpdate {
   Position copy_back_position = -1;
 };
 
+// One device copy of a parameter kept on the host (SectionCuts::parameters_on_host).
+struct ParameterCopy {
+  TensorId param = kNone;
+  // The copy, a tensor of the expanded graph.
+  TensorId copy = kNone;
+  // Its use group's name: "f<s>" (section s's forward; the last section's with its backward
+  // phase) or "b<s>" (section s's backward phase); "f1+b0" where two groups share it.
+  std::string group;
+  // The prefetch node, and the copy's first and last readers.
+  Position prefetch_position = -1;
+  Position first_use_position = -1;
+  Position last_use_position = -1;
+};
+
 // The expanded training step of one SectionCuts.
 struct SectionedStep {
   explicit SectionedStep(TrainingGraph expanded) : graph(std::move(expanded)) {}
@@ -145,6 +171,11 @@ struct SectionedStep {
   double host_update_seconds = 0;
   uint64_t optimizer_copy_bytes = 0;
   bool optimizer_state_on_host() const { return !host_updates.empty(); }
+  // With SectionCuts::parameters_on_host, every device copy of a parameter, in prefetch
+  // order, and the bytes they copy per step; else empty and 0.
+  std::vector<ParameterCopy> parameter_copies;
+  uint64_t parameter_copy_bytes = 0;
+  bool parameters_on_host() const { return !parameter_copies.empty(); }
   // Only in a step that rebuilds reversible blocks (planner/reversible.h): (the forward's
   // tensor, its rebuilt copy) for every tensor a rebuild writes anew, in the order written.
   std::vector<std::pair<TensorId, TensorId>> rebuilt;

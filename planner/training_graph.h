@@ -61,12 +61,17 @@ struct TrainingTensor {
   // Whether it lives in host memory, not the device arena: optimizer state placed on the host
   // (planner/sections.h, SectionCuts::optimizer_state_on_host). Its device bytes are 0.
   bool on_host = false;
+  // Whether it is a device copy of a parameter kept on the host between uses
+  // (SectionCuts::parameters_on_host): alive from its prefetch to its last reader only, so
+  // not persistent though its role is PARAMETER.
+  bool parameter_copy = false;
 
   // Returns the bytes it takes in the device arena: 0 for a tensor on the host.
   uint64_t device_bytes() const { return on_host ? 0 : bytes; }
 
   // Returns whether it lives across training steps (parameters, buffers, optimizer state).
   bool persistent() const {
+    if (parameter_copy) return false;
     return role == proto::ROLE_PARAMETER || role == proto::ROLE_BUFFER ||
            role == proto::ROLE_OPTIMIZER_STATE;
   }

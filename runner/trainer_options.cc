@@ -34,6 +34,7 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptio
   o.rebuild_reversible = !plan.disable_reversible() && plan.budget_bytes() == 0;
   o.host_memory = plan.host_memory();
   o.optimizer_state = plan.optimizer_state();
+  o.parameters = plan.parameters();
   const proto::Optimizer& opt = plan.optimizer();
   if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
   // Checked above: learning_rate is 0 (the default) or positive; the optional fields are used
