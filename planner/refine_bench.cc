@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
@@ -134,7 +135,8 @@ double Median(std::vector<double> v) {
 }
 
 // Search time by depth: medians of `runs` fresh searches (the pool, then one budget at
-// `share` of the plain peak), with the plan's fingerprint (the same in every run, or the
+// `share` of the plain peak; wall-clock seconds, and the process's CPU seconds, which a
+// loaded machine inflates less), with the plan's fingerprint (the same in every run, or the
 // bench says so).
 void DepthTable(int runs, const std::string& only) {
   struct Row {
@@ -150,32 +152,35 @@ void DepthTable(int runs, const std::string& only) {
     rows.push_back({std::string(resnet) + " bs64", Load(resnet, 64)});
   }
   std::printf("Search time by depth (h100 preset, offload allowed; median of %d runs)\n", runs);
-  std::printf("  %-28s %6s %6s | %8s %8s %8s | %8s %s\n", "model", "nodes", "budget", "pool s",
-              "refine s", "total s", "overhead", "plan fingerprint");
+  std::printf("  %-28s %6s %6s | %8s %8s %8s %8s | %8s %s\n", "model", "nodes", "budget", "pool s",
+              "refine s", "total s", "cpu s", "overhead", "plan fingerprint");
   for (const Row& row : rows) {
     if (row.label.find(only) == std::string::npos) continue;
     const TrainingGraph t = OrDie(TrainingGraph::Build(row.g, {}), row.label);
     const RooflineCostModel cost(row.g, OrDie(DevicePreset("h100"), "h100"));
     for (double share : {0.3, 0.5}) {
-      std::vector<double> pool, total;
+      std::vector<double> pool, total, cpu;
       std::vector<uint64_t> prints;
       double overhead = 0;
       for (int r = 0; r < runs; ++r) {
         const absl::Time start = absl::Now();
+        const std::clock_t cpu_start = std::clock();
         std::unique_ptr<SectionSearch> search = OrDie(SectionSearch::Create(t, cost, {}), "search");
         const uint64_t plain = OrDie(search->Unconstrained(), "plain").peak_bytes;
         pool.push_back(absl::ToDoubleSeconds(absl::Now() - start));
         const absl::StatusOr<SectionPlan> p = search->Plan(static_cast<uint64_t>(share * plain));
         total.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+        cpu.push_back(static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC);
         // An infeasible budget: the message states the smallest peak, so it is fingerprinted.
         prints.push_back(p.ok() ? Fingerprint(*p) : Fingerprint(p.status().ToString()));
         overhead = p.ok() ? p->overhead_ratio : 0;
       }
       const bool same = std::all_of(prints.begin(), prints.end(),
                                     [&](uint64_t f) { return f == prints.front(); });
-      std::printf("  %-28s %6d %5.0f%% | %8.3f %8.3f %8.3f | %8.4f %016llx%s\n", row.label.c_str(),
-                  NumForwardNodes(t), 100 * share, Median(pool), Median(total) - Median(pool),
-                  Median(total), overhead, static_cast<unsigned long long>(prints.front()),
+      std::printf("  %-28s %6d %5.0f%% | %8.3f %8.3f %8.3f %8.3f | %8.4f %016llx%s\n",
+                  row.label.c_str(), NumForwardNodes(t), 100 * share, Median(pool),
+                  Median(total) - Median(pool), Median(total), Median(cpu), overhead,
+                  static_cast<unsigned long long>(prints.front()),
                   same ? "" : "  DIFFERS BETWEEN RUNS");
       std::fflush(stdout);
     }
