@@ -7,8 +7,8 @@
 //      transformer at batch 8 on the h100 preset, and how it grows with depth.
 //
 //   bazel run -c opt //planner:refine_bench [-- --quick]
-//   bazel run -c opt //planner:refine_bench -- --depth [RUNS [MODEL]]   (search time by depth; only
-//   models whose label contains MODEL)
+//   bazel run -c opt //planner:refine_bench -- --depth [RUNS [MODEL [THREADS]]]
+//   (search time by depth; only models whose label contains MODEL; SearchOptions::search_threads)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -138,7 +138,7 @@ double Median(std::vector<double> v) {
 // `share` of the plain peak; wall-clock seconds, and the process's CPU seconds, which a
 // loaded machine inflates less), with the plan's fingerprint (the same in every run, or the
 // bench says so).
-void DepthTable(int runs, const std::string& only) {
+void DepthTable(int runs, const std::string& only, int threads) {
   struct Row {
     std::string label;
     graph::Graph g;
@@ -151,7 +151,11 @@ void DepthTable(int runs, const std::string& only) {
   for (const char* resnet : {"resnet50", "resnet101", "resnet152"}) {
     rows.push_back({std::string(resnet) + " bs64", Load(resnet, 64)});
   }
-  std::printf("Search time by depth (h100 preset, offload allowed; median of %d runs)\n", runs);
+  SearchOptions options;
+  options.search_threads = threads;
+  std::printf(
+      "Search time by depth (h100 preset, offload allowed; median of %d runs, %d threads)\n", runs,
+      threads);
   std::printf("  %-28s %6s %6s | %8s %8s %8s %8s | %8s %s\n", "model", "nodes", "budget", "pool s",
               "refine s", "total s", "cpu s", "overhead", "plan fingerprint");
   for (const Row& row : rows) {
@@ -165,7 +169,8 @@ void DepthTable(int runs, const std::string& only) {
       for (int r = 0; r < runs; ++r) {
         const absl::Time start = absl::Now();
         const std::clock_t cpu_start = std::clock();
-        std::unique_ptr<SectionSearch> search = OrDie(SectionSearch::Create(t, cost, {}), "search");
+        std::unique_ptr<SectionSearch> search =
+            OrDie(SectionSearch::Create(t, cost, options), "search");
         const uint64_t plain = OrDie(search->Unconstrained(), "plain").peak_bytes;
         pool.push_back(absl::ToDoubleSeconds(absl::Now() - start));
         const absl::StatusOr<SectionPlan> p = search->Plan(static_cast<uint64_t>(share * plain));
@@ -217,7 +222,8 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   if (argc > 3 && std::strcmp(argv[2], "--work") == 0) work_limit = std::atoll(argv[3]);
   if (argc > 1 && std::strcmp(argv[1], "--depth") == 0) {
-    DepthTable(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? argv[3] : "");
+    DepthTable(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? argv[3] : "",
+               argc > 4 ? std::atoi(argv[4]) : SearchOptions().search_threads);
     return 0;
   }
   std::vector<Model> models;

@@ -58,6 +58,13 @@ struct SearchOptions {
   // (SectionCuts::optimizer_state_on_host). Default false. PlanWithPlacement() searches
   // both placements.
   bool optimizer_state_on_host = false;
+  // Threads the pool's dynamic program runs on: with 2 or more, its pass with offload runs
+  // beside its pass for recompute alone. The pool is the same either way. Default 2.
+  int search_threads = 2;
+  // Search the slower way the faster one must agree with, for tests: the dynamic program as
+  // it was before it was made faster (SolveReference), run in full at every budget. The
+  // plans, pool and frontier are the same either way. Default false.
+  bool reference_search = false;
   // Checked between pieces of work (each row of the dynamic program, each candidate planned,
   // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
   // once it fails. Borrowed; it must outlive the search. Default none: no limit.
