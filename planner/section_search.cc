@@ -120,7 +120,8 @@ class SectionSearch::Estimator {
       at_.resize(num_forward + 1);
       for (std::vector<int32_t>& at : at_) at.clear();
       at_[0].push_back(0);
-      slots_.assign((num_forward + 1) * kKeys, Slot{});
+      slot_time_.assign((num_forward + 1) * kKeys, std::numeric_limits<double>::infinity());
+      slot_label_.assign((num_forward + 1) * kKeys, -1);
     }
 
     const Label& operator[](int32_t l) const { return labels_[l]; }
@@ -141,21 +142,23 @@ class SectionSearch::Estimator {
       const int32_t key =
           static_cast<int32_t>(std::min<double>(held / budget_ * kBuckets, kBuckets)) * 2 +
           (own_offloaded > 0 ? 1 : 0);
-      Slot& slot = slots_[position * kKeys + key];
-      // The same sums as Memory() (held + own offloaded, then + previously offloaded).
-      const double mem = held + prev_offloaded;
-      if (slot.label >= 0) {
-        if (slot.time < time || (slot.time == time && slot.memory <= mem)) return;
-        labels_[slot.label] = {label_held, own_offloaded, prev_offloaded, time,
-                               parent,     position,      offload_here};
-        slot.time = time;
-        slot.memory = mem;
+      const int32_t slot = position * kKeys + key;
+      // An empty bucket's time is infinite: any label is faster.
+      if (slot_time_[slot] < time) return;
+      int32_t& index = slot_label_[slot];
+      if (index >= 0) {
+        // A tie in time goes to the label that holds less (the same sums as Memory()).
+        if (slot_time_[slot] == time && Memory(index) <= held + prev_offloaded) return;
+        labels_[index] = {label_held, own_offloaded, prev_offloaded, time,
+                          parent,     position,      offload_here};
+        slot_time_[slot] = time;
         return;
       }
       labels_.push_back(
           {label_held, own_offloaded, prev_offloaded, time, parent, position, offload_here});
-      slot = {time, mem, static_cast<int32_t>(labels_.size()) - 1};
-      at_[position].push_back(slot.label);
+      index = static_cast<int32_t>(labels_.size()) - 1;
+      slot_time_[slot] = time;
+      at_[position].push_back(index);
     }
 
     // Keeps, at `position`, the labels no other beats on both memory and time; returns them
@@ -191,13 +194,10 @@ class SectionSearch::Estimator {
     double budget_ = 0;
     std::vector<Label> labels_;
     std::vector<std::vector<int32_t>> at_;  // Label indices by position.
-    // A bucket's label, its time and its memory beside it: Insert() compares with them
-    // without reading the label (labels_ is large and read at random).
-    struct Slot {
-      double time = 0, memory = 0;
-      int32_t label = -1;
-    };
-    std::vector<Slot> slots_;  // By position, key.
+    // By position and key: the bucket's label, and its time beside it, so Insert() rejects
+    // a slower label without reading the bucket's (labels_ is large and read at random).
+    std::vector<double> slot_time_;
+    std::vector<int32_t> slot_label_;
   };
 
   // Labels as Solve() kept them before it was made faster: SolveReference()'s, for tests.
