@@ -59,8 +59,11 @@ struct SearchOptions {
   // both placements.
   bool optimizer_state_on_host = false;
   // Threads the pool's dynamic program runs on: with 2 or more, its pass with offload runs
-  // beside its pass for recompute alone. The pool is the same either way. Default 2.
-  int search_threads = 2;
+  // beside its pass for recompute alone. The pool is the same either way. Default 1: on the
+  // shared 2-core build machine a second thread bought no wall-clock time and cost about 6%
+  // more CPU (docs/sections.md, "Search time"); on an idle machine it saves up to the
+  // shorter pass.
+  int search_threads = 1;
   // Search the slower way the faster one must agree with, for tests: the dynamic program as
   // it was before it was made faster (SolveReference), run in full at every budget. The
   // plans, pool and frontier are the same either way. Default false.
