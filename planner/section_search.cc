@@ -891,11 +891,15 @@ constexpr int64_t kMinRefineSteps = 64;
 }  // namespace
 
 // A move: keep or recompute one tensor, offload one or keep it on the device, or new cuts.
+// kKeepNode keeps every output of one node its section recomputes (`tensors`): keeping only
+// one of a batch norm's three outputs spares nothing (the node still re-runs for the other
+// two), so no single keep is faster and the climb would stop short of keeping the node.
 struct SectionSearch::Move {
-  enum Kind { kKeep, kOffload, kCuts };
+  enum Kind { kKeep, kOffload, kCuts, kKeepNode };
   Kind kind = kKeep;
   TensorId tensor = kNone;
   std::vector<int32_t> cuts;
+  std::vector<TensorId> tensors;
 };
 
 std::vector<SectionSearch::Move> SectionSearch::Moves(const SectionCuts& from) {
@@ -914,6 +918,22 @@ std::vector<SectionSearch::Move> SectionSearch::Moves(const SectionCuts& from) {
     }
     std::sort(keeps.begin(), keeps.end());
     for (const auto& [unused, t] : keeps) out.push_back({Move::kKeep, t, {}});
+    // Nodes with more than one output to keep: all of them at once, in the same order (by
+    // the node's seconds per byte of all its outputs kept).
+    std::map<NodeId, std::vector<TensorId>> by_node;
+    for (const auto& [unused, t] : keeps) by_node[graph_.tensor(t).producer].push_back(t);
+    std::vector<std::pair<double, NodeId>> nodes;
+    for (auto& [node, tensors] : by_node) {
+      if (tensors.size() < 2) continue;
+      std::sort(tensors.begin(), tensors.end());
+      double bytes = 1.0;
+      for (TensorId t : tensors) bytes += graph_.tensor(t).bytes;
+      nodes.push_back({-node_costs_.seconds[node] / bytes, node});
+    }
+    std::sort(nodes.begin(), nodes.end());
+    for (const auto& [unused, node] : nodes) {
+      out.push_back({Move::kKeepNode, kNone, {}, by_node[node]});
+    }
   }
   for (TensorId t : from.offload) out.push_back({Move::kOffload, t, {}});
   const int32_t nf = NumForwardNodes(graph_);
@@ -961,6 +981,12 @@ std::optional<SectionCuts> SectionSearch::Apply(const SectionCuts& from, const M
     case Move::kOffload:
       m = from;
       m.offload = Toggled(m.offload, move.tensor);
+      return m;
+    case Move::kKeepNode:
+      m = from;
+      for (TensorId t : move.tensors) {
+        if (!Contains(m.keep, t)) m.keep = Toggled(m.keep, t);
+      }
       return m;
     case Move::kCuts: {
       // Kept tensors that end up in the last section, and offloads the new cuts do not

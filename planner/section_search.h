@@ -193,7 +193,7 @@ class SectionSearch {
   // is reached. Returns the index of the fastest candidate found (added to the pool).
   absl::StatusOr<int> Refine(int start, uint64_t budget_bytes);
   // Returns the moves from `from` that can be faster: keep a tensor a re-run section
-  // recomputes, keep an offloaded tensor on the device, drop or move a cut by up to two
+  // recomputes (or every output of one node at once), keep an offloaded tensor on the device, drop or move a cut by up to two
   // positions, add one (where a layer begins, on large graphs).
   std::vector<Move> Moves(const SectionCuts& from);
   // Returns `move` applied to `from`, or nothing where it does not apply.
