@@ -7,15 +7,20 @@
 //      transformer at batch 8 on the h100 preset, and how it grows with depth.
 //
 //   bazel run -c opt //planner:refine_bench [-- --quick]
+//   bazel run -c opt //planner:refine_bench -- --depth [RUNS [MODEL [THREADS]]]
+//   (search time by depth; only models whose label contains MODEL; SearchOptions::search_threads)
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
@@ -109,6 +114,84 @@ void Timing(const std::string& label, const graph::Graph& g, double share) {
                      : "infeasible");
 }
 
+// Returns a fingerprint of `p`'s plan: its cuts, kept and offloaded tensors, peak and
+// predicted time (to the last bit), so runs before and after a change of the search can be
+// compared.
+uint64_t Fingerprint(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a.
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+uint64_t Fingerprint(const SectionPlan& p) {
+  return Fingerprint(absl::StrFormat(
+      "%s|%s|%s|%d|%a", absl::StrJoin(p.cuts.cuts, ","), absl::StrJoin(p.cuts.keep, ","),
+      absl::StrJoin(p.cuts.offload, ","), p.peak_bytes, p.step_seconds));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Search time by depth: medians of `runs` fresh searches (the pool, then one budget at
+// `share` of the plain peak; wall-clock seconds, and the process's CPU seconds, which a
+// loaded machine inflates less), with the plan's fingerprint (the same in every run, or the
+// bench says so).
+void DepthTable(int runs, const std::string& only, int threads) {
+  struct Row {
+    std::string label;
+    graph::Graph g;
+  };
+  std::vector<Row> rows;
+  for (int layers : {6, 12, 24, 48}) {
+    rows.push_back({"transformer " + std::to_string(layers) + " layers bs8",
+                    Load("transformer", 8, {{"layers", layers}})});
+  }
+  for (const char* resnet : {"resnet50", "resnet101", "resnet152"}) {
+    rows.push_back({std::string(resnet) + " bs64", Load(resnet, 64)});
+  }
+  SearchOptions options;
+  options.search_threads = threads;
+  std::printf(
+      "Search time by depth (h100 preset, offload allowed; median of %d runs, %d threads)\n", runs,
+      threads);
+  std::printf("  %-28s %6s %6s | %8s %8s %8s %8s | %8s %s\n", "model", "nodes", "budget", "pool s",
+              "refine s", "total s", "cpu s", "overhead", "plan fingerprint");
+  for (const Row& row : rows) {
+    if (row.label.find(only) == std::string::npos) continue;
+    const TrainingGraph t = OrDie(TrainingGraph::Build(row.g, {}), row.label);
+    const RooflineCostModel cost(row.g, OrDie(DevicePreset("h100"), "h100"));
+    for (double share : {0.3, 0.5}) {
+      std::vector<double> pool, total, cpu;
+      std::vector<uint64_t> prints;
+      double overhead = 0;
+      for (int r = 0; r < runs; ++r) {
+        const absl::Time start = absl::Now();
+        const std::clock_t cpu_start = std::clock();
+        std::unique_ptr<SectionSearch> search =
+            OrDie(SectionSearch::Create(t, cost, options), "search");
+        const uint64_t plain = OrDie(search->Unconstrained(), "plain").peak_bytes;
+        pool.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+        const absl::StatusOr<SectionPlan> p = search->Plan(static_cast<uint64_t>(share * plain));
+        total.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+        cpu.push_back(static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC);
+        // An infeasible budget: the message states the smallest peak, so it is fingerprinted.
+        prints.push_back(p.ok() ? Fingerprint(*p) : Fingerprint(p.status().ToString()));
+        overhead = p.ok() ? p->overhead_ratio : 0;
+      }
+      const bool same = std::all_of(prints.begin(), prints.end(),
+                                    [&](uint64_t f) { return f == prints.front(); });
+      std::printf("  %-28s %6d %5.0f%% | %8.3f %8.3f %8.3f %8.3f | %8.4f %016llx%s\n",
+                  row.label.c_str(), NumForwardNodes(t), 100 * share, Median(pool),
+                  Median(total) - Median(pool), Median(total), Median(cpu), overhead,
+                  static_cast<unsigned long long>(prints.front()),
+                  same ? "" : "  DIFFERS BETWEEN RUNS");
+      std::fflush(stdout);
+    }
+  }
+}
+
 // What one move costs: expanding a step, its lower bound, its exact plan.
 void Primitives(const std::string& label, const graph::Graph& g) {
   const TrainingGraph t = OrDie(TrainingGraph::Build(g, {}), label);
@@ -138,6 +221,11 @@ int main(int argc, char** argv) {
   using namespace headroom::planner;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   if (argc > 3 && std::strcmp(argv[2], "--work") == 0) work_limit = std::atoll(argv[3]);
+  if (argc > 1 && std::strcmp(argv[1], "--depth") == 0) {
+    DepthTable(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? argv[3] : "",
+               argc > 4 ? std::atoi(argv[4]) : SearchOptions().search_threads);
+    return 0;
+  }
   std::vector<Model> models;
   models.push_back({"resnet18 bs16 64x64", Load("resnet18", 16, {{"image_size", 64}})});
   // The transformer: its figures (1.047 at 70%, the smallest peak at 30%) are those

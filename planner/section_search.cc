@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <thread>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -106,9 +108,106 @@ class SectionSearch::Estimator {
   // (held and own offloaded bytes in kBuckets steps of the budget, and whether anything is
   // offloaded): the one with the least time, then the least memory. Bucketing bounds the work;
   // the estimate is only a guide, since every candidate is planned exactly.
+  //
+  // Reset() empties it for another run, keeping what it allocated: a run at a large budget
+  // holds megabytes, and the pool's 50 runs would otherwise fault them in afresh each time.
   class Labels {
    public:
-    Labels(int32_t num_forward, double budget)
+    // Empties it for a run over `num_forward` positions at `budget`: the root label only.
+    void Reset(int32_t num_forward, double budget) {
+      budget_ = budget;
+      labels_.assign(1, Label{});
+      at_.resize(num_forward + 1);
+      for (std::vector<int32_t>& at : at_) at.clear();
+      at_[0].push_back(0);
+      slot_time_.assign((num_forward + 1) * kKeys, std::numeric_limits<double>::infinity());
+      slot_label_.assign((num_forward + 1) * kKeys, -1);
+    }
+
+    const Label& operator[](int32_t l) const { return labels_[l]; }
+    // Returns the bytes label `l` holds.
+    double Memory(int32_t l) const {
+      const Label& L = labels_[l];
+      return L.held + L.own_offloaded + L.prev_offloaded;
+    }
+
+    // Adds the label {held, own_offloaded, prev_offloaded, time, parent, offload_here} at
+    // `position`, unless its bucket there holds a better one. (Its fields one by one, not a
+    // Label: the dynamic program's inner loop calls it, and a struct passed by value goes
+    // through the stack.)
+    ABSL_ATTRIBUTE_ALWAYS_INLINE void Insert(int32_t position, double label_held,
+                                             double own_offloaded, double prev_offloaded,
+                                             double time, int32_t parent, bool offload_here) {
+      const double held = label_held + own_offloaded;
+      const int32_t key =
+          static_cast<int32_t>(std::min<double>(held / budget_ * kBuckets, kBuckets)) * 2 +
+          (own_offloaded > 0 ? 1 : 0);
+      const int32_t slot = position * kKeys + key;
+      // An empty bucket's time is infinite: any label is faster.
+      if (slot_time_[slot] < time) return;
+      int32_t& index = slot_label_[slot];
+      if (index >= 0) {
+        // A tie in time goes to the label that holds less (the same sums as Memory()).
+        if (slot_time_[slot] == time && Memory(index) <= held + prev_offloaded) return;
+        labels_[index] = {label_held, own_offloaded, prev_offloaded, time,
+                          parent,     position,      offload_here};
+        slot_time_[slot] = time;
+        return;
+      }
+      labels_.push_back(
+          {label_held, own_offloaded, prev_offloaded, time, parent, position, offload_here});
+      index = static_cast<int32_t>(labels_.size()) - 1;
+      slot_time_[slot] = time;
+      at_[position].push_back(index);
+    }
+
+    // Keeps, at `position`, the labels no other beats on both memory and time; returns them
+    // in increasing memory.
+    const std::vector<int32_t>& KeepParetoFront(int32_t position) {
+      std::vector<int32_t>& at = at_[position];
+      std::sort(at.begin(), at.end(), [&](int32_t x, int32_t y) {
+        return Memory(x) != Memory(y) ? Memory(x) < Memory(y) : labels_[x].time < labels_[y].time;
+      });
+      std::vector<int32_t> front;
+      for (int32_t l : at) {
+        if (front.empty() || labels_[l].time < labels_[front.back()].time) front.push_back(l);
+      }
+      at = std::move(front);
+      return at;
+    }
+
+    // Returns the cuts on the way to label `last`.
+    Answer Trace(int32_t last) const {
+      Answer answer;
+      for (int32_t l = last; labels_[l].parent >= 0; l = labels_[l].parent) {
+        answer.cuts.push_back(labels_[l].position);
+        if (labels_[l].offload_here) answer.offload_cuts.push_back(labels_[l].position);
+      }
+      std::reverse(answer.cuts.begin(), answer.cuts.end());
+      std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
+      return answer;
+    }
+
+   private:
+    static constexpr int kBuckets = 32;
+    static constexpr int kKeys = (kBuckets + 1) * 2;
+    double budget_ = 0;
+    std::vector<Label> labels_;
+    std::vector<std::vector<int32_t>> at_;  // Label indices by position.
+    // By position and key: the bucket's label, and its time beside it, so Insert() rejects
+    // a slower label without reading the bucket's (labels_ is large and read at random).
+    std::vector<double> slot_time_;
+    std::vector<int32_t> slot_label_;
+  };
+
+  // Labels as Solve() kept them before it was made faster: SolveReference()'s, for tests.
+  // The dynamic program's labels, at most one per bucket of held bytes at each position
+  // (held and own offloaded bytes in kBuckets steps of the budget, and whether anything is
+  // offloaded): the one with the least time, then the least memory. Bucketing bounds the work;
+  // the estimate is only a guide, since every candidate is planned exactly.
+  class ReferenceLabels {
+   public:
+    ReferenceLabels(int32_t num_forward, double budget)
         : budget_(budget), at_(num_forward + 1), bucket_of_((num_forward + 1) * kKeys, -1) {
       at_[0].push_back(0);
     }
@@ -187,10 +286,78 @@ class SectionSearch::Estimator {
 
   // Returns the cuts with the least estimated time whose estimated peak is at most
   // `budget`, or nothing; the status of `cancel` (checked at each start position, O(n) work
-  // each) once it fails.
+  // each) once it fails. With `feasible_only`, returns as soon as any cuts are known to fit,
+  // with an empty answer: whether there is one, not which.
+  // `labels` is scratch space, reused between runs.
   absl::StatusOr<std::optional<Answer>> Solve(double budget, bool offload,
-                                              const util::CancellationToken* cancel) const {
-    Labels labels(nf_, budget);
+                                              const util::CancellationToken* cancel,
+                                              bool feasible_only, Labels& labels) const {
+    labels.Reset(nf_, budget);
+    int32_t best = -1;
+    double best_time = std::numeric_limits<double>::infinity();
+    // The front at the start position, copied (Insert() may move the labels) with each
+    // label's prefetch time computed once.
+    struct FrontLabel {
+      double held, own_offloaded, prev_offloaded, time, copy_seconds;
+      int32_t index;
+    };
+    std::vector<FrontLabel> front_labels;
+    for (int32_t a = 0; a < nf_; ++a) {
+      RETURN_IF_ERROR(util::CheckCancellation(cancel));
+      const std::vector<int32_t>& front = labels.KeepParetoFront(a);
+      if (front.empty()) continue;
+      const double least_held = labels.Memory(front.front());
+      front_labels.clear();
+      for (int32_t l : front) {
+        const Label& L = labels[l];
+        const double copy =
+            L.prev_offloaded > 0 ? cost_.CopySeconds(static_cast<uint64_t>(L.prev_offloaded)) : 0.0;
+        front_labels.push_back({L.held, L.own_offloaded, L.prev_offloaded, L.time, copy, l});
+      }
+      Sweep sweep(*this, a);
+      for (int32_t b = a + 1; b <= nf_; ++b) {
+        sweep.Extend(b);
+        const double local = persistent_ + sweep.saved + sweep.largest_transient;
+        if (local + least_held > budget) break;  // Later ends only hold more.
+        const bool last = b == nf_;
+        const double crossing_grads = last ? 0 : grads_crossing_[b];
+        const double reforward = last ? 0 : sweep.recompute_seconds;
+        const double group_seconds = reforward + backward_prefix_[b] - backward_prefix_[a];
+        const double base = local + crossing_grads;
+        for (const FrontLabel& L : front_labels) {
+          if (last && L.own_offloaded > 0) continue;  // Nothing runs backward before it.
+          // The sums in the order SolveReference() makes them, so the answers are identical.
+          const double mem = base + L.held + L.own_offloaded + L.prev_offloaded;
+          if (mem > budget) break;  // The labels come in increasing memory.
+          const double stall =
+              L.prev_offloaded <= 0 ? 0.0 : std::max(0.0, L.copy_seconds - group_seconds);
+          const double time = L.time + reforward + stall;
+          if (last) {
+            if (feasible_only) return std::optional<Answer>(Answer{});
+            if (time < best_time) {
+              best_time = time;
+              best = L.index;
+            }
+            continue;
+          }
+          labels.Insert(b, L.held + sweep.crossing, 0, L.own_offloaded, time, L.index, false);
+          if (offload && sweep.crossing_offloadable > 0) {
+            labels.Insert(b, L.held + sweep.crossing - sweep.crossing_offloadable,
+                          sweep.crossing_offloadable, L.own_offloaded, time, L.index, true);
+          }
+        }
+      }
+    }
+    if (best < 0) return std::optional<Answer>();
+    return std::optional<Answer>(labels.Trace(best));
+  }
+
+  // Returns what Solve() returns, computed as it was before it was made faster (labels
+  // read at random, the prefetch's copy time asked at every step): the reference the tests
+  // hold the fast path to (SearchOptions::reference_search).
+  absl::StatusOr<std::optional<Answer>> SolveReference(
+      double budget, bool offload, const util::CancellationToken* cancel) const {
+    ReferenceLabels labels(nf_, budget);
     int32_t best = -1;
     double best_time = std::numeric_limits<double>::infinity();
     for (int32_t a = 0; a < nf_; ++a) {
@@ -439,25 +606,58 @@ absl::Status SectionSearch::BuildPool() {
   // plain step's estimate.
   const int points = std::max(2, options_.grid_points);
   const util::CancellationToken* cancel = options_.cancel;
-  for (bool offload : {false, true}) {
-    if (offload && !options_.allow_offload) continue;
+  // One pass: the answers on the grid, or nothing when even the plain step's estimate is out
+  // of reach. The bisection asks only whether the program meets a budget, so it stops at
+  // the first cuts that do (unless the reference is asked for). `labels` is its scratch.
+  using Answers = std::optional<std::vector<Estimator::Answer>>;
+  auto pass = [&estimator, cancel, points, lo, hi, this](
+                  bool offload, Estimator::Labels& labels) -> absl::StatusOr<Answers> {
+    auto solve = [&](double budget,
+                     bool feasible_only) -> absl::StatusOr<std::optional<Estimator::Answer>> {
+      if (options_.reference_search) return estimator.SolveReference(budget, offload, cancel);
+      return estimator.Solve(budget, offload, cancel, feasible_only, labels);
+    };
     double low = lo, high = hi;
-    ASSIGN_OR_RETURN(std::optional<Estimator::Answer> at_high,
-                     estimator.Solve(high, offload, cancel));
-    if (!at_high) continue;
+    ASSIGN_OR_RETURN(std::optional<Estimator::Answer> at_high, solve(high, true));
+    if (!at_high) return Answers();
     for (int i = 0; i < 8; ++i) {
       const double mid = std::sqrt(low * high);
-      ASSIGN_OR_RETURN(std::optional<Estimator::Answer> at_mid,
-                       estimator.Solve(mid, offload, cancel));
+      ASSIGN_OR_RETURN(std::optional<Estimator::Answer> at_mid, solve(mid, true));
       (at_mid ? high : low) = mid;
     }
+    std::vector<Estimator::Answer> answers;
     for (int i = 0; i < points; ++i) {
       const double budget = high * std::pow(hi / high, static_cast<double>(i) / (points - 1));
-      ASSIGN_OR_RETURN(std::optional<Estimator::Answer> answer,
-                       estimator.Solve(budget, offload, cancel));
-      if (answer) AddCandidate("search", answer->cuts, answer->offload_cuts);
+      ASSIGN_OR_RETURN(std::optional<Estimator::Answer> answer, solve(budget, false));
+      if (answer) answers.push_back(*std::move(answer));
     }
-    if (offload) {  // The baselines' cuts with every cached input that can go offloaded.
+    return Answers(std::move(answers));
+  };
+  // The two passes are independent: with search_threads > 1 the one with offload runs on a
+  // second thread. Their answers join the pool in the same order either way.
+  absl::StatusOr<Answers> recompute, offload = Answers();
+  {
+    Estimator::Labels labels, offload_labels;
+    std::thread second;
+    if (options_.allow_offload && options_.search_threads > 1) {
+      second = std::thread([&] { offload = pass(true, offload_labels); });
+    }
+    recompute = pass(false, labels);
+    if (second.joinable()) {
+      second.join();
+    } else if (options_.allow_offload) {
+      offload = pass(true, labels);
+    }
+  }
+  RETURN_IF_ERROR(recompute.status());
+  RETURN_IF_ERROR(offload.status());
+  for (const absl::StatusOr<Answers>* answers : {&recompute, &offload}) {
+    if (!**answers) continue;
+    for (const Estimator::Answer& answer : ***answers) {
+      AddCandidate("search", answer.cuts, answer.offload_cuts);
+    }
+    if (answers ==
+        &offload) {  // The baselines' cuts with every cached input that can go offloaded.
       AddCandidate("search", SqrtCuts(nf), SqrtCuts(nf));
       AddCandidate("search", LayerCuts(graph_), LayerCuts(graph_));
     }
@@ -693,11 +893,15 @@ constexpr int64_t kMinRefineSteps = 64;
 }  // namespace
 
 // A move: keep or recompute one tensor, offload one or keep it on the device, or new cuts.
+// kKeepNode keeps every output of one node its section recomputes (`tensors`): keeping only
+// one of a batch norm's three outputs spares nothing (the node still re-runs for the other
+// two), so no single keep is faster and the climb would stop short of keeping the node.
 struct SectionSearch::Move {
-  enum Kind { kKeep, kOffload, kCuts };
+  enum Kind { kKeep, kOffload, kCuts, kKeepNode };
   Kind kind = kKeep;
   TensorId tensor = kNone;
   std::vector<int32_t> cuts;
+  std::vector<TensorId> tensors;
 };
 
 std::vector<SectionSearch::Move> SectionSearch::Moves(const SectionCuts& from) {
@@ -716,6 +920,22 @@ std::vector<SectionSearch::Move> SectionSearch::Moves(const SectionCuts& from) {
     }
     std::sort(keeps.begin(), keeps.end());
     for (const auto& [unused, t] : keeps) out.push_back({Move::kKeep, t, {}});
+    // Nodes with more than one output to keep: all of them at once, in the same order (by
+    // the node's seconds per byte of all its outputs kept).
+    std::map<NodeId, std::vector<TensorId>> by_node;
+    for (const auto& [unused, t] : keeps) by_node[graph_.tensor(t).producer].push_back(t);
+    std::vector<std::pair<double, NodeId>> nodes;
+    for (auto& [node, tensors] : by_node) {
+      if (tensors.size() < 2) continue;
+      std::sort(tensors.begin(), tensors.end());
+      double bytes = 1.0;
+      for (TensorId t : tensors) bytes += graph_.tensor(t).bytes;
+      nodes.push_back({-node_costs_.seconds[node] / bytes, node});
+    }
+    std::sort(nodes.begin(), nodes.end());
+    for (const auto& [unused, node] : nodes) {
+      out.push_back({Move::kKeepNode, kNone, {}, by_node[node]});
+    }
   }
   for (TensorId t : from.offload) out.push_back({Move::kOffload, t, {}});
   const int32_t nf = NumForwardNodes(graph_);
@@ -763,6 +983,12 @@ std::optional<SectionCuts> SectionSearch::Apply(const SectionCuts& from, const M
     case Move::kOffload:
       m = from;
       m.offload = Toggled(m.offload, move.tensor);
+      return m;
+    case Move::kKeepNode:
+      m = from;
+      for (TensorId t : move.tensors) {
+        if (!Contains(m.keep, t)) m.keep = Toggled(m.keep, t);
+      }
       return m;
     case Move::kCuts: {
       // Kept tensors that end up in the last section, and offloads the new cuts do not

@@ -61,6 +61,16 @@ struct SearchOptions {
   // Every candidate keeps its parameters on the host between uses
   // (SectionCuts::parameters_on_host; needs optimizer_state_on_host). Default false.
   bool parameters_on_host = false;
+  // Threads the pool's dynamic program runs on: with 2 or more, its pass with offload runs
+  // beside its pass for recompute alone. The pool is the same either way. Default 1: on the
+  // shared 2-core build machine a second thread bought no wall-clock time and cost about 6%
+  // more CPU (docs/sections.md, "Search time"); on an idle machine it saves up to the
+  // shorter pass.
+  int search_threads = 1;
+  // Search the slower way the faster one must agree with, for tests: the dynamic program as
+  // it was before it was made faster (SolveReference), run in full at every budget. The
+  // plans, pool and frontier are the same either way. Default false.
+  bool reference_search = false;
   // Checked between pieces of work (each row of the dynamic program, each candidate planned,
   // each move of the descent): Create(), Plan(), Frontier() and the rest return its status
   // once it fails. Borrowed; it must outlive the search. Default none: no limit.
@@ -188,7 +198,7 @@ class SectionSearch {
   // is reached. Returns the index of the fastest candidate found (added to the pool).
   absl::StatusOr<int> Refine(int start, uint64_t budget_bytes);
   // Returns the moves from `from` that can be faster: keep a tensor a re-run section
-  // recomputes, keep an offloaded tensor on the device, drop or move a cut by up to two
+  // recomputes (or every output of one node at once), keep an offloaded tensor on the device, drop or move a cut by up to two
   // positions, add one (where a layer begins, on large graphs).
   std::vector<Move> Moves(const SectionCuts& from);
   // Returns `move` applied to `from`, or nothing where it does not apply.

@@ -190,6 +190,31 @@ TEST(SectionSearchTest, RefinementKeepsTensorsAndClosesTheGap) {
   EXPECT_LE(less.step_seconds, before.step_seconds);
 }
 
+// small_cnn at 90% (h100, recompute only): the proven optimum (the oracle, 1.030) re-runs
+// only conv1, just before bn1.backward. A cut after bn1 keeping bn1's three outputs says
+// exactly that, and fits; but keeping any one of them alone spares nothing (bn1 re-runs for
+// the other two), so the climb must be able to keep all of a node's outputs in one move.
+TEST(SectionSearchTest, RefinementKeepsEveryOutputOfANodeAtOnce) {
+  const graph::Graph g = [] {
+    absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(graph::ZooSpec("small_cnn", 64));
+    return graph::Graph::FromProto(*def).value();
+  }();
+  const TrainingGraph t = TrainingGraph::Build(g, {}).value();
+  const RooflineCostModel cost(g, DevicePreset("h100").value());
+  SearchOptions options;
+  options.allow_offload = false;
+  std::unique_ptr<SectionSearch> search = SectionSearch::Create(t, cost, options).value();
+  uint64_t state = 0;
+  for (const TrainingTensor& tensor : t.tensors()) state += tensor.persistent() ? tensor.bytes : 0;
+  const uint64_t plain = search->Unconstrained().value().peak_bytes;
+  const SectionPlan plan = search->Plan(state + (plain - state) * 9 / 10).value();
+  EXPECT_LE(plan.overhead_ratio, 1.031) << plan.DebugString();
+  std::vector<std::string> kept;
+  for (TensorId k : plan.cuts.keep) kept.push_back(t.tensor(k).name);
+  EXPECT_THAT(kept, ::testing::IsSupersetOf({"bn1", "bn1.saved_mean", "bn1.saved_invstd"}))
+      << plan.DebugString();
+}
+
 TEST(SectionSearchTest, OptimalAgainstEveryCutSetOnAnMlp) {
   ExpectOptimal(Zoo("mlp", 512, {{"depth", 6}, {"width", 512}}));  // 12 forward nodes.
 }
@@ -235,6 +260,86 @@ TEST(SectionSearchTest, EqualAndLayerCuts) {
     EXPECT_GT(c, 0);
     EXPECT_LT(c, NumForwardNodes(t));
   }
+}
+
+// The search made faster (the dynamic program's fast path, its bisection stopping at the
+// first cuts that fit, its two passes on two threads) against the search as it was
+// (SearchOptions::reference_search, one thread): the same pool, so the same frontier and, at
+// every budget, the same plan to the byte and the last bit of its predicted time.
+void ExpectSameAsReference(const std::string& label, const graph::Graph& g,
+                           const std::string& device, bool offload, bool host_pool_in_budget,
+                           bool refine) {
+  SCOPED_TRACE(label + " on " + device + (offload ? ", offload" : ", recompute only") +
+               (host_pool_in_budget ? ", host pool in budget" : "") + (refine ? ", refined" : ""));
+  const TrainingGraph t = TrainingGraph::Build(g, {}).value();
+  const RooflineCostModel cost(g, DevicePreset(device).value());
+  SearchOptions fast;
+  fast.allow_offload = offload;
+  fast.host_pool_in_budget = host_pool_in_budget;
+  fast.search_threads = 2;
+  // Refinement starts from the pool's candidates; a little of it is enough to compare.
+  fast.refine = refine;
+  fast.refine_max_work = 100000;
+  SearchOptions reference = fast;
+  reference.reference_search = true;
+  reference.search_threads = 1;
+  std::unique_ptr<SectionSearch> a = SectionSearch::Create(t, cost, fast).value();
+  std::unique_ptr<SectionSearch> b = SectionSearch::Create(t, cost, reference).value();
+  ASSERT_EQ(a->num_candidates(), b->num_candidates());
+  auto same_point = [](const TradeOffPoint& x, const TradeOffPoint& y) {
+    return x.peak_bytes == y.peak_bytes && x.step_seconds == y.step_seconds &&
+           x.strategy == y.strategy && x.num_sections == y.num_sections &&
+           x.offloaded_bytes == y.offloaded_bytes;
+  };
+  // The pool's own candidates first (Baselines() lists those that are not the program's;
+  // the smallest peak is the pool's after its descent), then plans and the frontier.
+  const std::vector<TradeOffPoint> base_a = a->Baselines().value();
+  const std::vector<TradeOffPoint> base_b = b->Baselines().value();
+  ASSERT_EQ(base_a.size(), base_b.size());
+  for (size_t i = 0; i < base_a.size(); ++i) EXPECT_TRUE(same_point(base_a[i], base_b[i])) << i;
+  const uint64_t lo = a->MinimumPeakBytes().value();
+  EXPECT_EQ(lo, b->MinimumPeakBytes().value());
+  const uint64_t hi = a->Unconstrained().value().peak_bytes;
+  int compared = 0;
+  for (int i = 0; i <= 8; ++i) {
+    const uint64_t budget = lo + (hi - lo) * i / 8;
+    absl::StatusOr<SectionPlan> x = a->Plan(budget);
+    absl::StatusOr<SectionPlan> y = b->Plan(budget);
+    ASSERT_EQ(x.ok(), y.ok()) << budget;
+    if (!x.ok()) continue;
+    EXPECT_EQ(x->cuts.cuts, y->cuts.cuts) << budget;
+    EXPECT_EQ(x->cuts.keep, y->cuts.keep) << budget;
+    EXPECT_EQ(x->cuts.offload, y->cuts.offload) << budget;
+    EXPECT_EQ(x->peak_bytes, y->peak_bytes) << budget;
+    EXPECT_EQ(x->step_seconds, y->step_seconds) << budget;
+    EXPECT_EQ(x->strategy, y->strategy) << budget;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+  EXPECT_EQ(a->num_candidates(), b->num_candidates());
+  const std::vector<TradeOffPoint> fa = a->Frontier().value();
+  const std::vector<TradeOffPoint> fb = b->Frontier().value();
+  ASSERT_EQ(fa.size(), fb.size());
+  for (size_t i = 0; i < fa.size(); ++i) {
+    EXPECT_TRUE(same_point(fa[i], fb[i]))
+        << i << ": " << fa[i].peak_bytes << " " << fa[i].step_seconds << " against "
+        << fb[i].peak_bytes << " " << fb[i].step_seconds;
+  }
+}
+
+TEST(SectionSearchTest, FastSearchFindsWhatTheReferenceFinds) {
+  const graph::Graph resnet = Zoo("resnet18", 8);
+  const graph::Graph transformer = Zoo("transformer", 8, {{"layers", 4}});
+  const graph::Graph mlp = Zoo("mlp", 512, {{"depth", 24}, {"width", 256}});
+  const graph::Graph residual = ResidualMlp();
+  for (bool offload : {true, false}) {
+    ExpectSameAsReference("resnet18", resnet, "h100", offload, false, false);
+    ExpectSameAsReference("transformer 4 layers", transformer, "h100", offload, false, false);
+    ExpectSameAsReference("mlp depth 24", mlp, "h100", offload, false, false);
+    ExpectSameAsReference("residual mlp", residual, "cpu", offload, false, false);
+  }
+  ExpectSameAsReference("transformer 4 layers", transformer, "cpu", true, true, false);
+  ExpectSameAsReference("resnet18", resnet, "h100", true, false, true);
 }
 
 }  // namespace
