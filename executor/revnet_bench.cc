@@ -13,11 +13,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -33,6 +35,7 @@
 #include "planner/memory_planner.h"
 #include "planner/offset_assigner.h"
 #include "planner/reversible.h"
+#include "planner/reversible_search.h"
 #include "planner/sections.h"
 #include "planner/training_graph.h"
 #include "util/check.h"
@@ -238,11 +241,63 @@ void PrintTrained(const std::string& self, uint64_t batch, int steps) {
       static_cast<double>(resnet.planned) / rev.planned);
 }
 
+std::string Fits(const absl::StatusOr<planner::SectionPlan>& plan) {
+  if (!plan.ok()) return "       does not fit";
+  return absl::StrFormat("%6.1f MiB %.4f s", MiB(plan->peak_bytes), plan->step_seconds);
+}
+
+// The planner's choice under budgets between `name`'s every-block-rebuilt peak and its
+// keep-everything peak, against rebuilding every block and checkpointing alone (every block
+// kept: cuts, offload), all planned exactly with the CPU roofline.
+int Choose(const std::string& name, uint64_t batch) {
+  const graph::Graph g = Build(name, batch, true);
+  const planner::TrainingGraph t = planner::TrainingGraph::Build(g, {}).value();
+  const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+  std::unique_ptr<planner::ReversibleSearch> search =
+      planner::ReversibleSearch::Create(g, t, cost, {}, proto::OPTIMIZER_STATE_DEVICE).value();
+  const planner::SectionPlan plain = search->Unconstrained().value();
+  const planner::SectionPlan all = search->RebuildAll().value();
+  std::cout << absl::StrFormat(
+      "== %s batch %d: planner's choice per block under a budget (CPU roofline, predicted) ==\n"
+      "keep everything %.1f MiB %.4f s; rebuild every block (%d) %.1f MiB %.4f s\n"
+      "%10s  %-45s %-22s %-22s %s\n",
+      name, batch, MiB(plain.peak_bytes), plain.step_seconds, g.reversible_blocks().size(),
+      MiB(all.peak_bytes), all.step_seconds, "budget", "choice: MiB s rebuilt/blocks strategy",
+      "rebuild all: MiB s", "checkpointing alone", "choice / best other");
+  // From the smallest peak of any candidate up to keeping everything.
+  const uint64_t smallest = search->MinimumPeakBytes().value();
+  constexpr int kBudgets = 7;
+  for (int i = 0; i < kBudgets; ++i) {
+    const double f = static_cast<double>(i) / (kBudgets - 1);
+    const uint64_t budget = static_cast<uint64_t>(
+        smallest * std::pow(static_cast<double>(plain.peak_bytes) / smallest, f));
+    const absl::StatusOr<planner::SectionPlan> chosen = search->Plan(budget);
+    CHECK(chosen.ok()) << chosen.status();
+    const absl::StatusOr<planner::SectionPlan> rebuild_all =
+        all.peak_bytes <= budget ? absl::StatusOr<planner::SectionPlan>(all)
+                                 : absl::FailedPreconditionError("does not fit");
+    const absl::StatusOr<planner::SectionPlan> kept = search->PlanKeepingBlocks(budget);
+    double best_other = std::numeric_limits<double>::infinity();
+    if (rebuild_all.ok()) best_other = rebuild_all->step_seconds;
+    if (kept.ok()) best_other = std::min(best_other, kept->step_seconds);
+    std::cout << absl::StrFormat(
+        "%6.1f MiB  %6.1f MiB %.4f s %2d/%d %-18s  %-22s %-22s %s\n", MiB(budget),
+        MiB(chosen->peak_bytes), chosen->step_seconds, chosen->rebuilt_blocks.size(),
+        g.reversible_blocks().size(), chosen->strategy, Fits(rebuild_all), Fits(kept),
+        std::isinf(best_other) ? std::string("(neither fits)")
+                               : absl::StrFormat("%.3fx", chosen->step_seconds / best_other));
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace headroom::executor
 
 int main(int argc, char** argv) {
   using headroom::executor::PrintPlanned;
+  if (argc == 4 && std::strcmp(argv[1], "choose") == 0) {
+    return headroom::executor::Choose(argv[2], std::strtoull(argv[3], nullptr, 10));
+  }
   if (argc == 6 && std::strcmp(argv[1], "train") == 0) {
     return headroom::executor::TrainOne(argv[2], std::strtoull(argv[3], nullptr, 10),
                                         std::atoi(argv[4]), std::strcmp(argv[5], "rebuild") == 0);
