@@ -103,6 +103,15 @@ std::string SummaryLines(const proto::PlanSummary& s) {
   } else if (!s.optimizer_state().empty()) {
     absl::StrAppendFormat(&out, "%-24s %s\n", "optimizer state", s.optimizer_state());
   }
+  if (s.rebuilt_blocks_size() + s.kept_blocks_size() > 0) {
+    absl::StrAppendFormat(
+        &out, "%-24s %d of %d rebuilt%s%s\n", "reversible blocks", s.rebuilt_blocks_size(),
+        s.rebuilt_blocks_size() + s.kept_blocks_size(),
+        s.rebuilt_blocks_size() > 0 ? absl::StrCat(": ", absl::StrJoin(s.rebuilt_blocks(), " "))
+                                    : "",
+        s.kept_blocks_size() > 0 ? absl::StrCat("; kept: ", absl::StrJoin(s.kept_blocks(), " "))
+                                 : "");
+  }
   if (s.has_data_parallel()) {
     const proto::DataParallelSummary& d = s.data_parallel();
     absl::StrAppendFormat(

@@ -24,25 +24,32 @@ struct TrainRun {
   std::vector<StepResult> steps;
   uint64_t predicted_peak_bytes = 0;
   int rebuild_nodes = 0;
+  std::string strategy;
+  std::vector<int32_t> rebuilt_blocks;
 };
 
 // Trains `steps` steps of `forward` from seed 7 with plain SGD at learning rate `lr`
 // (momentum 0, so the first step moves each parameter by exactly lr * its gradient).
+// With `budget_bytes`, the planner chooses what to rebuild (rebuild: true) or how to fit
+// keeping every block.
 TrainRun Train(const graph::Graph& forward, bool rebuild, int steps, double lr = 1,
-               int64_t check_every = 0) {
+               int64_t check_every = 0, uint64_t budget_bytes = 0, double momentum = 0) {
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
   TrainerOptions options;
   options.seed = 7;
   options.rebuild_reversible = rebuild;
+  options.budget_bytes = budget_bytes;
   options.check_rebuild_every = check_every;
   options.optimizer_params.learning_rate = lr;
-  options.optimizer_params.momentum = 0;
+  options.optimizer_params.momentum = momentum;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(forward, backend.get(), options);
   CHECK(trainer.ok()) << trainer.status();
   TrainRun run;
   run.initial = (*trainer)->State().value();
   run.predicted_peak_bytes = (*trainer)->plan().peak_bytes;
+  run.strategy = (*trainer)->plan().strategy;
+  run.rebuilt_blocks = (*trainer)->plan().rebuilt_blocks;
   for (const planner::TrainingNode& n : (*trainer)->plan().step->graph.nodes()) {
     run.rebuild_nodes += n.kind == planner::NodeKind::kRebuild;
   }
@@ -200,6 +207,36 @@ TEST(ReversibleExecutorTest, MeasuredPeakIsPlannedAndFlatInDepth) {
   const uint64_t block_parameter_bytes = 2 * 2304 + 2 * 4 * 32;
   EXPECT_GT(keep8 - keep2, 6u * 4 * 65536);
   EXPECT_LE(rebuild8 - rebuild2, 6u * 3 * block_parameter_bytes);
+}
+
+// Under a budget below keeping everything the planner chooses per block, with cuts: the
+// plan it chooses runs, its measured peak is its planned one and within the budget, the
+// rebuilt tensors match the forward's, and the losses follow keeping everything.
+TEST(ReversibleExecutorTest, BudgetedChoiceRunsAsPlanned) {
+  graph::RevChainOptions o;
+  o.blocks = 8;
+  o.batch = 8;
+  o.half_channels = 8;
+  o.size = 16;
+  const graph::Graph g = Chain(o);
+  constexpr int kSteps = 4;
+  const TrainRun keep = Train(g, false, kSteps, 0.01);
+  const TrainRun all = Train(g, true, kSteps, 0.01);
+  ASSERT_LT(all.predicted_peak_bytes, keep.predicted_peak_bytes);
+  // Room for every block rebuilt: the choice is no slower, and may keep some blocks.
+  const TrainRun chosen = Train(g, true, kSteps, 0.01, /*check_every=*/1, all.predicted_peak_bytes);
+  std::cout << "budget " << all.predicted_peak_bytes << " B: plan '" << chosen.strategy << "', "
+            << chosen.rebuilt_blocks.size() << " of 8 blocks rebuilt, peak "
+            << chosen.predicted_peak_bytes << " B\n";
+  EXPECT_FALSE(chosen.rebuilt_blocks.empty()) << chosen.strategy;
+  EXPECT_EQ(chosen.rebuild_nodes, 2 * static_cast<int>(chosen.rebuilt_blocks.size()));
+  EXPECT_LE(chosen.predicted_peak_bytes, all.predicted_peak_bytes);
+  ExpectPredictedIsMeasured(chosen, "budgeted");
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_GE(chosen.steps[i].max_rebuild_error, 0) << "step " << i << " checked";
+    EXPECT_LT(chosen.steps[i].max_rebuild_error, 1e-5) << "step " << i;
+    EXPECT_NEAR(chosen.steps[i].loss, keep.steps[i].loss, 1e-5) << "step " << i;
+  }
 }
 
 }  // namespace
