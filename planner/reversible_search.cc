@@ -156,6 +156,13 @@ absl::StatusOr<PlacementSearch*> ReversibleSearch::SearchOf(int index) {
   return c.search.get();
 }
 
+void ReversibleSearch::Release(int index) {
+  Candidate& c = pool_[index];
+  if (c.search == nullptr) return;
+  released_candidates_ += c.search->num_candidates();
+  c.search.reset();
+}
+
 SectionPlan ReversibleSearch::Marked(int index, SectionPlan plan) const {
   const Candidate& c = pool_[index];
   // The section search planned the rebuild step's graph: its tensors keep their ids, so
@@ -192,6 +199,9 @@ absl::StatusOr<SectionPlan> ReversibleSearch::Plan(uint64_t budget_bytes) {
     if (!best.has_value() || plan->step_seconds < best->step_seconds) {
       best = Marked(static_cast<int>(i), *std::move(plan));
     }
+    // One set's search lives at a time: its pool of planned candidates is the bulk of what
+    // planning holds (the plan returned owns its step and memory plan).
+    Release(static_cast<int>(i));
   }
   if (best.has_value()) return *std::move(best);
   ASSIGN_OR_RETURN(const uint64_t smallest, MinimumPeakBytes());
@@ -207,6 +217,7 @@ absl::StatusOr<uint64_t> ReversibleSearch::MinimumPeakBytes() {
     ASSIGN_OR_RETURN(PlacementSearch * search, SearchOf(static_cast<int>(i)));
     ASSIGN_OR_RETURN(const uint64_t m, search->MinimumPeakBytes());
     smallest = std::min(smallest, m);
+    Release(static_cast<int>(i));
   }
   return smallest;
 }
@@ -220,6 +231,7 @@ absl::StatusOr<std::vector<TradeOffPoint>> ReversibleSearch::Frontier() {
       p.strategy = absl::StrCat("reversible:", pool_[i].info.name, ":", p.strategy);
       all.push_back(p);
     }
+    Release(static_cast<int>(i));
   }
   // Largest peak first; a point stays if it is faster than every point with a smaller peak.
   std::sort(all.begin(), all.end(), [](const TradeOffPoint& a, const TradeOffPoint& b) {
@@ -257,7 +269,7 @@ std::vector<RebuildCandidate> ReversibleSearch::RebuildCandidates() const {
 }
 
 int ReversibleSearch::num_candidates() const {
-  int n = sections_->num_candidates();
+  int n = sections_->num_candidates() + released_candidates_;
   for (const Candidate& c : pool_) n += c.search == nullptr ? 0 : c.search->num_candidates();
   return n;
 }

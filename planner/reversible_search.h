@@ -14,8 +14,9 @@
 // Plan(budget) takes the fastest plan that fits over all of them. The rebuild sets are
 // visited in order of their uncut step time and a set's section search is built only when
 // that time beats the best plan found so far (cuts only add time), so a roomy budget builds
-// none. The answer is never slower than rebuilding every block or checkpointing alone where
-// those fit.
+// none; it is freed once asked (built again if a later call needs it), so planning holds
+// about two searches at a time. The answer is never slower than rebuilding every block or
+// checkpointing alone where those fit.
 //
 // Create() once, then Plan() for any number of budgets. Keeps references to the forward
 // graph, the training graph and the cost model, which must outlive it. Thread-compatible:
@@ -49,7 +50,7 @@ struct RebuildCandidate {
   // else 0.
   uint64_t lower_bound_bytes = 0;
   uint64_t peak_bytes = 0;
-  // Whether its section search was built.
+  // Whether its section search was ever built.
   bool searched = false;
 };
 
@@ -98,7 +99,7 @@ class ReversibleSearch {
   // Returns the rebuild candidates, fastest first, as planned so far.
   std::vector<RebuildCandidate> RebuildCandidates() const;
 
-  // Number of candidates: every section search's built so far.
+  // Number of candidates: every section search's built so far (released ones included).
   int num_candidates() const;
 
   ~ReversibleSearch();
@@ -113,8 +114,11 @@ class ReversibleSearch {
   absl::Status BuildPool();
   // Returns candidate `index`'s uncut step planned (its memory plan made once).
   absl::StatusOr<SectionPlan> Evaluate(int index);
-  // Returns candidate `index`'s section search, built once.
+  // Returns candidate `index`'s section search, built unless it is alive.
   absl::StatusOr<PlacementSearch*> SearchOf(int index);
+  // Frees candidate `index`'s section search (counting its candidates): one lives at a time,
+  // so what planning holds is about two searches' pools, not one per rebuild set.
+  void Release(int index);
   // Returns `plan` of candidate `index`'s search marked as rebuilding its blocks.
   SectionPlan Marked(int index, SectionPlan plan) const;
 
@@ -127,6 +131,8 @@ class ReversibleSearch {
   // Fastest first.
   std::vector<Candidate> pool_;
   double plain_step_seconds_ = 0;
+  // Candidates of the section searches released.
+  int released_candidates_ = 0;
 };
 
 // Returns the names of `forward`'s reversible blocks that `rebuilt` (indexes into
