@@ -109,6 +109,15 @@ std::string SummaryLines(const proto::PlanSummary& s) {
                           "(their masters in the host pool)\n",
                           "parameters", HumanBytes(s.parameter_copy_bytes()));
   }
+  if (s.rebuilt_blocks_size() + s.kept_blocks_size() > 0) {
+    absl::StrAppendFormat(
+        &out, "%-24s %d of %d rebuilt%s%s\n", "reversible blocks", s.rebuilt_blocks_size(),
+        s.rebuilt_blocks_size() + s.kept_blocks_size(),
+        s.rebuilt_blocks_size() > 0 ? absl::StrCat(": ", absl::StrJoin(s.rebuilt_blocks(), " "))
+                                    : "",
+        s.kept_blocks_size() > 0 ? absl::StrCat("; kept: ", absl::StrJoin(s.kept_blocks(), " "))
+                                 : "");
+  }
   if (s.has_data_parallel()) {
     const proto::DataParallelSummary& d = s.data_parallel();
     absl::StrAppendFormat(

@@ -32,6 +32,7 @@
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/summary.h"
+#include "planner/reversible_search.h"
 #include "planner/sections.h"
 #include "profiler/process_memory.h"
 #include "util/file_io.h"
@@ -199,6 +200,14 @@ void TrainCommand::PrintPlan(const executor::Trainer& trainer, const graph::Grap
                              : "",
                          ")")
           : "");
+  if (!g.reversible_blocks().empty()) {
+    const std::vector<std::string> rebuilt = planner::BlockNames(g, plan.rebuilt_blocks, true);
+    const std::vector<std::string> kept = planner::BlockNames(g, plan.rebuilt_blocks, false);
+    out << absl::StrFormat("reversible blocks: %d of %d rebuilt%s%s\n", rebuilt.size(),
+                           g.reversible_blocks().size(),
+                           rebuilt.empty() ? "" : absl::StrCat(": ", absl::StrJoin(rebuilt, " ")),
+                           kept.empty() ? "" : absl::StrCat("; kept: ", absl::StrJoin(kept, " ")));
+  }
 }
 
 absl::Status TrainCommand::ExportInputs(executor::Trainer& trainer, const graph::Graph& g,
@@ -686,6 +695,15 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .Uint(process.unplanned_limit_bytes())
       .Key("reversible_blocks")
       .Uint(g.reversible_blocks().size());
+  if (!g.reversible_blocks().empty()) {
+    for (const bool rebuilt : {true, false}) {
+      w.Key(rebuilt ? "rebuilt_blocks" : "kept_blocks").BeginArray();
+      for (const std::string& name : planner::BlockNames(g, plan.rebuilt_blocks, rebuilt)) {
+        w.String(name);
+      }
+      w.EndArray();
+    }
+  }
   if (dist_run != nullptr) {
     const dist::BucketStats& b = dist_run->buckets->stats();
     w.Key("ranks")

@@ -2,6 +2,7 @@
 // reversible.h) against the same step keeping everything. The gradients agree within float32
 // rounding (the post's check: under 1e-6), batch-norm running statistics are updated once
 // per step, dropout replays its mask bit for bit, and the arena's measured peak is the plan's.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/reversible_testing.h"
+#include "graph/zoo.h"
 #include "gtest/gtest.h"
 #include "util/check.h"
 
@@ -24,25 +26,32 @@ struct TrainRun {
   std::vector<StepResult> steps;
   uint64_t predicted_peak_bytes = 0;
   int rebuild_nodes = 0;
+  std::string strategy;
+  std::vector<int32_t> rebuilt_blocks;
 };
 
 // Trains `steps` steps of `forward` from seed 7 with plain SGD at learning rate `lr`
 // (momentum 0, so the first step moves each parameter by exactly lr * its gradient).
+// With `budget_bytes`, the planner chooses what to rebuild (rebuild: true) or how to fit
+// keeping every block.
 TrainRun Train(const graph::Graph& forward, bool rebuild, int steps, double lr = 1,
-               int64_t check_every = 0) {
+               int64_t check_every = 0, uint64_t budget_bytes = 0, double momentum = 0) {
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
   TrainerOptions options;
   options.seed = 7;
   options.rebuild_reversible = rebuild;
+  options.budget_bytes = budget_bytes;
   options.check_rebuild_every = check_every;
   options.optimizer_params.learning_rate = lr;
-  options.optimizer_params.momentum = 0;
+  options.optimizer_params.momentum = momentum;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(forward, backend.get(), options);
   CHECK(trainer.ok()) << trainer.status();
   TrainRun run;
   run.initial = (*trainer)->State().value();
   run.predicted_peak_bytes = (*trainer)->plan().peak_bytes;
+  run.strategy = (*trainer)->plan().strategy;
+  run.rebuilt_blocks = (*trainer)->plan().rebuilt_blocks;
   for (const planner::TrainingNode& n : (*trainer)->plan().step->graph.nodes()) {
     run.rebuild_nodes += n.kind == planner::NodeKind::kRebuild;
   }
@@ -200,6 +209,86 @@ TEST(ReversibleExecutorTest, MeasuredPeakIsPlannedAndFlatInDepth) {
   const uint64_t block_parameter_bytes = 2 * 2304 + 2 * 4 * 32;
   EXPECT_GT(keep8 - keep2, 6u * 4 * 65536);
   EXPECT_LE(rebuild8 - rebuild2, 6u * 3 * block_parameter_bytes);
+}
+
+// Under a budget below keeping everything the planner chooses per block, with cuts: the
+// plan it chooses runs, its measured peak is its planned one and within the budget, the
+// rebuilt tensors match the forward's, and the losses follow keeping everything.
+TEST(ReversibleExecutorTest, BudgetedChoiceRunsAsPlanned) {
+  graph::RevChainOptions o;
+  o.blocks = 8;
+  o.batch = 8;
+  o.half_channels = 8;
+  o.size = 16;
+  const graph::Graph g = Chain(o);
+  constexpr int kSteps = 4;
+  const TrainRun keep = Train(g, false, kSteps, 0.01);
+  const TrainRun all = Train(g, true, kSteps, 0.01);
+  ASSERT_LT(all.predicted_peak_bytes, keep.predicted_peak_bytes);
+  // Room for every block rebuilt: the choice is no slower, and may keep some blocks.
+  const TrainRun chosen = Train(g, true, kSteps, 0.01, /*check_every=*/1, all.predicted_peak_bytes);
+  std::cout << "budget " << all.predicted_peak_bytes << " B: plan '" << chosen.strategy << "', "
+            << chosen.rebuilt_blocks.size() << " of 8 blocks rebuilt, peak "
+            << chosen.predicted_peak_bytes << " B\n";
+  EXPECT_FALSE(chosen.rebuilt_blocks.empty()) << chosen.strategy;
+  EXPECT_EQ(chosen.rebuild_nodes, 2 * static_cast<int>(chosen.rebuilt_blocks.size()));
+  EXPECT_LE(chosen.predicted_peak_bytes, all.predicted_peak_bytes);
+  ExpectPredictedIsMeasured(chosen, "budgeted");
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_GE(chosen.steps[i].max_rebuild_error, 0) << "step " << i << " checked";
+    EXPECT_LT(chosen.steps[i].max_rebuild_error, 1e-5) << "step " << i;
+    EXPECT_NEAR(chosen.steps[i].loss, keep.steps[i].loss, 1e-5) << "step " << i;
+  }
+}
+
+// The training target, 20 steps (`revnet_bench curve` runs 300): revnet38 at 16x16, batch
+// 8, SGD with momentum, under a budget below its keep-everything peak (the peak of rebuilding
+// every block; the planner's choice) and with every block rebuilt, against keeping everything from
+// the same seed. The arena's measured high-water mark is the planned peak in every step; a plan
+// that rebuilds nothing gives bitwise the same losses; rebuilding stays within 1e-3 relative.
+TEST(ReversibleExecutorTest, RevNet38LossCurveUnderABudget) {
+  absl::StatusOr<proto::GraphDef> def =
+      graph::BuildZooModel(graph::ZooSpec("revnet38", 8, {{"image_size", 16}}));
+  ASSERT_TRUE(def.ok()) << def.status();
+  const graph::Graph g = graph::Graph::FromProto(*def).value();
+  constexpr int kSteps = 20;
+  const TrainRun keep = Train(g, false, kSteps, 0.01, 0, 0, 0.9);
+  const TrainRun all = Train(g, true, kSteps, 0.01, /*check_every=*/5, 0, 0.9);
+  // The budget: what rebuilding every block needs, below keeping everything.
+  const uint64_t budget = all.predicted_peak_bytes;
+  ASSERT_LT(budget, keep.predicted_peak_bytes);
+  const TrainRun chosen = Train(g, true, kSteps, 0.01, /*check_every=*/5, budget, 0.9);
+  EXPECT_LE(chosen.predicted_peak_bytes, budget);
+  EXPECT_EQ(all.rebuilt_blocks.size(), g.reversible_blocks().size());
+  ExpectPredictedIsMeasured(keep, "keep");
+  ExpectPredictedIsMeasured(chosen, "budget");
+  ExpectPredictedIsMeasured(all, "rebuild all");
+  for (const TrainRun* run : {&chosen, &all}) {
+    double worst = 0;
+    for (int i = 0; i < kSteps; ++i) {
+      const double rel = std::fabs(run->steps[i].loss - keep.steps[i].loss) / keep.steps[i].loss;
+      worst = std::max(worst, rel);
+      if (run->rebuilt_blocks.empty()) {
+        EXPECT_EQ(run->steps[i].loss, keep.steps[i].loss) << run->strategy << " step " << i;
+      }
+    }
+    double max_rebuild_error = -1;
+    for (const StepResult& r : run->steps) {
+      max_rebuild_error = std::max(max_rebuild_error, r.max_rebuild_error);
+    }
+    if (!run->rebuilt_blocks.empty()) {
+      EXPECT_GE(max_rebuild_error, 0) << run->strategy << ": the rebuilds were checked";
+      EXPECT_LT(max_rebuild_error, 1e-4) << run->strategy;
+    }
+    std::cout << "max_rebuild_error " << max_rebuild_error << "; ";
+    std::cout << "plan '" << run->strategy << "' (" << run->rebuilt_blocks.size() << " of "
+              << g.reversible_blocks().size() << " blocks rebuilt), peak "
+              << run->predicted_peak_bytes << " B against " << keep.predicted_peak_bytes
+              << " B kept: max relative loss difference " << worst << " over " << kSteps
+              << " steps\n";
+    EXPECT_LT(worst, 1e-3) << run->strategy;
+  }
+  EXPECT_LT(keep.steps.back().loss, keep.steps.front().loss) << "it trains";
 }
 
 }  // namespace

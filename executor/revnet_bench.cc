@@ -10,14 +10,25 @@
 //      the ratios rebuild/keep of time (target <= 1.35x) and of RSS above the process's start.
 // `revnet_bench train MODEL BATCH STEPS keep|rebuild` runs one training run and prints one
 // line of figures (what part 2 runs in its child processes).
+// `revnet_bench choose MODEL BATCH` prints the planner's choice (rebuild or keep per block,
+// with cuts and offload) at budgets from the smallest plan to keeping everything, against
+// rebuilding every block and checkpointing alone (predicted times, exact peaks).
+// `revnet_bench curve MODEL BATCH STEPS [FRACTION]` trains under a budget of FRACTION
+// (default 0.35) of the keep-everything planned peak, and with every block rebuilt, each
+// against keeping everything from the same seed in its own process: the largest relative
+// loss difference over the steps, planned and measured peaks (the arena's high-water mark,
+// the process's max RSS from /proc/self/status) and max_rebuild_error (checked every 50
+// steps).
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -33,6 +44,7 @@
 #include "planner/memory_planner.h"
 #include "planner/offset_assigner.h"
 #include "planner/reversible.h"
+#include "planner/reversible_search.h"
 #include "planner/sections.h"
 #include "planner/training_graph.h"
 #include "util/check.h"
@@ -238,11 +250,169 @@ void PrintTrained(const std::string& self, uint64_t batch, int steps) {
       static_cast<double>(resnet.planned) / rev.planned);
 }
 
+// One run of the loss-curve comparison: `mode` is "keep" (every block kept, no budget),
+// "rebuild" (every block rebuilt) or a budget in bytes (the planner's choice). Checks the
+// rebuilt tensors every 50 steps. Prints "planned_bytes arena_high_water_bytes start_rss
+// max_rss max_rebuild_error blocks_rebuilt strategy", then the losses on one line.
+int CurveRun(const std::string& name, uint64_t batch, int steps, const std::string& mode) {
+  const uint64_t start_rss = StatusBytes("VmRSS");
+  const graph::Graph g = Build(name, batch, true);
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  TrainerOptions options;
+  options.seed = 3;
+  options.rebuild_reversible = mode != "keep";
+  if (mode != "keep" && mode != "rebuild") options.budget_bytes = std::stoull(mode);
+  options.check_rebuild_every = 50;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(g, backend.get(), options);
+  CHECK(trainer.ok()) << trainer.status();
+  std::vector<double> losses;
+  uint64_t high_water = 0;
+  double max_error = -1;
+  for (int i = 0; i < steps; ++i) {
+    absl::StatusOr<StepResult> r = (*trainer)->Step();
+    CHECK(r.ok()) << r.status();
+    losses.push_back(r->loss);
+    high_water = std::max(high_water, r->arena_high_water_bytes);
+    max_error = std::max(max_error, r->max_rebuild_error);
+  }
+  const planner::SectionPlan& plan = (*trainer)->plan();
+  std::cout << plan.peak_bytes << " " << high_water << " " << start_rss << " "
+            << StatusBytes("VmHWM") << " " << max_error << " " << plan.rebuilt_blocks.size() << " "
+            << plan.strategy << "\n";
+  for (double l : losses) std::cout << absl::StrFormat("%.9g ", l);
+  std::cout << "\n";
+  return 0;
+}
+
+struct Curve {
+  uint64_t planned = 0, high_water = 0, start_rss = 0, max_rss = 0;
+  double max_rebuild_error = -1;
+  int rebuilt = 0;
+  std::string strategy;
+  std::vector<double> losses;
+};
+
+Curve RunCurveChild(const std::string& self, const std::string& name, uint64_t batch, int steps,
+                    const std::string& mode) {
+  const std::string command =
+      absl::StrCat(self, " curve-run ", name, " ", batch, " ", steps, " ", mode);
+  FILE* pipe = popen(command.c_str(), "r");
+  CHECK(pipe != nullptr) << command;
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  CHECK(pclose(pipe) == 0) << command << ": " << out;
+  Curve c;
+  std::istringstream in(out);
+  in >> c.planned >> c.high_water >> c.start_rss >> c.max_rss >> c.max_rebuild_error >> c.rebuilt >>
+      c.strategy;
+  double l;
+  while (in >> l) c.losses.push_back(l);
+  CHECK(static_cast<int>(c.losses.size()) == steps) << command << ": " << out;
+  return c;
+}
+
+// The training target: `name` for `steps` steps under a budget of `fraction` of its
+// keep-everything planned peak (the planner's choice) and with every block rebuilt, each
+// against keeping everything from the same seed, each run its own process.
+int CompareCurves(const std::string& self, const std::string& name, uint64_t batch, int steps,
+                  double fraction) {
+  const Curve keep = RunCurveChild(self, name, batch, steps, "keep");
+  const uint64_t budget = static_cast<uint64_t>(keep.planned * fraction);
+  std::cout << absl::StrFormat(
+      "== %s batch %d, %d steps, seed 3: loss curves against keeping everything; budget %.1f "
+      "MiB (%.2f of keeping everything's planned peak) ==\n",
+      name, batch, steps, MiB(budget), fraction);
+  const Curve chosen = RunCurveChild(self, name, batch, steps, absl::StrCat(budget));
+  const Curve all = RunCurveChild(self, name, batch, steps, "rebuild");
+  for (const auto& [label, c] : std::vector<std::pair<std::string, const Curve*>>{
+           {"keep", &keep}, {"budget", &chosen}, {"rebuild all", &all}}) {
+    double worst = 0;
+    int worst_step = 0;
+    for (int i = 0; i < steps; ++i) {
+      const double rel = std::fabs(c->losses[i] - keep.losses[i]) / std::fabs(keep.losses[i]);
+      if (rel > worst) worst = rel, worst_step = i;
+    }
+    std::cout << absl::StrFormat(
+        "%-11s plan %-24s rebuilt %2d  planned %7.1f MiB  arena high-water %7.1f MiB  max RSS "
+        "%7.1f MiB (%7.1f above start)  max_rebuild_error %.2g  loss %.5f -> %.5f  max rel "
+        "loss diff vs keep %.2e (step %d)\n",
+        label, c->strategy, c->rebuilt, MiB(c->planned), MiB(c->high_water), MiB(c->max_rss),
+        MiB(c->max_rss - c->start_rss), c->max_rebuild_error, c->losses.front(), c->losses.back(),
+        worst, worst_step);
+  }
+  return 0;
+}
+
+std::string Fits(const absl::StatusOr<planner::SectionPlan>& plan) {
+  if (!plan.ok()) return "       does not fit";
+  return absl::StrFormat("%6.1f MiB %.4f s", MiB(plan->peak_bytes), plan->step_seconds);
+}
+
+// The planner's choice under budgets between `name`'s every-block-rebuilt peak and its
+// keep-everything peak, against rebuilding every block and checkpointing alone (every block
+// kept: cuts, offload), all planned exactly with the CPU roofline.
+int Choose(const std::string& name, uint64_t batch) {
+  const graph::Graph g = Build(name, batch, true);
+  const planner::TrainingGraph t = planner::TrainingGraph::Build(g, {}).value();
+  const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+  std::unique_ptr<planner::ReversibleSearch> search =
+      planner::ReversibleSearch::Create(g, t, cost, {}, proto::OPTIMIZER_STATE_DEVICE).value();
+  const planner::SectionPlan plain = search->Unconstrained().value();
+  const planner::SectionPlan all = search->RebuildAll().value();
+  std::cout << absl::StrFormat(
+      "== %s batch %d: planner's choice per block under a budget (CPU roofline, predicted) ==\n"
+      "keep everything %.1f MiB %.4f s; rebuild every block (%d) %.1f MiB %.4f s\n"
+      "%10s  %-45s %-22s %-22s %s\n",
+      name, batch, MiB(plain.peak_bytes), plain.step_seconds, g.reversible_blocks().size(),
+      MiB(all.peak_bytes), all.step_seconds, "budget", "choice: MiB s rebuilt/blocks strategy",
+      "rebuild all: MiB s", "checkpointing alone", "choice / best other");
+  // From the smallest peak of any candidate up to keeping everything.
+  const uint64_t smallest = search->MinimumPeakBytes().value();
+  constexpr int kBudgets = 7;
+  for (int i = 0; i < kBudgets; ++i) {
+    const double f = static_cast<double>(i) / (kBudgets - 1);
+    const uint64_t budget = static_cast<uint64_t>(
+        smallest * std::pow(static_cast<double>(plain.peak_bytes) / smallest, f));
+    const absl::StatusOr<planner::SectionPlan> chosen = search->Plan(budget);
+    CHECK(chosen.ok()) << chosen.status();
+    const absl::StatusOr<planner::SectionPlan> rebuild_all =
+        all.peak_bytes <= budget ? absl::StatusOr<planner::SectionPlan>(all)
+                                 : absl::FailedPreconditionError("does not fit");
+    const absl::StatusOr<planner::SectionPlan> kept = search->PlanKeepingBlocks(budget);
+    double best_other = std::numeric_limits<double>::infinity();
+    if (rebuild_all.ok()) best_other = rebuild_all->step_seconds;
+    if (kept.ok()) best_other = std::min(best_other, kept->step_seconds);
+    std::cout << absl::StrFormat(
+        "%6.1f MiB  %6.1f MiB %.4f s %2d/%d %-18s  %-22s %-22s %s\n", MiB(budget),
+        MiB(chosen->peak_bytes), chosen->step_seconds, chosen->rebuilt_blocks.size(),
+        g.reversible_blocks().size(), chosen->strategy, Fits(rebuild_all), Fits(kept),
+        std::isinf(best_other) ? std::string("(neither fits)")
+                               : absl::StrFormat("%.3fx", chosen->step_seconds / best_other));
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace headroom::executor
 
 int main(int argc, char** argv) {
   using headroom::executor::PrintPlanned;
+  if (argc == 6 && std::strcmp(argv[1], "curve-run") == 0) {
+    return headroom::executor::CurveRun(argv[2], std::strtoull(argv[3], nullptr, 10),
+                                        std::atoi(argv[4]), argv[5]);
+  }
+  if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "curve") == 0) {
+    char self[4096] = {0};
+    if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
+    return headroom::executor::CompareCurves(self, argv[2], std::strtoull(argv[3], nullptr, 10),
+                                             std::atoi(argv[4]),
+                                             argc == 6 ? std::atof(argv[5]) : 0.35);
+  }
+  if (argc == 4 && std::strcmp(argv[1], "choose") == 0) {
+    return headroom::executor::Choose(argv[2], std::strtoull(argv[3], nullptr, 10));
+  }
   if (argc == 6 && std::strcmp(argv[1], "train") == 0) {
     return headroom::executor::TrainOne(argv[2], std::strtoull(argv[3], nullptr, 10),
                                         std::atoi(argv[4]), std::strcmp(argv[5], "rebuild") == 0);
@@ -259,7 +429,8 @@ int main(int argc, char** argv) {
       plan_only = true;
     else {
       std::cerr << "usage: revnet_bench [--batch N] [--steps N] [--plan-only] | train MODEL "
-                   "BATCH STEPS keep|rebuild\n";
+                   "BATCH STEPS keep|rebuild | choose MODEL BATCH | curve MODEL BATCH STEPS "
+                   "[BUDGET_FRACTION]\n";
       return 2;
     }
   }

@@ -10,6 +10,7 @@
 #include "graph/summary.h"
 #include "planner/memory_planner.h"
 #include "planner/reversible.h"
+#include "planner/reversible_search.h"
 #include "planner/sections.h"
 #include "util/status_macros.h"
 
@@ -96,8 +97,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   std::unique_ptr<Trainer> t(new Trainer(forward, std::move(training), options, std::move(task)));
 
   // 1. Plan: every reversible block rebuilt, given cuts, or the fastest plan that fits the
-  //    budget.
-  if (options.rebuild_reversible && !forward.reversible_blocks().empty()) {
+  //    budget (rebuilding reversible blocks or keeping them, cuts, offload, placement).
+  planner::SearchOptions search_options;
+  search_options.allow_offload = options.allow_offload;
+  search_options.host_pool_in_budget =
+      planner::HostPoolInBudget(options.host_memory, backend->host_is_device_memory());
+  const bool reversible = options.rebuild_reversible && !forward.reversible_blocks().empty();
+  if (reversible && options.parameters != proto::PARAMETERS_DEVICE) {
+    return absl::InvalidArgumentError(
+        "--parameters host or auto: parameters on the host are not yet planned beside rebuilt "
+        "reversible blocks; give --no-reversible or --parameters device");
+  }
+  if (reversible && options.budget_bytes > 0) {
+    ASSIGN_OR_RETURN(std::unique_ptr<planner::ReversibleSearch> search,
+                     planner::ReversibleSearch::Create(forward, t->training_, *t->cost_,
+                                                       search_options, options.optimizer_state));
+    ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(t->training_, options));
+    ASSIGN_OR_RETURN(t->plan_, search->Plan(budget));
+  } else if (reversible) {
     ASSIGN_OR_RETURN(planner::ReversibleStep rev,
                      planner::ExpandReversible(forward, t->training_, *t->cost_));
     ASSIGN_OR_RETURN(
@@ -105,6 +122,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
         planner::PlanScheduledGraph(rev.step.graph, rev.step.schedule,
                                     planner::kDefaultAlignmentBytes, planner::DefaultStrategies()));
     t->plan_.strategy = "reversible";
+    t->plan_.rebuilt_blocks = rev.rebuilt_blocks;
+    std::sort(t->plan_.rebuilt_blocks.begin(), t->plan_.rebuilt_blocks.end());
     t->plan_.peak_bytes = memory.arena_bytes;
     t->plan_.step_seconds = rev.step.step_seconds;
     t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(rev.step));
@@ -124,10 +143,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(step));
     t->plan_.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
   } else {
-    planner::SearchOptions search_options;
-    search_options.allow_offload = options.allow_offload;
-    search_options.host_pool_in_budget =
-        planner::HostPoolInBudget(options.host_memory, backend->host_is_device_memory());
     ASSIGN_OR_RETURN(std::unique_ptr<planner::PlacementSearch> search,
                      planner::PlacementSearch::Create(t->training_, *t->cost_, search_options,
                                                       options.optimizer_state, options.parameters));

@@ -75,9 +75,11 @@ struct TrainerOptions {
   // Batch norm over the global batch of data-parallel ranks: ExecutorOptions::
   // batch_norm_sync (borrowed). Default none.
   BatchNormSync* batch_norm_sync = nullptr;
-  // Rebuild every reversible block of the graph in the backward pass instead of keeping its
-  // activations (planner/reversible.h); where the graph has blocks, the budget and cuts are
-  // then not used. False keeps everything, as a graph without blocks. Default false.
+  // Let the plan rebuild reversible blocks in the backward pass instead of keeping their
+  // activations (planner/reversible.h). Without budget_bytes every block is rebuilt (cuts
+  // are not used); with it the search chooses per block, beside cuts, offload and placement,
+  // the fastest plan that fits (planner/reversible_search.h). False keeps everything, as a
+  // graph without blocks. Default false.
   bool rebuild_reversible = false;
   // ExecutorOptions::check_rebuild_every. Default 0.
   int64_t check_rebuild_every = 0;

@@ -9,6 +9,7 @@
 #include "graph/summary.h"
 #include "planner/collective_cost.h"
 #include "planner/placement_search.h"
+#include "planner/reversible_search.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -306,25 +307,53 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
       HostPoolInBudget(options.host_memory(), backend.host_is_device_memory);
   search_options.alignment_bytes = planner_options.alignment_bytes;
   search_options.cancel = cancel;
-  ASSIGN_OR_RETURN(std::unique_ptr<PlacementSearch> search,
-                   PlacementSearch::Create(training, *cost, search_options,
-                                           options.optimizer_state(), options.parameters()));
-  ASSIGN_OR_RETURN(SectionPlan plain, search->Unconstrained());
+  // A graph with reversible blocks: rebuild or keep each, beside cuts and offload; every
+  // block rebuilt without a budget, as the trainer runs it.
+  std::unique_ptr<ReversibleSearch> reversible;
+  std::unique_ptr<PlacementSearch> placement;
+  if (!forward.reversible_blocks().empty() && !options.disable_reversible()) {
+    if (options.parameters() != proto::PARAMETERS_DEVICE) {
+      return absl::InvalidArgumentError(
+          "options.parameters: parameters on the host are not yet planned beside rebuilt "
+          "reversible blocks; give options.disable_reversible (--no-reversible) or "
+          "PARAMETERS_DEVICE");
+    }
+    ASSIGN_OR_RETURN(reversible, ReversibleSearch::Create(forward, training, *cost, search_options,
+                                                          options.optimizer_state()));
+  } else {
+    ASSIGN_OR_RETURN(placement,
+                     PlacementSearch::Create(training, *cost, search_options,
+                                             options.optimizer_state(), options.parameters()));
+  }
+  ASSIGN_OR_RETURN(SectionPlan plain,
+                   reversible ? reversible->Unconstrained() : placement->Unconstrained());
   // With ranks, the budget holds the gradient buckets beside the plan's arena.
   ASSIGN_OR_RETURN(DataParallelStep dp_plain, PredictDataParallelStep(*plain.step, *cost, dp));
   const bool ranked = dp.ranks > 1;
   const uint64_t bucket_bytes = ranked ? dp_plain.communication_bytes : 0;
   SectionPlan plan = plain;
+  if (reversible && options.budget_bytes() == 0) {
+    ASSIGN_OR_RETURN(plan, reversible->RebuildAll());
+  }
   if (options.budget_bytes() > 0) {
     if (options.budget_bytes() <= bucket_bytes) {
       return absl::FailedPreconditionError(absl::StrCat(
           "budget ", graph::HumanBytes(options.budget_bytes()), " does not hold the ", dp.ranks,
           " ranks' gradient buckets (", graph::HumanBytes(bucket_bytes), ") and a plan"));
     }
-    ASSIGN_OR_RETURN(plan, search->Plan(options.budget_bytes() - bucket_bytes));
+    const uint64_t budget = options.budget_bytes() - bucket_bytes;
+    ASSIGN_OR_RETURN(plan, reversible ? reversible->Plan(budget) : placement->Plan(budget));
   }
   proto::PlanResponse response = SectionPlanToProto(
       plan, plain, options.budget_bytes(), search_options.host_pool_in_budget, cost->name());
+  if (reversible) {
+    for (const std::string& name : BlockNames(forward, plan.rebuilt_blocks, true)) {
+      response.mutable_summary()->add_rebuilt_blocks(name);
+    }
+    for (const std::string& name : BlockNames(forward, plan.rebuilt_blocks, false)) {
+      response.mutable_summary()->add_kept_blocks(name);
+    }
+  }
   if (ranked) {
     ASSIGN_OR_RETURN(DataParallelStep dp_plan, PredictDataParallelStep(*plan.step, *cost, dp));
     FillDataParallel(dp, dp_plan, dp_plain, *response.mutable_summary());
@@ -334,13 +363,16 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
   // exposed allreduce time: sections only add backward work behind each bucket, so a
   // sectioned plan hides at least as much (a bound, not each point's own schedule).
   if (options.frontier()) {
-    ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, search->Frontier());
-    ASSIGN_OR_RETURN(std::vector<TradeOffPoint> baselines, search->Baselines());
+    ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier,
+                     reversible ? reversible->Frontier() : placement->Frontier());
+    ASSIGN_OR_RETURN(std::vector<TradeOffPoint> baselines,
+                     reversible ? reversible->Baselines() : placement->Baselines());
     const double exposed = ranked ? dp_plain.exposed_seconds : 0;
     AddPoints(frontier, bucket_bytes, exposed, response);
     AddPoints(baselines, bucket_bytes, exposed, response);
   }
-  response.mutable_summary()->set_num_candidates(search->num_candidates());
+  response.mutable_summary()->set_num_candidates(reversible ? reversible->num_candidates()
+                                                            : placement->num_candidates());
   return response;
 }
 

@@ -96,6 +96,9 @@ struct SectionPlan {
   double step_seconds = 0;
   // step_seconds over that of the plain step (no sections).
   double overhead_ratio = 0;
+  // Reversible blocks rebuilt in the backward pass (indexes into the forward graph's
+  // reversible_blocks(), increasing; planner/reversible_search.h); empty: all kept.
+  std::vector<int32_t> rebuilt_blocks;
 
   // Returns a table for people: figures, then each section with its cached inputs.
   std::string DebugString() const;

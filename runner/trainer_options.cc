@@ -31,7 +31,7 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptio
   o.seed = seed == 0 ? 1 : seed;
   o.budget_bytes = plan.budget_bytes();
   o.allow_offload = !plan.disable_offload();
-  o.rebuild_reversible = !plan.disable_reversible() && plan.budget_bytes() == 0;
+  o.rebuild_reversible = !plan.disable_reversible();
   o.host_memory = plan.host_memory();
   o.optimizer_state = plan.optimizer_state();
   o.parameters = plan.parameters();

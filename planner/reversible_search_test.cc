@@ -1,0 +1,174 @@
+// The budgeted choice between rebuilding and keeping reversible blocks: at every budget of a
+// grid the answer fits (its peak re-planned here), and is no slower than rebuilding every
+// block or checkpointing alone where those fit; some budget takes a partial rebuild set.
+#include "planner/reversible_search.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "graph/graph.h"
+#include "graph/reversible_testing.h"
+#include "gtest/gtest.h"
+#include "planner/memory_planner.h"
+#include "planner/reversible.h"
+
+namespace headroom::planner {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+graph::Graph Chain(graph::RevChainOptions o) {
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::RevChain(o));
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::move(g).value();
+}
+
+TrainingGraph Training(const graph::Graph& g) {
+  absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(g, {});
+  EXPECT_TRUE(t.ok()) << t.status();
+  return std::move(t).value();
+}
+
+graph::RevChainOptions EightBlocks() {
+  graph::RevChainOptions o;
+  o.blocks = 8;
+  o.batch = 8;
+  o.half_channels = 8;
+  o.size = 16;
+  return o;
+}
+
+std::unique_ptr<ReversibleSearch> Search(const graph::Graph& g, const TrainingGraph& t,
+                                         const CostModel& cost) {
+  SearchOptions options;
+  options.refine_max_plans = 20;
+  absl::StatusOr<std::unique_ptr<ReversibleSearch>> s =
+      ReversibleSearch::Create(g, t, cost, options, proto::OPTIMIZER_STATE_DEVICE);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(s).value();
+}
+
+TEST(ReversibleSearchTest, ChoiceFitsAndIsNoSlowerThanEitherAlone) {
+  const graph::Graph g = Chain(EightBlocks());
+  const TrainingGraph t = Training(g);
+  const RooflineCostModel cost(g, DevicePreset("cpu").value());
+  std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
+  const SectionPlan plain = search->Unconstrained().value();
+  const SectionPlan all = search->RebuildAll().value();
+  EXPECT_EQ(all.rebuilt_blocks.size(), 8u);
+  ASSERT_LT(all.peak_bytes, plain.peak_bytes);
+  ASSERT_GT(all.step_seconds, plain.step_seconds);
+  int partial = 0;
+  constexpr int kBudgets = 6;
+  for (int i = 0; i <= kBudgets; ++i) {
+    const uint64_t budget = all.peak_bytes + (plain.peak_bytes - all.peak_bytes) * i / kBudgets;
+    absl::StatusOr<SectionPlan> chosen = search->Plan(budget);
+    ASSERT_TRUE(chosen.ok()) << "budget " << budget << ": " << chosen.status();
+    // Its peak is the arena its own step plans to, and fits.
+    const MemoryPlan replanned = PlanScheduledGraph(chosen->step->graph, chosen->step->schedule,
+                                                    kDefaultAlignmentBytes, DefaultStrategies())
+                                     .value();
+    EXPECT_EQ(replanned.arena_bytes, chosen->peak_bytes) << "budget " << budget;
+    EXPECT_LE(chosen->peak_bytes, budget);
+    // No slower than every block rebuilt (which fits every budget here) ...
+    EXPECT_LE(chosen->step_seconds, all.step_seconds) << "budget " << budget;
+    // ... nor than checkpointing alone where that fits.
+    absl::StatusOr<SectionPlan> kept = search->PlanKeepingBlocks(budget);
+    if (kept.ok()) {
+      EXPECT_LE(chosen->step_seconds, kept->step_seconds) << "budget " << budget;
+    } else {
+      EXPECT_EQ(kept.status().code(), absl::StatusCode::kFailedPrecondition);
+    }
+    // A rebuild plan's step holds exactly the rebuilds of its blocks.
+    int rebuild_nodes = 0;
+    for (const TrainingNode& n : chosen->step->graph.nodes()) {
+      rebuild_nodes += n.kind == NodeKind::kRebuild ? 1 : 0;
+    }
+    EXPECT_EQ(rebuild_nodes, 2 * static_cast<int>(chosen->rebuilt_blocks.size()));
+    if (!chosen->rebuilt_blocks.empty() && chosen->rebuilt_blocks.size() < 8) ++partial;
+  }
+  // Between the two ends some budget is met fastest by rebuilding only some blocks.
+  EXPECT_GT(partial, 0);
+  // With room for everything kept, nothing is rebuilt.
+  const SectionPlan roomy = search->Plan(plain.peak_bytes).value();
+  EXPECT_TRUE(roomy.rebuilt_blocks.empty());
+  EXPECT_EQ(roomy.step_seconds, plain.step_seconds);
+}
+
+TEST(ReversibleSearchTest, KeepOneInKKeepsThoseBlocks) {
+  const graph::Graph g = Chain(EightBlocks());
+  const TrainingGraph t = Training(g);
+  const RooflineCostModel cost(g, DevicePreset("cpu").value());
+  std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
+  std::vector<std::string> names;
+  for (const RebuildCandidate& c : search->RebuildCandidates()) {
+    names.push_back(c.name);
+    if (c.name == "keep_1_in_3") {
+      EXPECT_THAT(c.rebuilt_blocks, ElementsAre(0, 1, 3, 4, 6, 7));
+      EXPECT_THAT(BlockNames(g, c.rebuilt_blocks, false), ElementsAre("b2", "b5"));
+    }
+  }
+  EXPECT_THAT(absl::StrJoin(names, " "), HasSubstr("keep_1_in_3"));
+  EXPECT_THAT(absl::StrJoin(names, " "), HasSubstr("rebuild_all"));
+  // Fastest first.
+  const std::vector<RebuildCandidate> c = search->RebuildCandidates();
+  for (size_t i = 1; i < c.size(); ++i) EXPECT_LE(c[i - 1].step_seconds, c[i].step_seconds);
+}
+
+// Rebuilding one block of two: the kept block's backward reads the forward's tensors, the
+// rebuilt one's its rebuilt copies, and the kept block's inputs (the rebuilt block's outputs)
+// are the forward's.
+TEST(ReversibleSearchTest, PartialRebuildWritesOnlyItsBlocks) {
+  graph::RevChainOptions o;
+  o.batch_norm = false;
+  const graph::Graph g = Chain(o);
+  const TrainingGraph t = Training(g);
+  const RooflineCostModel cost(g, DevicePreset("cpu").value());
+  ReversibleOptions rebuild_b0;
+  rebuild_b0.blocks = {0};
+  const ReversibleStep step = ExpandReversible(g, t, cost, rebuild_b0).value();
+  std::vector<std::string> rebuilds;
+  for (const TrainingNode& n : step.step.graph.nodes()) {
+    if (n.kind == NodeKind::kRebuild || n.kind == NodeKind::kRecompute) {
+      rebuilds.push_back(n.name);
+    }
+  }
+  EXPECT_THAT(rebuilds, ElementsAre("b0.g.conv.rebuild", "b0.g.relu.rebuild", "b0.x2.rebuild",
+                                    "b0.f.conv.rebuild", "b0.f.relu.rebuild", "b0.x1.rebuild"))
+      << absl::StrJoin(rebuilds, " ");
+  // b0's rebuild starts from b1's inputs as the forward wrote them (b1 kept them).
+  const TrainingGraph& s = step.step.graph;
+  const TrainingNode& x2 = s.node(s.FindNode("b0.x2.rebuild"));
+  EXPECT_EQ(s.tensor(x2.inputs[0]).name, "b0.y2");
+  EXPECT_THAT(BlockNames(g, step.rebuilt_blocks, true), ElementsAre("b0"));
+  EXPECT_THAT(BlockNames(g, step.rebuilt_blocks, false), ElementsAre("b1"));
+}
+
+TEST(ReversibleSearchTest, BudgetBelowEveryCandidateNamesTheSmallest) {
+  const graph::Graph g = Chain(EightBlocks());
+  const TrainingGraph t = Training(g);
+  const RooflineCostModel cost(g, DevicePreset("cpu").value());
+  std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
+  const absl::StatusOr<SectionPlan> plan = search->Plan(1000);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition) << plan.status();
+  EXPECT_THAT(plan.status().message(), HasSubstr("the smallest needs"));
+  EXPECT_LE(search->MinimumPeakBytes().value(), search->RebuildAll().value().peak_bytes);
+}
+
+TEST(ReversibleSearchTest, GraphWithoutBlocksIsRefused) {
+  graph::RevChainOptions o;
+  o.declare = false;
+  const graph::Graph g = Chain(o);
+  const TrainingGraph t = Training(g);
+  const RooflineCostModel cost(g, DevicePreset("cpu").value());
+  const auto s = ReversibleSearch::Create(g, t, cost, {}, proto::OPTIMIZER_STATE_DEVICE);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("declares no reversible block"));
+}
+
+}  // namespace
+}  // namespace headroom::planner
