@@ -9,6 +9,24 @@
 
 namespace headroom::planner {
 
+std::vector<TradeOffPoint> ParetoFrontier(std::vector<TradeOffPoint> all) {
+  // Largest peak first; a point stays if it is faster than every point with a smaller peak.
+  std::sort(all.begin(), all.end(), [](const TradeOffPoint& a, const TradeOffPoint& b) {
+    return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes
+                                        : a.step_seconds < b.step_seconds;
+  });
+  std::vector<TradeOffPoint> frontier;
+  double fastest_below = std::numeric_limits<double>::infinity();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->step_seconds < fastest_below) {
+      frontier.push_back(*it);
+      fastest_below = it->step_seconds;
+    }
+  }
+  std::reverse(frontier.begin(), frontier.end());
+  return frontier;
+}
+
 const char* OptimizerStateName(proto::OptimizerState placement) {
   switch (placement) {
     case proto::OPTIMIZER_STATE_HOST:
@@ -120,21 +138,7 @@ absl::StatusOr<std::vector<TradeOffPoint>> PlacementSearch::Frontier() {
     }
     all.insert(all.end(), points.begin(), points.end());
   }
-  // Largest peak first; a point stays if it is faster than every point with a smaller peak.
-  std::sort(all.begin(), all.end(), [](const TradeOffPoint& a, const TradeOffPoint& b) {
-    return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes
-                                        : a.step_seconds < b.step_seconds;
-  });
-  std::vector<TradeOffPoint> frontier;
-  double fastest_below = std::numeric_limits<double>::infinity();
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (it->step_seconds < fastest_below) {
-      frontier.push_back(*it);
-      fastest_below = it->step_seconds;
-    }
-  }
-  std::reverse(frontier.begin(), frontier.end());
-  return frontier;
+  return ParetoFrontier(std::move(all));
 }
 
 absl::StatusOr<std::vector<TradeOffPoint>> PlacementSearch::Baselines() {

@@ -35,6 +35,10 @@ const char* ParameterPlacementName(proto::ParameterPlacement placement);
 // otherwise.
 absl::StatusOr<proto::ParameterPlacement> ParseParameterPlacement(absl::string_view name);
 
+// Returns the points of `all` that no other point beats in both peak and time, largest
+// peak first: the Pareto frontier of plans from several searches.
+std::vector<TradeOffPoint> ParetoFrontier(std::vector<TradeOffPoint> all);
+
 class PlacementSearch {
  public:
   // Returns the search over `graph` for the placements `placement` and `parameters` allow,
