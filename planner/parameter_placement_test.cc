@@ -12,31 +12,13 @@
 #include "gtest/gtest.h"
 #include "planner/memory_planner.h"
 #include "planner/placement_search.h"
+#include "planner/placement_testing.h"
 #include "planner/sections.h"
 
 namespace headroom::planner {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Every compute node takes one second; copies `copy_seconds_per_byte` a byte; a host update
-// `host_seconds_per_byte` a byte it moves.
-class UnitCostModel : public CostModel {
- public:
-  UnitCostModel(double copy_seconds_per_byte, double host_seconds_per_byte)
-      : copy_(copy_seconds_per_byte), host_(host_seconds_per_byte) {}
-  std::string name() const override { return "unit"; }
-  double NodeSeconds(const TrainingGraph& graph, NodeId id) const override {
-    const NodeKind kind = graph.node(id).kind;
-    return kind == NodeKind::kOffload || kind == NodeKind::kPrefetch ? 0 : 1;
-  }
-  uint64_t NodeFlops(const TrainingGraph& graph, NodeId id) const override { return 1; }
-  double CopySeconds(uint64_t bytes) const override { return copy_ * bytes; }
-  double HostUpdateSeconds(uint64_t bytes) const override { return host_ * bytes; }
-
- private:
-  double copy_, host_;
-};
 
 // x [8, 64] -> fc1 -> r1 -> fc2 -> r2 -> fc3 -> loss; each fc a MatMul with a 64x64 weight
 // and a bias.
@@ -53,14 +35,6 @@ graph::Graph Chain() {
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(b.Build());
   EXPECT_TRUE(g.ok()) << g.status();
   return std::move(g).value();
-}
-
-TrainingGraph Training(const graph::Graph& g, proto::Optimizer::Kind optimizer) {
-  TrainingOptions options;
-  options.optimizer = optimizer;
-  absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(g, options);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return std::move(t).value();
 }
 
 // "name (op)" per node in schedule order, with the parameters (and copies) it reads.
