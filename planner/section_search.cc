@@ -28,14 +28,15 @@ std::string LayerKey(const std::string& name) {
   for (absl::string_view part : absl::StrSplit(name, '.')) {
     if (!key.empty()) key += '.';
     key += std::string(part);
-    if (!part.empty() && std::all_of(part.begin(), part.end(),
-                                     [](char c) { return std::isdigit(c); })) {
+    if (!part.empty() &&
+        std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(c); })) {
       return key;
     }
   }
   const auto first = std::find_if(name.begin(), name.end(), [](char c) { return std::isdigit(c); });
   if (first == name.end()) return name;
-  return std::string(first, std::find_if(first, name.end(), [](char c) { return !std::isdigit(c); }));
+  return std::string(first,
+                     std::find_if(first, name.end(), [](char c) { return !std::isdigit(c); }));
 }
 
 }  // namespace
@@ -104,6 +105,49 @@ class SectionSearch::Estimator {
     bool offload_here = false;
   };
 
+  // The labels of a run of the dynamic program, by position: what Labels and
+  // ReferenceLabels (which differ in how they bucket) share.
+  class LabelSet {
+   public:
+    const Label& operator[](int32_t l) const { return labels_[l]; }
+    // Returns the bytes label `l` holds.
+    double Memory(int32_t l) const {
+      const Label& L = labels_[l];
+      return L.held + L.own_offloaded + L.prev_offloaded;
+    }
+
+    // Keeps, at `position`, the labels no other beats on both memory and time; returns them
+    // in increasing memory.
+    const std::vector<int32_t>& KeepParetoFront(int32_t position) {
+      std::vector<int32_t>& at = at_[position];
+      std::sort(at.begin(), at.end(), [&](int32_t x, int32_t y) {
+        return Memory(x) != Memory(y) ? Memory(x) < Memory(y) : labels_[x].time < labels_[y].time;
+      });
+      std::vector<int32_t> front;
+      for (int32_t l : at) {
+        if (front.empty() || labels_[l].time < labels_[front.back()].time) front.push_back(l);
+      }
+      at = std::move(front);
+      return at;
+    }
+
+    // Returns the cuts on the way to label `last`.
+    Answer Trace(int32_t last) const {
+      Answer answer;
+      for (int32_t l = last; labels_[l].parent >= 0; l = labels_[l].parent) {
+        answer.cuts.push_back(labels_[l].position);
+        if (labels_[l].offload_here) answer.offload_cuts.push_back(labels_[l].position);
+      }
+      std::reverse(answer.cuts.begin(), answer.cuts.end());
+      std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
+      return answer;
+    }
+
+   protected:
+    std::vector<Label> labels_;
+    std::vector<std::vector<int32_t>> at_;  // Label indices by position.
+  };
+
   // The dynamic program's labels, at most one per bucket of held bytes at each position
   // (held and own offloaded bytes in kBuckets steps of the budget, and whether anything is
   // offloaded): the one with the least time, then the least memory. Bucketing bounds the work;
@@ -111,7 +155,7 @@ class SectionSearch::Estimator {
   //
   // Reset() empties it for another run, keeping what it allocated: a run at a large budget
   // holds megabytes, and the pool's 50 runs would otherwise fault them in afresh each time.
-  class Labels {
+  class Labels : public LabelSet {
    public:
     // Empties it for a run over `num_forward` positions at `budget`: the root label only.
     void Reset(int32_t num_forward, double budget) {
@@ -122,13 +166,6 @@ class SectionSearch::Estimator {
       at_[0].push_back(0);
       slot_time_.assign((num_forward + 1) * kKeys, std::numeric_limits<double>::infinity());
       slot_label_.assign((num_forward + 1) * kKeys, -1);
-    }
-
-    const Label& operator[](int32_t l) const { return labels_[l]; }
-    // Returns the bytes label `l` holds.
-    double Memory(int32_t l) const {
-      const Label& L = labels_[l];
-      return L.held + L.own_offloaded + L.prev_offloaded;
     }
 
     // Adds the label {held, own_offloaded, prev_offloaded, time, parent, offload_here} at
@@ -161,62 +198,25 @@ class SectionSearch::Estimator {
       at_[position].push_back(index);
     }
 
-    // Keeps, at `position`, the labels no other beats on both memory and time; returns them
-    // in increasing memory.
-    const std::vector<int32_t>& KeepParetoFront(int32_t position) {
-      std::vector<int32_t>& at = at_[position];
-      std::sort(at.begin(), at.end(), [&](int32_t x, int32_t y) {
-        return Memory(x) != Memory(y) ? Memory(x) < Memory(y) : labels_[x].time < labels_[y].time;
-      });
-      std::vector<int32_t> front;
-      for (int32_t l : at) {
-        if (front.empty() || labels_[l].time < labels_[front.back()].time) front.push_back(l);
-      }
-      at = std::move(front);
-      return at;
-    }
-
-    // Returns the cuts on the way to label `last`.
-    Answer Trace(int32_t last) const {
-      Answer answer;
-      for (int32_t l = last; labels_[l].parent >= 0; l = labels_[l].parent) {
-        answer.cuts.push_back(labels_[l].position);
-        if (labels_[l].offload_here) answer.offload_cuts.push_back(labels_[l].position);
-      }
-      std::reverse(answer.cuts.begin(), answer.cuts.end());
-      std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
-      return answer;
-    }
-
    private:
     static constexpr int kBuckets = 32;
     static constexpr int kKeys = (kBuckets + 1) * 2;
     double budget_ = 0;
-    std::vector<Label> labels_;
-    std::vector<std::vector<int32_t>> at_;  // Label indices by position.
     // By position and key: the bucket's label, and its time beside it, so Insert() rejects
     // a slower label without reading the bucket's (labels_ is large and read at random).
     std::vector<double> slot_time_;
     std::vector<int32_t> slot_label_;
   };
 
-  // Labels as Solve() kept them before it was made faster: SolveReference()'s, for tests.
-  // The dynamic program's labels, at most one per bucket of held bytes at each position
-  // (held and own offloaded bytes in kBuckets steps of the budget, and whether anything is
-  // offloaded): the one with the least time, then the least memory. Bucketing bounds the work;
-  // the estimate is only a guide, since every candidate is planned exactly.
-  class ReferenceLabels {
+  // Labels as Solve() kept them before it was made faster (the same buckets as Labels):
+  // SolveReference()'s, for tests.
+  class ReferenceLabels : public LabelSet {
    public:
     ReferenceLabels(int32_t num_forward, double budget)
-        : budget_(budget), at_(num_forward + 1), bucket_of_((num_forward + 1) * kKeys, -1) {
+        : budget_(budget), bucket_of_((num_forward + 1) * kKeys, -1) {
+      labels_ = {Label{}};
+      at_.resize(num_forward + 1);
       at_[0].push_back(0);
-    }
-
-    const Label& operator[](int32_t l) const { return labels_[l]; }
-    // Returns the bytes label `l` holds.
-    double Memory(int32_t l) const {
-      const Label& L = labels_[l];
-      return L.held + L.own_offloaded + L.prev_offloaded;
     }
 
     // Adds `label` at `position`, unless its bucket there holds a better one.
@@ -240,48 +240,19 @@ class SectionSearch::Estimator {
       at_[position].push_back(slot);
     }
 
-    // Keeps, at `position`, the labels no other beats on both memory and time; returns them
-    // in increasing memory.
-    const std::vector<int32_t>& KeepParetoFront(int32_t position) {
-      std::vector<int32_t>& at = at_[position];
-      std::sort(at.begin(), at.end(), [&](int32_t x, int32_t y) {
-        return Memory(x) != Memory(y) ? Memory(x) < Memory(y) : labels_[x].time < labels_[y].time;
-      });
-      std::vector<int32_t> front;
-      for (int32_t l : at) {
-        if (front.empty() || labels_[l].time < labels_[front.back()].time) front.push_back(l);
-      }
-      at = std::move(front);
-      return at;
-    }
-
-    // Returns the cuts on the way to label `last`.
-    Answer Trace(int32_t last) const {
-      Answer answer;
-      for (int32_t l = last; labels_[l].parent >= 0; l = labels_[l].parent) {
-        answer.cuts.push_back(labels_[l].position);
-        if (labels_[l].offload_here) answer.offload_cuts.push_back(labels_[l].position);
-      }
-      std::reverse(answer.cuts.begin(), answer.cuts.end());
-      std::reverse(answer.offload_cuts.begin(), answer.offload_cuts.end());
-      return answer;
-    }
-
    private:
     static constexpr int kBuckets = 32;
     static constexpr int kKeys = (kBuckets + 1) * 2;
     const double budget_;
-    std::vector<Label> labels_ = {Label{}};
-    std::vector<std::vector<int32_t>> at_;  // Label indices by position.
-    std::vector<int32_t> bucket_of_;        // Label index by position, key.
+    std::vector<int32_t> bucket_of_;  // Label index by position, key.
   };
 
   // Returns how long a backward group of `group_seconds` waits for the prefetch of what
   // `label` offloaded at its cut.
   double PrefetchStall(const Label& label, double group_seconds) const {
     if (label.prev_offloaded <= 0) return 0.0;
-    return std::max(0.0, cost_.CopySeconds(static_cast<uint64_t>(label.prev_offloaded)) -
-                             group_seconds);
+    return std::max(0.0,
+                    cost_.CopySeconds(static_cast<uint64_t>(label.prev_offloaded)) - group_seconds);
   }
 
   // Returns the cuts with the least estimated time whose estimated peak is at most
@@ -375,7 +346,7 @@ class SectionSearch::Estimator {
         const double reforward = last ? 0 : sweep.recompute_seconds;
         const double group_seconds = reforward + backward_prefix_[b] - backward_prefix_[a];
         for (int32_t l : front) {
-          const Label L = labels[l];  // A copy: Insert() may move the labels.
+          const Label L = labels[l];                  // A copy: Insert() may move the labels.
           if (last && L.own_offloaded > 0) continue;  // Nothing runs backward before it.
           const double mem = local + crossing_grads + L.held + L.own_offloaded + L.prev_offloaded;
           if (mem > budget) break;  // The labels come in increasing memory.
@@ -485,7 +456,8 @@ class SectionSearch::Estimator {
     double largest_gradient = 0;
     for (const TrainingTensor& t : g_.tensors()) {
       if (t.persistent()) persistent_ += t.bytes;
-      if (t.role == proto::ROLE_GRADIENT) largest_gradient = std::max<double>(largest_gradient, t.bytes);
+      if (t.role == proto::ROLE_GRADIENT)
+        largest_gradient = std::max<double>(largest_gradient, t.bytes);
     }
     persistent_ += largest_gradient;
     FollowTensors();
@@ -501,8 +473,8 @@ class SectionSearch::Estimator {
     std::vector<double> grad_delta(nf_ + 2, 0);
     for (TensorId id = 0; id < static_cast<TensorId>(g_.tensors().size()); ++id) {
       const TrainingTensor& t = g_.tensor(id);
-      const bool leaf = t.producer == kNone &&
-                        (t.role == proto::ROLE_INPUT || t.role == proto::ROLE_LABEL);
+      const bool leaf =
+          t.producer == kNone && (t.role == proto::ROLE_INPUT || t.role == proto::ROLE_LABEL);
       if (t.persistent() || !(leaf || (t.producer != kNone && t.producer < nf_))) continue;
       Item item;
       item.id = id;
@@ -583,8 +555,9 @@ SectionSearch::SectionSearch(const TrainingGraph& graph, const CostModel& cost,
       node_costs_(ComputeNodeCosts(graph, cost)),
       work_limit_(options.refine_max_work) {}
 
-absl::StatusOr<std::unique_ptr<SectionSearch>> SectionSearch::Create(
-    const TrainingGraph& graph, const CostModel& cost, const SearchOptions& options) {
+absl::StatusOr<std::unique_ptr<SectionSearch>> SectionSearch::Create(const TrainingGraph& graph,
+                                                                     const CostModel& cost,
+                                                                     const SearchOptions& options) {
   if (graph.inference()) {
     return absl::InvalidArgumentError("a budget applies to training; this graph is inference only");
   }
@@ -1041,9 +1014,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   };
   int64_t work = 0;
   int plans = 0;
-  auto out_of_work = [&] {
-    return work >= work_limit_ || plans >= options_.refine_max_plans;
-  };
+  auto out_of_work = [&] { return work >= work_limit_ || plans >= options_.refine_max_plans; };
   // A configuration predicted: its expanded step and the lower bound of what it holds.
   struct Predicted {
     SectionCuts cuts;
@@ -1404,10 +1375,10 @@ std::string SectionPlan::DebugString() const {
   const TrainingGraph& g = step->graph;
   for (size_t s = 0; s < step->sections.size(); ++s) {
     const SectionInfo& info = step->sections[s];
-    absl::StrAppendFormat(&out, "  %3d  %-28s .. %-28s %s\n", s, g.node(info.begin).name,
-                          g.node(info.end - 1).name,
-                          info.recomputed ? absl::StrFormat("re-runs %d nodes", info.recompute_nodes)
-                                          : std::string("not re-run"));
+    absl::StrAppendFormat(
+        &out, "  %3d  %-28s .. %-28s %s\n", s, g.node(info.begin).name, g.node(info.end - 1).name,
+        info.recomputed ? absl::StrFormat("re-runs %d nodes", info.recompute_nodes)
+                        : std::string("not re-run"));
     for (const CachedInput& c : info.boundary) {
       absl::StrAppendFormat(&out, "       cached %-32s %10s  %s\n", g.tensor(c.tensor).name,
                             HumanBytes(c.bytes), c.offloaded ? "host" : "device");
@@ -1420,15 +1391,13 @@ std::string SectionPlan::DebugString() const {
   return out;
 }
 
-absl::StatusOr<ExhaustiveResult> ExhaustiveSearch(const TrainingGraph& graph,
-                                                  const CostModel& cost, uint64_t budget_bytes,
-                                                  int32_t max_forward_nodes,
+absl::StatusOr<ExhaustiveResult> ExhaustiveSearch(const TrainingGraph& graph, const CostModel& cost,
+                                                  uint64_t budget_bytes, int32_t max_forward_nodes,
                                                   uint64_t alignment_bytes) {
   const int32_t nf = NumForwardNodes(graph);
   if (nf > max_forward_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat("exhaustive search over ", nf,
-                                                   " forward nodes: at most ",
-                                                   max_forward_nodes, " allowed"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "exhaustive search over ", nf, " forward nodes: at most ", max_forward_nodes, " allowed"));
   }
   ExhaustiveResult best;
   best.step_seconds = std::numeric_limits<double>::infinity();
@@ -1443,8 +1412,8 @@ absl::StatusOr<ExhaustiveResult> ExhaustiveSearch(const TrainingGraph& graph,
     ++best.evaluated;
     if (step.step_seconds >= best.step_seconds) continue;
     if (ScheduledLowerBound(step.graph, step.schedule, alignment_bytes) > budget_bytes) continue;
-    ASSIGN_OR_RETURN(MemoryPlan plan, PlanScheduledGraph(step.graph, step.schedule,
-                                                         alignment_bytes, DefaultStrategies()));
+    ASSIGN_OR_RETURN(MemoryPlan plan, PlanScheduledGraph(step.graph, step.schedule, alignment_bytes,
+                                                         DefaultStrategies()));
     if (plan.arena_bytes > budget_bytes) continue;
     best.cuts = cuts.cuts;
     best.peak_bytes = plan.arena_bytes;
