@@ -424,18 +424,19 @@ ConvBackwardWeightsPrims& ConvBackwardWeightsFor(CpuContext& ctx, const ConvGeom
   });
 }
 
-// dbias[o] = sum of dy[:, o, :, :] (dy of dims `y`), for when dweight (and so x) is not
-// there.
-void ConvBiasGrad(const memory::dims& y, const float* dy, float* dbias) {
-  const int64_t n = y[0], channels = y[1], plane = y[2] * y[3];
+// out[c] = sum of x[:, c, :, :] (x of NCHW dims `dims`), accumulated in double: a
+// convolution's dbias from dy (for when dweight, and so x, is not there), a synchronised
+// batch norm's sum(x).
+void SumPerChannel(const memory::dims& dims, const float* x, float* out) {
+  const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < channels; ++c) {
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float* p = dy + (i * channels + c) * plane;
+      const float* p = x + (i * channels + c) * plane;
       for (int64_t j = 0; j < plane; ++j) sum += p[j];
     }
-    dbias[c] = static_cast<float>(sum);
+    out[c] = static_cast<float>(sum);
   }
 }
 
@@ -487,7 +488,7 @@ absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
   }
   // Step 2: dw (and dbias, computed by the same primitive); dbias alone, without x, as a loop.
   if (!dw.present()) {
-    if (want_db) ConvBiasGrad(g.y, static_cast<const float*>(dy), args.input_grads[2].f32());
+    if (want_db) SumPerChannel(g.y, static_cast<const float*>(dy), args.input_grads[2].f32());
   } else {
     ConvBackwardWeightsPrims& p = ConvBackwardWeightsFor(ctx, g);
     const ScratchSpace scratch(ctx.engine, base, p.layout);
@@ -650,7 +651,7 @@ absl::Status ConvTransposeBackward(CpuContext& ctx, const BackwardArgs& args) {
   ctx.stream.wait();
   // Step 3: dbias sums dy over N, H and W.
   if (args.input_grads.size() == 3 && args.input_grads[2].present()) {
-    ConvBiasGrad(g.x, static_cast<const float*>(dy), args.input_grads[2].f32());
+    SumPerChannel(g.x, static_cast<const float*>(dy), args.input_grads[2].f32());
   }
   return absl::OkStatus();
 }
@@ -778,15 +779,7 @@ absl::Status GlobalBatchStatistics(const ForwardArgs& args, const memory::dims& 
   const float* x = args.inputs[0].f32();
   // Step 1: sum(x) per channel and this rank's count, summed over the ranks.
   std::vector<float> sums(channels + 1);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < channels; ++c) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float* xp = x + (i * channels + c) * plane;
-      for (int64_t j = 0; j < plane; ++j) sum += xp[j];
-    }
-    sums[c] = static_cast<float>(sum);
-  }
+  SumPerChannel(dims, x, sums.data());
   sums[channels] = static_cast<float>(n * plane);
   RETURN_IF_ERROR(args.sync_statistics(sums.data(), sums.size(), "count and sum(x)"));
   *count = sums[channels];
