@@ -121,40 +121,38 @@ timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train --model mlp --batch 8 --steps 
   : -np 1 "$HEADROOM" train --model mlp --batch 8 --steps 3 --seed 2 | grep "^ranks:" ||
   { echo "FAIL: the differently seeded ranks did not end in agreement" >&2; exit 1; }
 
+# mismatch RANK0_ARGS -- RANK1_ARGS: the two ranks' command lines differ in the collectives
+# they would issue; both must stop with an error naming the mismatch within 10 s. Sets $out.
+mismatch() {
+  local rank0=() rank1=()
+  while [[ "$1" != "--" ]]; do rank0+=("$1"); shift; done
+  shift
+  rank1=("$@")
+  local start took rc
+  start=$(now)
+  set +e
+  out=$(timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train "${rank0[@]}" \
+          : -np 1 "$HEADROOM" train "${rank1[@]}" 2>&1)
+  rc=$?
+  set -e
+  took=$(elapsed "$start")
+  echo "$out" | grep "headroom train" || true
+  echo "exit $rc after $took s"
+  [[ "$rc" != 0 && "$rc" != 124 ]] || { echo "FAIL: the mismatched run exited $rc" >&2; exit 1; }
+  below "$took" 10 || { echo "FAIL: the mismatch took $took s to stop (limit 10 s)" >&2; exit 1; }
+  for rank in 0 1; do
+    grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
+      { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
+  done
+}
+
 echo "== a collective mismatch: bucket sizes 0 and 1 GiB on ranks 0 and 1"
-start=$(now)
-set +e
-out=$(timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train --model mlp --batch 8 --steps 3 \
-        --bucket-kib 0 : -np 1 "$HEADROOM" train --model mlp --batch 8 --steps 3 \
-        --bucket-kib 1048576 2>&1)
-rc=$?
-set -e
-took=$(elapsed "$start")
-echo "$out" | grep "headroom train" || true
-echo "exit $rc after $took s"
-[[ "$rc" != 0 && "$rc" != 124 ]] || { echo "FAIL: the mismatched run exited $rc" >&2; exit 1; }
-below "$took" 10 || { echo "FAIL: the mismatch took $took s to stop (limit 10 s)" >&2; exit 1; }
-for rank in 0 1; do
-  grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
-    { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
-done
+mismatch --model mlp --batch 8 --steps 3 --bucket-kib 0 \
+  -- --model mlp --batch 8 --steps 3 --bucket-kib 1048576
 
 echo "== a collective mismatch: --sync-batchnorm on rank 0 only"
-start=$(now)
-set +e
-out=$(timeout 60 "${MPIRUN[@]}" -np 1 "$HEADROOM" train --model small_cnn --batch 8 --steps 3 \
-        --sync-batchnorm : -np 1 "$HEADROOM" train --model small_cnn --batch 8 --steps 3 2>&1)
-rc=$?
-set -e
-took=$(elapsed "$start")
-echo "$out" | grep "headroom train" || true
-echo "exit $rc after $took s"
-[[ "$rc" != 0 && "$rc" != 124 ]] || { echo "FAIL: the mismatched run exited $rc" >&2; exit 1; }
-below "$took" 10 || { echo "FAIL: the mismatch took $took s to stop (limit 10 s)" >&2; exit 1; }
-for rank in 0 1; do
-  grep -q "rank $rank of 2: the ranks would issue different collectives each step.*rank(s) 1 differ from rank 0.*the first difference: collective #0" <<<"$out" ||
-    { echo "FAIL: rank $rank did not name the mismatch" >&2; exit 1; }
-done
+mismatch --model small_cnn --batch 8 --steps 3 --sync-batchnorm \
+  -- --model small_cnn --batch 8 --steps 3
 grep -q "rank 0 of 2: .*allreduce of batch norm 'bn1' count and sum(x) (forward)" <<<"$out" ||
   { echo "FAIL: rank 0 did not name its batch-norm allreduce" >&2; exit 1; }
 
