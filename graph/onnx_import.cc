@@ -1154,7 +1154,8 @@ class Importer {
       const OnnxTensor& c = *values_.at(n.input(0)).constant;
       std::vector<double> values = c.floats();
       Shape c_shape = c.shape();
-      if (rebatch_) RETURN_IF_ERROR(RebatchOperand(n, values_.at(data), values, c_shape));
+      ASSIGN_OR_RETURN(Value * d, Find(data));
+      if (rebatch_) RETURN_IF_ERROR(RebatchOperand(n, *d, values, c_shape));
       ASSIGN_OR_RETURN(std::string x, Tensor(data));
       ASSIGN_OR_RETURN(std::string k, FloatConstant(StrCat(n.output(0), ".constant"),
                                                     OnnxTensor::Floats(values, c_shape)));
@@ -1164,14 +1165,14 @@ class Importer {
     const OnnxTensor& c = *values_.at(known_a ? n.input(0) : n.input(1)).constant;
     std::vector<double> values = c.floats();
     Shape c_shape = c.shape();
-    if (rebatch_) RETURN_IF_ERROR(RebatchOperand(n, values_.at(data), values, c_shape));
+    ASSIGN_OR_RETURN(Value * d, Find(data));
+    if (rebatch_) RETURN_IF_ERROR(RebatchOperand(n, *d, values, c_shape));
     for (double& v : values) {
       if (op == "Sub") v = -v;
       if (op == "Div") v = 1.0 / v;
     }
     const bool additive = op == "Add" || op == "Sub";
     const double identity = additive ? 0.0 : 1.0;
-    ASSIGN_OR_RETURN(Value * d, Find(data));
     ASSIGN_OR_RETURN(Shape out, OnnxBroadcastShapes({d->shape, c_shape}));
     if (out == d->shape &&
         std::all_of(values.begin(), values.end(), [&](double v) { return v == identity; })) {

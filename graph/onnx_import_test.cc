@@ -925,6 +925,27 @@ TEST(OnnxImportTest, ArithmeticWithKnownValuesBecomesAddAndMul) {
   EXPECT_EQ(m.stats.elided, 1);
 }
 
+TEST(OnnxRebatchTest, ArithmeticOnAValueNothingWritesIsAnErrorNamingIt) {
+  // Found by the fuzzer: re-batching a known operand beside a computed one that nothing
+  // writes threw from a map lookup; it must be the importer's error naming the value.
+  for (const char* op : {"Mul", "Sub", "Div"}) {
+    for (bool known_first : {false, true}) {
+      OnnxModelBuilder b;
+      b.FixedInput("x", {2, 6}).Float("two", 2.0f);
+      if (known_first) {
+        b.AddNode(op, {"two", "nowhere"}, {"y"});
+      } else {
+        b.AddNode(op, {"nowhere", "two"}, {"y"});
+      }
+      b.AddNode("Add", {"x", "y"}, {"logits"});
+      b.Output("logits");
+      absl::Status s = ImportOnnx(b.Bytes(), OnnxImportOptions{4}).status();
+      EXPECT_THAT(s.message(), HasSubstr("value 'nowhere' is read before anything writes it"))
+          << op << (known_first ? " (known first)" : "");
+    }
+  }
+}
+
 TEST(OnnxImportTest, ClipBecomesReLU6OrIsRefused) {
   OnnxModelBuilder b;
   b.Input("x", {6}).Float("lo", 0.0f).Float("hi", 6.0f).Float("two", 2.0f);
