@@ -41,19 +41,6 @@ TrainingGraph Train(const graph::Graph& g, proto::Optimizer::Kind optimizer) {
   return *std::move(t);
 }
 
-const char* Short(proto::DType d) {
-  switch (d) {
-    case proto::DTYPE_FLOAT32:
-      return "f32";
-    case proto::DTYPE_BFLOAT16:
-      return "bf16";
-    case proto::DTYPE_INT64:
-      return "i64";
-    default:
-      return "?";
-  }
-}
-
 // "node: in1 in2 -> out1" with each tensor's dtype, one line per scheduled node.
 std::vector<std::string> ScheduleText(const TrainingGraph& t) {
   absl::StatusOr<Schedule> schedule = ScheduleGraph(t);
@@ -62,7 +49,7 @@ std::vector<std::string> ScheduleText(const TrainingGraph& t) {
   auto names = [&](const std::vector<TensorId>& ids) {
     std::vector<std::string> out;
     for (TensorId id : ids)
-      out.push_back(absl::StrCat(t.tensor(id).name, ":", Short(t.tensor(id).dtype)));
+      out.push_back(absl::StrCat(t.tensor(id).name, ":", graph::DTypeName(t.tensor(id).dtype)));
     return absl::StrJoin(out, " ");
   };
   for (NodeId n : schedule->order) {
@@ -93,35 +80,39 @@ TEST(MixedPrecisionTrainingTest, TwoLayerMlpScheduleWithDtypes) {
   // parameter's into the float32 gradient the update reads; the input's cast has no
   // backward (the input needs no gradient).
   const std::vector<std::string> expected = {
-      "x.bf16 (Cast): x:f32 -> x.bf16:bf16",
-      "fc1.weight.bf16 (Cast): fc1.weight:f32 -> fc1.weight.bf16:bf16",
-      "fc1.bias.bf16 (Cast): fc1.bias:f32 -> fc1.bias.bf16:bf16",
-      "fc1 (MatMul): x.bf16:bf16 fc1.weight.bf16:bf16 fc1.bias.bf16:bf16 -> fc1:bf16",
-      "relu (ReLU): fc1:bf16 -> relu:bf16",
-      "fc2.weight.bf16 (Cast): fc2.weight:f32 -> fc2.weight.bf16:bf16",
-      "fc2.bias.bf16 (Cast): fc2.bias:f32 -> fc2.bias.bf16:bf16",
-      "fc2 (MatMul): relu:bf16 fc2.weight.bf16:bf16 fc2.bias.bf16:bf16 -> fc2:bf16",
-      "loss (SoftmaxCrossEntropy): fc2:bf16 labels:i64 -> loss:f32",
-      "loss.seed (LossSeed):  -> loss.grad:f32",
-      "loss.backward (SoftmaxCrossEntropyGrad): loss.grad:f32 fc2:bf16 labels:i64 -> "
-      "fc2.grad:bf16",
-      "fc2.backward (MatMulGrad): fc2.grad:bf16 fc2.weight.bf16:bf16 relu:bf16 -> "
-      "relu.grad:bf16 fc2.weight.bf16.grad:bf16 fc2.bias.bf16.grad:bf16",
-      "fc2.bias.bf16.backward (CastGrad): fc2.bias.bf16.grad:bf16 -> fc2.bias.grad:f32",
-      "fc2.bias.update (SgdMomentumUpdate): fc2.bias.grad:f32 updates fc2.bias:f32 "
-      "fc2.bias.momentum:f32",
-      "fc2.weight.bf16.backward (CastGrad): fc2.weight.bf16.grad:bf16 -> fc2.weight.grad:f32",
-      "fc2.weight.update (SgdMomentumUpdate): fc2.weight.grad:f32 updates fc2.weight:f32 "
-      "fc2.weight.momentum:f32",
-      "relu.backward (ReLUGrad): relu.grad:bf16 relu:bf16 -> fc1.grad:bf16",
-      "fc1.backward (MatMulGrad): fc1.grad:bf16 x.bf16:bf16 -> fc1.weight.bf16.grad:bf16 "
-      "fc1.bias.bf16.grad:bf16",
-      "fc1.bias.bf16.backward (CastGrad): fc1.bias.bf16.grad:bf16 -> fc1.bias.grad:f32",
-      "fc1.bias.update (SgdMomentumUpdate): fc1.bias.grad:f32 updates fc1.bias:f32 "
-      "fc1.bias.momentum:f32",
-      "fc1.weight.bf16.backward (CastGrad): fc1.weight.bf16.grad:bf16 -> fc1.weight.grad:f32",
-      "fc1.weight.update (SgdMomentumUpdate): fc1.weight.grad:f32 updates fc1.weight:f32 "
-      "fc1.weight.momentum:f32",
+      "x.bf16 (Cast): x:float32 -> x.bf16:bfloat16",
+      "fc1.weight.bf16 (Cast): fc1.weight:float32 -> fc1.weight.bf16:bfloat16",
+      "fc1.bias.bf16 (Cast): fc1.bias:float32 -> fc1.bias.bf16:bfloat16",
+      "fc1 (MatMul): x.bf16:bfloat16 fc1.weight.bf16:bfloat16 fc1.bias.bf16:bfloat16 -> "
+      "fc1:bfloat16",
+      "relu (ReLU): fc1:bfloat16 -> relu:bfloat16",
+      "fc2.weight.bf16 (Cast): fc2.weight:float32 -> fc2.weight.bf16:bfloat16",
+      "fc2.bias.bf16 (Cast): fc2.bias:float32 -> fc2.bias.bf16:bfloat16",
+      "fc2 (MatMul): relu:bfloat16 fc2.weight.bf16:bfloat16 fc2.bias.bf16:bfloat16 -> fc2:bfloat16",
+      "loss (SoftmaxCrossEntropy): fc2:bfloat16 labels:int64 -> loss:float32",
+      "loss.seed (LossSeed):  -> loss.grad:float32",
+      "loss.backward (SoftmaxCrossEntropyGrad): loss.grad:float32 fc2:bfloat16 labels:int64 -> "
+      "fc2.grad:bfloat16",
+      "fc2.backward (MatMulGrad): fc2.grad:bfloat16 fc2.weight.bf16:bfloat16 relu:bfloat16 -> "
+      "relu.grad:bfloat16 fc2.weight.bf16.grad:bfloat16 fc2.bias.bf16.grad:bfloat16",
+      "fc2.bias.bf16.backward (CastGrad): fc2.bias.bf16.grad:bfloat16 -> fc2.bias.grad:float32",
+      "fc2.bias.update (SgdMomentumUpdate): fc2.bias.grad:float32 updates fc2.bias:float32 "
+      "fc2.bias.momentum:float32",
+      "fc2.weight.bf16.backward (CastGrad): fc2.weight.bf16.grad:bfloat16 -> "
+      "fc2.weight.grad:float32",
+      "fc2.weight.update (SgdMomentumUpdate): fc2.weight.grad:float32 updates fc2.weight:float32 "
+      "fc2.weight.momentum:float32",
+      "relu.backward (ReLUGrad): relu.grad:bfloat16 relu:bfloat16 -> fc1.grad:bfloat16",
+      "fc1.backward (MatMulGrad): fc1.grad:bfloat16 x.bf16:bfloat16 -> "
+      "fc1.weight.bf16.grad:bfloat16 "
+      "fc1.bias.bf16.grad:bfloat16",
+      "fc1.bias.bf16.backward (CastGrad): fc1.bias.bf16.grad:bfloat16 -> fc1.bias.grad:float32",
+      "fc1.bias.update (SgdMomentumUpdate): fc1.bias.grad:float32 updates fc1.bias:float32 "
+      "fc1.bias.momentum:float32",
+      "fc1.weight.bf16.backward (CastGrad): fc1.weight.bf16.grad:bfloat16 -> "
+      "fc1.weight.grad:float32",
+      "fc1.weight.update (SgdMomentumUpdate): fc1.weight.grad:float32 updates fc1.weight:float32 "
+      "fc1.weight.momentum:float32",
   };
   const std::vector<std::string> actual = ScheduleText(t);
   EXPECT_EQ(actual, expected) << "actual:\n" << absl::StrJoin(actual, "\n");
