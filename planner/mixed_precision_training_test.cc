@@ -150,7 +150,9 @@ TEST(MixedPrecisionTrainingTest, ZooGradientAndStateDtypes) {
       ASSERT_NE(g, kNone) << p.name;
       EXPECT_EQ(t.tensor(g).dtype, proto::DTYPE_FLOAT32) << p.name;
     }
-    if (std::string(name) != "mlp") EXPECT_GT(saved_stats, 0);
+    if (std::string(name) != "mlp") {
+      EXPECT_GT(saved_stats, 0);
+    }
   }
 }
 
