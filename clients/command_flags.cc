@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/graph_io.h"
+#include "graph/mixed_precision.h"
 #include "graph/onnx_import.h"
 #include "graph/zoo.h"
 #include "planner/collective_cost.h"
@@ -386,6 +387,16 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
       ->capture_default_str()
       ->check(CLI::IsMember({"device", "host", "auto"}))
       ->group("Plan");
+  command
+      .add_option("--precision", f.precision,
+                  "fp32, bf16 (mixed precision: activations and their gradients bfloat16; "
+                  "parameters, the gradients the update reads and optimizer state float32) or "
+                  "auto (the search plans both and takes bf16 where it is faster or fp32 does "
+                  "not fit)")
+      ->type_name("KIND")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
+      ->group("Plan");
   command.add_option("--optimizer", f.optimizer, "sgd (with momentum) or adam")
       ->type_name("NAME")
       ->capture_default_str()
@@ -464,6 +475,8 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
         "--parameters host needs --optimizer-state host or auto (the host update's master "
         "copies are what each use prefetches)");
   }
+  ASSIGN_OR_RETURN(const proto::Precision precision, graph::ParsePrecision(f.precision));
+  options.set_precision(precision);
   options.mutable_optimizer()->set_kind(
       f.optimizer == "adam" ? proto::Optimizer::KIND_ADAM : proto::Optimizer::KIND_SGD_MOMENTUM);
   options.mutable_optimizer()->set_learning_rate(f.learning_rate);

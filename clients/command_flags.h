@@ -88,7 +88,8 @@ absl::StatusOr<SourcedModel> ModelSourceOf(const ModelFlags& flags);
 absl::StatusOr<proto::ModelSource> OnnxUploadSourceOf(const ModelFlags& flags);
 
 // How to plan and train: --budget, --device, --device-file, --no-offload, --host-memory,
-// --optimizer, and --lr (commands that train) or --alignment (`plan`).
+// --optimizer-state, --parameters, --precision, --optimizer, and --lr (commands that train) or
+// --alignment (`plan`).
 struct PlanFlags {
   std::string budget;
   std::string device;
@@ -100,6 +101,8 @@ struct PlanFlags {
   std::string optimizer_state = "device";
   // --parameters: "device", "host" or "auto".
   std::string parameters = "device";
+  // --precision: "fp32", "bf16" or "auto".
+  std::string precision = "fp32";
   std::string optimizer = "sgd";
   double learning_rate = 0;
   int64_t alignment = 0;

@@ -34,11 +34,16 @@ absl::StatusOr<std::unique_ptr<InProcessService>> InProcessService::Start(
     const std::string& backend_name, server::ProfileRunner* profiles,
     const executor::BackendOptions& backend_options) {
   auto parts = std::make_unique<Parts>();
-  ASSIGN_OR_RETURN(parts->backend, executor::MakeBackendWithOptions(backend_name, backend_options));
-  parts->scratch = std::make_unique<executor::BackendScratchModel>(parts->backend.get());
   planner::PlanBackend plan_backend;
-  plan_backend.scratch = parts->scratch.get();
-  plan_backend.host_is_device_memory = parts->backend->host_is_device_memory();
+  // "none": plans hold no kernel scratch (a backend whose kernels need none), host memory
+  // separate unless the options say otherwise, the cpu preset by default.
+  if (backend_name != "none") {
+    ASSIGN_OR_RETURN(parts->backend,
+                     executor::MakeBackendWithOptions(backend_name, backend_options));
+    parts->scratch = std::make_unique<executor::BackendScratchModel>(parts->backend.get());
+    plan_backend.scratch = parts->scratch.get();
+    plan_backend.host_is_device_memory = parts->backend->host_is_device_memory();
+  }
   plan_backend.device_preset = runner::DefaultDevicePreset(backend_name);
   // The daemon's limits, but no limit on planning time: the work is the command's own (a
   // client deadline still applies; Ctrl-C ends it).

@@ -23,9 +23,9 @@ namespace headroom::clients {
 // listening port). Start() once, then NewStub() for each caller. Thread-safe.
 class InProcessService {
  public:
-  // Returns the service planning for `backend` ("cpu" or "cuda") made with
-  // `backend_options` (which decide its kernels' algorithms, so their scratch: the same as
-  // the backend the plans run on), with its profiles run on `profiles` (borrowed; null:
+  // Returns the service planning for `backend` ("cpu", "cuda", or "none": no backend, no kernel
+  // scratch) made with `backend_options` (which decide its kernels' algorithms, so their scratch:
+  // the same as the backend the plans run on), with its profiles run on `profiles` (borrowed; null:
   // Profile fails). The error of making the backend.
   static absl::StatusOr<std::unique_ptr<InProcessService>> Start(
       const std::string& backend, server::ProfileRunner* profiles = nullptr,

@@ -445,9 +445,10 @@ Command AddPlanCommand(CLI::App& headroom, const CommandIo& io) {
       ->type_name("FILE");
   app->add_option("--backend", state->backend,
                   "without --server: the backend whose kernel scratch the plan holds, as "
-                  "`headroom train` will (default cpu); headroomd plans for its own")
+                  "`headroom train` will (default cpu), or none (no scratch); headroomd plans "
+                  "for its own")
       ->type_name("NAME")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember({"cpu", "cuda", "none"}));
   AddServiceFlags(*app, state->remote.service, /*local_without_server=*/true);
   return {app, [state, &io] { return state->Run(io); }};
 }

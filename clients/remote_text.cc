@@ -91,6 +91,13 @@ std::string SummaryLines(const proto::PlanSummary& s) {
   absl::StrAppendFormat(&out, "%-24s %.4f s, %.2fx the step with no sections%s\n",
                         "predicted step", s.predicted_step_seconds(), s.overhead_ratio(),
                         s.cost_model().empty() ? "" : absl::StrCat(" (", s.cost_model(), ")"));
+  if (s.precision() == "bf16") {
+    absl::StrAppendFormat(&out, "%-24s %s\n", "precision",
+                          "bf16 mixed (activations and their gradients bfloat16; parameters, "
+                          "the gradients the update reads and optimizer state float32)");
+  } else if (!s.precision().empty()) {
+    absl::StrAppendFormat(&out, "%-24s %s\n", "precision", s.precision());
+  }
   absl::StrAppendFormat(&out, "%-24s %s per step\n", "recomputed", HumanFlops(s.recompute_flops()));
   absl::StrAppendFormat(&out, "%-24s %s per step\n", "offloaded to host",
                         HumanBytes(s.offloaded_bytes()));
@@ -165,9 +172,9 @@ std::string RolesText(const proto::PlanSummary& s) {
 std::string FrontierText(const proto::PlanResponse& plan) {
   std::vector<std::vector<std::string>> rows = {{"  PEAK", "STEP S", "STRATEGY"}};
   for (const proto::FrontierPoint& p : plan.frontier()) {
-    rows.push_back(
-        {"  " + HumanBytes(p.peak_bytes()), absl::StrFormat("%.5f", p.step_seconds()),
-         p.strategy() + (p.parameters_on_host()        ? ", optimizer state and parameters on host"
+    rows.push_back({"  " + HumanBytes(p.peak_bytes()), absl::StrFormat("%.5f", p.step_seconds()),
+                    p.strategy() + (p.precision() == "bf16" ? ", bf16" : "") +
+                        (p.parameters_on_host()        ? ", optimizer state and parameters on host"
                          : p.optimizer_state_on_host() ? ", optimizer state on host"
                                                        : "")});
   }

@@ -31,6 +31,7 @@
 #include "executor/reference_export.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
+#include "graph/mixed_precision.h"
 #include "graph/summary.h"
 #include "planner/reversible_search.h"
 #include "planner/sections.h"
@@ -613,6 +614,7 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
         << planner::OptimizerPlacementName(plan.step->optimizer_state_on_host()) << "\n"
         << "parameters: " << planner::OptimizerPlacementName(plan.step->parameters_on_host())
         << "\n"
+        << "precision: " << graph::PrecisionName(trainer.precision()) << "\n"
         << "physical: " << ProcessMemoryLine(process) << "\n";
     if (dist_run != nullptr) {
       const dist::BucketStats& b = dist_run->buckets->stats();
@@ -661,6 +663,8 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       .String(planner::OptimizerPlacementName(plan.step->optimizer_state_on_host()))
       .Key("parameters")
       .String(planner::OptimizerPlacementName(plan.step->parameters_on_host()))
+      .Key("precision")
+      .String(graph::PrecisionName(trainer.precision()))
       .Key("predicted_peak_bytes")
       .Uint(plan.peak_bytes)
       .Key("measured_peak_bytes")

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "executor/backend_scratch.h"
+#include "graph/mixed_precision.h"
 #include "graph/summary.h"
 #include "planner/memory_planner.h"
 #include "planner/reversible.h"
@@ -86,6 +87,26 @@ Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& forward,
                                                          Backend* backend,
                                                          const TrainerOptions& options) {
+  // 0. The precision: bf16 trains the rewritten graph, which the trainer then owns.
+  if (options.precision == proto::PRECISION_AUTO) {
+    return absl::UnimplementedError(
+        "precision auto: a training run does not choose its precision yet; `headroom plan "
+        "--precision auto` says which one its plan takes: train with --precision fp32 or bf16");
+  }
+  if (options.precision == proto::PRECISION_BF16) {
+    if (options.cost != nullptr) {
+      return absl::InvalidArgumentError(
+          "precision bf16: the given cost model (a measured profile) describes the float32 "
+          "step, not the mixed-precision one; plan without it");
+    }
+    ASSIGN_OR_RETURN(graph::Graph mixed, graph::ToMixedPrecision(forward));
+    auto owned = std::make_shared<const graph::Graph>(std::move(mixed));
+    TrainerOptions as_given = options;
+    as_given.precision = proto::PRECISION_FP32;  // The graph is already the rewrite.
+    ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Create(*owned, backend, as_given));
+    t->mixed_ = std::move(owned);
+    return t;
+  }
   // Every byte the backend's kernels need beyond their tensors is a tensor of the plan.
   const BackendScratchModel scratch(backend);
   planner::TrainingOptions training_options;

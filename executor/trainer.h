@@ -48,6 +48,11 @@ struct TrainerOptions {
   // Where the search keeps the parameters between uses (planner/placement_search.h): on the
   // device (default), on the host (needs optimizer_state host or auto), or either (auto).
   proto::ParameterPlacement parameters = proto::PARAMETERS_DEVICE;
+  // The precision of the step (graph/mixed_precision.h): PRECISION_FP32 (default) trains
+  // the forward graph as given; PRECISION_BF16 plans and runs its bf16 mixed-precision
+  // rewrite (the trainer owns it; forward() returns it), which needs the backend's bf16
+  // kernels; PRECISION_AUTO is refused (Unimplemented): a run does not choose yet.
+  proto::Precision precision = proto::PRECISION_FP32;
   // Use exactly these cuts (and offloads) instead of searching; for tests and experiments.
   std::optional<planner::SectionCuts> cuts;
   // The optimizer (default SGD with momentum 0.9, learning rate 0.01).
@@ -168,6 +173,10 @@ class Trainer {
   const graph::Graph& forward() const { return forward_; }
   // The plan the steps run under.
   const planner::SectionPlan& plan() const { return plan_; }
+  // Returns the precision the step runs in: PRECISION_BF16 for the rewrite, else FP32.
+  proto::Precision precision() const {
+    return mixed_ != nullptr ? proto::PRECISION_BF16 : proto::PRECISION_FP32;
+  }
   const Executor& executor() const { return *executor_; }
   const SyntheticTask& task() const { return task_; }
 
@@ -176,6 +185,8 @@ class Trainer {
           const TrainerOptions& options, SyntheticTask task);
 
   const graph::Graph& forward_;
+  // The bf16 rewrite forward_ refers to, with PRECISION_BF16; else null.
+  std::shared_ptr<const graph::Graph> mixed_;
   planner::TrainingGraph training_;
   std::shared_ptr<const planner::CostModel> cost_;
   SyntheticTask task_;

@@ -414,6 +414,14 @@ class Exporter {
   absl::Status Erf(const Node& n) { return Elementwise(n, "Erf"); }
   absl::Status GlobalAvgPool(const Node& n) { return Elementwise(n, "GlobalAveragePool"); }
 
+  // ONNX's Cast names its target by TensorProto's element type.
+  absl::Status Cast(const Node& n) {
+    SetInt(EmitFor(n, "Cast", {In(n, 0)}), "to",
+           n.attrs.Int("to") == proto::DTYPE_BFLOAT16 ? onnx::TensorProto::BFLOAT16
+                                                      : onnx::TensorProto::FLOAT);
+    return Same(n);
+  }
+
   absl::Status LeakyRelu(const Node& n) {
     SetFloat(EmitFor(n, "LeakyRelu", {In(n, 0)}), "alpha", n.attrs.Float("alpha"));
     return Same(n);
@@ -940,6 +948,7 @@ const absl::flat_hash_map<std::string, Converter>& Exporter::Converters() {
       {"Add", &Exporter::Binary},
       {"AvgPool", &Exporter::AvgPool},
       {"BatchNorm", &Exporter::BatchNorm},
+      {"Cast", &Exporter::Cast},
       {"Concat", &Exporter::Concat},
       {"Conv2D", &Exporter::Conv},
       {"ConvTranspose2D", &Exporter::ConvTranspose},

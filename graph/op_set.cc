@@ -452,8 +452,25 @@ absl::Status ExpectPositiveFinite(const InferenceContext& ctx, const char* name)
   return absl::OkStatus();
 }
 
+// A normalisation's x may be bfloat16 with its weight, bias and running statistics float32
+// (mixed precision: the statistics are accumulated in float32); otherwise every input shares
+// x's floating dtype.
+absl::Status ExpectNormInputs(const InferenceContext& ctx) {
+  if (ctx.input_dtypes[0] != proto::DTYPE_BFLOAT16) return ExpectSameFloating(ctx);
+  for (int i = 1; i < static_cast<int>(ctx.input_dtypes.size()); ++i) {
+    const proto::DType d = ctx.input_dtypes[i];
+    if (d != proto::DTYPE_FLOAT32 && d != proto::DTYPE_BFLOAT16) {
+      return InvalidArgumentError(StrCat(ctx.Input(i), " has dtype ", DTypeName(d), " but ",
+                                         ctx.Input(0),
+                                         " is bfloat16: needs float32 (mixed precision) or "
+                                         "bfloat16"));
+    }
+  }
+  return ExpectSameFloating(ctx, 1);
+}
+
 absl::Status InferBatchNorm(InferenceContext& ctx) {
-  RETURN_IF_ERROR(ExpectSameFloating(ctx));
+  RETURN_IF_ERROR(ExpectNormInputs(ctx));
   const Shape& x = ctx.input_shapes[0];
   if (x.size() != 2 && x.size() != 4) {
     return InvalidArgumentError(StrCat(ctx.Input(0), " has ", x.size(), " dims ", ShapeString(x),
@@ -470,7 +487,7 @@ absl::Status InferBatchNorm(InferenceContext& ctx) {
 }
 
 absl::Status InferLayerNorm(InferenceContext& ctx) {
-  RETURN_IF_ERROR(ExpectSameFloating(ctx));
+  RETURN_IF_ERROR(ExpectNormInputs(ctx));
   RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 1));
   const Shape& x = ctx.input_shapes[0];
   for (int i = 1; i < 3; ++i) RETURN_IF_ERROR(ExpectShape(ctx, i, {x.back()}));
@@ -483,7 +500,7 @@ absl::Status InferLayerNorm(InferenceContext& ctx) {
 // channels (and all of the rest) per sample; weight and bias [C]. InstanceNorm is num_groups
 // = C.
 absl::Status InferGroupNorm(InferenceContext& ctx) {
-  RETURN_IF_ERROR(ExpectSameFloating(ctx));
+  RETURN_IF_ERROR(ExpectNormInputs(ctx));
   RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 2));
   const Shape& x = ctx.input_shapes[0];
   for (int i = 1; i < 3; ++i) RETURN_IF_ERROR(ExpectShape(ctx, i, {x[1]}));
@@ -773,7 +790,8 @@ absl::Status InferSoftmaxCrossEntropy(InferenceContext& ctx) {
   RETURN_IF_ERROR(ExpectMinRank(ctx, 0, 2));
   const Shape& logits = ctx.input_shapes[0];
   RETURN_IF_ERROR(ExpectShape(ctx, 1, Shape(logits.begin(), logits.end() - 1)));
-  SetOutput(ctx, {}, ctx.input_dtypes[0]);
+  // The loss is float32 whatever the logits' dtype: the softmax is computed in float32.
+  SetOutput(ctx, {}, proto::DTYPE_FLOAT32);
   return absl::OkStatus();
 }
 
@@ -786,7 +804,23 @@ absl::Status InferPixelSoftmaxCrossEntropy(InferenceContext& ctx) {
   Shape labels = ctx.input_shapes[0];
   labels.erase(labels.begin() + 1);
   RETURN_IF_ERROR(ExpectShape(ctx, 1, labels));
-  SetOutput(ctx, {}, ctx.input_dtypes[0]);
+  SetOutput(ctx, {}, proto::DTYPE_FLOAT32);  // As SoftmaxCrossEntropy's.
+  return absl::OkStatus();
+}
+
+// Cast: one floating input to attribute `to`, a proto::DType value, float32 or bfloat16 (the
+// conversions mixed precision uses); rounding to bfloat16 is to nearest even, NaN stays NaN.
+absl::Status InferCast(InferenceContext& ctx) {
+  RETURN_IF_ERROR(ExpectFloating(ctx, 0));
+  const int64_t to = ctx.attrs.Int("to");
+  if (to != proto::DTYPE_FLOAT32 && to != proto::DTYPE_BFLOAT16) {
+    return InvalidArgumentError(StrCat(
+        "attribute 'to' is ", to, " (",
+        proto::DType_IsValid(static_cast<int>(to)) ? DTypeName(static_cast<proto::DType>(to))
+                                                   : "no DType",
+        "), needs ", proto::DTYPE_FLOAT32, " (float32) or ", proto::DTYPE_BFLOAT16, " (bfloat16)"));
+  }
+  SetOutput(ctx, ctx.input_shapes[0], static_cast<proto::DType>(to));
   return absl::OkStatus();
 }
 
@@ -954,6 +988,10 @@ std::vector<OpSchema> BuildOpSet() {
                    "rows of table[V,D] at integer ids: ids.shape + [D]"));
   ops.push_back(Op("SoftmaxCrossEntropy", {"logits", "labels"}, 0, {}, InferSoftmaxCrossEntropy,
                    "mean cross entropy of logits[...,C] against integer labels[...]: a scalar"));
+  ops.push_back(Unary("Cast",
+                      "x converted to dtype `to` (a DType value: 1 float32, 3 bfloat16); "
+                      "to bfloat16 rounds to nearest even, NaN stays NaN",
+                      InferCast, {Required("to", AttrType::kInt)}));
   ops.push_back(Op("GroupNorm", {"x", "weight", "bias"}, 0,
                    {Required("num_groups", AttrType::kInt), FloatDefault("epsilon", 1e-5)},
                    InferGroupNorm,

@@ -27,15 +27,25 @@ constexpr double kBandwidthShare = 0.8;
 // about 30 GB/s (DeepSpeed's CPU-Adam reaches about a billion parameters a second, 28 bytes
 // each); a Grace CPU's 72 cores on LPDDR5X (500 GB/s) about 200 GB/s. NVLink-C2C carries 450
 // GB/s each way, of which copies reach about 80%.
-DeviceSpec Cpu() { return {"cpu", 1.0e11, 1.6e10, 8.0e9, 2e-6, 1.0e10}; }
+//
+// bf16: the H100's and H200's tensor cores reach 989.4 TFLOP/s dense bf16 (float32
+// accumulation), twice TF32's, at the same share. This machine's AVX512-BF16 (vdpbf16ps: two
+// bf16 products per float32 lane) gives oneDNN about twice its float32 rate: 2.0e11, an
+// assumption (bench/bf16_rate.py measures it: see docs/planner.md).
+constexpr double kH100Tf32 = 494.7e12;
+constexpr double kH100Bf16 = 989.4e12;
+DeviceSpec Cpu() { return {"cpu", 1.0e11, 1.6e10, 8.0e9, 2e-6, 1.0e10, 2.0e11}; }
 DeviceSpec H100() {  // H100 SXM5: 494.7 TFLOP/s TF32 dense, 3.35 TB/s HBM3.
-  return {"h100", kComputeShare * 494.7e12, kBandwidthShare * 3.35e12, 50e9, 5e-6, 3.0e10};
+  return {"h100", kComputeShare * kH100Tf32, kBandwidthShare * 3.35e12, 50e9, 5e-6,
+          3.0e10, kComputeShare * kH100Bf16};
 }
 DeviceSpec H200() {  // H200 SXM: the same compute, 4.8 TB/s HBM3e.
-  return {"h200", kComputeShare * 494.7e12, kBandwidthShare * 4.8e12, 50e9, 5e-6, 3.0e10};
+  return {"h200", kComputeShare * kH100Tf32, kBandwidthShare * 4.8e12, 50e9, 5e-6,
+          3.0e10, kComputeShare * kH100Bf16};
 }
 DeviceSpec Gh200() {  // GH200: the H100's compute, 4 TB/s HBM3, NVLink-C2C to a Grace CPU.
-  return {"gh200", kComputeShare * 494.7e12, kBandwidthShare * 4.0e12, 360e9, 5e-6, 2.0e11};
+  return {"gh200", kComputeShare * kH100Tf32, kBandwidthShare * 4.0e12, 360e9, 5e-6,
+          2.0e11,  kComputeShare * kH100Bf16};
 }
 
 bool IsViewOp(const graph::Graph& g, graph::NodeId f) {
@@ -126,7 +136,9 @@ absl::StatusOr<DeviceSpec> DeviceSpecFromProto(const proto::DeviceModel& model) 
               &spec.host_link_bytes_per_second, 1, kInf},
         Field{"op_overhead_seconds", model.op_overhead_seconds(), &spec.op_overhead_seconds, 0, 1},
         Field{"host_update_bytes_per_second", model.host_update_bytes_per_second(),
-              &spec.host_update_bytes_per_second, 1, kInf}}) {
+              &spec.host_update_bytes_per_second, 1, kInf},
+        Field{"bf16_flops_per_second", model.bf16_flops_per_second(), &spec.bf16_flops_per_second,
+              1, kInf}}) {
     if (f.value == 0) continue;  // The preset's.
     if (!(std::isfinite(f.value) && f.value >= f.min_value && f.value <= f.max_value)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -183,7 +195,7 @@ NodeWork EstimateNodeWork(const graph::Graph& forward, const TrainingGraph& grap
     }
     case NodeKind::kAccumulate:
     case NodeKind::kRebuild:  // One subtraction per element.
-      work.flops = graph.tensor(node.outputs[0]).bytes / 4;
+      work.flops = graph::NumElements(graph.tensor(node.outputs[0]).shape);
       break;
     case NodeKind::kUpdate:  // Momentum: 4 flops per element; Adam: about 12.
       work.flops = (node.updates.size() > 2 ? 12 : 4) * graph.tensor(node.updates[0]).bytes / 4;
@@ -199,12 +211,25 @@ RooflineCostModel::RooflineCostModel(const graph::Graph& forward, DeviceSpec dev
 
 std::string RooflineCostModel::name() const { return absl::StrCat("roofline ", device_.name); }
 
+bool ComputesInBf16(const graph::Graph& forward, const TrainingGraph& graph, NodeId id) {
+  const TrainingNode& node = graph.node(id);
+  if (node.forward_node == kNone) return false;
+  const graph::Node& f = forward.node(node.forward_node);
+  const std::string& op = f.op->name;
+  const bool product = op == "MatMul" || op == "Conv2D" || op == "ConvTranspose2D";
+  return product && forward.tensor(f.inputs[0]).dtype == proto::DTYPE_BFLOAT16;
+}
+
 double RooflineCostModel::NodeSeconds(const TrainingGraph& graph, NodeId id) const {
   const NodeKind kind = graph.node(id).kind;
   if (kind == NodeKind::kOffload || kind == NodeKind::kPrefetch) return 0;
   const NodeWork w = EstimateNodeWork(forward_, graph, id);
+  // A spec built field by field may leave the bf16 rate 0: then bf16 runs at the peak rate.
+  const bool bf16 = ComputesInBf16(forward_, graph, id) && device_.bf16_flops_per_second > 0;
+  const double flops_per_second =
+      bf16 ? device_.bf16_flops_per_second : device_.peak_flops_per_second;
   return device_.op_overhead_seconds +
-         std::max(static_cast<double>(w.flops) / device_.peak_flops_per_second,
+         std::max(static_cast<double>(w.flops) / flops_per_second,
                   static_cast<double>(w.bytes) / device_.memory_bytes_per_second);
 }
 

@@ -31,6 +31,9 @@ struct DeviceSpec {
   // the parameter, gradient and state, writing the parameter and state): the rate of the
   // update that SectionCuts::optimizer_state_on_host moves to the host.
   double host_update_bytes_per_second = 0;
+  // Floating-point operations per second a large bfloat16 matmul or convolution reaches
+  // (float32 accumulation): the rate bf16 mixed precision's compute ops are charged.
+  double bf16_flops_per_second = 0;
 };
 
 // Returns the names of the presets: "cpu", "h100", "h200" (both on PCIe 5 x16 hosts), "gh200"
@@ -86,8 +89,13 @@ class CostModel {
 // buffer (5 x 4 bytes per element); Adam reads 4 and writes 3 (7 x 4).
 uint64_t HostUpdateBytes(uint64_t elements, bool adam);
 
-// The roofline: a node takes the longer of its flops at the peak rate and its bytes at the
-// memory rate, plus the op overhead. Holds a reference to `forward`, which must outlive it.
+// Returns whether node `id` is a matmul or convolution (forward, re-forward or backward) that
+// computes in bfloat16: charged at DeviceSpec::bf16_flops_per_second.
+bool ComputesInBf16(const graph::Graph& forward, const TrainingGraph& graph, NodeId id);
+
+// The roofline: a node takes the longer of its flops at the peak rate (the bf16 rate for a
+// bfloat16 matmul or convolution) and its bytes at the memory rate, plus the op overhead. Holds a
+// reference to `forward`, which must outlive it.
 class RooflineCostModel : public CostModel {
  public:
   RooflineCostModel(const graph::Graph& forward, DeviceSpec device);

@@ -125,6 +125,9 @@ absl::flat_hash_map<std::string, GradientRule> BuildRules() {
   for (const char* op : {"ReduceMax", "ReduceMin"}) {
     rules[op].reads = {Always(K::kInput, 0), Always(K::kOutput, 0)};
   }
+  // dx = dy converted to x's dtype (a parameter's bfloat16 gradient becomes the float32 one
+  // its update reads): shapes and dtypes only.
+  rules["Cast"];
   rules["Embedding"].reads = {Always(K::kInput, 0)};  // Scatter-add rows of dy at the ids.
   // dlogits = (softmax(logits) - onehot(labels)) dloss / N: recomputes the softmax from the
   // logits rather than saving probabilities, which would be as large.

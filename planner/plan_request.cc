@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "graph/mixed_precision.h"
 #include "graph/summary.h"
 #include "planner/collective_cost.h"
 #include "planner/placement_search.h"
@@ -96,21 +97,40 @@ void FillDataParallel(const DataParallelOptions& options, const DataParallelStep
   d.set_scaling_efficiency(dp.scaling_efficiency());
 }
 
-// Adds `points` to the frontier, each with `extra_bytes` and `extra_seconds` (the ranks'
-// buckets and allreduces; 0 without ranks).
-void AddPoints(const std::vector<TradeOffPoint>& points, uint64_t extra_bytes, double extra_seconds,
-               proto::PlanResponse& response) {
+// Returns `points`, each with `extra_bytes` and `extra_seconds` (the ranks' buckets and
+// allreduces; 0 without ranks) and marked bf16 or not.
+std::vector<TradeOffPoint> Shifted(std::vector<TradeOffPoint> points, uint64_t extra_bytes,
+                                   double extra_seconds, bool bf16) {
+  for (TradeOffPoint& p : points) {
+    p.peak_bytes += extra_bytes;
+    p.step_seconds += extra_seconds;
+    p.bf16 = bf16;
+  }
+  return points;
+}
+
+// Adds `points` to the frontier.
+void AddPoints(const std::vector<TradeOffPoint>& points, proto::PlanResponse& response) {
   for (const TradeOffPoint& p : points) {
     proto::FrontierPoint* f = response.add_frontier();
-    f->set_peak_bytes(p.peak_bytes + extra_bytes);
-    f->set_step_seconds(p.step_seconds + extra_seconds);
+    f->set_peak_bytes(p.peak_bytes);
+    f->set_step_seconds(p.step_seconds);
     f->set_strategy(p.strategy);
     f->set_num_sections(p.num_sections);
     f->set_offloaded_bytes(p.offloaded_bytes);
     f->set_optimizer_state_on_host(p.optimizer_state_on_host);
     f->set_parameters_on_host(p.parameters_on_host);
+    f->set_precision(p.bf16 ? "bf16" : "fp32");
   }
 }
+
+// A training step's answer in one precision, its frontier and baselines apart (empty unless
+// the options ask for the frontier), so answers in two precisions can be merged.
+struct TrainingAnswer {
+  proto::PlanResponse response;
+  std::vector<TradeOffPoint> frontier;
+  std::vector<TradeOffPoint> baselines;
+};
 
 // The forward pass alone: a sharing plan, no sections.
 absl::StatusOr<proto::PlanResponse> AnswerInference(const graph::Graph& forward,
@@ -163,6 +183,12 @@ absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::stri
         prefix, ".parameters: PARAMETERS_HOST needs ", prefix,
         ".optimizer_state HOST or AUTO (the host update's master copies are what each use "
         "prefetches)"));
+  }
+  if (!proto::Precision_IsValid(options.precision())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".precision: ", options.precision(),
+                     " is not a Precision (0 PRECISION_FP32, 1 PRECISION_BF16, 2 "
+                     "PRECISION_AUTO)"));
   }
   if (options.data_parallel().ranks() > kMaxRanks) {
     return absl::InvalidArgumentError(
@@ -271,20 +297,14 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
   return response;
 }
 
-absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
-                                               const proto::PlanOptions& options,
-                                               const CostModel* cost, const PlanBackend& backend,
-                                               const util::CancellationToken* cancel) {
-  ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
-  planner_options.training.scratch = backend.scratch;
-  RETURN_IF_ERROR(util::CheckCancellation(cancel));
-  if (planner_options.training.inference) {
-    if (options.data_parallel().ranks() > 1) {
-      return absl::InvalidArgumentError(
-          "options.data_parallel.ranks: ranks reduce gradients; an inference plan has none");
-    }
-    return AnswerInference(forward, options, planner_options);
-  }
+namespace {
+
+// Returns the training plan of `forward` in its own precision (AnswerPlan's, for one graph).
+absl::StatusOr<TrainingAnswer> AnswerTraining(const graph::Graph& forward,
+                                              const proto::PlanOptions& options,
+                                              const PlannerOptions& planner_options,
+                                              const CostModel* cost, const PlanBackend& backend,
+                                              const util::CancellationToken* cancel, bool bf16) {
   // 1. The training graph and the cost model (each linear in the graph's size).
   ASSIGN_OR_RETURN(TrainingGraph training,
                    TrainingGraph::Build(forward, planner_options.training));
@@ -359,6 +379,8 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
     FillDataParallel(dp, dp_plan, dp_plain, *response.mutable_summary());
   }
   AddTensors(*plan.memory, options, response);
+  response.mutable_summary()->set_precision(bf16 ? "bf16" : "fp32");
+  TrainingAnswer answer;
   // 3. The frontier, when asked. With ranks each point holds the buckets and the plain step's
   // exposed allreduce time: sections only add backward work behind each bucket, so a
   // sectioned plan hides at least as much (a bound, not each point's own schedule).
@@ -368,12 +390,108 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
     ASSIGN_OR_RETURN(std::vector<TradeOffPoint> baselines,
                      reversible ? reversible->Baselines() : placement->Baselines());
     const double exposed = ranked ? dp_plain.exposed_seconds : 0;
-    AddPoints(frontier, bucket_bytes, exposed, response);
-    AddPoints(baselines, bucket_bytes, exposed, response);
+    answer.frontier = Shifted(std::move(frontier), bucket_bytes, exposed, bf16);
+    answer.baselines = Shifted(std::move(baselines), bucket_bytes, exposed, bf16);
   }
   response.mutable_summary()->set_num_candidates(reversible ? reversible->num_candidates()
                                                             : placement->num_candidates());
-  return response;
+  answer.response = std::move(response);
+  return answer;
+}
+
+// Returns `answer`'s response with its frontier, then its baselines.
+proto::PlanResponse WithFrontier(TrainingAnswer answer) {
+  AddPoints(answer.frontier, answer.response);
+  AddPoints(answer.baselines, answer.response);
+  return std::move(answer.response);
+}
+
+// PRECISION_AUTO: the faster of the two answers that fit (float32 on a tie), the frontier
+// over both; when neither fits, both refusals.
+absl::StatusOr<proto::PlanResponse> ChoosePrecision(absl::StatusOr<TrainingAnswer> fp32,
+                                                    absl::StatusOr<TrainingAnswer> bf16) {
+  for (const absl::StatusOr<TrainingAnswer>* a : {&fp32, &bf16}) {
+    if (!a->ok() && a->status().code() != absl::StatusCode::kFailedPrecondition) {
+      return a->status();
+    }
+  }
+  if (!fp32.ok() && !bf16.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("neither precision fits. In bf16 mixed precision: ", bf16.status().message(),
+                     " In float32: ", fp32.status().message()));
+  }
+  if (!fp32.ok()) return WithFrontier(*std::move(bf16));
+  if (!bf16.ok()) return WithFrontier(*std::move(fp32));
+  const bool take_bf16 = bf16->response.summary().predicted_step_seconds() <
+                         fp32->response.summary().predicted_step_seconds();
+  TrainingAnswer chosen = take_bf16 ? *std::move(bf16) : *std::move(fp32);
+  const TrainingAnswer& other = take_bf16 ? *fp32 : *bf16;
+  std::vector<TradeOffPoint> all = chosen.frontier;
+  all.insert(all.end(), other.frontier.begin(), other.frontier.end());
+  chosen.frontier = ParetoFrontier(std::move(all));
+  chosen.baselines.insert(chosen.baselines.end(), other.baselines.begin(), other.baselines.end());
+  chosen.response.mutable_summary()->set_num_candidates(chosen.response.summary().num_candidates() +
+                                                        other.response.summary().num_candidates());
+  return WithFrontier(std::move(chosen));
+}
+
+}  // namespace
+
+absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
+                                               const proto::PlanOptions& options,
+                                               const CostModel* cost, const PlanBackend& backend,
+                                               const util::CancellationToken* cancel) {
+  ASSIGN_OR_RETURN(PlannerOptions planner_options, PlannerOptionsFromProto(options));
+  planner_options.training.scratch = backend.scratch;
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
+  const proto::Precision precision = options.precision();
+  if (precision != proto::PRECISION_FP32 && cost != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.precision: ", graph::PrecisionName(precision),
+                     " plans the mixed-precision graph, which the given cost model (a measured "
+                     "profile of the float32 step) does not describe; plan it without one (the "
+                     "roofline of options.device)"));
+  }
+  if (planner_options.training.inference) {
+    if (options.data_parallel().ranks() > 1) {
+      return absl::InvalidArgumentError(
+          "options.data_parallel.ranks: ranks reduce gradients; an inference plan has none");
+    }
+    if (precision == proto::PRECISION_AUTO) {
+      return absl::InvalidArgumentError(
+          "options.precision: AUTO chooses by a training step's predicted time; an inference "
+          "plan has none (ask for FP32 or BF16)");
+    }
+    if (precision == proto::PRECISION_BF16) {
+      ASSIGN_OR_RETURN(const graph::Graph mixed, graph::ToMixedPrecision(forward));
+      ASSIGN_OR_RETURN(proto::PlanResponse response,
+                       AnswerInference(mixed, options, planner_options));
+      response.mutable_summary()->set_precision("bf16");
+      return response;
+    }
+    ASSIGN_OR_RETURN(proto::PlanResponse response,
+                     AnswerInference(forward, options, planner_options));
+    response.mutable_summary()->set_precision("fp32");
+    return response;
+  }
+  if (precision == proto::PRECISION_FP32) {
+    ASSIGN_OR_RETURN(TrainingAnswer answer, AnswerTraining(forward, options, planner_options, cost,
+                                                           backend, cancel, false));
+    return WithFrontier(std::move(answer));
+  }
+  // The mixed-precision graph (its own cost model: the roofline of its dtypes).
+  ASSIGN_OR_RETURN(const graph::Graph mixed, graph::ToMixedPrecision(forward));
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
+  absl::StatusOr<TrainingAnswer> bf16 =
+      AnswerTraining(mixed, options, planner_options, nullptr, backend, cancel, true);
+  if (precision == proto::PRECISION_BF16) {
+    if (!bf16.ok()) return bf16.status();
+    return WithFrontier(*std::move(bf16));
+  }
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
+  return ChoosePrecision(
+      AnswerTraining(forward, options, planner_options, nullptr, backend, cancel, false),
+      std::move(bf16));
 }
 
 }  // namespace headroom::planner

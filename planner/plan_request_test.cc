@@ -1,7 +1,9 @@
 #include "planner/plan_request.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -283,6 +285,99 @@ TEST(PlanRequestTest, BadRanksAndInterconnectsNameTheValueAndTheChoices) {
   options.mutable_data_parallel()->mutable_interconnect()->set_preset("");
   options.set_inference(true);
   EXPECT_THAT(AnswerPlan(g, options).status().message(), HasSubstr("an inference plan has none"));
+}
+
+// ---- Precision (graph/mixed_precision.h) ------------------------------------------------
+
+proto::PlanOptions H100(proto::Precision precision, uint64_t budget_bytes = 0) {
+  proto::PlanOptions options;
+  options.mutable_device()->set_preset("h100");
+  options.set_precision(precision);
+  options.set_budget_bytes(budget_bytes);
+  return options;
+}
+
+TEST(PlanRequestPrecisionTest, Bf16PlansTheRewrittenGraph) {
+  const graph::Graph g = Zoo("resnet18", 32);
+  absl::StatusOr<proto::PlanResponse> fp32 = AnswerPlan(g, H100(proto::PRECISION_FP32));
+  absl::StatusOr<proto::PlanResponse> bf16 = AnswerPlan(g, H100(proto::PRECISION_BF16));
+  ASSERT_TRUE(fp32.ok() && bf16.ok()) << fp32.status() << bf16.status();
+  EXPECT_EQ(fp32->summary().precision(), "fp32");
+  EXPECT_EQ(bf16->summary().precision(), "bf16");
+  // Parameters and optimizer state are float32 in both; activations shrink.
+  auto role = [](const proto::PlanSummary& s, proto::TensorRole r) {
+    for (const proto::RoleBytes& b : s.bytes_by_role()) {
+      if (b.role() == r) return b.bytes();
+    }
+    return uint64_t{0};
+  };
+  EXPECT_EQ(role(bf16->summary(), proto::ROLE_PARAMETER),
+            role(fp32->summary(), proto::ROLE_PARAMETER));
+  EXPECT_EQ(role(bf16->summary(), proto::ROLE_OPTIMIZER_STATE),
+            role(fp32->summary(), proto::ROLE_OPTIMIZER_STATE));
+  EXPECT_LT(bf16->summary().predicted_peak_bytes(), fp32->summary().predicted_peak_bytes());
+  // The convolutions run at the bf16 rate: the step is faster.
+  EXPECT_LT(bf16->summary().predicted_step_seconds(), fp32->summary().predicted_step_seconds());
+}
+
+TEST(PlanRequestPrecisionTest, AutoTakesBf16WhereFasterOrWhereOnlyItFits) {
+  const graph::Graph g = Zoo("resnet18", 32);
+  absl::StatusOr<proto::PlanResponse> plain = AnswerPlan(g, H100(proto::PRECISION_AUTO));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->summary().precision(), "bf16");  // Faster on the h100's tensor cores.
+  // Where bf16 is no faster (its rate set to float32's), auto keeps float32.
+  proto::PlanOptions same_rate = H100(proto::PRECISION_AUTO);
+  same_rate.mutable_device()->set_bf16_flops_per_second(
+      DevicePreset("h100")->peak_flops_per_second);
+  same_rate.mutable_device()->set_memory_bytes_per_second(1e18);  // Compute-bound only.
+  absl::StatusOr<proto::PlanResponse> kept = AnswerPlan(g, same_rate);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->summary().precision(), "fp32");
+  // A budget below float32's smallest plan but above bf16's: only bf16 fits.
+  absl::StatusOr<proto::PlanResponse> fp32_floor = AnswerPlan(g, H100(proto::PRECISION_FP32, 1024));
+  ASSERT_EQ(fp32_floor.status().code(), absl::StatusCode::kFailedPrecondition);
+  proto::PlanOptions frontier = same_rate;
+  frontier.set_frontier(true);
+  absl::StatusOr<proto::PlanResponse> points = AnswerPlan(g, frontier);
+  ASSERT_TRUE(points.ok()) << points.status();
+  uint64_t fp32_min = UINT64_MAX, bf16_min = UINT64_MAX;
+  for (const proto::FrontierPoint& p : points->frontier()) {
+    ASSERT_TRUE(p.precision() == "fp32" || p.precision() == "bf16") << p.precision();
+    uint64_t& min = p.precision() == "bf16" ? bf16_min : fp32_min;
+    min = std::min(min, p.peak_bytes());
+  }
+  ASSERT_LT(bf16_min, fp32_min) << "the frontier's smallest point is bf16";
+  absl::StatusOr<proto::PlanResponse> only_bf16 = AnswerPlan(g, [&] {
+    proto::PlanOptions o = same_rate;
+    o.set_budget_bytes((bf16_min + fp32_min) / 2);
+    return o;
+  }());
+  ASSERT_TRUE(only_bf16.ok()) << only_bf16.status();
+  EXPECT_EQ(only_bf16->summary().precision(), "bf16");
+  EXPECT_LE(only_bf16->summary().predicted_peak_bytes(), (bf16_min + fp32_min) / 2);
+}
+
+TEST(PlanRequestPrecisionTest, RefusalsNameTheField) {
+  const graph::Graph g = Zoo("mlp", 8);
+  proto::PlanOptions bad = H100(static_cast<proto::Precision>(7));
+  EXPECT_THAT(AnswerPlan(g, bad).status().message(), HasSubstr("options.precision: 7"));
+  // Neither precision fits: both floors are said.
+  absl::StatusOr<proto::PlanResponse> none = AnswerPlan(g, H100(proto::PRECISION_AUTO, 1024));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(), HasSubstr("In bf16 mixed precision: budget"));
+  EXPECT_THAT(none.status().message(), HasSubstr("In float32: budget"));
+  // A measured cost model describes the float32 graph only.
+  RooflineCostModel cost(g, DevicePreset("cpu").value());
+  EXPECT_THAT(AnswerPlan(g, H100(proto::PRECISION_BF16), &cost).status().message(),
+              HasSubstr("options.precision: bf16"));
+  // Inference: bf16 plans the rewritten forward; auto has no step time to choose by.
+  proto::PlanOptions inference = H100(proto::PRECISION_BF16);
+  inference.set_inference(true);
+  absl::StatusOr<proto::PlanResponse> forward = AnswerPlan(g, inference);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  EXPECT_EQ(forward->summary().precision(), "bf16");
+  inference.set_precision(proto::PRECISION_AUTO);
+  EXPECT_THAT(AnswerPlan(g, inference).status().message(), HasSubstr("options.precision: AUTO"));
 }
 
 }  // namespace

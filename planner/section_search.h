@@ -117,6 +117,8 @@ struct TradeOffPoint {
   bool optimizer_state_on_host = false;
   // Whether its parameters live on the host between uses (placement_search.h marks it).
   bool parameters_on_host = false;
+  // Whether its step computes in bf16 mixed precision (plan_request.cc marks it).
+  bool bf16 = false;
 };
 
 // Plans one training graph under budgets. Create() once (it builds the candidate pool), then

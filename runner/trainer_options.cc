@@ -35,6 +35,7 @@ absl::StatusOr<executor::TrainerOptions> TrainerOptionsOf(const proto::PlanOptio
   o.host_memory = plan.host_memory();
   o.optimizer_state = plan.optimizer_state();
   o.parameters = plan.parameters();
+  o.precision = plan.precision();
   const proto::Optimizer& opt = plan.optimizer();
   if (opt.kind() != proto::Optimizer::KIND_UNSPECIFIED) o.optimizer = opt.kind();
   // Checked above: learning_rate is 0 (the default) or positive; the optional fields are used
