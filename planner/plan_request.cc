@@ -164,6 +164,11 @@ absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::stri
         ".optimizer_state HOST or AUTO (the host update's master copies are what each use "
         "prefetches)"));
   }
+  if (!(options.max_rebuild_error() >= 0) || !std::isfinite(options.max_rebuild_error())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".max_rebuild_error: ", options.max_rebuild_error(),
+                     " is not a finite number >= 0"));
+  }
   if (options.data_parallel().ranks() > kMaxRanks) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, ".data_parallel.ranks: ", options.data_parallel().ranks(),
