@@ -461,6 +461,7 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
   if (!f.device.empty()) options.mutable_device()->set_preset(f.device);
   options.set_disable_offload(f.no_offload);
   options.set_disable_reversible(f.no_reversible);
+  options.set_max_rebuild_error(f.max_rebuild_error);
   options.set_host_memory(f.host_memory == "shared"     ? proto::HOST_MEMORY_SHARED
                           : f.host_memory == "separate" ? proto::HOST_MEMORY_SEPARATE
                                                         : proto::HOST_MEMORY_BACKEND);
@@ -504,6 +505,17 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
     dp.set_bucket_bytes(static_cast<uint64_t>(f.bucket_kib) * 1024);
   }
   return options;
+}
+
+void AddCheckRebuildFlag(CLI::App& command, int64_t& every_steps) {
+  command
+      .add_option("--check-rebuild", every_steps,
+                  "every N steps compare each tensor rebuilt for a reversible block with the "
+                  "forward's copy and report max_rebuild_error (a debug mode: host copies "
+                  "outside the plan); 0 never")
+      ->type_name("N")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
 }
 
 void AddRunFlags(CLI::App& command, RunFlags& f, int64_t default_steps,

@@ -96,6 +96,8 @@ struct PlanFlags {
   std::string device_file;
   bool no_offload = false;
   bool no_reversible = false;
+  // --max-rebuild-error (train): PlanOptions.max_rebuild_error; 0 never.
+  double max_rebuild_error = 0;
   std::string host_memory;
   // --optimizer-state: "device", "host" or "auto".
   std::string optimizer_state = "device";
@@ -132,6 +134,10 @@ struct RunFlags {
 // (headroomd's) for those that ask the daemon.
 void AddRunFlags(CLI::App& command, RunFlags& flags, int64_t default_steps,
                  const std::string& backend_default);
+
+// --check-rebuild N (train and profile): every N steps compare each tensor rebuilt for a
+// reversible block with the forward's copy and report max_rebuild_error; 0 never.
+void AddCheckRebuildFlag(CLI::App& command, int64_t& every_steps);
 
 // Returns the trainer options of a run here: plan options, seed and backend (the learning
 // rate and device defaults of runner::TrainerOptionsOf).

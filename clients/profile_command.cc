@@ -120,6 +120,7 @@ absl::StatusOr<proto::ProfileResponse> LocalProfiler::Profile(
   ASSIGN_OR_RETURN(executor::TrainerOptions options,
                    runner::TrainerOptionsOf(request.plan(), request.seed(), backend_name));
   RETURN_IF_ERROR(ResolveLocalPlan(g, local_, options));
+  options.check_rebuild_every = request.check_rebuild_every();
   ASSIGN_OR_RETURN(std::unique_ptr<executor::Backend> backend,
                    executor::MakeBackendWithOptions(backend_name, backend_options_));
   RETURN_IF_ERROR(executor::ReserveFixedCost(*backend, options));
@@ -150,6 +151,8 @@ struct ProfileCommand {
   ServiceFlags service;
   ProfileFiles files;
   std::string metrics_path;
+  // --check-rebuild (ProfileRequest.check_rebuild_every).
+  int64_t check_rebuild_every = 0;
   const CLI::App* app = nullptr;
 
   absl::Status Run(const CommandIo& io);
@@ -193,6 +196,7 @@ absl::Status ProfileCommand::Run(const CommandIo& io) {
   if (!here && app->count("--backend") == 0) asked.backend = "";  // the daemon's
   ASSIGN_OR_RETURN(proto::ProfileRequest request,
                    ProfileRequestOf(model, plan, asked, !files.trace_path.empty()));
+  request.set_check_rebuild_every(static_cast<uint32_t>(check_rebuild_every));
   if (here) return RunHere(request, io);
   ASSIGN_OR_RETURN(std::unique_ptr<proto::Headroom::StubInterface> stub,
                    Connect(service, io, run.backend));
@@ -212,6 +216,7 @@ Command AddProfileCommand(CLI::App& headroom, const CommandIo& io) {
   AddPlanFlags(*app, state->plan, /*trains=*/true);
   AddLocalPlanFlags(*app, state->local);
   AddRunFlags(*app, state->run, kDefaultSteps, /*backend_default=*/"cpu");
+  AddCheckRebuildFlag(*app, state->check_rebuild_every);
   app->add_option("--trace", state->files.trace_path,
                   "write a Chrome trace-event JSON (ui.perfetto.dev or chrome://tracing)")
       ->type_name("FILE");

@@ -1,13 +1,13 @@
 // `headroom profile` end to end, in-process: the summary with its peak table, the trace,
 // the profile that `headroom plan --profile` reads back, the metrics promtool accepts, and
 // errors for bad flags.
-#include "clients/cli.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
+#include "clients/cli.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "profiler/measured_cost_model.h"
@@ -16,6 +16,7 @@ namespace headroom::clients {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct CommandRun {
   int code;
@@ -96,6 +97,33 @@ TEST(ProfileCommandTest, JsonIsTheProfile) {
   EXPECT_THAT(r.out, HasSubstr("\"op_costs\""));
   EXPECT_THAT(r.out, HasSubstr("\"peak_live\""));
   EXPECT_EQ(r.err, "") << "no progress lines with --json";
+}
+
+// --check-rebuild N: the rebuilt tensors of a reversible network checked against the
+// forward's, in the text and the JSON.
+TEST(ProfileCommandTest, ReportsMaxRebuildError) {
+  const std::vector<std::string> model = {"--model",         "revnet38", "--batch", "2",
+                                          "--image_size",    "16",       "--steps", "2",
+                                          "--check-rebuild", "1"};
+  CommandRun text = Profile(model);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("max_rebuild_error"));
+  EXPECT_THAT(text.out, HasSubstr("over 2 checked step(s) (every 1), mismatched mask elements 0"));
+  std::vector<std::string> json_args = model;
+  json_args.push_back("--json");
+  CommandRun json = Profile(json_args);
+  ASSERT_EQ(json.code, 0) << json.err;
+  const size_t at = json.out.find("\"max_rebuild_error\":");
+  ASSERT_NE(at, std::string::npos) << json.out.substr(0, 400);
+  const double error = std::strtod(json.out.c_str() + at + 20, nullptr);
+  std::cout << "profile revnet38: max_rebuild_error " << error << "\n";
+  EXPECT_GT(error, 0) << "rebuilding rounds: the error is measured, not left at 0";
+  EXPECT_LT(error, 1e-4);
+  // Without the flag, nothing is checked and nothing reported.
+  CommandRun plain =
+      Profile({"--model", "revnet38", "--batch", "2", "--image_size", "16", "--steps", "1"});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_THAT(plain.out, Not(HasSubstr("max_rebuild_error")));
 }
 
 TEST(ProfileCommandTest, BadFlagsAndBudgets) {

@@ -447,6 +447,14 @@ std::string ProfileText(const proto::ProfileResponse& p, int rows) {
   if (p.has_process()) {
     absl::StrAppendFormat(&out, "%-24s %s\n", "physical (process)", ProcessMemoryLine(p.process()));
   }
+  if (p.has_rebuild_check()) {
+    const proto::RebuildCheck& c = p.rebuild_check();
+    absl::StrAppendFormat(&out,
+                          "%-24s max_rebuild_error %.3g over %d checked step(s) (every %d), "
+                          "mismatched mask elements %d\n",
+                          "rebuild check", c.max_rebuild_error(), c.checked_steps(),
+                          c.every_steps(), c.mismatched_elements());
+  }
   out += CuptiText(p.physical());
   return out + "\n" + PeakText(p.timeline(), rows) + SlowestNodesText(p, rows);
 }

@@ -63,7 +63,62 @@ struct TrainTotals {
   // the elements of rebuilt non-float tensors (dropout masks) that differed.
   double max_rebuild_error = -1;
   int64_t rebuild_mismatches = 0;
+  // The most a step's measured high-water mark went above the plan it ran under (a bug).
+  uint64_t over_plan = 0;
+
+  // Adds one step's measurements.
+  void Add(const executor::StepResult& r) {
+    losses.push_back(r.loss);
+    seconds.push_back(r.seconds);
+    measured_peak = std::max(measured_peak, r.arena_high_water_bytes);
+    if (r.arena_high_water_bytes > r.planned_peak_bytes) {
+      over_plan = std::max(over_plan, r.arena_high_water_bytes - r.planned_peak_bytes);
+    }
+    offloaded += r.offloaded_bytes;
+    copy_wait += r.copy_wait_seconds;
+    max_rebuild_error = std::max(max_rebuild_error, r.max_rebuild_error);
+    rebuild_mismatches += r.rebuild_mismatches;
+  }
 };
+
+// Returns the line of a --max-rebuild-error replan (threshold `threshold`).
+std::string ReplanLine(const executor::RebuildReplan& r, double threshold) {
+  if (!r.failure.empty()) {
+    return absl::StrFormat(
+        "rebuild replan after step %d: max_rebuild_error %.3g > %.3g, but no plan keeping a "
+        "block in every %d fits (%s): going on rebuilding %d block(s)\n",
+        r.after_step, r.error_before, threshold, r.keep_every, r.failure, r.rebuilt_before);
+  }
+  return absl::StrFormat(
+      "rebuild replan after step %d: max_rebuild_error %.3g > %.3g: keep 1 block in every %d, "
+      "%d -> %d block(s) rebuilt, plan '%s', predicted peak %s; error after %s\n",
+      r.after_step, r.error_before, threshold, r.keep_every, r.rebuilt_before, r.rebuilt_after,
+      r.strategy, graph::HumanBytes(r.peak_bytes),
+      r.error_after < 0 ? std::string("not yet checked") : absl::StrFormat("%.3g", r.error_after));
+}
+
+// Writes a --max-rebuild-error replan as a JSON object.
+void WriteReplan(const executor::RebuildReplan& r, JsonWriter& w) {
+  w.BeginObject()
+      .Key("after_step")
+      .Int(r.after_step)
+      .Key("keep_every")
+      .Int(r.keep_every)
+      .Key("error_before")
+      .Double(r.error_before)
+      .Key("error_after")
+      .Double(r.error_after)
+      .Key("rebuilt_before")
+      .Int(r.rebuilt_before)
+      .Key("rebuilt_after")
+      .Int(r.rebuilt_after)
+      .Key("strategy")
+      .String(r.strategy)
+      .Key("predicted_peak_bytes")
+      .Uint(r.peak_bytes);
+  if (!r.failure.empty()) w.Key("failure").String(r.failure);
+  w.EndObject();
+}
 
 // Training on real data instead of the synthetic task: --dataset and what goes with it, the
 // flags `headroom submit` shares and those of a run here.
@@ -240,11 +295,7 @@ class EpochReport : public executor::Callback {
     return absl::OkStatus();
   }
   absl::Status OnStepEnd(executor::FitLoop&, const executor::StepResult& r) override {
-    totals_->losses.push_back(r.loss);
-    totals_->seconds.push_back(r.seconds);
-    totals_->measured_peak = std::max(totals_->measured_peak, r.arena_high_water_bytes);
-    totals_->offloaded += r.offloaded_bytes;
-    totals_->copy_wait += r.copy_wait_seconds;
+    totals_->Add(r);
     return absl::OkStatus();
   }
   absl::Status OnEpochEnd(executor::FitLoop& fit, int64_t epoch) override {
@@ -540,6 +591,8 @@ absl::Status TrainCommand::ExportFitInputs(executor::Trainer& trainer, const gra
 
 absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals,
                                  std::ostream& out) const {
+  const double max_rebuild_error = plan.max_rebuild_error;
+  size_t replans_printed = 0;
   for (int64_t s = 0; s < run.steps; ++s) {
     absl::StatusOr<executor::StepResult> r;
     if (dist_run != nullptr && dist_run->global_task.has_value()) {
@@ -567,13 +620,8 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
     }
     if (!r.ok())
       return absl::Status(r.status().code(), absl::StrCat("step ", s, ": ", r.status().message()));
-    totals.losses.push_back(r->loss);
-    totals.seconds.push_back(r->seconds);
-    totals.measured_peak = std::max(totals.measured_peak, r->arena_high_water_bytes);
-    totals.offloaded += r->offloaded_bytes;
-    totals.copy_wait += r->copy_wait_seconds;
-    totals.max_rebuild_error = std::max(totals.max_rebuild_error, r->max_rebuild_error);
-    totals.rebuild_mismatches += r->rebuild_mismatches;
+    totals.Add(*r);
+    const bool replanned = trainer.replans().size() > replans_printed;
     if (json) {
       JsonWriter w;
       w.BeginObject()
@@ -585,6 +633,10 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
           .Key("offloaded_bytes").Uint(r->offloaded_bytes)
           .Key("copy_wait_seconds").Double(r->copy_wait_seconds);
       if (r->max_rebuild_error >= 0) w.Key("max_rebuild_error").Double(r->max_rebuild_error);
+      if (replanned) {
+        w.Key("replan");
+        WriteReplan(trainer.replans().back(), w);
+      }
       w.EndObject();
       out << w.str() << "\n" << std::flush;
     } else {
@@ -593,7 +645,9 @@ absl::Status TrainCommand::Train(executor::Trainer& trainer, TrainTotals& totals
                              run.steps, r->loss, r->seconds,
                              graph::HumanBytes(r->arena_high_water_bytes))
           << std::flush;
+      if (replanned) out << ReplanLine(trainer.replans().back(), max_rebuild_error) << std::flush;
     }
+    replans_printed = trainer.replans().size();
   }
   return absl::OkStatus();
 }
@@ -639,6 +693,9 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
     if (t.max_rebuild_error >= 0) {
       out << absl::StrFormat("rebuild check: max_rebuild_error %.3g, mismatched mask elements %d\n",
                              t.max_rebuild_error, t.rebuild_mismatches);
+    }
+    for (const executor::RebuildReplan& r : trainer.replans()) {
+      out << ReplanLine(r, this->plan.max_rebuild_error);
     }
     if (fit != nullptr) PrintFitSummary(*fit, t, nullptr, out);
     return;
@@ -742,6 +799,14 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
     w.Key("max_rebuild_error").Double(t.max_rebuild_error)
         .Key("rebuild_mismatches").Int(t.rebuild_mismatches);
   }
+  if (this->plan.max_rebuild_error > 0) {
+    w.Key("max_rebuild_error_threshold")
+        .Double(this->plan.max_rebuild_error)
+        .Key("rebuild_replans");
+    w.BeginArray();
+    for (const executor::RebuildReplan& r : trainer.replans()) WriteReplan(r, w);
+    w.EndArray();
+  }
   if (fit != nullptr) PrintFitSummary(*fit, t, &w, out);
   w.EndObject();
   out << w.str() << "\n";
@@ -824,6 +889,7 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
   RETURN_IF_ERROR(CheckDataFlags());
   ASSIGN_OR_RETURN(executor::TrainerOptions options, TrainerOptionsOf(plan, run));
   options.check_rebuild_every = check_rebuild_every;
+  options.max_rebuild_error = plan.max_rebuild_error;  // Replans during this run only.
   // Real data is read before the process's memory is measured: it is the run's input, not
   // the step's.
   std::optional<LoadedData> sets;
@@ -900,14 +966,15 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
         executor::WriteReferenceResults(export_dir, totals.losses, totals.seconds, state);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--export: ", s.message()));
   }
-  const proto::ProcessMemory process =
-      sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes() +
-                                           trainer->executor().staging_host_bytes());
+  // Replans change the plan: the process is held against the largest one it ran under.
+  const proto::ProcessMemory process = sampler.Account(
+      trainer->largest_planned_peak_bytes(),
+      trainer->executor().host_pool_bytes() + trainer->executor().staging_host_bytes());
   PrintSummary(*trainer, g, totals, sets.has_value() ? &fit : nullptr, process, io.out);
-  if (totals.measured_peak > plan.peak_bytes) {
-    return absl::InternalError(absl::StrCat("measured peak ", totals.measured_peak,
-                                            " B exceeds the predicted ", plan.peak_bytes,
-                                            " B: a bug"));
+  if (totals.over_plan > 0 || totals.measured_peak > trainer->largest_planned_peak_bytes()) {
+    return absl::InternalError(absl::StrCat(
+        "measured peak ", totals.measured_peak, " B exceeds the predicted ", plan.peak_bytes,
+        " B (by ", totals.over_plan, " B over the plan of its step): a bug"));
   }
   return absl::OkStatus();
 }
@@ -1004,11 +1071,13 @@ Command AddTrainCommand(CLI::App& headroom, const CommandIo& io) {
   AddRunFlags(*app, state->run, kDefaultSteps, /*backend_default=*/"cpu");
   app->add_flag("--json", state->json,
                 "one JSON object per step (per epoch with --dataset), then a summary object");
-  app->add_option("--check-rebuild", state->check_rebuild_every,
-                  "every N steps compare each tensor rebuilt for a reversible block with the "
-                  "forward's copy and report max_rebuild_error (a debug mode: host copies "
-                  "outside the plan); 0 never")
-      ->type_name("N")
+  AddCheckRebuildFlag(*app, state->check_rebuild_every);
+  app->add_option("--max-rebuild-error", state->plan.max_rebuild_error,
+                  "when a step checked by --check-rebuild measures a max_rebuild_error above T, "
+                  "replan keeping an activation at least every k reversible blocks (k = the "
+                  "longest chain / 2, halved at each replan down to 1: keep everything) and go "
+                  "on from the same step; 0 never")
+      ->type_name("T")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   AddDataFlags(*app, state->data);

@@ -466,6 +466,7 @@ absl::Status Executor::FinishStep(std::chrono::steady_clock::time_point start,
   run_high_water_bytes_ =
       std::max({run_high_water_bytes_, high_water_before, arena_->high_water_bytes()});
   result->arena_high_water_bytes = run_high_water_bytes_;
+  result->planned_peak_bytes = predicted_peak_bytes();
   result->seconds = Seconds(start);
   observer_->OnStepEnd(steps_run_, result->seconds, result->loss);
   ++steps_run_;
@@ -594,7 +595,10 @@ absl::Status Executor::PrepareBatchNormSync() {
       }
       synced_batch_norm_[s] = true;
       if (kind == NodeKind::kRecompute) {
-        args.saved_statistics_given = true;  // Copied in from the forward: no collective.
+        // Copied in from the forward: normalised as the synchronised forward does, with no
+        // collective (the kernel calls none when the statistics are given).
+        args.saved_statistics_given = true;
+        args.sync_statistics = bind(" (re-forward)");
         continue;
       }
       args.sync_statistics = bind(" (forward)");

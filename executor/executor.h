@@ -124,6 +124,8 @@ struct StepResult {
   // The arena's high-water mark (over the whole run so far) and its live peak this step.
   uint64_t arena_high_water_bytes = 0;
   uint64_t peak_live_bytes = 0;
+  // The plan's peak this step ran under (predicted_peak_bytes()).
+  uint64_t planned_peak_bytes = 0;
   // Time compute spent waiting for copies: the thread's wait on the CPU backend, the compute
   // stream's on a GPU (Backend::TakeStreamWaitSeconds).
   double copy_wait_seconds = 0;

@@ -55,9 +55,11 @@ struct ForwardArgs {
   // the global mean and biased variance; the running statistics take the unbiased variance
   // over the global count. Empty: the statistics are this rank's own batch.
   StatisticsAllreduce sync_statistics;
-  // BatchNorm in a training re-forward of a synchronised batch norm: `saved` already holds
-  // the forward's global statistics (the executor copied them in); the kernel normalises
-  // with them and computes and reduces nothing.
+  // BatchNorm in a training re-forward: `saved` already holds the forward's statistics (a
+  // synchronised batch norm's global ones, which the executor copied in; a reversible
+  // block's rebuild reads the forward's saved tensors themselves); the kernel normalises
+  // with them as its forward did (with sync_statistics set, as a synchronised forward) and
+  // computes, reduces and updates nothing.
   bool saved_statistics_given = false;
   // Dropout's random stream for this node in this step. A re-forward is handed the same
   // seed and must write the same mask and output.

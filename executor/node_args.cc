@@ -149,7 +149,16 @@ DescribedArgs<ForwardArgs> DescribeForwardArgs(const graph::Graph& forward, cons
   d.args.op = fn.op->name;
   d.args.attrs = &fn.attrs;
   d.args.training = !g.inference();
-  for (TensorId t : node.inputs) Append(g, t, d.args.inputs, d.tensors.inputs);
+  // A rebuilt batch norm's inputs end with its forward's saved statistics (saved state the
+  // kernel reads, not an input of the op).
+  const size_t saved_from =
+      node.saved_inputs_from == planner::kNone ? node.inputs.size() : node.saved_inputs_from;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const bool input = i < saved_from;
+    Append(g, node.inputs[i], input ? d.args.inputs : d.args.saved,
+           input ? d.tensors.inputs : d.tensors.saved);
+  }
+  d.args.saved_statistics_given = saved_from < node.inputs.size();
   for (size_t o = 0; o < node.outputs.size(); ++o) {
     const bool output = o < fn.outputs.size();
     Append(g, node.outputs[o], output ? d.args.outputs : d.args.saved,

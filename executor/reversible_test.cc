@@ -241,6 +241,70 @@ TEST(ReversibleExecutorTest, BudgetedChoiceRunsAsPlanned) {
   }
 }
 
+// --max-rebuild-error with a threshold every rebuild passes: after each checked step the
+// trainer replans keeping a block in every k (k = 8 / 2 = 4, then 2, then 1: everything), and
+// goes on from the same step with the same state: the next step's loss (the forward pass,
+// before any rebuild) is bitwise that of a run that never replanned, the error after the last
+// replan is below the threshold (nothing is rebuilt), the losses go on within 1e-5 of that
+// run's, and every step's measured peak is the plan it ran under.
+TEST(ReversibleExecutorTest, ErrorAboveTheThresholdReplansKeepingOneBlockInK) {
+  graph::RevChainOptions o;
+  o.blocks = 8;
+  o.batch = 4;
+  o.half_channels = 3;
+  o.size = 5;
+  const graph::Graph g = Chain(o);
+  constexpr double kThreshold = 1e-12;
+  constexpr int kSteps = 8;
+  auto run = [&](double threshold, std::vector<StepResult>* steps) {
+    std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+    TrainerOptions options;
+    options.seed = 7;
+    options.rebuild_reversible = true;
+    options.check_rebuild_every = 1;
+    options.max_rebuild_error = threshold;
+    options.optimizer_params.learning_rate = 0.05;
+    std::unique_ptr<Trainer> trainer = Trainer::Create(g, backend.get(), options).value();
+    for (int i = 0; i < kSteps; ++i) {
+      absl::StatusOr<StepResult> r = trainer->Step();
+      CHECK(r.ok()) << r.status();
+      EXPECT_EQ(r->arena_high_water_bytes, r->planned_peak_bytes) << "step " << i;
+      steps->push_back(*r);
+    }
+    return trainer->replans();
+  };
+  std::vector<StepResult> plain, replanned;
+  EXPECT_TRUE(run(0, &plain).empty()) << "no threshold, no replan";
+  const std::vector<RebuildReplan> replans = run(kThreshold, &replanned);
+  ASSERT_EQ(replans.size(), 3u);
+  const int32_t ks[] = {4, 2, 1};
+  const int32_t rebuilt_after[] = {6, 4, 0};
+  for (size_t i = 0; i < replans.size(); ++i) {
+    const RebuildReplan& r = replans[i];
+    std::cout << "replan after step " << r.after_step << ": error " << r.error_before
+              << " -> keep 1 in " << r.keep_every << ", rebuilt " << r.rebuilt_before << " -> "
+              << r.rebuilt_after << " ('" << r.strategy << "', peak " << r.peak_bytes
+              << " B), error after " << r.error_after << "\n";
+    EXPECT_EQ(r.after_step, static_cast<int64_t>(i));
+    EXPECT_EQ(r.keep_every, ks[i]);
+    EXPECT_EQ(r.rebuilt_after, rebuilt_after[i]);
+    EXPECT_TRUE(r.failure.empty()) << r.failure;
+    EXPECT_GT(r.error_before, kThreshold);
+    EXPECT_GE(r.error_after, 0) << "measured";
+  }
+  EXPECT_EQ(replans[0].rebuilt_before, 8);
+  EXPECT_LT(replans.back().error_after, kThreshold);
+  // The replan changes no state: the step after it sees the parameters the plain run has.
+  EXPECT_EQ(replanned[1].loss, plain[1].loss) << "same parameters after the first replan";
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_NEAR(replanned[i].loss, plain[i].loss, 1e-5 * plain[i].loss) << "step " << i;
+  }
+  for (int i = 4; i < kSteps; ++i) {
+    EXPECT_EQ(replanned[i].max_rebuild_error, -1) << "step " << i << ": nothing rebuilt";
+  }
+  for (const StepResult& r : replanned) EXPECT_TRUE(std::isfinite(r.loss)) << "step " << r.step;
+}
+
 // The training target, 20 steps (`revnet_bench curve` runs 300): revnet38 at 16x16, batch
 // 8, SGD with momentum, under a budget below its keep-everything peak (the peak of rebuilding
 // every block; the planner's choice) and with every block rebuilt, against keeping everything from

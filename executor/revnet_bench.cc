@@ -14,7 +14,8 @@
 // with cuts and offload) at budgets from the smallest plan to keeping everything, against
 // rebuilding every block and checkpointing alone (predicted times, exact peaks).
 // `revnet_bench curve MODEL BATCH STEPS [FRACTION]` trains under a budget of FRACTION
-// (default 0.35) of the keep-everything planned peak, and with every block rebuilt, each
+// (default 0.35; 0: the largest budget of a grid at which the planner's choice rebuilds
+// blocks, printed) of the keep-everything planned peak, and with every block rebuilt, each
 // against keeping everything from the same seed in its own process: the largest relative
 // loss difference over the steps, planned and measured peaks (the arena's high-water mark,
 // the process's max RSS from /proc/self/status) and max_rebuild_error (checked every 50
@@ -36,6 +37,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "executor/backend_scratch.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
@@ -268,17 +270,19 @@ int CurveRun(const std::string& name, uint64_t batch, int steps, const std::stri
   std::vector<double> losses;
   uint64_t high_water = 0;
   double max_error = -1;
+  int off_plan_steps = 0;  // Steps whose arena high-water mark is not the planned peak.
   for (int i = 0; i < steps; ++i) {
     absl::StatusOr<StepResult> r = (*trainer)->Step();
     CHECK(r.ok()) << r.status();
     losses.push_back(r->loss);
     high_water = std::max(high_water, r->arena_high_water_bytes);
     max_error = std::max(max_error, r->max_rebuild_error);
+    off_plan_steps += r->arena_high_water_bytes != r->planned_peak_bytes ? 1 : 0;
   }
   const planner::SectionPlan& plan = (*trainer)->plan();
   std::cout << plan.peak_bytes << " " << high_water << " " << start_rss << " "
             << StatusBytes("VmHWM") << " " << max_error << " " << plan.rebuilt_blocks.size() << " "
-            << plan.strategy << "\n";
+            << off_plan_steps << " " << plan.strategy << "\n";
   for (double l : losses) std::cout << absl::StrFormat("%.9g ", l);
   std::cout << "\n";
   return 0;
@@ -288,6 +292,7 @@ struct Curve {
   uint64_t planned = 0, high_water = 0, start_rss = 0, max_rss = 0;
   double max_rebuild_error = -1;
   int rebuilt = 0;
+  int off_plan_steps = 0;
   std::string strategy;
   std::vector<double> losses;
 };
@@ -306,24 +311,63 @@ Curve RunCurveChild(const std::string& self, const std::string& name, uint64_t b
   Curve c;
   std::istringstream in(out);
   in >> c.planned >> c.high_water >> c.start_rss >> c.max_rss >> c.max_rebuild_error >> c.rebuilt >>
-      c.strategy;
+      c.off_plan_steps >> c.strategy;
   double l;
   while (in >> l) c.losses.push_back(l);
   CHECK(static_cast<int>(c.losses.size()) == steps) << command << ": " << out;
   return c;
 }
 
+// Returns the largest budget of a geometric grid from the smallest plan to keeping
+// everything at which the planner's choice for `name` rebuilds some block, as the trainer
+// plans it (the CPU backend's kernel scratch, the CPU roofline); 0 when none does.
+uint64_t BudgetThatRebuilds(const std::string& name, uint64_t batch) {
+  const graph::Graph g = Build(name, batch, true);
+  std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
+  const BackendScratchModel scratch(backend.get());
+  planner::TrainingOptions training;
+  training.scratch = &scratch;
+  const planner::TrainingGraph t = planner::TrainingGraph::Build(g, training).value();
+  const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+  planner::SearchOptions options;
+  options.host_pool_in_budget =
+      planner::HostPoolInBudget(proto::HOST_MEMORY_BACKEND, backend->host_is_device_memory());
+  std::unique_ptr<planner::ReversibleSearch> search =
+      planner::ReversibleSearch::Create(g, t, cost, options, proto::OPTIMIZER_STATE_DEVICE).value();
+  const uint64_t smallest = search->MinimumPeakBytes().value();
+  const uint64_t kept = search->Unconstrained().value().peak_bytes;
+  uint64_t budget = 0;
+  constexpr int kBudgets = 7;
+  for (int i = 0; i < kBudgets; ++i) {
+    const double f = static_cast<double>(i) / (kBudgets - 1);
+    const uint64_t b =
+        static_cast<uint64_t>(smallest * std::pow(static_cast<double>(kept) / smallest, f));
+    const planner::SectionPlan chosen = search->Plan(b).value();
+    std::cout << absl::StrFormat("  budget %.2f MiB: '%s', %d of %d blocks rebuilt\n", MiB(b),
+                                 chosen.strategy, chosen.rebuilt_blocks.size(),
+                                 g.reversible_blocks().size());
+    if (!chosen.rebuilt_blocks.empty()) budget = b;
+  }
+  return budget;
+}
+
 // The training target: `name` for `steps` steps under a budget of `fraction` of its
-// keep-everything planned peak (the planner's choice) and with every block rebuilt, each
-// against keeping everything from the same seed, each run its own process.
+// keep-everything planned peak (fraction 0: the largest budget at which the planner's
+// choice rebuilds blocks, BudgetThatRebuilds) and with every block rebuilt, each against
+// keeping everything from the same seed, each run its own process.
 int CompareCurves(const std::string& self, const std::string& name, uint64_t batch, int steps,
                   double fraction) {
   const Curve keep = RunCurveChild(self, name, batch, steps, "keep");
-  const uint64_t budget = static_cast<uint64_t>(keep.planned * fraction);
+  uint64_t budget = static_cast<uint64_t>(keep.planned * fraction);
+  if (fraction == 0) {
+    std::cout << "finding a budget at which the planner rebuilds blocks:\n";
+    budget = BudgetThatRebuilds(name, batch);
+    CHECK(budget > 0) << "no budget of the grid makes the planner rebuild a block";
+  }
   std::cout << absl::StrFormat(
-      "== %s batch %d, %d steps, seed 3: loss curves against keeping everything; budget %.1f "
-      "MiB (%.2f of keeping everything's planned peak) ==\n",
-      name, batch, steps, MiB(budget), fraction);
+      "== %s batch %d, %d steps, seed 3: loss curves against keeping everything; budget %.2f "
+      "MiB (%d B, %.3f of keeping everything's planned peak) ==\n",
+      name, batch, steps, MiB(budget), budget, static_cast<double>(budget) / keep.planned);
   const Curve chosen = RunCurveChild(self, name, batch, steps, absl::StrCat(budget));
   const Curve all = RunCurveChild(self, name, batch, steps, "rebuild");
   for (const auto& [label, c] : std::vector<std::pair<std::string, const Curve*>>{
@@ -335,12 +379,12 @@ int CompareCurves(const std::string& self, const std::string& name, uint64_t bat
       if (rel > worst) worst = rel, worst_step = i;
     }
     std::cout << absl::StrFormat(
-        "%-11s plan %-24s rebuilt %2d  planned %7.1f MiB  arena high-water %7.1f MiB  max RSS "
-        "%7.1f MiB (%7.1f above start)  max_rebuild_error %.2g  loss %.5f -> %.5f  max rel "
-        "loss diff vs keep %.2e (step %d)\n",
-        label, c->strategy, c->rebuilt, MiB(c->planned), MiB(c->high_water), MiB(c->max_rss),
-        MiB(c->max_rss - c->start_rss), c->max_rebuild_error, c->losses.front(), c->losses.back(),
-        worst, worst_step);
+        "%-11s plan %-24s rebuilt %2d  planned %7.2f MiB  arena high-water %7.2f MiB (steps "
+        "off plan: %d)  max RSS %7.1f MiB (%7.1f above start)  max_rebuild_error %.2g  loss "
+        "%.5f -> %.5f  max rel loss diff vs keep %.2e (step %d)\n",
+        label, c->strategy, c->rebuilt, MiB(c->planned), MiB(c->high_water), c->off_plan_steps,
+        MiB(c->max_rss), MiB(c->max_rss - c->start_rss), c->max_rebuild_error, c->losses.front(),
+        c->losses.back(), worst, worst_step);
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -76,17 +77,37 @@ absl::Status ReserveFixedCost(const Backend& backend, TrainerOptions& options) {
 }
 
 Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
-                 const TrainerOptions& options, SyntheticTask task)
+                 const TrainerOptions& options, Backend* backend, SyntheticTask task)
     : forward_(forward),
       training_(std::move(training)),
+      options_(options),
+      backend_(backend),
       cost_(options.cost != nullptr
                 ? options.cost
                 : std::make_shared<planner::RooflineCostModel>(forward, options.device)),
-      task_(std::move(task)) {}
+      task_(std::move(task)) {
+  options_.initial_values.clear();  // Used once, by Create().
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& forward,
                                                          Backend* backend,
                                                          const TrainerOptions& options) {
+  if (options.max_rebuild_error < 0 || !std::isfinite(options.max_rebuild_error)) {
+    return absl::InvalidArgumentError(absl::StrCat("max_rebuild_error ", options.max_rebuild_error,
+                                                   ": needs a finite number >= 0"));
+  }
+  if (options.max_rebuild_error > 0) {
+    if (options.check_rebuild_every <= 0) {
+      return absl::InvalidArgumentError(
+          "--max-rebuild-error needs --check-rebuild N: the error is measured on checked steps");
+    }
+    if (options.prefetch_to_device || options.gradients != nullptr ||
+        options.batch_norm_sync != nullptr || options.cuts.has_value()) {
+      return absl::InvalidArgumentError(
+          "--max-rebuild-error replans during the run: not yet with prefetch to device, data "
+          "parallel ranks or given cuts");
+    }
+  }
   // 0. The precision: bf16 trains the rewritten graph, which the trainer then owns.
   if (options.precision == proto::PRECISION_AUTO) {
     return absl::UnimplementedError(
@@ -115,15 +136,36 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   ASSIGN_OR_RETURN(planner::TrainingGraph training,
                    planner::TrainingGraph::Build(forward, training_options));
   ASSIGN_OR_RETURN(SyntheticTask task, SyntheticTask::Create(forward, options.seed));
-  std::unique_ptr<Trainer> t(new Trainer(forward, std::move(training), options, std::move(task)));
+  std::unique_ptr<Trainer> t(
+      new Trainer(forward, std::move(training), options, backend, std::move(task)));
+  ASSIGN_OR_RETURN(t->plan_, t->MakePlan(/*keep_every=*/0));
 
-  // 1. Plan: every reversible block rebuilt, given cuts, or the fastest plan that fits the
-  //    budget (rebuilding reversible blocks or keeping them, cuts, offload, placement).
+  // Only now allocate: the arena, the host pool, then each parameter and buffer in turn
+  // straight into the arena (the given value, else the seeded one).
+  ASSIGN_OR_RETURN(const auto given, ValuesByName(options.initial_values, forward));
+  RETURN_IF_ERROR(t->MakeExecutor([&](const StateTensorInfo& tensor, absl::Span<uint8_t> dst) {
+    if (auto it = given.find(tensor.name); it != given.end()) {
+      std::copy(it->second->bytes.begin(), it->second->bytes.end(), dst.begin());
+    } else {
+      FillInitialValue(forward, forward.FindTensor(tensor.name), options.seed, dst);
+    }
+    return absl::OkStatus();
+  }));
+  return t;
+}
+
+absl::StatusOr<planner::SectionPlan> Trainer::MakePlan(int32_t keep_every) const {
+  // Every reversible block rebuilt, given cuts, or the fastest plan that fits the budget
+  // (rebuilding reversible blocks or keeping them, cuts, offload, placement). keep_every
+  // k > 0 keeps an activation at least every k blocks along each chain.
+  const TrainerOptions& options = options_;
+  planner::SectionPlan plan;
   planner::SearchOptions search_options;
   search_options.allow_offload = options.allow_offload;
   search_options.host_pool_in_budget =
-      planner::HostPoolInBudget(options.host_memory, backend->host_is_device_memory());
-  const bool reversible = options.rebuild_reversible && !forward.reversible_blocks().empty();
+      planner::HostPoolInBudget(options.host_memory, backend_->host_is_device_memory());
+  const bool reversible =
+      options.rebuild_reversible && !forward_.reversible_blocks().empty() && keep_every != 1;
   if (reversible && options.parameters != proto::PARAMETERS_DEVICE) {
     return absl::InvalidArgumentError(
         "--parameters host or auto: parameters on the host are not yet planned beside rebuilt "
@@ -131,79 +173,128 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   }
   if (reversible && options.budget_bytes > 0) {
     ASSIGN_OR_RETURN(std::unique_ptr<planner::ReversibleSearch> search,
-                     planner::ReversibleSearch::Create(forward, t->training_, *t->cost_,
-                                                       search_options, options.optimizer_state));
-    ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(t->training_, options));
-    ASSIGN_OR_RETURN(t->plan_, search->Plan(budget));
-  } else if (reversible) {
+                     planner::ReversibleSearch::Create(forward_, training_, *cost_, search_options,
+                                                       options.optimizer_state));
+    ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(training_, options));
+    return search->Plan(budget, keep_every);
+  }
+  if (reversible) {
+    planner::ReversibleOptions blocks;
+    if (keep_every > 1) blocks.blocks = planner::KeepOneInK(forward_, keep_every);
     ASSIGN_OR_RETURN(planner::ReversibleStep rev,
-                     planner::ExpandReversible(forward, t->training_, *t->cost_));
+                     planner::ExpandReversible(forward_, training_, *cost_, blocks));
     ASSIGN_OR_RETURN(
         planner::MemoryPlan memory,
         planner::PlanScheduledGraph(rev.step.graph, rev.step.schedule,
                                     planner::kDefaultAlignmentBytes, planner::DefaultStrategies()));
-    t->plan_.strategy = "reversible";
-    t->plan_.rebuilt_blocks = rev.rebuilt_blocks;
-    std::sort(t->plan_.rebuilt_blocks.begin(), t->plan_.rebuilt_blocks.end());
-    t->plan_.peak_bytes = memory.arena_bytes;
-    t->plan_.step_seconds = rev.step.step_seconds;
-    t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(rev.step));
-    t->plan_.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
-  } else if (options.cuts.has_value()) {
+    plan.strategy = keep_every > 1 ? absl::StrCat("reversible:keep_1_in_", keep_every)
+                                   : std::string("reversible");
+    plan.rebuilt_blocks = rev.rebuilt_blocks;
+    std::sort(plan.rebuilt_blocks.begin(), plan.rebuilt_blocks.end());
+    plan.peak_bytes = memory.arena_bytes;
+    plan.step_seconds = rev.step.step_seconds;
+    plan.step = std::make_shared<planner::SectionedStep>(std::move(rev.step));
+    plan.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
+    return plan;
+  }
+  if (options.cuts.has_value()) {
     ASSIGN_OR_RETURN(planner::SectionedStep step,
-                     planner::ExpandSections(t->training_, *options.cuts, *t->cost_));
+                     planner::ExpandSections(training_, *options.cuts, *cost_));
     ASSIGN_OR_RETURN(planner::MemoryPlan memory,
                      planner::PlanScheduledGraph(step.graph, step.schedule,
                                                  planner::kDefaultAlignmentBytes,
                                                  planner::DefaultStrategies()));
-    t->plan_.strategy = "given";
-    t->plan_.cuts = *options.cuts;
-    t->plan_.peak_bytes = memory.arena_bytes;
-    t->plan_.step_seconds = step.step_seconds;
-    t->plan_.host_pool_bytes = planner::HostPoolBytes(step, memory.alignment_bytes);
-    t->plan_.step = std::make_shared<planner::SectionedStep>(std::move(step));
-    t->plan_.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
-  } else {
-    ASSIGN_OR_RETURN(std::unique_ptr<planner::PlacementSearch> search,
-                     planner::PlacementSearch::Create(t->training_, *t->cost_, search_options,
-                                                      options.optimizer_state, options.parameters));
-    if (options.budget_bytes > 0) {
-      ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(t->training_, options));
-      ASSIGN_OR_RETURN(t->plan_, search->Plan(budget));
-    } else {
-      ASSIGN_OR_RETURN(t->plan_, search->Unconstrained());
-    }
+    plan.strategy = "given";
+    plan.cuts = *options.cuts;
+    plan.peak_bytes = memory.arena_bytes;
+    plan.step_seconds = step.step_seconds;
+    plan.host_pool_bytes = planner::HostPoolBytes(step, memory.alignment_bytes);
+    plan.step = std::make_shared<planner::SectionedStep>(std::move(step));
+    plan.memory = std::make_shared<planner::MemoryPlan>(std::move(memory));
+    return plan;
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<planner::PlacementSearch> search,
+                   planner::PlacementSearch::Create(training_, *cost_, search_options,
+                                                    options.optimizer_state, options.parameters));
+  if (options.budget_bytes > 0) {
+    ASSIGN_OR_RETURN(const uint64_t budget, PlanBudget(training_, options));
+    return search->Plan(budget);
+  }
+  return search->Unconstrained();
+}
 
-  // 2. Only now allocate: the arena, the host pool, then each parameter and buffer in turn
-  //    straight into the arena (the given value, else the seeded one), and hand the heap
-  //    freed since back to the system.
-  ASSIGN_OR_RETURN(const auto given, ValuesByName(options.initial_values, forward));
-  auto initial = [&](const StateTensorInfo& tensor, absl::Span<uint8_t> dst) {
-    if (auto it = given.find(tensor.name); it != given.end()) {
-      std::copy(it->second->bytes.begin(), it->second->bytes.end(), dst.begin());
-    } else {
-      FillInitialValue(forward, forward.FindTensor(tensor.name), options.seed, dst);
-    }
-    return absl::OkStatus();
-  };
+absl::Status Trainer::MakeExecutor(InitialValueWriter initial) {
   ExecutorOptions executor_options;
-  executor_options.optimizer = options.optimizer_params;
-  executor_options.seed = options.seed;
-  executor_options.events = options.events;
-  executor_options.cancel = options.cancel;
-  executor_options.capture = options.capture;
-  executor_options.gradients = options.gradients;
-  executor_options.batch_norm_sync = options.batch_norm_sync;
-  executor_options.check_rebuild_every = options.check_rebuild_every;
-  executor_options.prefetch_to_device = options.prefetch_to_device;
-  ASSIGN_OR_RETURN(t->executor_,
-                   Executor::Create(forward, t->plan_.step, t->plan_.memory, backend,
-                                    initial, executor_options));
+  executor_options.optimizer = options_.optimizer_params;
+  executor_options.seed = options_.seed;
+  executor_options.events = options_.events;
+  executor_options.cancel = options_.cancel;
+  executor_options.capture = options_.capture;
+  executor_options.gradients = options_.gradients;
+  executor_options.batch_norm_sync = options_.batch_norm_sync;
+  executor_options.check_rebuild_every = options_.check_rebuild_every;
+  executor_options.prefetch_to_device = options_.prefetch_to_device;
+  ASSIGN_OR_RETURN(executor_, Executor::Create(forward_, plan_.step, plan_.memory, backend_,
+                                               initial, executor_options));
   // The staging slot is planned memory too.
-  t->plan_.peak_bytes = t->executor_->predicted_peak_bytes();
+  plan_.peak_bytes = executor_->predicted_peak_bytes();
+  largest_planned_peak_bytes_ = std::max(largest_planned_peak_bytes_, plan_.peak_bytes);
+  // The heap the planner freed goes back to the system.
   malloc_trim(0);
-  return t;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Trainer::Checked(absl::StatusOr<StepResult> result) {
+  if (!result.ok() || options_.max_rebuild_error <= 0) return result;
+  const double error = result->max_rebuild_error;
+  if (error < 0) return result;  // Not a checked step.
+  if (!replans_.empty() && replans_.back().error_after < 0) replans_.back().error_after = error;
+  if (error <= options_.max_rebuild_error || plan_.rebuilt_blocks.empty() || keep_every_ == 1) {
+    return result;
+  }
+  // Halve k: the longest chain over 2 first, then over 4, ... down to 1 (keep everything).
+  const int32_t k =
+      std::max(1, (keep_every_ == 0 ? planner::LongestChain(forward_) : keep_every_) / 2);
+  RETURN_IF_ERROR(Replan(k, error));
+  return result;
+}
+
+absl::Status Trainer::Replan(int32_t keep_every, double error) {
+  RebuildReplan replan;
+  replan.after_step = next_step_ - 1;
+  replan.keep_every = keep_every;
+  replan.error_before = error;
+  replan.rebuilt_before = static_cast<int32_t>(plan_.rebuilt_blocks.size());
+  // 1. The plan (the old arena still held: the planner's heap comes on top of it once).
+  absl::StatusOr<planner::SectionPlan> plan = MakePlan(keep_every);
+  if (!plan.ok()) {
+    if (plan.status().code() != absl::StatusCode::kFailedPrecondition) return plan.status();
+    // Nothing that keeps more fits the budget: go on under the current plan.
+    replan.failure = std::string(plan.status().message());
+    replans_.push_back(std::move(replan));
+    keep_every_ = 1;
+    return absl::OkStatus();
+  }
+  // 2. The state through host memory, the old arena freed before the new one is taken; the
+  //    same parameters, optimizer state, step and learning rate go on.
+  ASSIGN_OR_RETURN(const ExecutorState state, executor_->SaveState());
+  const double rate = executor_->learning_rate();
+  executor_.reset();
+  plan_ = *std::move(plan);
+  RETURN_IF_ERROR(MakeExecutor([](const StateTensorInfo&, absl::Span<uint8_t> dst) {
+    std::fill(dst.begin(), dst.end(), 0);  // RestoreState() sets every one.
+    return absl::OkStatus();
+  }));
+  RETURN_IF_ERROR(executor_->RestoreState(state));
+  executor_->set_learning_rate(rate);
+  keep_every_ = keep_every;
+  replan.rebuilt_after = static_cast<int32_t>(plan_.rebuilt_blocks.size());
+  replan.strategy = plan_.strategy;
+  replan.peak_bytes = plan_.peak_bytes;
+  // Nothing rebuilt: nothing to measure, the activations are the forward's.
+  if (plan_.rebuilt_blocks.empty()) replan.error_after = 0;
+  replans_.push_back(std::move(replan));
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::RestoreState(const ExecutorState& state) {
@@ -218,11 +309,14 @@ absl::Status Trainer::RestoreState(int64_t steps_run, absl::Span<const StateTens
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepResult> Trainer::Step() { return executor_->RunStep(task_.Batch(next_step_++)); }
+absl::StatusOr<StepResult> Trainer::Step() {
+  const int64_t step = next_step_++;
+  return Checked(executor_->RunStep(task_.Batch(step)));
+}
 
 absl::StatusOr<StepResult> Trainer::StepOn(const std::vector<HostTensor>& batch) {
   ++next_step_;
-  return executor_->RunStep(batch);
+  return Checked(executor_->RunStep(batch));
 }
 
 absl::StatusOr<StepResult> Trainer::StepOnStaged(const std::vector<HostTensor>* next) {

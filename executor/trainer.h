@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,6 +89,13 @@ struct TrainerOptions {
   bool rebuild_reversible = false;
   // ExecutorOptions::check_rebuild_every. Default 0.
   int64_t check_rebuild_every = 0;
+  // When a checked step's max_rebuild_error passes this (> 0), the trainer replans keeping
+  // an activation at least every k blocks along each chain of reversible blocks (k = the
+  // longest chain / 2 the first time, halved at each replan down to 1: keep everything) and
+  // goes on from the same step with the same state (Trainer::replans()). Needs
+  // check_rebuild_every > 0; not with prefetch_to_device, gradients, batch_norm_sync or
+  // cuts. Default 0: never.
+  double max_rebuild_error = 0;
   // Prefetch to device (ExecutorOptions::prefetch_to_device): the next batch is copied from
   // pinned host memory into a staging slot of the arena during the current step (StageBatch,
   // StepOnStaged). The slot's bytes (StagingSlotBytes) count in the plan's peak and come out
@@ -102,6 +110,26 @@ struct TrainerOptions {
 // together. FailedPrecondition, changing nothing, where the fixed cost takes it all.
 // headroomd instead keeps a job's budget for its plan and adds the fixed cost at admission.
 absl::Status ReserveFixedCost(const Backend& backend, TrainerOptions& options);
+
+// One replan for TrainerOptions::max_rebuild_error.
+struct RebuildReplan {
+  // The step whose check passed the threshold; the next step runs under the new plan.
+  int64_t after_step = 0;
+  // The new plan keeps an activation at least every `keep_every` blocks (1: every block).
+  int32_t keep_every = 0;
+  // max_rebuild_error of that step, and of the first checked step under the new plan (0
+  // when it rebuilds nothing; -1 until measured).
+  double error_before = 0;
+  double error_after = -1;
+  // Blocks rebuilt before and after; the new plan's strategy and peak.
+  int32_t rebuilt_before = 0;
+  int32_t rebuilt_after = 0;
+  std::string strategy;
+  uint64_t peak_bytes = 0;
+  // Not empty when no plan keeping more fitted the budget (the planner's message): the run
+  // went on under the plan it had, and replans no more.
+  std::string failure;
+};
 
 class Trainer {
  public:
@@ -171,28 +199,47 @@ class Trainer {
 
   // The forward graph it trains.
   const graph::Graph& forward() const { return forward_; }
-  // The plan the steps run under.
+  // The plan the steps run under now.
   const planner::SectionPlan& plan() const { return plan_; }
   // Returns the precision the step runs in: PRECISION_BF16 for the rewrite, else FP32.
   proto::Precision precision() const {
     return mixed_ != nullptr ? proto::PRECISION_BF16 : proto::PRECISION_FP32;
   }
+  // The largest peak of the plans the steps ran under (replans change the plan).
+  uint64_t largest_planned_peak_bytes() const { return largest_planned_peak_bytes_; }
+  // The replans TrainerOptions::max_rebuild_error made, in order.
+  const std::vector<RebuildReplan>& replans() const { return replans_; }
   const Executor& executor() const { return *executor_; }
   const SyntheticTask& task() const { return task_; }
 
  private:
   Trainer(const graph::Graph& forward, planner::TrainingGraph training,
-          const TrainerOptions& options, SyntheticTask task);
+          const TrainerOptions& options, Backend* backend, SyntheticTask task);
+
+  // Returns the plan of options_ (keep_every: ReversibleSearch::Plan's; 0 unrestricted).
+  absl::StatusOr<planner::SectionPlan> MakePlan(int32_t keep_every) const;
+  // Makes executor_ for plan_, its state written by `initial`.
+  absl::Status MakeExecutor(InitialValueWriter initial);
+  // Returns `result`, replanning first where its rebuild error passes the threshold.
+  absl::StatusOr<StepResult> Checked(absl::StatusOr<StepResult> result);
+  // Replans keeping an activation every `keep_every` blocks after a step with `error`.
+  absl::Status Replan(int32_t keep_every, double error);
 
   const graph::Graph& forward_;
   // The bf16 rewrite forward_ refers to, with PRECISION_BF16; else null.
   std::shared_ptr<const graph::Graph> mixed_;
   planner::TrainingGraph training_;
+  TrainerOptions options_;
+  Backend* const backend_;
   std::shared_ptr<const planner::CostModel> cost_;
   SyntheticTask task_;
   planner::SectionPlan plan_;
   std::unique_ptr<Executor> executor_;
   int64_t next_step_ = 0;
+  uint64_t largest_planned_peak_bytes_ = 0;
+  // The k of the last replan (0: none yet; 1: every block kept, or no replan fits).
+  int32_t keep_every_ = 0;
+  std::vector<RebuildReplan> replans_;
 };
 
 }  // namespace headroom::executor

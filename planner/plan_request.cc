@@ -190,6 +190,11 @@ absl::Status CheckPlanOptions(const proto::PlanOptions& options, const std::stri
                      " is not a Precision (0 PRECISION_FP32, 1 PRECISION_BF16, 2 "
                      "PRECISION_AUTO)"));
   }
+  if (!(options.max_rebuild_error() >= 0) || !std::isfinite(options.max_rebuild_error())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".max_rebuild_error: ", options.max_rebuild_error(),
+                     " is not a finite number >= 0"));
+  }
   if (options.data_parallel().ranks() > kMaxRanks) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, ".data_parallel.ranks: ", options.data_parallel().ranks(),

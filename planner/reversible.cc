@@ -115,6 +115,14 @@ class ReversibleExpander {
     node.after.clear();
     node.updates.clear();  // Running statistics are updated once per step, in the forward.
     for (TensorId& t : node.inputs) t = Current(t);
+    // Batch norm normalises with the statistics its forward saved: they are read (kept from
+    // the forward to here and to its backward), not computed again from the rebuilt input.
+    const size_t num_outputs = forward_.node(n).outputs.size();
+    if (node.op == "BatchNorm" && node.outputs.size() > num_outputs) {
+      node.saved_inputs_from = static_cast<int32_t>(node.inputs.size());
+      node.inputs.insert(node.inputs.end(), node.outputs.begin() + num_outputs, node.outputs.end());
+      node.outputs.resize(num_outputs);
+    }
     for (TensorId& t : node.outputs) t = Renew(t, out);
     if (node.scratch != kNone) {
       node.scratch = out->AppendTensor(Unlinked(g_.tensor(node.scratch), ".rebuild"));

@@ -17,9 +17,10 @@
 // block's rebuilt inputs. Every node after the rebuild reads the rebuilt copies; a node
 // before it (another consumer of a block input, differentiated earlier) reads the forward's
 // copy, which therefore lives until then: an input is freed only when nobody else needs it.
-// Batch norm inside F or G re-run recomputes its batch statistics from the rebuilt input (the
-// backward reads those) and never updates the running statistics; dropout gets the same
-// seed and replays its mask.
+// Batch norm inside F or G re-run normalises the rebuilt input with the statistics its
+// forward saved (planned tensors kept from the forward to the block's backward, which reads
+// them too), computes and updates none (TrainingNode::saved_inputs_from); dropout gets the
+// same seed and replays its mask.
 // Rebuilding changes rounding: x - F + F is not x in floating point; see max_rebuild_error.
 #ifndef HEADROOM_PLANNER_REVERSIBLE_H_
 #define HEADROOM_PLANNER_REVERSIBLE_H_

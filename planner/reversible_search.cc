@@ -10,6 +10,7 @@
 #include "graph/summary.h"
 #include "planner/memory_planner.h"
 #include "planner/reversible.h"
+#include "util/check.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -59,6 +60,7 @@ absl::Status ReversibleSearch::Add(const std::string& name, std::vector<int32_t>
   ASSIGN_OR_RETURN(ReversibleStep step, ExpandReversible(forward_, graph_, cost_, reversible));
   Candidate c;
   c.info.name = name;
+  c.info.longest_run = LongestRebuiltRun(forward_, blocks);
   c.info.rebuilt_blocks = std::move(blocks);
   c.info.step_seconds = step.step.step_seconds;
   c.info.lower_bound_bytes =
@@ -73,13 +75,10 @@ absl::Status ReversibleSearch::BuildPool() {
   std::vector<int32_t> all(n);
   std::iota(all.begin(), all.end(), 0);
   RETURN_IF_ERROR(Add("rebuild_all", all));
-  // Keep one block in every k (the k-th of each run of k), rebuild the others.
-  for (int32_t k = 2; k <= 4 && k <= n; ++k) {
-    std::vector<int32_t> blocks;
-    for (int32_t b = 0; b < n; ++b) {
-      if (b % k != k - 1) blocks.push_back(b);
-    }
-    RETURN_IF_ERROR(Add(absl::StrCat("keep_1_in_", k), blocks));
+  // Keep one block in every k along each chain (the k-th of each run of k), rebuild the
+  // others.
+  for (int32_t k = 2; k <= 4 && k <= LongestChain(forward_); ++k) {
+    RETURN_IF_ERROR(Add(absl::StrCat("keep_1_in_", k), KeepOneInK(forward_, k)));
   }
   // The blocks whose rebuild costs the least time per activation byte it frees first: its
   // F and G nodes' forward seconds against the bytes they and the coupling write.
@@ -110,10 +109,14 @@ absl::Status ReversibleSearch::BuildPool() {
     RETURN_IF_ERROR(Add(absl::StrCat("rebuild_cheapest_", j),
                         std::vector<int32_t>(order.begin(), order.begin() + j)));
   }
+  SortPool();
+  return absl::OkStatus();
+}
+
+void ReversibleSearch::SortPool() {
   std::stable_sort(pool_.begin(), pool_.end(), [](const Candidate& a, const Candidate& b) {
     return a.info.step_seconds < b.info.step_seconds;
   });
-  return absl::OkStatus();
 }
 
 absl::StatusOr<SectionPlan> ReversibleSearch::Evaluate(int index) {
@@ -177,7 +180,12 @@ SectionPlan ReversibleSearch::Marked(int index, SectionPlan plan) const {
   return plan;
 }
 
-absl::StatusOr<SectionPlan> ReversibleSearch::Plan(uint64_t budget_bytes) {
+absl::StatusOr<SectionPlan> ReversibleSearch::Plan(uint64_t budget_bytes, int32_t keep_every) {
+  if (keep_every > 1) {
+    const size_t before = pool_.size();
+    RETURN_IF_ERROR(Add(absl::StrCat("keep_1_in_", keep_every), KeepOneInK(forward_, keep_every)));
+    if (pool_.size() != before) SortPool();
+  }
   // 1. Checkpointing alone, every block kept.
   std::optional<SectionPlan> best;
   absl::StatusOr<SectionPlan> kept = sections_->Plan(budget_bytes);
@@ -190,6 +198,7 @@ absl::StatusOr<SectionPlan> ReversibleSearch::Plan(uint64_t budget_bytes) {
   //    time; cuts only add to it): the section search over its step.
   for (size_t i = 0; i < pool_.size(); ++i) {
     if (best.has_value() && pool_[i].info.step_seconds >= best->step_seconds) break;
+    if (keep_every > 0 && pool_[i].info.longest_run >= keep_every) continue;
     ASSIGN_OR_RETURN(PlacementSearch * search, SearchOf(static_cast<int>(i)));
     absl::StatusOr<SectionPlan> plan = search->Plan(budget_bytes);
     if (!plan.ok()) {
@@ -258,6 +267,46 @@ int ReversibleSearch::num_candidates() const {
   int n = sections_->num_candidates() + released_candidates_;
   for (const Candidate& c : pool_) n += c.search == nullptr ? 0 : c.search->num_candidates();
   return n;
+}
+
+std::vector<int32_t> ChainPositions(const graph::Graph& forward) {
+  const std::vector<graph::ReversibleBlock>& blocks = forward.reversible_blocks();
+  std::vector<int32_t> position(blocks.size(), 0);
+  for (size_t b = 1; b < blocks.size(); ++b) {
+    if (blocks[b].x1 == blocks[b - 1].y1 && blocks[b].x2 == blocks[b - 1].y2) {
+      position[b] = position[b - 1] + 1;
+    }
+  }
+  return position;
+}
+
+int32_t LongestChain(const graph::Graph& forward) {
+  int32_t longest = 0;
+  for (int32_t p : ChainPositions(forward)) longest = std::max(longest, p + 1);
+  return longest;
+}
+
+std::vector<int32_t> KeepOneInK(const graph::Graph& forward, int32_t k) {
+  CHECK(k >= 1) << "keep one block in " << k;
+  const std::vector<int32_t> position = ChainPositions(forward);
+  std::vector<int32_t> rebuilt;
+  for (int32_t b = 0; b < static_cast<int32_t>(position.size()); ++b) {
+    if (position[b] % k != k - 1) rebuilt.push_back(b);
+  }
+  return rebuilt;
+}
+
+int32_t LongestRebuiltRun(const graph::Graph& forward, const std::vector<int32_t>& rebuilt) {
+  const std::vector<int32_t> position = ChainPositions(forward);
+  std::vector<bool> is_rebuilt(position.size(), false);
+  for (int32_t b : rebuilt) is_rebuilt[b] = true;
+  int32_t longest = 0, run = 0;
+  for (size_t b = 0; b < position.size(); ++b) {
+    if (position[b] == 0) run = 0;  // A new chain.
+    run = is_rebuilt[b] ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return longest;
 }
 
 std::vector<std::string> BlockNames(const graph::Graph& forward,

@@ -2,10 +2,10 @@
 // in the backward pass (planner/reversible.h) or keep them, beside the section cuts, offload
 // and optimizer placement that PlacementSearch already chooses.
 //
-// Rebuild sets: every block; all but one block in every k (k = 2, 3, 4: a kept block resets
-// the rebuild error that grows along a chain); and the blocks that save the most activation
-// bytes per second of rebuild first (the cheapest j blocks, for up to 6 values of j). Each
-// set's step (ExpandReversible: the rebuild's extra forward of F and G and the two
+// Rebuild sets: every block; all but one block in every k along each chain (k = 2, 3, 4: a
+// kept block resets the rebuild error that grows along a chain); and the blocks that save the most
+// activation bytes per second of rebuild first (the cheapest j blocks, for up to 6 values of j).
+// Each set's step (ExpandReversible: the rebuild's extra forward of F and G and the two
 // subtractions priced by the cost model) is itself a training graph, and the section search
 // (PlacementSearch: cuts, offload, optimizer placement, each candidate planned exactly) runs
 // over it, so cuts and offload combine with rebuilding; "every block kept" is the section
@@ -52,6 +52,8 @@ struct RebuildCandidate {
   uint64_t peak_bytes = 0;
   // Whether its section search was ever built.
   bool searched = false;
+  // The longest run of rebuilt blocks one after another along a chain (LongestRebuiltRun).
+  int32_t longest_run = 0;
 };
 
 class ReversibleSearch {
@@ -76,8 +78,10 @@ class ReversibleSearch {
   // section search's plan over its step (SectionPlan::rebuilt_blocks not empty, strategy
   // "reversible" uncut, else "reversible+" the section search's strategy), or the section
   // search's plan with every block kept; FailedPrecondition naming the smallest budget any
-  // plan fits when none does.
-  absl::StatusOr<SectionPlan> Plan(uint64_t budget_bytes);
+  // plan fits when none does. With `keep_every` k > 0, only the rebuild sets that keep an
+  // activation at least every k blocks along each chain (no run of k rebuilt blocks; the set
+  // keep_1_in_k among them, added if missing): k = 1 keeps every block.
+  absl::StatusOr<SectionPlan> Plan(uint64_t budget_bytes, int32_t keep_every = 0);
 
   // Returns the section search's plan for `budget_bytes`, every block kept (checkpointing
   // alone).
@@ -112,6 +116,8 @@ class ReversibleSearch {
   // Adds the candidate rebuilding `blocks` (any order) unless it is in the pool.
   absl::Status Add(const std::string& name, std::vector<int32_t> blocks);
   absl::Status BuildPool();
+  // Sorts the pool fastest first (by the uncut step's time).
+  void SortPool();
   // Returns candidate `index`'s uncut step planned (its memory plan made once).
   absl::StatusOr<SectionPlan> Evaluate(int index);
   // Returns candidate `index`'s section search, built unless it is alive.
@@ -134,6 +140,23 @@ class ReversibleSearch {
   // Candidates of the section searches released.
   int released_candidates_ = 0;
 };
+
+// Chains: block b continues block b - 1's chain when its inputs (x1, x2) are b - 1's outputs
+// (y1, y2). Returns each block's position along its chain (0 for the first).
+std::vector<int32_t> ChainPositions(const graph::Graph& forward);
+
+// Returns the number of blocks of `forward`'s longest chain (0 without blocks).
+int32_t LongestChain(const graph::Graph& forward);
+
+// Returns the blocks keep_1_in_k rebuilds: every block but the k-th of each run of k along
+// a chain (positions k - 1, 2k - 1, ... are kept), in block order; none for k = 1.
+// REQUIRES: k >= 1.
+std::vector<int32_t> KeepOneInK(const graph::Graph& forward, int32_t k);
+
+// Returns the longest run of blocks of `rebuilt` (indexes into forward.reversible_blocks())
+// one after another along a chain: the rebuild error grows along such a run and a kept
+// block (or the chain's end) resets it.
+int32_t LongestRebuiltRun(const graph::Graph& forward, const std::vector<int32_t>& rebuilt);
 
 // Returns the names of `forward`'s reversible blocks that `rebuilt` (indexes into
 // forward.reversible_blocks()) lists (`listed`), or those it does not, in block order.

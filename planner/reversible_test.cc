@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "graph/graph.h"
@@ -162,6 +163,48 @@ TEST(ReversibleTest, OtherConsumerKeepsTheInput) {
   EXPECT_TRUE(ReadAfter(out, "x2", skip_back));
   EXPECT_FALSE(ReadAfter(out, "x2", skip_back + 1));
   // The plan verifies (no two live tensors overlap) with the forward's x2 alive that long.
+  absl::StatusOr<MemoryPlan> plan =
+      PlanScheduledGraph(out, r->step.schedule, 64, DefaultStrategies());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+}
+
+// A rebuilt batch norm normalises with the statistics its forward saved: the re-run reads
+// the forward's saved mean and deviation statistic (kept from the forward to the block's
+// backward, which reads the same tensors), writes only its output and updates nothing.
+TEST(ReversibleTest, RebuiltBatchNormReadsTheForwardsStatistics) {
+  graph::RevChainOptions o;
+  o.blocks = 2;
+  const graph::Graph forward = Chain(o);
+  const TrainingGraph g = Training(forward);
+  UnitCostModel cost;
+  absl::StatusOr<ReversibleStep> r = ExpandReversible(forward, g, cost);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const TrainingGraph& out = r->step.graph;
+  int rebuilt_norms = 0;
+  for (const char* bn : {"b0.f.bn", "b0.g.bn", "b1.f.bn", "b1.g.bn"}) {
+    SCOPED_TRACE(bn);
+    const TrainingNode& fwd = out.node(out.FindNode(bn));
+    ASSERT_EQ(fwd.outputs.size(), 3u);  // y, saved_mean, saved_invstd.
+    ASSERT_FALSE(fwd.updates.empty());  // The running statistics, in the forward only.
+    const NodeId re = out.FindNode(absl::StrCat(bn, ".rebuild"));
+    ASSERT_NE(re, kNone);
+    const TrainingNode& node = out.node(re);
+    ++rebuilt_norms;
+    EXPECT_EQ(node.outputs.size(), 1u) << "computes and saves no statistics";
+    EXPECT_TRUE(node.updates.empty());
+    ASSERT_EQ(node.saved_inputs_from, 3);
+    EXPECT_THAT(node.inputs, ::testing::ElementsAre(::testing::_, fwd.inputs[1], fwd.inputs[2],
+                                                    fwd.outputs[1], fwd.outputs[2]));
+    const NodeId back = out.FindNode(absl::StrCat(bn, ".backward"));
+    ASSERT_GT(back, re);
+    for (int k = 1; k <= 2; ++k) {
+      EXPECT_THAT(out.node(back).inputs, ::testing::Contains(fwd.outputs[k]));
+      EXPECT_EQ(out.tensor(fwd.outputs[k]).consumers.back(), back)
+          << out.tensor(fwd.outputs[k]).name << " lives from the forward to the backward";
+    }
+    EXPECT_EQ(out.FindTensor(absl::StrCat(bn, ".saved_mean.rebuild")), kNone);
+  }
+  EXPECT_EQ(rebuilt_norms, 4);
   absl::StatusOr<MemoryPlan> plan =
       PlanScheduledGraph(out, r->step.schedule, 64, DefaultStrategies());
   ASSERT_TRUE(plan.ok()) << plan.status();

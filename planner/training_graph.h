@@ -106,6 +106,10 @@ struct TrainingNode {
   // The bytes its kernel uses while it runs (planner/scratch_model.h): a TEMPORARY tensor
   // this node writes and nobody reads, so it lives only at this node; kNone for none.
   TensorId scratch = kNone;
+  // A batch norm re-run in a reversible block's rebuild (planner/reversible.h): its inputs
+  // from this index on are the statistics its forward saved, which it normalises with (it
+  // computes, saves and updates none); kNone otherwise.
+  int32_t saved_inputs_from = kNone;
 };
 
 struct TrainingOptions {

@@ -67,6 +67,7 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
   if (options.on_start) RETURN_IF_ERROR(options.on_start(*trainer));
   uint64_t high_water = 0, peak_live = 0;
   std::vector<uint64_t> device_used_bytes;
+  proto::RebuildCheck rebuild_check;  // --check-rebuild: over the checked steps.
   for (int64_t s = 0; s < options.steps; ++s) {
     absl::StatusOr<executor::StepResult> r = trainer->Step();
     if (!r.ok()) {
@@ -74,6 +75,13 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
     }
     high_water = std::max(high_water, r->arena_high_water_bytes);
     peak_live = std::max(peak_live, r->peak_live_bytes);
+    if (r->max_rebuild_error >= 0) {
+      rebuild_check.set_checked_steps(rebuild_check.checked_steps() + 1);
+      rebuild_check.set_max_rebuild_error(
+          std::max(rebuild_check.max_rebuild_error(), r->max_rebuild_error));
+      rebuild_check.set_mismatched_elements(rebuild_check.mismatched_elements() +
+                                            static_cast<uint64_t>(r->rebuild_mismatches));
+    }
     device_used_bytes.push_back(options.on_step ? options.on_step(s, *r) : 0);
   }
   // 2. The timeline, checked against the executor; the costs; the report.
@@ -95,6 +103,10 @@ absl::StatusOr<ProfileRun> RunProfile(const graph::Graph& forward, executor::Bac
   }
   *report.mutable_process() =
       sampler.Account(plan.peak_bytes, trainer->executor().host_pool_bytes(), &layout);
+  if (rebuild_check.checked_steps() > 0) {
+    rebuild_check.set_every_steps(static_cast<uint32_t>(trainer_options.check_rebuild_every));
+    *report.mutable_rebuild_check() = rebuild_check;
+  }
   if (options.backend != "cuda") {
     report.mutable_physical()->set_unavailable_reason(
         "not measured: physical allocations are traced with CUPTI on the cuda backend");

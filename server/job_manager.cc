@@ -1117,6 +1117,7 @@ absl::StatusOr<proto::ProfileResponse> JobManager::RunProfile(const ProfileCall&
                                               call.backend));
     trainer_options.budget_bytes = call.budget_bytes;
     trainer_options.cancel = &call.control->cancel;
+    trainer_options.check_rebuild_every = call.request.check_rebuild_every();
     runner::ProfileRunOptions run_options;
     run_options.steps = call.request.steps() == 0 ? 3 : call.request.steps();
     run_options.backend = call.backend;

@@ -692,14 +692,17 @@ struct BatchNormDescs {
   ScratchLayout layout;
 };
 
+// Training computes the batch statistics, unless `given` (a re-forward normalising with the
+// forward's); inference reads the running ones.
 struct BatchNormForwardPrims : BatchNormDescs {
   BatchNormForwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon,
-                        bool training)
+                        bool training, bool given)
       : BatchNormDescs(dims),
         pd(dnnl::batch_normalization_forward::desc(
                training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
                data, epsilon,
-               training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats),
+               training && !given ? kScaleShift
+                                  : kScaleShift | dnnl::normalization_flags::use_global_stats),
            UserScratchpad(), engine),
         mean_offset(StageChannel()),
         var_offset(StageChannel()) {
@@ -915,29 +918,39 @@ absl::StatusOr<memory::dims> BatchNormForwardDims(const ForwardArgs& args) {
 }
 
 BatchNormForwardPrims& BatchNormForwardFor(CpuContext& ctx, const ForwardArgs& args,
-                                           const memory::dims& dims) {
+                                           const memory::dims& dims, bool given) {
   const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
-  return ctx.Cached<BatchNormForwardPrims>(
-      absl::StrCat("BatchNorm.fwd:", DimsKey(dims), ":e", epsilon, ":t", args.training), [&] {
-        return std::make_shared<BatchNormForwardPrims>(ctx.engine, dims, epsilon, args.training);
-      });
+  return ctx.Cached<BatchNormForwardPrims>(absl::StrCat("BatchNorm.fwd:", DimsKey(dims), ":e",
+                                                        epsilon, ":t", args.training, ":g", given),
+                                           [&] {
+                                             return std::make_shared<BatchNormForwardPrims>(
+                                                 ctx.engine, dims, epsilon, args.training, given);
+                                           });
 }
 
+// In training, the larger of the forward's and its re-forward's with the statistics given:
+// a reversible block's rebuild runs in the forward's planned scratch size.
 absl::StatusOr<uint64_t> BatchNormForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const memory::dims dims, BatchNormForwardDims(args));
-  return BatchNormForwardFor(ctx, args, dims).layout.bytes();
+  const uint64_t bytes = BatchNormForwardFor(ctx, args, dims, false).layout.bytes();
+  if (!args.training) return bytes;
+  return std::max(bytes, BatchNormForwardFor(ctx, args, dims, true).layout.bytes());
 }
 
 absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const memory::dims dims, BatchNormForwardDims(args));
-  if (args.training && (args.sync_statistics || args.saved_statistics_given)) {
-    return SyncBatchNormForward(args, dims);
+  if (args.training && args.sync_statistics) return SyncBatchNormForward(args, dims);
+  const bool given = args.training && args.saved_statistics_given;
+  if (given && args.saved.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CPU ", args.op, ": statistics given but ", args.saved.size(),
+                     " saved tensors; needs the saved mean and variance"));
   }
-  BatchNormForwardPrims& p = BatchNormForwardFor(ctx, args, dims);
+  BatchNormForwardPrims& p = BatchNormForwardFor(ctx, args, dims, given);
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
   const ScratchSpace scratch(ctx.engine, base, p.layout);
 
-  // Step 1: where the statistics come from (inference) or go (training).
+  // Step 1: where the statistics come from (inference, given) or go (training).
   memory mean = Mem(p.channel, ctx.engine, scratch.At(p.mean_offset));
   memory var = Mem(p.channel, ctx.engine, scratch.At(p.var_offset));
   if (args.training && args.saved.size() >= 2) {
@@ -957,7 +970,7 @@ absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
            {DNNL_ARG_VARIANCE, var}});
   ctx.stream.wait();
   // Step 3: the running statistics, once per step (never in a re-forward).
-  if (args.training && !args.running.empty()) {
+  if (args.training && !given && !args.running.empty()) {
     UpdateRunningStats(static_cast<float>(args.attrs->Float("momentum")),
                        dims[0] * dims[2] * dims[3], dims[1],
                        static_cast<const float*>(mean.get_data_handle()),

@@ -424,6 +424,59 @@ TEST_P(BatchNormTest, TrainingMatchesReferenceAndUpdatesRunningStats) {
   ExpectBitwiseEqual(running_mean, updated_mean, "running_mean after a re-forward");
 }
 
+// A re-forward given the forward's statistics (a reversible block's rebuild): on the same x
+// it is bitwise the forward; on another x' it normalises with the given statistics, not x''s
+// own; it changes neither the statistics nor the running ones.
+TEST_P(BatchNormTest, GivenStatisticsAreUsedNotComputed) {
+  const graph::Shape shape = GetParam();
+  const int64_t c = shape[1];
+  const double eps = 1e-3;
+  const graph::Attrs attrs = MakeAttrs("BatchNorm", {{"epsilon", Float(eps)}});
+  Tensor x = Random(shape), w = Random({c}), b = Random({c});
+  for (float& v : x.values) v = 3 * v + 0.5f;
+  Tensor running_mean = Random({c}), running_var = Random({c});
+  for (float& v : running_var.values) v = std::abs(v) + 0.5f;
+  Tensor y = Tensor::Zeros(shape), mean = Tensor::Zeros({c}), stat = Tensor::Zeros({c});
+  ForwardArgs fwd;
+  fwd.op = "BatchNorm";
+  fwd.attrs = &attrs;
+  fwd.inputs = {x.View(), w.View(), b.View()};
+  fwd.outputs = {y.View()};
+  fwd.saved = {mean.View(), stat.View()};
+  fwd.running = {running_mean.View(), running_var.View()};
+  ASSERT_TRUE(Forward(fwd).ok());
+  const Tensor saved_mean = mean, saved_stat = stat, updated_mean = running_mean;
+
+  ForwardArgs again = fwd;
+  again.running = {};
+  again.saved_statistics_given = true;
+  Tensor y_same = Tensor::Zeros(shape);
+  again.outputs = {y_same.View()};
+  absl::Status status = Forward(again);
+  ASSERT_TRUE(status.ok()) << status;
+  ExpectBitwiseEqual(y, y_same, "y re-run on the same x with the statistics given");
+
+  // x' = x + 0.25: its own mean is 0.25 higher; normalised with x's statistics, y' = y +
+  // 0.25 w / sqrt(var + eps) (with its own, y' would be y).
+  Tensor x2 = x;
+  for (float& v : x2.values) v += 0.25f;
+  Tensor y2 = Tensor::Zeros(shape);
+  again.inputs[0] = x2.View();
+  again.outputs = {y2.View()};
+  status = Forward(again);
+  ASSERT_TRUE(status.ok()) << status;
+  const int64_t plane = shape.size() == 4 ? shape[2] * shape[3] : 1;
+  std::vector<double> want(x2.values.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int64_t ch = static_cast<int64_t>(i) / plane % c;
+    want[i] = (x2.values[i] - saved_mean[ch]) / std::sqrt(saved_stat[ch] + eps) * w[ch] + b[ch];
+  }
+  ExpectClose(y2.values, want, "y' normalised with the given statistics");
+  ExpectBitwiseEqual(mean, saved_mean, "saved mean");
+  ExpectBitwiseEqual(stat, saved_stat, "saved deviation statistic");
+  ExpectBitwiseEqual(running_mean, updated_mean, "running_mean");
+}
+
 TEST_P(BatchNormTest, InPlaceForwardMatchesOutOfPlace) {
   const graph::Shape shape = GetParam();
   const int64_t c = shape[1];

@@ -622,6 +622,18 @@ absl::StatusOr<BatchNormPlan*> BatchNormPlanFor(CudaContext& ctx, const TensorVi
       });
 }
 
+// y = (x - mean[c]) invstd[c] weight[c] + bias[c] over x [N, C, plane]: a training
+// re-forward normalising with the statistics its forward saved (cuDNN's mean and inverse
+// std). Elementwise: y may be x.
+__global__ void GivenStatisticsKernel(const float* x, const float* mean, const float* invstd,
+                                      const float* weight, const float* bias, float* y,
+                                      int64_t total, int64_t channels, int64_t plane) {
+  GRID_STRIDE_LOOP(i, total) {
+    const int64_t c = (i / plane) % channels;
+    y[i] = (x[i] - mean[c]) * invstd[c] * weight[c] + bias[c];
+  }
+}
+
 absl::Status BatchNormForward(CudaContext& ctx, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
@@ -644,6 +656,19 @@ absl::Status BatchNormForward(CudaContext& ctx, const ForwardArgs& args) {
         ctx.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, plan->x, x.data, plan->x, y.data,
         plan->channel, args.inputs[1].data, args.inputs[2].data, args.inputs[3].data,
         args.inputs[4].data, eps));
+    return absl::OkStatus();
+  }
+  if (args.saved_statistics_given) {  // A re-forward: the forward's statistics, no update.
+    if (args.saved.size() < 2) {
+      return absl::InvalidArgumentError("statistics given but no saved mean and invstd");
+    }
+    RETURN_IF_ERROR(RequireF32(args.saved[0], "saved mean"));
+    RETURN_IF_ERROR(RequireF32(args.saved[1], "saved invstd"));
+    const int64_t total = x.num_elements();
+    GivenStatisticsKernel<<<GridFor(total), kThreads, 0, ctx.compute>>>(
+        x.f32(), args.saved[0].f32(), args.saved[1].f32(), args.inputs[1].f32(),
+        args.inputs[2].f32(), y.f32(), total, x.dim(1), total / (x.dim(0) * x.dim(1)));
+    HR_CUDA_LAUNCHED("GivenStatisticsKernel");
     return absl::OkStatus();
   }
   // In place (y aliases x): normalise a copy, cuDNN does not promise to read x before
