@@ -57,6 +57,15 @@ equivalent() {
     echo "FAIL: $name: $allreduces allreduces in $steps steps of $buckets bucket(s)" >&2
     exit 1
   fi
+  # Predicted is measured on every rank, the gradient buckets being tensors of its plan.
+  "$PYTHON" - "$ranked" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1].strip().splitlines()[-1])
+m, p = s["rank_measured_peak_bytes"], s["rank_predicted_peak_bytes"]
+print(f"arena peak by rank: measured {m}, predicted with the buckets {p}")
+if len(m) != 2 or m != p:
+    sys.exit(f"FAIL: the ranks' measured arena peaks {m} are not their plans' {p}")
+PY
   CHECKSUM=$(json_field parameter_checksum <<<"$ranked")
   RANKED="$ranked"
 }

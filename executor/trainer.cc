@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "executor/backend_scratch.h"
 #include "graph/summary.h"
+#include "planner/gradient_buckets.h"
 #include "planner/memory_planner.h"
 #include "planner/reversible.h"
 #include "planner/reversible_search.h"
@@ -46,8 +47,16 @@ absl::StatusOr<absl::flat_hash_map<std::string, const HostTensor*>> ValuesByName
 // prefetch_to_device. FailedPrecondition when the slot takes it all.
 absl::StatusOr<uint64_t> PlanBudget(const planner::TrainingGraph& training,
                                     const TrainerOptions& options) {
-  if (!options.prefetch_to_device) return options.budget_bytes;
-  const uint64_t slot = StagingSlotBytes(training);
+  // With ranks, the gradient buckets are laid out beside the plan: at most their bytes more.
+  const uint64_t buckets =
+      options.gradients != nullptr ? planner::GradientBucketBytes(training) : 0;
+  if (options.budget_bytes <= buckets) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the budget of ", graph::HumanBytes(options.budget_bytes), " leaves nothing for the ",
+        "step: the data-parallel gradient buckets alone take ", graph::HumanBytes(buckets)));
+  }
+  if (!options.prefetch_to_device) return options.budget_bytes - buckets;
+  const uint64_t slot = StagingSlotBytes(training) + buckets;
   if (slot + planner::kDefaultAlignmentBytes > options.budget_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the budget of ", graph::HumanBytes(options.budget_bytes), " leaves nothing for the ",
@@ -151,6 +160,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
       ASSIGN_OR_RETURN(t->plan_, search->Plan(budget));
     } else {
       ASSIGN_OR_RETURN(t->plan_, search->Unconstrained());
+    }
+  }
+
+  // With ranks, the gradient buckets are tensors of the plan, laid out beside the rest.
+  if (options.gradients != nullptr) {
+    ASSIGN_OR_RETURN(t->plan_,
+                     planner::AddGradientBuckets(t->plan_, options.gradients->bucket_bytes()));
+    const uint64_t staging = options.prefetch_to_device ? StagingSlotBytes(t->training_) : 0;
+    if (options.budget_bytes > 0 && t->plan_.peak_bytes + staging > options.budget_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the budget of ", graph::HumanBytes(options.budget_bytes), ": the plan for it with the ",
+          "gradient buckets laid out beside it takes ", graph::HumanBytes(t->plan_.peak_bytes)));
     }
   }
 

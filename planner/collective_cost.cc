@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/gradient_buckets.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -175,26 +176,25 @@ absl::StatusOr<DataParallelStep> PredictDataParallelStep(const SectionedStep& st
     int32_t bucket;
   };
   std::vector<Update> updates;
+  const std::vector<GradientBucket> groups = step.gradient_buckets.empty()
+                                                 ? GroupGradients(g, options.bucket_bytes)
+                                                 : step.gradient_buckets;
+  std::vector<int32_t> bucket_of(num_nodes, -1);
+  out.buckets.resize(groups.size());
+  for (size_t k = 0; k < groups.size(); ++k) {
+    out.buckets[k].bytes = groups[k].bytes;
+    out.buckets[k].gradients = static_cast<int32_t>(groups[k].updates.size());
+    for (NodeId u : groups[k].updates) bucket_of[u] = static_cast<int32_t>(k);
+  }
   double t = 0;
-  uint64_t open_bytes = 0;
   for (NodeId n = 0; n < num_nodes; ++n) {
-    const TrainingNode& node = g.node(n);
-    if (node.kind != NodeKind::kUpdate) {
+    if (g.node(n).kind != NodeKind::kUpdate) {
       t += seconds[n];
       continue;
     }
-    uint64_t grad_bytes = 0;
-    for (TensorId in : node.inputs) {
-      if (g.tensor(in).role == proto::ROLE_GRADIENT) grad_bytes += g.tensor(in).bytes;
-    }
-    if (out.buckets.empty() || open_bytes == 0) out.buckets.push_back({});
-    BucketTiming& bucket = out.buckets.back();
-    bucket.bytes += grad_bytes;
-    bucket.gradients += 1;
-    bucket.ready_seconds = t;
-    updates.push_back({seconds[n], static_cast<int32_t>(out.buckets.size()) - 1});
-    open_bytes += grad_bytes;
-    if (open_bytes >= options.bucket_bytes) open_bytes = 0;  // closed: the next one opens
+    // Its bucket is complete at its last gradient's update: the latest of them.
+    out.buckets[bucket_of[n]].ready_seconds = t;
+    updates.push_back({seconds[n], bucket_of[n]});
   }
   out.backward_end_seconds = t;
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "graph/summary.h"
 #include "planner/collective_cost.h"
+#include "planner/gradient_buckets.h"
 #include "planner/placement_search.h"
 #include "planner/reversible_search.h"
 #include "util/status_macros.h"
@@ -76,20 +77,18 @@ absl::StatusOr<DataParallelOptions> DataParallelOf(const proto::PlanOptions& opt
 }
 
 // Sets the ranks' figures of `dp` (the chosen plan's, `plain`'s for the plain step) into
-// `summary`: the step times with the allreduces, the buckets' bytes as role COMMUNICATION.
+// `summary`: the step times with the allreduces and the buckets' bytes.
 void FillDataParallel(const DataParallelOptions& options, const DataParallelStep& dp,
                       const DataParallelStep& plain, proto::PlanSummary& summary) {
   summary.set_predicted_step_seconds(dp.step_seconds);
   summary.set_unconstrained_step_seconds(plain.step_seconds);
-  proto::RoleBytes* role = summary.add_bytes_by_role();
-  role->set_role(proto::ROLE_COMMUNICATION);
-  role->set_bytes(dp.communication_bytes);
   proto::DataParallelSummary& d = *summary.mutable_data_parallel();
   d.set_ranks(options.ranks);
   d.set_interconnect(options.interconnect.name);
   d.set_num_buckets(dp.buckets.size());
   d.set_communication_bytes(dp.communication_bytes);
-  d.set_peak_with_communication_bytes(summary.predicted_peak_bytes() + dp.communication_bytes);
+  // The buckets are in the plan's arena (and its bytes by role, as COMMUNICATION).
+  d.set_peak_with_communication_bytes(summary.predicted_peak_bytes());
   d.set_allreduce_seconds(dp.allreduce_seconds);
   d.set_exposed_allreduce_seconds(dp.exposed_seconds);
   d.set_single_rank_step_seconds(dp.single_rank_step_seconds);
@@ -343,6 +342,18 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
     }
     const uint64_t budget = options.budget_bytes() - bucket_bytes;
     ASSIGN_OR_RETURN(plan, reversible ? reversible->Plan(budget) : placement->Plan(budget));
+  }
+  if (ranked) {
+    // The buckets are tensors of the plan, laid out in its arena beside the rest, as the
+    // trainer lays them out (planner/gradient_buckets.h).
+    ASSIGN_OR_RETURN(plan, AddGradientBuckets(plan, dp.bucket_bytes));
+    ASSIGN_OR_RETURN(plain, AddGradientBuckets(plain, dp.bucket_bytes));
+    if (options.budget_bytes() > 0 && plan.peak_bytes > options.budget_bytes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "budget ", graph::HumanBytes(options.budget_bytes()), ": the plan for it with the ",
+          dp.ranks, " ranks' gradient buckets laid out beside it takes ",
+          graph::HumanBytes(plan.peak_bytes)));
+    }
   }
   proto::PlanResponse response = SectionPlanToProto(
       plan, plain, options.budget_bytes(), search_options.host_pool_in_budget, cost->name());
