@@ -6,7 +6,8 @@
 #     sections (a re-forward issues no collective: exactly buckets x steps allreduces); the
 #     ranks' parameters bitwise equal after 20 steps (the run's own final check, and both
 #     runs' checksums equal whatever the plan); and the 2 ranks' run against PyTorch at the
-#     global batch (tools/torch_reference.py on the exported global batches);
+#     global batch (tools/torch_reference.py on the exported global batches); every rank's
+#     measured arena peak equals its plan's, the gradient buckets being tensors of the plan;
 #     with --dataset, rank 0's checkpoint resumed on both ranks ends bitwise where an
 #     uninterrupted run does;
 #     ranks seeded differently receive rank 0's state and end bitwise equal;

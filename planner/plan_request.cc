@@ -60,6 +60,7 @@ absl::StatusOr<DataParallelOptions> DataParallelOf(const proto::PlanOptions& opt
   DataParallelOptions out;
   out.ranks = std::max<uint32_t>(1, d.ranks());
   out.bucket_bytes = d.bucket_bytes();
+  out.sync_batch_norm = d.sync_batch_norm();
   absl::StatusOr<InterconnectSpec> link =
       InterconnectSpecFromProto(d.interconnect(), device_preset == "cpu" ? "cpu" : "nvlink+ib");
   if (!link.ok()) {
@@ -93,6 +94,8 @@ void FillDataParallel(const DataParallelOptions& options, const DataParallelStep
   d.set_exposed_allreduce_seconds(dp.exposed_seconds);
   d.set_single_rank_step_seconds(dp.single_rank_step_seconds);
   d.set_scaling_efficiency(dp.scaling_efficiency());
+  d.set_batch_norm_allreduces(dp.batch_norm_allreduces);
+  d.set_batch_norm_allreduce_seconds(dp.batch_norm_seconds);
 }
 
 // Adds `points` to the frontier, each with `extra_bytes` and `extra_seconds` (the ranks'
@@ -328,6 +331,11 @@ absl::StatusOr<proto::PlanResponse> AnswerPlan(const graph::Graph& forward,
                    reversible ? reversible->Unconstrained() : placement->Unconstrained());
   // With ranks, the budget holds the gradient buckets beside the plan's arena.
   ASSIGN_OR_RETURN(DataParallelStep dp_plain, PredictDataParallelStep(*plain.step, *cost, dp));
+  if (dp.sync_batch_norm && dp.ranks > 1 && dp_plain.batch_norm_allreduces == 0) {
+    return absl::InvalidArgumentError(
+        "options.data_parallel.sync_batch_norm: the model has no batch norm in training to "
+        "synchronise");
+  }
   const bool ranked = dp.ranks > 1;
   const uint64_t bucket_bytes = ranked ? dp_plain.communication_bytes : 0;
   SectionPlan plan = plain;
