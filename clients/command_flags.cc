@@ -426,6 +426,11 @@ void AddPlanFlags(CLI::App& command, PlanFlags& f, bool trains) {
         ->type_name("KIB")
         ->check(AtLeast(0))
         ->group("Plan");
+    command
+        .add_flag("--sync-batchnorm", f.sync_batchnorm,
+                  "with --ranks: batch norm over the global batch, as `headroom train "
+                  "--sync-batchnorm`: 3 allreduces per batch norm and step on the critical path")
+        ->group("Plan");
   } else {
     command
         .add_option("--lr", f.learning_rate, "learning rate (default 0.01 for sgd, 0.001 for adam)")
@@ -498,11 +503,15 @@ absl::StatusOr<proto::PlanOptions> PlanOptionsOf(const PlanFlags& f) {
   if (f.bucket_kib > 0 && f.ranks == 1) {
     return absl::InvalidArgumentError("--bucket-kib needs --ranks above 1");
   }
+  if (f.sync_batchnorm && f.ranks == 1) {
+    return absl::InvalidArgumentError("--sync-batchnorm needs --ranks above 1");
+  }
   if (f.ranks > 1) {
     proto::DataParallelOptions& dp = *options.mutable_data_parallel();
     dp.set_ranks(static_cast<uint32_t>(f.ranks));
     dp.mutable_interconnect()->set_preset(f.interconnect);
     dp.set_bucket_bytes(static_cast<uint64_t>(f.bucket_kib) * 1024);
+    dp.set_sync_batch_norm(f.sync_batchnorm);
   }
   return options;
 }

@@ -112,6 +112,8 @@ struct PlanFlags {
   int64_t ranks = 1;
   std::string interconnect;
   int64_t bucket_kib = 0;
+  // With ranks: batch norm over the global batch (its allreduces in the step).
+  bool sync_batchnorm = false;
 };
 
 // `trains`: the command trains (then --lr; else --alignment, which only plans honour).

@@ -136,6 +136,13 @@ std::string SummaryLines(const proto::PlanSummary& s) {
         HumanBytes(d.peak_with_communication_bytes()), d.allreduce_seconds(),
         d.exposed_allreduce_seconds(), d.single_rank_step_seconds(),
         100.0 * d.scaling_efficiency());
+    if (d.batch_norm_allreduces() > 0) {
+      absl::StrAppendFormat(&out,
+                            "%-24s %d allreduce(s) a step, %.4f s on the critical path (in the "
+                            "exposed time above)\n",
+                            "sync batch norm", d.batch_norm_allreduces(),
+                            d.batch_norm_allreduce_seconds());
+    }
   }
   return out;
 }

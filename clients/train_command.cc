@@ -155,6 +155,9 @@ struct DistRun {
   std::unique_ptr<graph::Graph> global_graph;
   std::optional<executor::SyntheticTask> global_task;
   uint64_t parameter_checksum = 0;
+  // Every rank's measured arena peak and its plan's (with the gradient buckets), by rank.
+  std::vector<uint64_t> measured_peaks;
+  std::vector<uint64_t> predicted_peaks;
 };
 
 // The sets a run on real data reads: the training set and where its held-out items are.
@@ -674,7 +677,7 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
       const dist::BucketStats& b = dist_run->buckets->stats();
       out << absl::StrFormat(
           "ranks: %d x batch %d (global %d); %d allreduce(s) of %s in %d bucket(s) per step, "
-          "%.3f s waited for them in all (buckets held outside the plan); parameters bitwise equal "
+          "%.3f s waited for them in all (buckets in the plan); parameters bitwise equal "
           "on every rank (checksum "
           "%016x)\n",
           dist_run->size, model.batch, dist_run->size * model.batch,
@@ -682,6 +685,11 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
           graph::HumanBytes(b.steps > 0 ? b.reduced_bytes / b.steps : 0),
           dist_run->buckets->BucketBytes().size(), b.exposed_wait_seconds,
           dist_run->parameter_checksum);
+      for (size_t r = 0; r < dist_run->measured_peaks.size(); ++r) {
+        out << absl::StrFormat("rank %d: arena measured peak %s, predicted %s (with buckets)\n", r,
+                               graph::HumanBytes(dist_run->measured_peaks[r]),
+                               graph::HumanBytes(dist_run->predicted_peaks[r]));
+      }
       if (dist_run->batch_norm != nullptr) {
         const dist::SyncBatchNormStats& n = dist_run->batch_norm->stats();
         out << absl::StrFormat(
@@ -781,10 +789,16 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
         .Double(b.exposed_wait_seconds)
         .Key("gradient_copy_seconds")
         .Double(b.copy_seconds)
-        .Key("bucket_bytes_outside_plan")
+        .Key("bucket_bytes_planned")
         .Uint(b.reduced_bytes / std::max<int64_t>(b.steps, 1))
         .Key("parameter_checksum")
         .Uint(dist_run->parameter_checksum);
+    w.Key("rank_measured_peak_bytes").BeginArray();
+    for (uint64_t b : dist_run->measured_peaks) w.Uint(b);
+    w.EndArray();
+    w.Key("rank_predicted_peak_bytes").BeginArray();
+    for (uint64_t b : dist_run->predicted_peaks) w.Uint(b);
+    w.EndArray();
     if (dist_run->batch_norm != nullptr) {
       const dist::SyncBatchNormStats& n = dist_run->batch_norm->stats();
       w.Key("batch_norm_allreduces")
@@ -958,6 +972,12 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
     RETURN_IF_ERROR(
         dist::CheckParametersAgree(*trainer, *dist_run->collectives, trainer->steps_run()));
     ASSIGN_OR_RETURN(dist_run->parameter_checksum, dist::ParameterChecksum(*trainer));
+    ASSIGN_OR_RETURN(dist_run->measured_peaks,
+                     dist_run->collectives->AllgatherU64(totals.measured_peak,
+                                                         "every rank's measured arena peak"));
+    ASSIGN_OR_RETURN(dist_run->predicted_peaks,
+                     dist_run->collectives->AllgatherU64(trainer->plan().peak_bytes,
+                                                         "every rank's predicted arena peak"));
   }
   const planner::SectionPlan& plan = trainer->plan();
   if (!export_dir.empty() && (dist_run == nullptr || dist_run->rank == 0)) {

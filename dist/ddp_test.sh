@@ -6,7 +6,8 @@
 #     sections (a re-forward issues no collective: exactly buckets x steps allreduces); the
 #     ranks' parameters bitwise equal after 20 steps (the run's own final check, and both
 #     runs' checksums equal whatever the plan); and the 2 ranks' run against PyTorch at the
-#     global batch (tools/torch_reference.py on the exported global batches);
+#     global batch (tools/torch_reference.py on the exported global batches); every rank's
+#     measured arena peak equals its plan's, the gradient buckets being tensors of the plan;
 #     with --dataset, rank 0's checkpoint resumed on both ranks ends bitwise where an
 #     uninterrupted run does;
 #     ranks seeded differently receive rank 0's state and end bitwise equal;
@@ -57,6 +58,15 @@ equivalent() {
     echo "FAIL: $name: $allreduces allreduces in $steps steps of $buckets bucket(s)" >&2
     exit 1
   fi
+  # Predicted is measured on every rank, the gradient buckets being tensors of its plan.
+  "$PYTHON" - "$ranked" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1].strip().splitlines()[-1])
+m, p = s["rank_measured_peak_bytes"], s["rank_predicted_peak_bytes"]
+print(f"arena peak by rank: measured {m}, predicted with the buckets {p}")
+if len(m) != 2 or m != p:
+    sys.exit(f"FAIL: the ranks' measured arena peaks {m} are not their plans' {p}")
+PY
   CHECKSUM=$(json_field parameter_checksum <<<"$ranked")
   RANKED="$ranked"
 }

@@ -18,15 +18,21 @@ GradientBuckets::GradientBuckets(Collectives* collectives, executor::Backend* ba
                                  const Options& options)
     : collectives_(collectives), backend_(backend), options_(options) {}
 
-absl::Status GradientBuckets::Prepare(absl::Span<const executor::GradientInfo> gradients) {
+absl::Status GradientBuckets::Prepare(absl::Span<const executor::GradientInfo> gradients,
+                                      absl::Span<const executor::TensorView> buckets) {
   if (!backend_->host_is_device_memory()) {
     return absl::UnimplementedError(
-        "data-parallel training: gradient buckets live in host memory, which this backend's "
-        "kernels cannot read; only the cpu backend trains across ranks so far");
+        "data-parallel training: MPI reads the gradient buckets in place, in the arena, which "
+        "on this backend is not host memory; only the cpu backend trains across ranks so far");
   }
   buckets_.clear();
   slots_.clear();
-  uint64_t open_bytes = 0;
+  for (const executor::TensorView& view : buckets) {
+    if (view.dtype != proto::DTYPE_FLOAT32 || view.shape.size() != 1) {
+      return absl::InternalError("gradient buckets: a planned bucket is not a float32 vector");
+    }
+    buckets_.push_back({static_cast<float*>(view.data), static_cast<uint64_t>(view.shape[0])});
+  }
   for (size_t i = 0; i < gradients.size(); ++i) {
     const executor::GradientInfo& g = gradients[i];
     if (g.dtype != proto::DTYPE_FLOAT32) {
@@ -35,17 +41,22 @@ absl::Status GradientBuckets::Prepare(absl::Span<const executor::GradientInfo> g
                                                      "' is not float32; only float32 "
                                                      "gradients are averaged"));
     }
-    if (buckets_.empty() || open_bytes >= options_.bucket_bytes) {
-      buckets_.emplace_back();
-      open_bytes = 0;
+    if (g.bucket < 0 || g.bucket >= static_cast<int32_t>(buckets_.size()) ||
+        g.bucket_offset_bytes % sizeof(float) != 0 ||
+        g.bucket_offset_bytes + g.bytes > buckets_[g.bucket].floats * sizeof(float)) {
+      return absl::InternalError(absl::StrCat("gradient buckets: the gradient of '", g.name,
+                                              "' does not lie in its planned bucket ", g.bucket));
     }
-    Bucket& b = buckets_.back();
-    slots_.push_back({static_cast<int32_t>(buckets_.size() - 1), b.values.size(), g});
-    b.values.resize(b.values.size() + g.bytes / sizeof(float));
-    b.gradients.push_back(static_cast<int32_t>(i));
-    open_bytes += g.bytes;
+    slots_.push_back({g.bucket, g.bucket_offset_bytes / sizeof(float), g});
+    buckets_[g.bucket].gradients.push_back(static_cast<int32_t>(i));
   }
-  for (Bucket& b : buckets_) b.pending = static_cast<int32_t>(b.gradients.size());
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    if (b.gradients.empty()) {
+      return absl::InternalError(absl::StrCat("gradient buckets: bucket ", k, " holds nothing"));
+    }
+    b.pending = static_cast<int32_t>(b.gradients.size());
+  }
   return absl::OkStatus();
 }
 
@@ -57,17 +68,17 @@ absl::Status GradientBuckets::OnGradientReady(int64_t step, int32_t index,
   const Slot& slot = slots_[index];
   Bucket& b = buckets_[slot.bucket];
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(backend_->Download(b.values.data() + slot.offset, grad.data, slot.info.bytes));
+  RETURN_IF_ERROR(backend_->CopyOnDevice(b.values + slot.offset, grad.data, slot.info.bytes));
   stats_.copy_seconds += SecondsSince(start);
   if (--b.pending > 0) return absl::OkStatus();
   // The bucket's last gradient: reduce it while the backward goes on.
   ASSIGN_OR_RETURN(b.handle, collectives_->AllreduceAsync(
-                                 b.values.data(), b.values.size(), ReduceOp::kAverage,
+                                 b.values, b.floats, ReduceOp::kAverage,
                                  absl::StrCat("allreduce of gradient bucket ", slot.bucket, " (",
-                                              b.values.size(), " floats) in step ", step)));
+                                              b.floats, " floats) in step ", step)));
   b.issued = true;
   ++stats_.allreduces;
-  stats_.reduced_bytes += b.values.size() * sizeof(float);
+  stats_.reduced_bytes += b.floats * sizeof(float);
   return absl::OkStatus();
 }
 
@@ -88,7 +99,7 @@ absl::StatusOr<executor::TensorView> GradientBuckets::ReducedGradient(int64_t st
     stats_.exposed_wait_seconds += SecondsSince(start);
     b.reduced = true;
   }
-  return executor::TensorView{b.values.data() + slot.offset, slot.info.shape, slot.info.dtype};
+  return executor::TensorView{b.values + slot.offset, slot.info.shape, slot.info.dtype};
 }
 
 absl::Status GradientBuckets::OnStepEnd(int64_t step) {
@@ -113,14 +124,14 @@ std::vector<CollectiveSpec> GradientBuckets::Sequence() const {
     sequence.push_back(
         {absl::StrCat("allreduce of gradient bucket ", k, " (", buckets_[k].gradients.size(),
                       " gradient(s), first '", slots_[buckets_[k].gradients[0]].info.name, "')"),
-         buckets_[k].values.size(), slots_[buckets_[k].gradients.back()].info.position});
+         buckets_[k].floats, slots_[buckets_[k].gradients.back()].info.position});
   }
   return sequence;
 }
 
 std::vector<uint64_t> GradientBuckets::BucketBytes() const {
   std::vector<uint64_t> bytes;
-  for (const Bucket& b : buckets_) bytes.push_back(b.values.size() * sizeof(float));
+  for (const Bucket& b : buckets_) bytes.push_back(b.floats * sizeof(float));
   return bytes;
 }
 

@@ -2,17 +2,18 @@
 // the backward: the executor's GradientExchange (executor/gradient_exchange.h) over a
 // Collectives (dist/collectives.h).
 //
-// Prepare() groups the gradients, in the order the step completes them, into buckets of at
-// least Options::bucket_bytes (the last may be smaller; 0 puts each gradient in its own).
-// Each step, OnGradientReady() copies a gradient into its bucket; the bucket's last one
-// starts its allreduce (average) at once, while the backward goes on. ReducedGradient()
-// waits for the bucket (the time it waits is the reduction's exposed part) and returns the
-// averaged gradient in the bucket. Sequence() is what every rank issues each step, for the
-// check before the first step (dist/data_parallel.h).
+// The buckets are tensors of the plan (planner/gradient_buckets.h: role COMMUNICATION, laid
+// out in the arena with the rest, grouped by Options::bucket_bytes through bucket_bytes());
+// Prepare() takes them with each gradient's place in them. Each step, OnGradientReady()
+// copies a gradient into its bucket; the bucket's last one starts its allreduce (average) at
+// once, while the backward goes on. ReducedGradient() waits for the bucket (the time it
+// waits is the reduction's exposed part) and returns the averaged gradient in the bucket.
+// Sequence() is what every rank issues each step, for the check before the first step
+// (dist/data_parallel.h).
 //
-// Limits: float32 gradients only; the buckets are host memory outside the plan (the CPU
-// backend's kernels read them in place), so a backend whose device is not host memory is
-// refused. Borrows the collectives and the backend. Called from the executor's thread.
+// Limits: float32 gradients only; MPI reads and writes the buckets in place, so a backend
+// whose arena is not host memory is refused. Borrows the collectives and the backend.
+// Called from the executor's thread.
 #ifndef HEADROOM_DIST_GRADIENT_BUCKETS_H_
 #define HEADROOM_DIST_GRADIENT_BUCKETS_H_
 
@@ -56,7 +57,9 @@ class GradientBuckets : public executor::GradientExchange {
 
   GradientBuckets(Collectives* collectives, executor::Backend* backend, const Options& options);
 
-  absl::Status Prepare(absl::Span<const executor::GradientInfo> gradients) override;
+  uint64_t bucket_bytes() const override { return options_.bucket_bytes; }
+  absl::Status Prepare(absl::Span<const executor::GradientInfo> gradients,
+                       absl::Span<const executor::TensorView> buckets) override;
   absl::Status OnGradientReady(int64_t step, int32_t index,
                                const executor::TensorView& grad) override;
   absl::StatusOr<executor::TensorView> ReducedGradient(int64_t step, int32_t index) override;
@@ -71,7 +74,8 @@ class GradientBuckets : public executor::GradientExchange {
 
  private:
   struct Bucket {
-    std::vector<float> values;
+    float* values = nullptr;  // the planned bucket, in the arena
+    uint64_t floats = 0;
     std::vector<int32_t> gradients;
     int32_t pending = 0;  // gradients not yet copied in this step
     bool issued = false;

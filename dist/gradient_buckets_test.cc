@@ -1,11 +1,13 @@
 #include "dist/gradient_buckets.h"
 
+#include <memory>
 #include <thread>
 
 #include "dist/local_collectives.h"
 #include "executor/cpu/cpu_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/gradient_buckets.h"
 
 namespace headroom::dist {
 namespace {
@@ -23,12 +25,48 @@ GradientInfo Grad(const std::string& name, int64_t floats) {
 const std::vector<GradientInfo> kGradients = {Grad("a", 250), Grad("b", 750), Grad("c", 125),
                                               Grad("d", 1250)};
 
+// Buckets of `gradients` as the planner groups them (planner::GroupBySize), in memory of
+// their own in place of an arena.
+struct PlannedBuckets {
+  std::vector<GradientInfo> gradients;
+  std::vector<std::vector<float>> storage;
+  std::vector<TensorView> views;
+};
+
+std::unique_ptr<PlannedBuckets> Plan(const std::vector<GradientInfo>& gradients,
+                                     uint64_t bucket_bytes) {
+  auto p = std::make_unique<PlannedBuckets>();
+  p->gradients = gradients;
+  std::vector<uint64_t> bytes;
+  for (const GradientInfo& g : gradients) bytes.push_back(g.bytes);
+  const std::vector<std::vector<int32_t>> groups = planner::GroupBySize(bytes, bucket_bytes);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    uint64_t offset = 0;
+    for (int32_t i : groups[k]) {
+      p->gradients[i].bucket = static_cast<int32_t>(k);
+      p->gradients[i].bucket_offset_bytes = offset;
+      offset += bytes[i];
+    }
+    p->storage.emplace_back(offset / sizeof(float));
+  }
+  for (std::vector<float>& s : p->storage) {
+    p->views.push_back(
+        TensorView{s.data(), {static_cast<int64_t>(s.size())}, proto::DTYPE_FLOAT32});
+  }
+  return p;
+}
+
+absl::Status Prepare(GradientBuckets& buckets, const PlannedBuckets& plan) {
+  return buckets.Prepare(plan.gradients, plan.views);
+}
+
 TEST(GradientBucketsTest, GroupsInCompletionOrderAndIssuesAtEachBucketsLastGradient) {
   LocalGroup group(1);
   std::unique_ptr<Collectives> c = group.Rank(0);
   std::unique_ptr<executor::Backend> cpu = executor::cpu::CreateCpuBackend();
   GradientBuckets buckets(c.get(), cpu.get(), {.bucket_bytes = 4000});
-  ASSERT_TRUE(buckets.Prepare(kGradients).ok());
+  const std::unique_ptr<PlannedBuckets> plan = Plan(kGradients, buckets.bucket_bytes());
+  ASSERT_TRUE(Prepare(buckets, *plan).ok());
   EXPECT_EQ(buckets.BucketBytes(), (std::vector<uint64_t>{4000, 5500}));
   ASSERT_EQ(buckets.Sequence().size(), 2u);
   EXPECT_EQ(buckets.Sequence()[1].count, 1375u);
@@ -52,6 +90,9 @@ TEST(GradientBucketsTest, GroupsInCompletionOrderAndIssuesAtEachBucketsLastGradi
       ASSERT_TRUE(reduced.ok()) << reduced.status();
       EXPECT_EQ(reduced->shape, kGradients[i].shape);
       EXPECT_NE(reduced->data, grads[i].data());  // a copy: the arena's bytes are freed
+      // In its planned bucket.
+      EXPECT_EQ(reduced->data, plan->storage[plan->gradients[i].bucket].data() +
+                                   plan->gradients[i].bucket_offset_bytes / sizeof(float));
       EXPECT_EQ(reduced->f32()[0], 1.5f);
     }
     ASSERT_TRUE(buckets.OnStepEnd(step).ok());
@@ -65,7 +106,8 @@ TEST(GradientBucketsTest, ZeroBucketBytesGivesOneBucketPerGradient) {
   std::unique_ptr<Collectives> c = group.Rank(0);
   std::unique_ptr<executor::Backend> cpu = executor::cpu::CreateCpuBackend();
   GradientBuckets buckets(c.get(), cpu.get(), {.bucket_bytes = 0});
-  ASSERT_TRUE(buckets.Prepare(kGradients).ok());
+  const std::unique_ptr<PlannedBuckets> plan = Plan(kGradients, buckets.bucket_bytes());
+  ASSERT_TRUE(Prepare(buckets, *plan).ok());
   EXPECT_EQ(buckets.BucketBytes(), (std::vector<uint64_t>{1000, 3000, 500, 5000}));
 }
 
@@ -80,7 +122,8 @@ TEST(GradientBucketsTest, AveragesAcrossRanks) {
       std::unique_ptr<Collectives> c = group.Rank(r);
       std::unique_ptr<executor::Backend> cpu = executor::cpu::CreateCpuBackend();
       GradientBuckets buckets(c.get(), cpu.get(), {.bucket_bytes = 4000});
-      statuses[r] = buckets.Prepare(kGradients);
+      const std::unique_ptr<PlannedBuckets> plan = Plan(kGradients, 4000);
+      statuses[r] = Prepare(buckets, *plan);
       if (!statuses[r].ok()) return;
       std::vector<std::vector<float>> grads;
       for (const GradientInfo& g : kGradients) {
@@ -112,11 +155,23 @@ TEST(GradientBucketsTest, RefusesNonFloatGradientsNamingThem) {
   std::unique_ptr<Collectives> c = group.Rank(0);
   std::unique_ptr<executor::Backend> cpu = executor::cpu::CreateCpuBackend();
   GradientBuckets buckets(c.get(), cpu.get(), {});
-  std::vector<GradientInfo> grads = {Grad("a", 4)};
-  grads[0].dtype = proto::DTYPE_INT64;
-  const absl::Status s = buckets.Prepare(grads);
+  std::unique_ptr<PlannedBuckets> plan = Plan({Grad("a", 4)}, 0);
+  plan->gradients[0].dtype = proto::DTYPE_INT64;
+  const absl::Status s = Prepare(buckets, *plan);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("'a'"));
+}
+
+TEST(GradientBucketsTest, RefusesAGradientOutsideItsPlannedBucket) {
+  LocalGroup group(1);
+  std::unique_ptr<Collectives> c = group.Rank(0);
+  std::unique_ptr<executor::Backend> cpu = executor::cpu::CreateCpuBackend();
+  GradientBuckets buckets(c.get(), cpu.get(), {.bucket_bytes = 4000});
+  std::unique_ptr<PlannedBuckets> plan = Plan(kGradients, 4000);
+  plan->gradients[1].bucket_offset_bytes = 1004;  // b's 3000 bytes would pass the bucket's end
+  const absl::Status s = Prepare(buckets, *plan);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("'b' does not lie in its planned bucket 0"));
 }
 
 TEST(GradientBucketsTest, UpdatingBeforeTheBucketIsCompleteIsAnError) {
@@ -124,7 +179,8 @@ TEST(GradientBucketsTest, UpdatingBeforeTheBucketIsCompleteIsAnError) {
   std::unique_ptr<Collectives> c = group.Rank(0);
   std::unique_ptr<executor::Backend> cpu = executor::cpu::CreateCpuBackend();
   GradientBuckets buckets(c.get(), cpu.get(), {.bucket_bytes = 4000});
-  ASSERT_TRUE(buckets.Prepare(kGradients).ok());
+  const std::unique_ptr<PlannedBuckets> plan = Plan(kGradients, 4000);
+  ASSERT_TRUE(Prepare(buckets, *plan).ok());
   std::vector<float> a(250, 1.0f);
   ASSERT_TRUE(buckets.OnGradientReady(0, 0, TensorView{a.data(), {250}}).ok());
   EXPECT_THAT(buckets.ReducedGradient(0, 0).status().message(),

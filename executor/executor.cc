@@ -139,19 +139,7 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
         "data-parallel ranks with the optimizer state on the host: the gradients' exchange and "
         "the host update are not joined yet (use --optimizer-state device with --ranks)");
   }
-  if (options.gradients != nullptr) {
-    // The gradients in the order the step completes them: its update nodes' order.
-    std::vector<GradientInfo> gradients;
-    e->gradient_index_.assign(e->program_.nodes.size(), -1);
-    for (size_t s = 0; s < e->program_.nodes.size(); ++s) {
-      if (e->program_.nodes[s].kind != NodeKind::kUpdate) continue;
-      const TensorView& grad = e->bound_args_[s].update.grad;
-      e->gradient_index_[s] = static_cast<int32_t>(gradients.size());
-      gradients.push_back({e->step_->graph.node(e->program_.nodes[s].node).name, grad.shape,
-                           grad.dtype, grad.bytes(), static_cast<int32_t>(s)});
-    }
-    RETURN_IF_ERROR(options.gradients->Prepare(gradients));
-  }
+  if (options.gradients != nullptr) RETURN_IF_ERROR(e->PrepareGradientExchange());
   if (options.batch_norm_sync != nullptr) RETURN_IF_ERROR(e->PrepareBatchNormSync());
   return e;
 }
@@ -320,11 +308,49 @@ absl::StatusOr<StepResult> Executor::RunStepOn(const std::vector<HostTensor>* ba
     RETURN_IF_ERROR(CheckRebuildAfter(s, &result));
     RETURN_IF_ERROR(IssueCopiesOut(program_.nodes[s].copy_out_after, s, &result));
     RETURN_IF_ERROR(IssueGradCopies(s, &result));
+    // The deferred updates read the gradient buckets, which die at the last position.
+    if (options_.gradients != nullptr && s + 1 == static_cast<int32_t>(program_.nodes.size())) {
+      RETURN_IF_ERROR(RunDeferredUpdates());
+    }
     RETURN_IF_ERROR(FreeBuffers(s));
   }
-  if (options_.gradients != nullptr) RETURN_IF_ERROR(RunDeferredUpdates());
   RETURN_IF_ERROR(FinishStep(start, high_water_before, &result));
   return result;
+}
+
+absl::Status Executor::PrepareGradientExchange() {
+  const std::vector<planner::GradientBucket>& planned = step_->gradient_buckets;
+  if (planned.empty()) {
+    return absl::InvalidArgumentError(
+        "executor: data-parallel gradients need their buckets in the plan "
+        "(planner::AddGradientBuckets); this plan has none");
+  }
+  // Each update node's bucket and offset, then the buckets' views of the arena.
+  absl::flat_hash_map<planner::NodeId, std::pair<int32_t, uint64_t>> place;
+  std::vector<TensorView> buckets;
+  for (size_t k = 0; k < planned.size(); ++k) {
+    for (size_t i = 0; i < planned[k].updates.size(); ++i) {
+      place[planned[k].updates[i]] = {static_cast<int32_t>(k), planned[k].offsets_bytes[i]};
+    }
+    buckets.push_back(View(planned[k].tensor));
+  }
+  // The gradients in the order the step completes them: its update nodes' order.
+  std::vector<GradientInfo> gradients;
+  gradient_index_.assign(program_.nodes.size(), -1);
+  for (size_t s = 0; s < program_.nodes.size(); ++s) {
+    if (program_.nodes[s].kind != NodeKind::kUpdate) continue;
+    const TrainingNode& node = step_->graph.node(program_.nodes[s].node);
+    auto it = place.find(program_.nodes[s].node);
+    if (it == place.end()) {
+      return absl::InternalError(
+          absl::StrCat("executor: update '", node.name, "' has no planned gradient bucket"));
+    }
+    const TensorView& grad = bound_args_[s].update.grad;
+    gradient_index_[s] = static_cast<int32_t>(gradients.size());
+    gradients.push_back({node.name, grad.shape, grad.dtype, grad.bytes(), static_cast<int32_t>(s),
+                         it->second.first, it->second.second});
+  }
+  return options_.gradients->Prepare(gradients, buckets);
 }
 
 absl::Status Executor::HandOverGradient(int32_t s) {

@@ -65,8 +65,9 @@ struct ExecutorOptions {
   // For checks against a reference. Default none.
   std::vector<std::string> capture;
   // Data-parallel training (borrowed; must outlive the executor): each parameter's update
-  // is deferred to the end of the step and reads the exchange's reduced gradient
-  // (executor/gradient_exchange.h). Default none: updates run where the schedule puts them.
+  // is deferred to the end of the step and reads the exchange's reduced gradient from its
+  // planned bucket (executor/gradient_exchange.h; the step must hold the buckets,
+  // planner::AddGradientBuckets). Default none: updates run where the schedule puts them.
   GradientExchange* gradients = nullptr;
   // Batch norm synchronised across data-parallel ranks (borrowed; must outlive the
   // executor): every training BatchNorm normalises over the global batch
@@ -292,8 +293,10 @@ class Executor {
   absl::Status RunKernel(int32_t s, StepResult* result);
   absl::Status AwaitCopyOut(int32_t s, StepResult* result);
   absl::Status IssuePrefetch(int32_t s);
-  // With ExecutorOptions::gradients: hands the gradient of the update at `s` over, and runs
-  // the deferred updates after the last node.
+  // With ExecutorOptions::gradients: tells the exchange the gradients and their planned
+  // buckets (at Create); hands the gradient of the update at `s` over, and runs the deferred
+  // updates at the last position.
+  absl::Status PrepareGradientExchange();
   absl::Status HandOverGradient(int32_t s);
   absl::Status RunDeferredUpdates();
   // With ExecutorOptions::batch_norm_sync: binds the batch norms' allreduces and tells the

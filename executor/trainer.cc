@@ -10,6 +10,7 @@
 #include "executor/backend_scratch.h"
 #include "graph/mixed_precision.h"
 #include "graph/summary.h"
+#include "planner/gradient_buckets.h"
 #include "planner/memory_planner.h"
 #include "planner/reversible.h"
 #include "planner/reversible_search.h"
@@ -48,8 +49,16 @@ absl::StatusOr<absl::flat_hash_map<std::string, const HostTensor*>> ValuesByName
 // prefetch_to_device. FailedPrecondition when the slot takes it all.
 absl::StatusOr<uint64_t> PlanBudget(const planner::TrainingGraph& training,
                                     const TrainerOptions& options) {
-  if (!options.prefetch_to_device) return options.budget_bytes;
-  const uint64_t slot = StagingSlotBytes(training);
+  // With ranks, the gradient buckets are laid out beside the plan: at most their bytes more.
+  const uint64_t buckets =
+      options.gradients != nullptr ? planner::GradientBucketBytes(training) : 0;
+  if (options.budget_bytes <= buckets) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the budget of ", graph::HumanBytes(options.budget_bytes), " leaves nothing for the ",
+        "step: the data-parallel gradient buckets alone take ", graph::HumanBytes(buckets)));
+  }
+  if (!options.prefetch_to_device) return options.budget_bytes - buckets;
+  const uint64_t slot = StagingSlotBytes(training) + buckets;
   if (slot + planner::kDefaultAlignmentBytes > options.budget_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the budget of ", graph::HumanBytes(options.budget_bytes), " leaves nothing for the ",
@@ -139,6 +148,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
   std::unique_ptr<Trainer> t(
       new Trainer(forward, std::move(training), options, backend, std::move(task)));
   ASSIGN_OR_RETURN(t->plan_, t->MakePlan(/*keep_every=*/0));
+  // With ranks, the gradient buckets are tensors of the plan, laid out beside the rest.
+  if (options.gradients != nullptr) {
+    ASSIGN_OR_RETURN(t->plan_,
+                     planner::AddGradientBuckets(t->plan_, options.gradients->bucket_bytes()));
+    const uint64_t staging = options.prefetch_to_device ? StagingSlotBytes(t->training_) : 0;
+    if (options.budget_bytes > 0 && t->plan_.peak_bytes + staging > options.budget_bytes) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the budget of ", graph::HumanBytes(options.budget_bytes), ": the plan for it with the ",
+          "gradient buckets laid out beside it takes ", graph::HumanBytes(t->plan_.peak_bytes)));
+    }
+  }
 
   // Only now allocate: the arena, the host pool, then each parameter and buffer in turn
   // straight into the arena (the given value, else the seeded one).

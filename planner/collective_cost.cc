@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/gradient_buckets.h"
 #include "util/status_macros.h"
 
 namespace headroom::planner {
@@ -60,6 +62,41 @@ InterconnectSpec Preset(const std::string& name) {
     s = {name, 2.8e9, 140e-6, 0, 0, 0, 0};
   }
   return s;
+}
+
+// Returns, by node, the bytes of each allreduce a synchronised batch norm issues there
+// (dist/sync_batch_norm.h): a training forward (not a re-forward) 2, count and sum(x) (C + 1
+// floats) then sum((x - mean)^2) (C); a backward that computes dx 1, count, sum(dy) and
+// sum(dy * xhat) (2C + 1). C is dim 1 of the batch norm's input.
+std::vector<std::vector<uint64_t>> BatchNormAllreduceBytes(const TrainingGraph& g) {
+  const int64_t num_nodes = static_cast<int64_t>(g.nodes().size());
+  std::vector<std::vector<uint64_t>> out(num_nodes);
+  if (g.inference()) return out;
+  // The input x of each batch norm, by forward node.
+  absl::flat_hash_map<graph::NodeId, TensorId> input_of;
+  for (NodeId n = 0; n < num_nodes; ++n) {
+    const TrainingNode& node = g.node(n);
+    if (node.kind == NodeKind::kForward && node.op == "BatchNorm" && !node.inputs.empty()) {
+      input_of[node.forward_node] = node.inputs[0];
+    }
+  }
+  for (NodeId n = 0; n < num_nodes; ++n) {
+    const TrainingNode& node = g.node(n);
+    auto it = input_of.find(node.forward_node);
+    if (it == input_of.end()) continue;
+    const graph::Shape& x = g.tensor(it->second).shape;
+    const uint64_t channels = x.size() >= 2 ? static_cast<uint64_t>(x[1]) : 1;
+    if (node.kind == NodeKind::kForward) {
+      out[n] = {(channels + 1) * sizeof(float), channels * sizeof(float)};
+    } else if (node.kind == NodeKind::kBackward) {
+      for (TensorId o : node.outputs) {
+        if (g.tensor(o).role == proto::ROLE_GRADIENT && g.tensor(o).forward_tensor == it->second) {
+          out[n] = {(2 * channels + 1) * sizeof(float)};
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -151,7 +188,8 @@ double DataParallelStep::scaling_efficiency() const {
 }
 
 double DataParallelStep::hidden_fraction() const {
-  return allreduce_seconds > 0 ? 1.0 - exposed_seconds / allreduce_seconds : 1.0;
+  const double collectives = allreduce_seconds + batch_norm_seconds;
+  return collectives > 0 ? 1.0 - exposed_seconds / collectives : 1.0;
 }
 
 absl::StatusOr<DataParallelStep> PredictDataParallelStep(const SectionedStep& step,
@@ -167,7 +205,10 @@ absl::StatusOr<DataParallelStep> PredictDataParallelStep(const SectionedStep& st
   for (double& s : seconds) s *= scale;
 
   // 2. The compute stream without the updates; each update's gradient is complete where the
-  // schedule placed the update (right after its last writer). Buckets close in that order.
+  // schedule placed the update (right after its last writer). Buckets close in that order and
+  // go on one communication stream, each after its last gradient and the bucket before it.
+  // A synchronised batch norm's allreduces block the compute stream and queue on the same
+  // stream (one FIFO of collectives, as dist/ issues them).
   DataParallelStep out;
   out.single_rank_step_seconds = step.step_seconds;
   struct Update {
@@ -175,41 +216,50 @@ absl::StatusOr<DataParallelStep> PredictDataParallelStep(const SectionedStep& st
     int32_t bucket;
   };
   std::vector<Update> updates;
-  double t = 0;
-  uint64_t open_bytes = 0;
+  const std::vector<GradientBucket> groups = step.gradient_buckets.empty()
+                                                 ? GroupGradients(g, options.bucket_bytes)
+                                                 : step.gradient_buckets;
+  std::vector<int32_t> bucket_of(num_nodes, -1);
+  std::vector<int32_t> pending(groups.size());
+  out.buckets.resize(groups.size());
+  for (size_t k = 0; k < groups.size(); ++k) {
+    out.buckets[k].bytes = groups[k].bytes;
+    out.buckets[k].gradients = static_cast<int32_t>(groups[k].updates.size());
+    pending[k] = out.buckets[k].gradients;
+    for (NodeId u : groups[k].updates) bucket_of[u] = static_cast<int32_t>(k);
+  }
+  const std::vector<std::vector<uint64_t>> batch_norm =
+      options.sync_batch_norm && options.ranks > 1 ? BatchNormAllreduceBytes(g)
+                                                   : std::vector<std::vector<uint64_t>>(num_nodes);
+  double t = 0, comm = 0;
   for (NodeId n = 0; n < num_nodes; ++n) {
-    const TrainingNode& node = g.node(n);
-    if (node.kind != NodeKind::kUpdate) {
+    if (g.node(n).kind != NodeKind::kUpdate) {
       t += seconds[n];
+      for (uint64_t bytes : batch_norm[n]) {
+        double allreduce = 0;
+        ASSIGN_OR_RETURN(allreduce, AllreduceSeconds(bytes, options.ranks, options.interconnect));
+        t = comm = std::max(t, comm) + allreduce;
+        out.batch_norm_seconds += allreduce;
+        ++out.batch_norm_allreduces;
+      }
       continue;
     }
-    uint64_t grad_bytes = 0;
-    for (TensorId in : node.inputs) {
-      if (g.tensor(in).role == proto::ROLE_GRADIENT) grad_bytes += g.tensor(in).bytes;
-    }
-    if (out.buckets.empty() || open_bytes == 0) out.buckets.push_back({});
-    BucketTiming& bucket = out.buckets.back();
-    bucket.bytes += grad_bytes;
-    bucket.gradients += 1;
-    bucket.ready_seconds = t;
-    updates.push_back({seconds[n], static_cast<int32_t>(out.buckets.size()) - 1});
-    open_bytes += grad_bytes;
-    if (open_bytes >= options.bucket_bytes) open_bytes = 0;  // closed: the next one opens
+    const int32_t k = bucket_of[n];
+    updates.push_back({seconds[n], k});
+    if (--pending[k] > 0) continue;
+    // The bucket's last gradient: its allreduce starts once the stream is free.
+    BucketTiming& b = out.buckets[k];
+    double allreduce = 0;
+    ASSIGN_OR_RETURN(allreduce, AllreduceSeconds(b.bytes, options.ranks, options.interconnect));
+    b.ready_seconds = t;
+    b.start_seconds = std::max(comm, t);
+    b.end_seconds = comm = b.start_seconds + allreduce;
+    out.allreduce_seconds += allreduce;
+    out.communication_bytes += b.bytes;
   }
   out.backward_end_seconds = t;
 
-  // 3. One communication stream: each bucket after its last gradient and the bucket before.
-  double comm = 0;
-  for (BucketTiming& b : out.buckets) {
-    out.communication_bytes += b.bytes;
-    double allreduce = 0;
-    ASSIGN_OR_RETURN(allreduce, AllreduceSeconds(b.bytes, options.ranks, options.interconnect));
-    b.start_seconds = std::max(comm, b.ready_seconds);
-    b.end_seconds = comm = b.start_seconds + allreduce;
-    out.allreduce_seconds += allreduce;
-  }
-
-  // 4. The updates after the backward, each waiting for its bucket.
+  // 3. The updates after the backward, each waiting for its bucket.
   double end = out.backward_end_seconds;
   for (const Update& u : updates) {
     end = std::max(end, out.buckets[u.bucket].end_seconds) + u.seconds;

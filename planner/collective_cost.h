@@ -14,6 +14,10 @@
 //     after the bucket before it (one communication stream), while the backward goes on.
 //     The updates are deferred to the backward's end, each waiting for its bucket, as
 //     dist::GradientBuckets runs them (PredictDataParallelStep).
+//   - With sync_batch_norm, every training batch norm's forward issues 2 allreduces (C + 1
+//     and C floats) and its backward, where it computes dx, 1 (2C + 1): each blocks the
+//     compute stream (on the critical path) and queues on the communication stream behind
+//     any bucket still in flight, as dist/ issues them from one FIFO.
 #ifndef HEADROOM_PLANNER_COLLECTIVE_COST_H_
 #define HEADROOM_PLANNER_COLLECTIVE_COST_H_
 
@@ -81,6 +85,9 @@ struct DataParallelOptions {
   InterconnectSpec interconnect;
   // A bucket is closed once it holds at least this many bytes; 0 (default): one per gradient.
   uint64_t bucket_bytes = 0;
+  // Batch norm over the global batch (--sync-batchnorm): its allreduces in the step. Default
+  // false.
+  bool sync_batch_norm = false;
 };
 
 // One gradient bucket's allreduce in a predicted step.
@@ -101,8 +108,12 @@ struct DataParallelStep {
   double single_rank_step_seconds = 0;
   // When the last node that is not an update ends.
   double backward_end_seconds = 0;
-  // Sum of the allreduces' seconds (none overlapped).
+  // Sum of the gradient buckets' allreduces' seconds (none overlapped).
   double allreduce_seconds = 0;
+  // With sync_batch_norm: the batch norms' allreduces per step and their seconds (all on the
+  // critical path, besides any wait behind buckets).
+  int32_t batch_norm_allreduces = 0;
+  double batch_norm_seconds = 0;
   // step_seconds - single_rank_step_seconds.
   double exposed_seconds = 0;
   // Bytes of all buckets: every gradient once.
@@ -111,7 +122,8 @@ struct DataParallelStep {
 
   // Returns single_rank_step_seconds / step_seconds (1 with one rank).
   double scaling_efficiency() const;
-  // Returns 1 - exposed / allreduce seconds (1 when there is nothing to reduce).
+  // Returns 1 - exposed / (allreduce + batch norm seconds): the share of all collectives'
+  // time hidden (1 when there is nothing to reduce).
   double hidden_fraction() const;
 };
 

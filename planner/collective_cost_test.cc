@@ -199,5 +199,37 @@ TEST(CollectiveCostTest, BucketsCloseAtTheirSizeInTheOrderGradientsComplete) {
   EXPECT_EQ(total, dp.communication_bytes);
 }
 
+TEST(CollectiveCostTest, SyncBatchNormAllreducesLengthenTheStep) {
+  const UnitCostModel cost;
+  const std::unique_ptr<Plain> p = PlainStep("small_cnn", cost);
+  const TrainingGraph& g = p->plan.step->graph;
+  int forwards = 0, backwards = 0;
+  for (const TrainingNode& node : g.nodes()) {
+    if (node.op == "BatchNorm" && node.kind == NodeKind::kForward) ++forwards;
+    if (node.op == "BatchNormGrad" && node.kind == NodeKind::kBackward) ++backwards;
+  }
+  ASSERT_GT(forwards, 0);
+  DataParallelOptions options;
+  options.ranks = 2;
+  options.interconnect = FixedLink(0.25);
+  const DataParallelStep plain = PredictDataParallelStep(*p->plan.step, cost, options).value();
+  EXPECT_EQ(plain.batch_norm_allreduces, 0);
+  options.sync_batch_norm = true;
+  const DataParallelStep synced = PredictDataParallelStep(*p->plan.step, cost, options).value();
+  // 2 in each forward, 1 in each backward that computes dx (small_cnn's do).
+  EXPECT_EQ(synced.batch_norm_allreduces, 2 * forwards + backwards);
+  EXPECT_DOUBLE_EQ(synced.batch_norm_seconds, 0.25 * synced.batch_norm_allreduces);
+  // On the critical path: every one lengthens the step by at least its own time; the
+  // gradient buckets are the same.
+  EXPECT_GE(synced.step_seconds, plain.step_seconds + synced.batch_norm_seconds - 1e-12);
+  EXPECT_EQ(synced.communication_bytes, plain.communication_bytes);
+  EXPECT_DOUBLE_EQ(synced.allreduce_seconds, plain.allreduce_seconds);
+  // One rank synchronises nothing.
+  options.ranks = 1;
+  const DataParallelStep one = PredictDataParallelStep(*p->plan.step, cost, options).value();
+  EXPECT_EQ(one.batch_norm_allreduces, 0);
+  EXPECT_EQ(one.step_seconds, p->plan.step_seconds);
+}
+
 }  // namespace
 }  // namespace headroom::planner

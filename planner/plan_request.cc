@@ -9,6 +9,7 @@
 #include "graph/mixed_precision.h"
 #include "graph/summary.h"
 #include "planner/collective_cost.h"
+#include "planner/gradient_buckets.h"
 #include "planner/placement_search.h"
 #include "planner/reversible_search.h"
 #include "util/status_macros.h"
@@ -60,6 +61,7 @@ absl::StatusOr<DataParallelOptions> DataParallelOf(const proto::PlanOptions& opt
   DataParallelOptions out;
   out.ranks = std::max<uint32_t>(1, d.ranks());
   out.bucket_bytes = d.bucket_bytes();
+  out.sync_batch_norm = d.sync_batch_norm();
   absl::StatusOr<InterconnectSpec> link =
       InterconnectSpecFromProto(d.interconnect(), device_preset == "cpu" ? "cpu" : "nvlink+ib");
   if (!link.ok()) {
@@ -77,24 +79,24 @@ absl::StatusOr<DataParallelOptions> DataParallelOf(const proto::PlanOptions& opt
 }
 
 // Sets the ranks' figures of `dp` (the chosen plan's, `plain`'s for the plain step) into
-// `summary`: the step times with the allreduces, the buckets' bytes as role COMMUNICATION.
+// `summary`: the step times with the allreduces and the buckets' bytes.
 void FillDataParallel(const DataParallelOptions& options, const DataParallelStep& dp,
                       const DataParallelStep& plain, proto::PlanSummary& summary) {
   summary.set_predicted_step_seconds(dp.step_seconds);
   summary.set_unconstrained_step_seconds(plain.step_seconds);
-  proto::RoleBytes* role = summary.add_bytes_by_role();
-  role->set_role(proto::ROLE_COMMUNICATION);
-  role->set_bytes(dp.communication_bytes);
   proto::DataParallelSummary& d = *summary.mutable_data_parallel();
   d.set_ranks(options.ranks);
   d.set_interconnect(options.interconnect.name);
   d.set_num_buckets(dp.buckets.size());
   d.set_communication_bytes(dp.communication_bytes);
-  d.set_peak_with_communication_bytes(summary.predicted_peak_bytes() + dp.communication_bytes);
+  // The buckets are in the plan's arena (and its bytes by role, as COMMUNICATION).
+  d.set_peak_with_communication_bytes(summary.predicted_peak_bytes());
   d.set_allreduce_seconds(dp.allreduce_seconds);
   d.set_exposed_allreduce_seconds(dp.exposed_seconds);
   d.set_single_rank_step_seconds(dp.single_rank_step_seconds);
   d.set_scaling_efficiency(dp.scaling_efficiency());
+  d.set_batch_norm_allreduces(dp.batch_norm_allreduces);
+  d.set_batch_norm_allreduce_seconds(dp.batch_norm_seconds);
 }
 
 // Returns `points`, each with `extra_bytes` and `extra_seconds` (the ranks' buckets and
@@ -354,6 +356,11 @@ absl::StatusOr<TrainingAnswer> AnswerTraining(const graph::Graph& forward,
                    reversible ? reversible->Unconstrained() : placement->Unconstrained());
   // With ranks, the budget holds the gradient buckets beside the plan's arena.
   ASSIGN_OR_RETURN(DataParallelStep dp_plain, PredictDataParallelStep(*plain.step, *cost, dp));
+  if (dp.sync_batch_norm && dp.ranks > 1 && dp_plain.batch_norm_allreduces == 0) {
+    return absl::InvalidArgumentError(
+        "options.data_parallel.sync_batch_norm: the model has no batch norm in training to "
+        "synchronise");
+  }
   const bool ranked = dp.ranks > 1;
   const uint64_t bucket_bytes = ranked ? dp_plain.communication_bytes : 0;
   SectionPlan plan = plain;
@@ -368,6 +375,18 @@ absl::StatusOr<TrainingAnswer> AnswerTraining(const graph::Graph& forward,
     }
     const uint64_t budget = options.budget_bytes() - bucket_bytes;
     ASSIGN_OR_RETURN(plan, reversible ? reversible->Plan(budget) : placement->Plan(budget));
+  }
+  if (ranked) {
+    // The buckets are tensors of the plan, laid out in its arena beside the rest, as the
+    // trainer lays them out (planner/gradient_buckets.h).
+    ASSIGN_OR_RETURN(plan, AddGradientBuckets(plan, dp.bucket_bytes));
+    ASSIGN_OR_RETURN(plain, AddGradientBuckets(plain, dp.bucket_bytes));
+    if (options.budget_bytes() > 0 && plan.peak_bytes > options.budget_bytes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "budget ", graph::HumanBytes(options.budget_bytes()), ": the plan for it with the ",
+          dp.ranks, " ranks' gradient buckets laid out beside it takes ",
+          graph::HumanBytes(plan.peak_bytes)));
+    }
   }
   proto::PlanResponse response = SectionPlanToProto(
       plan, plain, options.budget_bytes(), search_options.host_pool_in_budget, cost->name());

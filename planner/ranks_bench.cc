@@ -6,13 +6,19 @@
 //
 //   bazel run //planner:ranks_bench                         # the table
 //   bazel run //planner:ranks_bench -- --allreduce cpu 2 BYTES...   # predicted seconds
+//   bazel run //planner:ranks_bench -- --bucket-lifetimes          # bucket memory
 //
 // The second form prints, for each size, the seconds the preset predicts for one allreduce
-// (planner/allreduce_check.py compares them with dist/allreduce_bench's measurement).
+// (planner/allreduce_check.py compares them with dist/allreduce_bench's measurement). The
+// third prints the planned arena (cpu preset, no budget) of models without buckets, with
+// buckets alive from their first gradient (the default), and with buckets held the whole
+// backward (planner/gradient_buckets.h, BucketLifetime), for a few bucket sizes.
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -20,6 +26,7 @@
 #include "planner/bench_util.h"
 #include "planner/collective_cost.h"
 #include "planner/cost_model.h"
+#include "planner/gradient_buckets.h"
 #include "planner/section_search.h"
 #include "planner/training_graph.h"
 
@@ -37,6 +44,60 @@ int PredictAllreduces(int argc, char** argv) {
         "{\"interconnect\":\"%s\",\"ranks\":%u,\"bytes\":%llu,\"predicted_seconds\":%.9f}\n",
         link.name.c_str(), ranks, static_cast<unsigned long long>(bytes),
         OrDie(AllreduceSeconds(bytes, ranks, link), "allreduce"));
+  }
+  return 0;
+}
+
+// The plain plan (no budget) of `forward` under the roofline of `device`, with what it borrows.
+struct Plain {
+  std::unique_ptr<graph::Graph> forward;
+  std::unique_ptr<TrainingGraph> training;
+  std::unique_ptr<RooflineCostModel> cost;
+  std::unique_ptr<SectionSearch> search;
+  SectionPlan plan;
+};
+
+std::unique_ptr<Plain> PlainPlan(graph::Graph forward, const DeviceSpec& device) {
+  auto p = std::make_unique<Plain>();
+  p->forward = std::make_unique<graph::Graph>(std::move(forward));
+  p->training = std::make_unique<TrainingGraph>(
+      OrDie(TrainingGraph::Build(*p->forward, TrainingOptions()), "training graph"));
+  p->cost = std::make_unique<RooflineCostModel>(*p->forward, device);
+  p->search = OrDie(SectionSearch::Create(*p->training, *p->cost, SearchOptions()), "search");
+  p->plan = OrDie(p->search->Unconstrained(), "plan");
+  return p;
+}
+
+int BucketLifetimes() {
+  struct Case {
+    const char* name;
+    uint64_t batch;
+    std::map<std::string, int64_t> options;
+  };
+  const Case cases[] = {{"resnet18", 8, {{"image_size", 64}}},
+                        {"resnet18", 8, {}},
+                        {"small_cnn", 8, {}},
+                        {"transformer", 2, {}}};
+  const uint64_t sizes[] = {0, 4 << 20, uint64_t{1} << 40};
+  const DeviceSpec device = OrDie(DevicePreset("cpu"), "cpu");
+  std::printf("%-12s %5s %6s %12s %10s %12s %12s %12s\n", "MODEL", "BATCH", "IMAGE", "BUCKET KiB",
+              "BUCKETS", "NO BUCKETS", "FROM FIRST", "WHOLE BWD");
+  for (const Case& c : cases) {
+    const std::unique_ptr<Plain> p = PlainPlan(bench::Load(c.name, c.batch, c.options), device);
+    const SectionPlan& plain = p->plan;
+    for (uint64_t b : sizes) {
+      const SectionPlan first = OrDie(AddGradientBuckets(plain, b), "buckets");
+      const SectionPlan whole =
+          OrDie(AddGradientBuckets(plain, b, BucketLifetime::kWholeBackward), "buckets");
+      auto it = c.options.find("image_size");
+      std::printf("%-12s %5llu %6s %12s %10zu %12s %12s %12s\n", c.name,
+                  static_cast<unsigned long long>(c.batch),
+                  it == c.options.end() ? "default" : std::to_string(it->second).c_str(),
+                  b > (uint64_t{1} << 30) ? "one bucket" : std::to_string(b >> 10).c_str(),
+                  first.step->gradient_buckets.size(), graph::HumanBytes(plain.peak_bytes).c_str(),
+                  graph::HumanBytes(first.peak_bytes).c_str(),
+                  graph::HumanBytes(whole.peak_bytes).c_str());
+    }
   }
   return 0;
 }
@@ -76,13 +137,9 @@ int Table() {
   std::printf("%-62s %-31s %5s %8s %9s %8s %9s %7s %10s\n", "MODEL", "BUCKETS", "RANKS", "BUCKETS",
               "STEP1 ms", "STEP ms", "ALLRED ms", "HIDDEN", "EFFICIENCY");
   for (const Model& m : models) {
-    const graph::Graph forward = bench::Load(m.name, m.batch);
-    const TrainingGraph training =
-        OrDie(TrainingGraph::Build(forward, TrainingOptions()), "training graph");
-    const RooflineCostModel cost(forward, device);
-    std::unique_ptr<SectionSearch> search =
-        OrDie(SectionSearch::Create(training, cost, SearchOptions()), "search");
-    const SectionPlan plain = OrDie(search->Unconstrained(), "plan");
+    const std::unique_ptr<Plain> p = PlainPlan(bench::Load(m.name, m.batch), device);
+    const SectionPlan& plain = p->plan;
+    const RooflineCostModel& cost = *p->cost;
     for (const Bucket& b : buckets) {
       for (uint32_t n : ranks) {
         DataParallelOptions options;
@@ -116,8 +173,12 @@ int main(int argc, char** argv) {
   if (argc >= 5 && std::string(argv[1]) == "--allreduce") {
     return headroom::planner::PredictAllreduces(argc, argv);
   }
+  if (argc == 2 && std::string(argv[1]) == "--bucket-lifetimes") {
+    return headroom::planner::BucketLifetimes();
+  }
   if (argc != 1) {
-    std::fprintf(stderr, "usage: %s [--allreduce PRESET RANKS BYTES...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--allreduce PRESET RANKS BYTES... | --bucket-lifetimes]\n",
+                 argv[0]);
     return 2;
   }
   return headroom::planner::Table();

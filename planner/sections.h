@@ -139,6 +139,18 @@ struct ParameterCopy {
   Position last_use_position = -1;
 };
 
+// Gradients of data-parallel ranks grouped to be averaged together (planner/gradient_buckets.h):
+// one tensor of the step, role COMMUNICATION, each gradient copied in at its update's position.
+struct GradientBucket {
+  // Its tensor in the step's graph.
+  TensorId tensor = kNone;
+  // The update nodes whose gradients it holds, in the order the step completes them, and
+  // each gradient's offset into it in bytes (packed: the bucket is their sum).
+  std::vector<NodeId> updates;
+  std::vector<uint64_t> offsets_bytes;
+  uint64_t bytes = 0;
+};
+
 // The expanded training step of one SectionCuts.
 struct SectionedStep {
   explicit SectionedStep(TrainingGraph expanded) : graph(std::move(expanded)) {}
@@ -179,6 +191,9 @@ struct SectionedStep {
   // Only in a step that rebuilds reversible blocks (planner/reversible.h): (the forward's
   // tensor, its rebuilt copy) for every tensor a rebuild writes anew, in the order written.
   std::vector<std::pair<TensorId, TensorId>> rebuilt;
+  // Only in a step planned for data-parallel ranks (AddGradientBuckets): the gradient
+  // buckets, in the order they fill; else empty.
+  std::vector<GradientBucket> gradient_buckets;
 };
 
 // The cost of each node of a training graph, by node id. An expanded step's nodes cost what

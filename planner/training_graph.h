@@ -162,6 +162,7 @@ class TrainingGraph {
   friend class TrainingGraphBuilder;
   friend class SectionExpander;
   friend class ReversibleExpander;
+  friend class GradientBucketAdder;
   TrainingGraph() = default;
 
   // Returns the id of `tensor`, appended.

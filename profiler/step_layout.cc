@@ -12,7 +12,9 @@ using planner::TensorId;
 MemoryRole RoleOf(proto::TensorRole role) {
   switch (role) {
     case proto::ROLE_PARAMETER: return MemoryRole::kParameter;
-    case proto::ROLE_GRADIENT: return MemoryRole::kGradient;
+    case proto::ROLE_GRADIENT:
+    case proto::ROLE_COMMUNICATION:
+      return MemoryRole::kGradient;  // gradient buckets
     case proto::ROLE_OPTIMIZER_STATE: return MemoryRole::kOptimizerState;
     case proto::ROLE_BUFFER: return MemoryRole::kBuffer;
     case proto::ROLE_INPUT:
