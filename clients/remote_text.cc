@@ -272,6 +272,11 @@ std::string ProgressLine(const proto::JobProgress& p) {
       HumanBytes(p.measured_peak_bytes()), JobStateName(p.state()));
   if (p.has_fit()) absl::StrAppend(&line, "  ", FitText(p.fit()));
   if (!p.message().empty()) absl::StrAppend(&line, " (", Printable(p.message()), ")");
+  // A data-parallel job: every rank's memory (the loss above is rank 0's, the global batch's).
+  for (const proto::RankProgress& r : p.ranks()) {
+    absl::StrAppendFormat(&line, "  [rank %d: step %d, arena %s, resident %s]", r.rank(), r.step(),
+                          HumanBytes(r.arena_peak_bytes()), HumanBytes(r.resident_bytes()));
+  }
   return line;
 }
 
