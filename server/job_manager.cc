@@ -1091,9 +1091,11 @@ absl::Status JobManager::RunRanks(Run& run) {
     readers.emplace_back(RankLogPath(dir, r));
     latest[r].set_rank(static_cast<uint32_t>(r));
   }
-  // Returns the first error of reading the lines the ranks appended since the last call.
+  // Returns the first error of reading the lines the ranks appended since the last call:
+  // every rank's latest step into `latest` (and its metrics), then each of rank 0's steps
+  // as the job's (StepDone, its loss the global batch's; its measured peak the ranks' sum).
   auto follow = [&]() -> absl::Status {
-    std::optional<RankLine> rank0_step;
+    std::vector<RankLine> rank0_steps;
     bool checkpointed = false;
     for (int r = 0; r < ranks; ++r) {
       for (const std::string& text : readers[r].NewLines()) {
@@ -1105,20 +1107,19 @@ absl::Status JobManager::RunRanks(Run& run) {
         o.measured_peak_bytes = line.progress.arena_peak_bytes();
         o.resident_bytes = line.progress.resident_bytes();
         metrics_->ObserveRank(run.job_id, device_, r, o).IgnoreError();  // r < ranks <= max
-        if (r == 0) rank0_step = line;
+        if (r == 0) rank0_steps.push_back(std::move(line));
       }
     }
-    if (rank0_step.has_value()) {
+    for (const RankLine& line : rank0_steps) {
       sched::StepDone step;
       step.job_id = run.job_id;
-      step.step = rank0_step->progress.step();
-      step.loss = rank0_step->progress.loss();
-      step.step_seconds = rank0_step->step_seconds;
-      profiler::StepObservation observed;
-      observed.step_seconds = rank0_step->step_seconds;
-      for (const proto::RankProgress& p : latest) {
+      step.step = line.progress.step();
+      step.loss = line.progress.loss();
+      step.step_seconds = line.step_seconds;
+      for (const proto::RankProgress& p : latest)
         step.arena_high_water_bytes += p.arena_peak_bytes();
-      }
+      profiler::StepObservation observed;
+      observed.step_seconds = line.step_seconds;
       observed.measured_peak_bytes = step.arena_high_water_bytes;
       metrics_->ObserveStep(run.job_id, device_, observed).IgnoreError();  // finite seconds
       step.ranks = latest;

@@ -83,9 +83,10 @@ wait_for_step() {
 # 1. Refusals.
 expect_refused "spec.ranks: 65 ranks, more than this daemon's --max-ranks 64" \
   --model mlp --width 256 --batch 8 --steps 5 --ranks 65
-expect_refused "spec.ranks: the 60 ranks' plans need 60 x" --model mlp --batch 8 --steps 5 \
-  --ranks 60
-expect_refused "--device-memory" --model mlp --width 256 --batch 8 --steps 5 --ranks 60
+expect_refused "spec.ranks: the 60 ranks' plans need 60 x" --model mlp --width 256 --batch 8 \
+  --steps 5 --ranks 60
+expect_refused "than device cpu:0's memory of 64.0 MiB (67108864 bytes, --device-memory)" \
+  --model mlp --width 256 --batch 8 --steps 5 --ranks 60
 "$HEADROOM" jobs --server "$ADDR" | grep -q "^no jobs" || fail "a refused job was stored"
 
 # 2. The straight run, watched.
@@ -100,7 +101,7 @@ grep -q "\[rank 0: step [0-9]*, arena [0-9.]* [KM]iB, resident [0-9.]* MiB\]" "$
   fail "watch shows no memory of each rank: $(tail -2 "$TMP/straight.txt")"
 echo "ok   straight run $STRAIGHT of 2 ranks: loss $loss; $(grep -o '\[rank 1:[^]]*\]' "$TMP/straight.txt" | tail -1)"
 expect_no_ranks "$STRAIGHT" 5
-"$PYTHON" - "$METRICS" "$STRAIGHT" <<'PY' || fail "metrics"
+"$PYTHON" - "$METRICS" "$STRAIGHT" "$STEPS" <<'PY' || fail "metrics"
 import sys, urllib.request
 text = urllib.request.urlopen("http://%s/metrics" % sys.argv[1]).read().decode()
 job = 'job="%s"' % sys.argv[2]
@@ -108,7 +109,8 @@ def value(name, rank=None):
     for line in text.splitlines():
         if not line.startswith(name + "{") or job not in line:
             continue
-        if (rank is None) == ("rank=" in line) and (rank is None or 'rank="%d"' % rank in line):
+        labelled = 'rank="' in line
+        if (rank is None and not labelled) or (rank is not None and 'rank="%d"' % rank in line):
             return float(line.rsplit(" ", 1)[1])
     raise SystemExit("no %s (rank %s) for %s in:\n%s" % (name, rank, job, text))
 peaks = [value("headroom_measured_peak_bytes", r) for r in (0, 1)]
@@ -116,6 +118,7 @@ resident = [value("headroom_rank_resident_bytes", r) for r in (0, 1)]
 assert all(p > 0 for p in peaks), peaks
 assert all(r > 1 << 20 for r in resident), resident
 assert value("headroom_measured_peak_bytes") == sum(peaks), (value("headroom_measured_peak_bytes"), peaks)
+assert value("headroom_step_duration_seconds_count") == int(sys.argv[3]), value("headroom_step_duration_seconds_count")
 ranks = {l.split('rank="')[1].split('"')[0] for l in text.splitlines() if job in l and 'rank="' in l}
 assert ranks == {"0", "1"}, ranks
 print("ok   metrics: measured peak by rank %s, resident %s" % (peaks, resident))
