@@ -266,9 +266,11 @@ std::string ProgressLine(const proto::JobProgress& p) {
   if (by_role.size() > 3) memory.push_back(absl::StrCat("+", by_role.size() - 3, " more"));
   std::string line = absl::StrFormat(
       "%s %d/%d  loss %.5f  %.3f s/step  %s  peak %s  %s",
-      ProgressBar(static_cast<int64_t>(p.step()), static_cast<int64_t>(p.total_steps())),
-      p.step(), p.total_steps(), p.loss(), p.step_seconds(),
-      memory.empty() ? "no memory in use" : absl::StrJoin(memory, ", "),
+      ProgressBar(static_cast<int64_t>(p.step()), static_cast<int64_t>(p.total_steps())), p.step(),
+      p.total_steps(), p.loss(), p.step_seconds(),
+      !memory.empty()      ? absl::StrJoin(memory, ", ")
+      : p.ranks_size() > 0 ? "memory per rank in [ ]"
+                           : "no memory in use",
       HumanBytes(p.measured_peak_bytes()), JobStateName(p.state()));
   if (p.has_fit()) absl::StrAppend(&line, "  ", FitText(p.fit()));
   if (!p.message().empty()) absl::StrAppend(&line, " (", Printable(p.message()), ")");

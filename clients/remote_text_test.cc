@@ -86,6 +86,7 @@ TEST(ProgressLineTest, ShowsEveryRanksMemory) {
   EXPECT_THAT(line, HasSubstr("[rank 0: step 2, arena 1.0 MiB, resident 10.0 MiB]"));
   EXPECT_THAT(line, HasSubstr("[rank 1: step 2, arena 2.0 MiB, resident 11.0 MiB]"));
   EXPECT_EQ(line.find('\n'), std::string::npos) << line;  // one line: watch redraws it
+  EXPECT_THAT(line, HasSubstr("memory per rank in [ ]"));  // no roles: not "no memory"
 }
 
 TEST(ProgressLineTest, ShowsADatasetJobsEpochAndValidationAccuracy) {

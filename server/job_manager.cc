@@ -1132,13 +1132,13 @@ absl::Status JobManager::RunRanks(Run& run) {
   while (true) {
     const bool exited = waitpid(pid, &wait_status, WNOHANG) == pid;
     if (absl::Status s = follow(); !s.ok()) {
-      if (!exited) StopLauncher(pid, 5);
+      if (!exited) StopLauncher(pid, 1);
       return s;
     }
     if (exited) break;
     if (run.control->cancel || run.control->interrupt) {
       // A shutdown resumes from the last checkpoint rank 0 wrote (the store has it).
-      StopLauncher(pid, 5);
+      StopLauncher(pid, 1);
       if (run.control->cancel) return absl::CancelledError("cancelled");
       run.interrupted = true;
       return absl::OkStatus();
