@@ -13,6 +13,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "util/status_macros.h"
 
 namespace headroom::profiler {
 namespace {
@@ -228,6 +229,17 @@ void Metrics::RemoveJobSeries(const JobSeries& series) {
   }
 }
 
+absl::StatusOr<Metrics::JobSeries*> Metrics::FindJob(const std::string& job,
+                                                     const std::string& device) {
+  auto it = jobs_.find(std::make_pair(job, device));
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
+                                            "' has no metrics: StartJob was not called, or "
+                                            "the job was forgotten"));
+  }
+  return &it->second;
+}
+
 absl::Status Metrics::ObserveStep(const std::string& job, const std::string& device,
                                   const StepObservation& step) {
   if (absl::Status s = ValidateSeconds("step_seconds", step.step_seconds); !s.ok()) return s;
@@ -235,13 +247,8 @@ absl::Status Metrics::ObserveStep(const std::string& job, const std::string& dev
     return s;
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(std::make_pair(job, device));
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
-                                            "' has no metrics: StartJob was not called, or "
-                                            "the job was forgotten"));
-  }
-  const JobSeries& series = it->second;
+  ASSIGN_OR_RETURN(JobSeries* const found, FindJob(job, device));
+  const JobSeries& series = *found;
   for (MemoryRole role : kAllMemoryRoles) {
     series.role_bytes[static_cast<size_t>(role)]->Set(static_cast<double>(step.bytes(role)));
   }
@@ -266,13 +273,8 @@ absl::Status Metrics::ObserveFit(const std::string& job, const std::string& devi
                                                    " must be finite"));
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(std::make_pair(job, device));
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
-                                            "' has no metrics: StartJob was not called, or "
-                                            "the job was forgotten"));
-  }
-  JobSeries& series = it->second;
+  ASSIGN_OR_RETURN(JobSeries* const found, FindJob(job, device));
+  JobSeries& series = *found;
   if (series.epoch == nullptr) {
     const prometheus::Labels labels = {{"device", device}, {"job", job}};
     try {
@@ -301,13 +303,8 @@ absl::Status Metrics::ObserveRank(const std::string& job, const std::string& dev
         absl::StrCat("rank ", rank, " of job '", job, "' is outside [0, ", kMaxMetricRanks, ")"));
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(std::make_pair(job, device));
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
-                                            "' has no metrics: StartJob was not called, or "
-                                            "the job was forgotten"));
-  }
-  JobSeries::RankSeries& series = it->second.ranks[rank];
+  ASSIGN_OR_RETURN(JobSeries* const found, FindJob(job, device));
+  JobSeries::RankSeries& series = found->ranks[rank];
   if (series.measured_peak_bytes == nullptr) {
     const prometheus::Labels labels = {
         {"device", device}, {"job", job}, {"rank", std::to_string(rank)}};

@@ -266,6 +266,10 @@ class Metrics {
   // Adds every series of `job` on `device` into `series`; throws what prometheus-cpp throws,
   // leaving the series added so far in `series` for RemoveJobSeries().
   void AddJobSeries(const std::string& job, const std::string& device, JobSeries& series);
+  // Returns the series of `job` on `device`; NotFound naming them when StartJob was not
+  // called (or the job was forgotten).
+  absl::StatusOr<JobSeries*> FindJob(const std::string& job, const std::string& device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes every non-null series in `series` from its family.
   void RemoveJobSeries(const JobSeries& series);
 

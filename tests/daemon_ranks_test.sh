@@ -28,16 +28,6 @@ METRICS=$(sed -n 's/^metrics=//p' "$TMP/ready")
 JOB=(--model mlp --width 256 --batch 8 --seed 3 --ranks 2)
 STEPS=1000
 
-expect_refused() {
-  local want="$1"
-  shift
-  local out rc=0
-  out=$("$HEADROOM" submit --server "$ADDR" "$@" 2>&1) || rc=$?
-  ((rc != 0)) || fail "'submit $*' succeeded; wanted an error with '$want'"
-  [[ "$out" == *"$want"* ]] || fail "'submit $*' said: $out; wanted '$want'"
-  echo "ok   refused: ${out:0:200}"
-}
-
 # Prints "STATE STEP RESUMED LOSS RANKS ERROR" of job $1 (the loss as repr: exact).
 job_fields() {
   "$HEADROOM" jobs --server "$ADDR" --json | "$PYTHON" -c '
