@@ -261,6 +261,8 @@ struct SubmitCommand {
   Remote remote;
   std::string name;
   int64_t checkpoint_every = 0;
+  // JobSpec.ranks: data-parallel ranks on the daemon's host.
+  int64_t ranks = 1;
   bool watch = false;
   // JobSpec.data. The daemon checkpoints by steps (--checkpoint-every) unless told.
   DatasetFlags data = [] {
@@ -313,6 +315,7 @@ struct SubmitCommand {
     proto::SubmitJobRequest request;
     proto::JobSpec& spec = *request.mutable_spec();
     spec.set_name(name);
+    spec.set_ranks(static_cast<uint32_t>(ranks));
     ASSIGN_OR_RETURN(*spec.mutable_plan(), PlanOptionsOf(plan));
     SetData(spec);
     proto::TrainOptions& train = *spec.mutable_train();
@@ -465,6 +468,11 @@ Command AddSubmitCommand(CLI::App& headroom, const CommandIo& io) {
                   "save the training state every N steps (default: the daemon's)")
       ->type_name("N")
       ->check(AtLeast(0));
+  app->add_option("--ranks", state->ranks,
+                  "train as N data-parallel ranks (processes, started with mpirun on the "
+                  "daemon's host; --batch per rank; at most the daemon's --max-ranks)")
+      ->type_name("N")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   app->add_flag("--watch", state->watch, "follow the job until it ends, as `headroom watch`");
   AddDatasetFlags(*app, state->data,
                   {"Data (instead of the synthetic task; docs/training.md)",

@@ -280,12 +280,19 @@ std::string ProgressLine(const proto::JobProgress& p) {
   if (by_role.size() > 3) memory.push_back(absl::StrCat("+", by_role.size() - 3, " more"));
   std::string line = absl::StrFormat(
       "%s %d/%d  loss %.5f  %.3f s/step  %s  peak %s  %s",
-      ProgressBar(static_cast<int64_t>(p.step()), static_cast<int64_t>(p.total_steps())),
-      p.step(), p.total_steps(), p.loss(), p.step_seconds(),
-      memory.empty() ? "no memory in use" : absl::StrJoin(memory, ", "),
+      ProgressBar(static_cast<int64_t>(p.step()), static_cast<int64_t>(p.total_steps())), p.step(),
+      p.total_steps(), p.loss(), p.step_seconds(),
+      !memory.empty()      ? absl::StrJoin(memory, ", ")
+      : p.ranks_size() > 0 ? "memory per rank in [ ]"
+                           : "no memory in use",
       HumanBytes(p.measured_peak_bytes()), JobStateName(p.state()));
   if (p.has_fit()) absl::StrAppend(&line, "  ", FitText(p.fit()));
   if (!p.message().empty()) absl::StrAppend(&line, " (", Printable(p.message()), ")");
+  // A data-parallel job: every rank's memory (the loss above is rank 0's, the global batch's).
+  for (const proto::RankProgress& r : p.ranks()) {
+    absl::StrAppendFormat(&line, "  [rank %d: step %d, arena %s, resident %s]", r.rank(), r.step(),
+                          HumanBytes(r.arena_peak_bytes()), HumanBytes(r.resident_bytes()));
+  }
   return line;
 }
 

@@ -70,6 +70,25 @@ TEST(ProgressLineTest, ShowsTheThreeLargestRolesAndTheState) {
   EXPECT_THAT(line, HasSubstr("RUNNING"));
 }
 
+TEST(ProgressLineTest, ShowsEveryRanksMemory) {
+  proto::JobProgress p;
+  p.set_state(proto::JOB_STATE_RUNNING);
+  p.set_step(2);
+  p.set_total_steps(4);
+  for (uint32_t rank : {0u, 1u}) {
+    proto::RankProgress* r = p.add_ranks();
+    r->set_rank(rank);
+    r->set_step(2);
+    r->set_arena_peak_bytes((rank + 1) * kMiB);
+    r->set_resident_bytes((rank + 10) * kMiB);
+  }
+  const std::string line = ProgressLine(p);
+  EXPECT_THAT(line, HasSubstr("[rank 0: step 2, arena 1.0 MiB, resident 10.0 MiB]"));
+  EXPECT_THAT(line, HasSubstr("[rank 1: step 2, arena 2.0 MiB, resident 11.0 MiB]"));
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;  // one line: watch redraws it
+  EXPECT_THAT(line, HasSubstr("memory per rank in [ ]"));  // no roles: not "no memory"
+}
+
 TEST(ProgressLineTest, ShowsADatasetJobsEpochAndValidationAccuracy) {
   proto::JobProgress p;
   p.set_state(proto::JOB_STATE_RUNNING);

@@ -13,6 +13,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "util/status_macros.h"
 
 namespace headroom::profiler {
 namespace {
@@ -126,6 +127,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create() {
     f.input_wait_seconds =
         Family(prometheus::BuildCounter(), *registry, "headroom_job_input_wait_seconds_total",
                "Seconds a dataset job's steps waited for the input pipeline's batches.");
+    f.rank_resident_bytes =
+        Family(prometheus::BuildGauge(), *registry, "headroom_rank_resident_bytes",
+               "Resident memory of one rank's process of a data-parallel job after its last "
+               "step (the OS's VmRSS).");
     // Daemon-wide.
     f.jobs = Family(
         prometheus::BuildGauge(), *registry, "headroom_jobs",
@@ -218,6 +223,21 @@ void Metrics::RemoveJobSeries(const JobSeries& series) {
   RemoveIfAdded(families_.eval_accuracy, series.eval_accuracy);
   RemoveIfAdded(families_.eval_loss, series.eval_loss);
   RemoveIfAdded(families_.input_wait_seconds, series.input_wait_seconds);
+  for (const auto& [rank, r] : series.ranks) {
+    RemoveIfAdded(families_.measured_peak_bytes, r.measured_peak_bytes);
+    RemoveIfAdded(families_.rank_resident_bytes, r.resident_bytes);
+  }
+}
+
+absl::StatusOr<Metrics::JobSeries*> Metrics::FindJob(const std::string& job,
+                                                     const std::string& device) {
+  auto it = jobs_.find(std::make_pair(job, device));
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
+                                            "' has no metrics: StartJob was not called, or "
+                                            "the job was forgotten"));
+  }
+  return &it->second;
 }
 
 absl::Status Metrics::ObserveStep(const std::string& job, const std::string& device,
@@ -227,13 +247,8 @@ absl::Status Metrics::ObserveStep(const std::string& job, const std::string& dev
     return s;
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(std::make_pair(job, device));
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
-                                            "' has no metrics: StartJob was not called, or "
-                                            "the job was forgotten"));
-  }
-  const JobSeries& series = it->second;
+  ASSIGN_OR_RETURN(JobSeries* const found, FindJob(job, device));
+  const JobSeries& series = *found;
   for (MemoryRole role : kAllMemoryRoles) {
     series.role_bytes[static_cast<size_t>(role)]->Set(static_cast<double>(step.bytes(role)));
   }
@@ -258,13 +273,8 @@ absl::Status Metrics::ObserveFit(const std::string& job, const std::string& devi
                                                    " must be finite"));
   }
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(std::make_pair(job, device));
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("job '", job, "' on device '", device,
-                                            "' has no metrics: StartJob was not called, or "
-                                            "the job was forgotten"));
-  }
-  JobSeries& series = it->second;
+  ASSIGN_OR_RETURN(JobSeries* const found, FindJob(job, device));
+  JobSeries& series = *found;
   if (series.epoch == nullptr) {
     const prometheus::Labels labels = {{"device", device}, {"job", job}};
     try {
@@ -283,6 +293,31 @@ absl::Status Metrics::ObserveFit(const std::string& job, const std::string& devi
     series.eval_loss->Set(fit.eval_loss);
   }
   series.input_wait_seconds->Increment(fit.input_wait_seconds);
+  return absl::OkStatus();
+}
+
+absl::Status Metrics::ObserveRank(const std::string& job, const std::string& device, int rank,
+                                  const RankObservation& observed) {
+  if (rank < 0 || rank >= kMaxMetricRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " of job '", job, "' is outside [0, ", kMaxMetricRanks, ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(JobSeries* const found, FindJob(job, device));
+  JobSeries::RankSeries& series = found->ranks[rank];
+  if (series.measured_peak_bytes == nullptr) {
+    const prometheus::Labels labels = {
+        {"device", device}, {"job", job}, {"rank", std::to_string(rank)}};
+    try {
+      series.measured_peak_bytes = &families_.measured_peak_bytes->Add(labels);
+      series.resident_bytes = &families_.rank_resident_bytes->Add(labels);
+    } catch (const std::exception& e) {
+      return InternalFromException(
+          absl::StrCat("adding the series of rank ", rank, " of job '", job, "'"), e);
+    }
+  }
+  series.measured_peak_bytes->Set(static_cast<double>(observed.measured_peak_bytes));
+  series.resident_bytes->Set(static_cast<double>(observed.resident_bytes));
   return absl::OkStatus();
 }
 

@@ -26,6 +26,12 @@
 //   headroom_job_eval_loss{device,job}           gauge    mean loss of its last evaluation.
 //   headroom_job_input_wait_seconds_total{device,job} counter  time its steps waited for
 //       the input pipeline's batches.
+//   Of a job of several data-parallel ranks (added at each rank's first ObserveRank), the
+//   job's series above carry the job (measured peak: the sum of its ranks'), and per rank:
+//   headroom_measured_peak_bytes{device,job,rank} gauge  the rank's arena peak in its last
+//       step (the job's series without `rank` is their sum).
+//   headroom_rank_resident_bytes{device,job,rank} gauge  the rank process's resident memory
+//       (the OS's VmRSS) after its last step.
 //   headroom_jobs{state}                         gauge    jobs per state; all five states
 //       (queued, running, succeeded, failed, cancelled) are always present.
 //   headroom_device_memory_used_bytes{device}    gauge    physical memory in use, as the
@@ -35,7 +41,8 @@
 // machine. The job label is the only one that grows, so every job series is removed by
 // ForgetJob(): the daemon must call it when it forgets a job, which bounds the series to
 // (jobs the daemon keeps) x (devices per job) x (10 roles + 5 + 19 histogram lines + 4 of
-// a dataset job).
+// a dataset job + 2 per rank). The rank label is bounded by the job's ranks, each below
+// kMaxMetricRanks.
 // Counters restart from zero if a job is forgotten and started again; Prometheus' rate()
 // treats that as a counter reset.
 //
@@ -104,6 +111,17 @@ struct StepObservation {
   uint64_t bytes(MemoryRole role) const { return bytes_by_role[static_cast<size_t>(role)]; }
 };
 
+// One rank of a data-parallel job after its latest step.
+struct RankObservation {
+  // Highest bytes its arena held in the step.
+  uint64_t measured_peak_bytes = 0;
+  // Its process's resident bytes after the step.
+  uint64_t resident_bytes = 0;
+};
+
+// Ranks are labelled from 0 to this less one at most.
+inline constexpr int kMaxMetricRanks = 1024;
+
 // Where a job with a dataset stands, as its fit loop reports it after a step or an epoch.
 struct FitObservation {
   // The epoch of the last step, from 1.
@@ -169,6 +187,12 @@ class Metrics {
   absl::Status ObserveFit(const std::string& job, const std::string& device,
                           const FitObservation& fit);
 
+  // Returns OK after recording rank `rank`'s latest step of `job` on `device`: its series
+  // labelled rank="R" are added at its first call. NotFound as ObserveStep; InvalidArgument
+  // for a rank outside [0, kMaxMetricRanks).
+  absl::Status ObserveRank(const std::string& job, const std::string& device, int rank,
+                           const RankObservation& observed);
+
   // Returns the number of devices whose series of `job` were removed (0 if none: forgetting
   // an unknown job is harmless). Afterwards no series carries job="<job>".
   int ForgetJob(const std::string& job);
@@ -199,6 +223,7 @@ class Metrics {
     prometheus::Family<prometheus::Gauge>* eval_accuracy = nullptr;
     prometheus::Family<prometheus::Gauge>* eval_loss = nullptr;
     prometheus::Family<prometheus::Counter>* input_wait_seconds = nullptr;
+    prometheus::Family<prometheus::Gauge>* rank_resident_bytes = nullptr;
     prometheus::Family<prometheus::Gauge>* jobs = nullptr;
     prometheus::Family<prometheus::Gauge>* device_memory_used_bytes = nullptr;
     prometheus::Family<prometheus::Gauge>* device_memory_total_bytes = nullptr;
@@ -218,6 +243,12 @@ class Metrics {
     prometheus::Gauge* eval_accuracy = nullptr;
     prometheus::Gauge* eval_loss = nullptr;
     prometheus::Counter* input_wait_seconds = nullptr;
+    // A data-parallel job's, by rank, from each rank's first ObserveRank.
+    struct RankSeries {
+      prometheus::Gauge* measured_peak_bytes = nullptr;
+      prometheus::Gauge* resident_bytes = nullptr;
+    };
+    std::map<int, RankSeries> ranks;
   };
 
   // The physical-memory series of one device.
@@ -235,6 +266,10 @@ class Metrics {
   // Adds every series of `job` on `device` into `series`; throws what prometheus-cpp throws,
   // leaving the series added so far in `series` for RemoveJobSeries().
   void AddJobSeries(const std::string& job, const std::string& device, JobSeries& series);
+  // Returns the series of `job` on `device`; NotFound naming them when StartJob was not
+  // called (or the job was forgotten).
+  absl::StatusOr<JobSeries*> FindJob(const std::string& job, const std::string& device)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes every non-null series in `series` from its family.
   void RemoveJobSeries(const JobSeries& series);
 

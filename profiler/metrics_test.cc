@@ -473,6 +473,36 @@ TEST(MetricsTest, DeviceMemoryHoldsTheLastReport) {
   EXPECT_EQ(scrape.Value("headroom_device_memory_total_bytes", {{"device", "cpu:0"}}), 10);
 }
 
+TEST(MetricsTest, RankSeriesAppearAtEachRanksFirstObserveRankAndGoWithTheJob) {
+  auto metrics = NewMetrics();
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_EQ(metrics->ObserveRank("job-1", "cpu:0", 0, {}).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(metrics->StartJob("job-1", "cpu:0", 100).ok());
+  EXPECT_EQ(metrics->ObserveRank("job-1", "cpu:0", -1, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(metrics->ObserveRank("job-1", "cpu:0", kMaxMetricRanks, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(metrics->ObserveRank("job-1", "cpu:0", 0, {1000, 5000}).ok());
+  ASSERT_TRUE(metrics->ObserveRank("job-1", "cpu:0", 1, {2000, 6000}).ok());
+  ASSERT_TRUE(metrics->ObserveRank("job-1", "cpu:0", 1, {3000, 7000}).ok());  // the latest holds
+  ASSERT_TRUE(metrics->ObserveStep("job-1", "cpu:0", Step(0.5, 40)).ok());    // peak 4000
+  {
+    Scrape scrape(*metrics);
+    SCOPED_TRACE(scrape.text());
+    Labels rank0 = JobLabels("job-1", "cpu:0"), rank1 = rank0;
+    rank0.emplace("rank", "0");
+    rank1.emplace("rank", "1");
+    EXPECT_EQ(scrape.Value("headroom_measured_peak_bytes", rank0), 1000);
+    EXPECT_EQ(scrape.Value("headroom_measured_peak_bytes", rank1), 3000);
+    EXPECT_EQ(scrape.Value("headroom_rank_resident_bytes", rank0), 5000);
+    EXPECT_EQ(scrape.Value("headroom_rank_resident_bytes", rank1), 7000);
+    // The job's own series, without `rank`, stays.
+    EXPECT_EQ(scrape.Value("headroom_measured_peak_bytes", JobLabels("job-1", "cpu:0")), 4000);
+  }
+  EXPECT_EQ(metrics->ForgetJob("job-1"), 1);
+  EXPECT_THAT(metrics->TextExposition(), ::testing::Not(HasSubstr("rank=")));
+}
+
 TEST(MetricsTest, PromtoolFindsNoProblemInTheExposition) {
   RequirePromtool();
   auto metrics = NewMetrics();
@@ -485,6 +515,7 @@ TEST(MetricsTest, PromtoolFindsNoProblemInTheExposition) {
   ASSERT_TRUE(metrics->ObserveStep("job-1", "cpu:0", Step(12.5, 1)).ok());
   ASSERT_TRUE(metrics->ObserveStep("job-2", "cuda:0", Step(0.0005, 3)).ok());
   ASSERT_TRUE(metrics->ObserveFit("job-2", "cuda:0", {2, true, 0.31, 0.9, 0.004}).ok());
+  ASSERT_TRUE(metrics->ObserveRank("job-2", "cuda:0", 1, {4096, 1 << 20}).ok());
   ASSERT_TRUE(metrics->SetJobCounts({1, 2, 3, 0, 1}).ok());
   ASSERT_TRUE(metrics->SetDeviceMemory("cuda:0", uint64_t{40} << 30, uint64_t{80} << 30).ok());
   ASSERT_TRUE(metrics->SetDeviceMemory("cpu:0", uint64_t{8} << 30, uint64_t{64} << 30).ok());
@@ -502,7 +533,7 @@ TEST(MetricsTest, PromtoolFindsNoProblemInTheExposition) {
         "headroom_recompute_seconds_total", "headroom_step_duration_seconds", "headroom_jobs",
         "headroom_device_memory_used_bytes", "headroom_device_memory_total_bytes",
         "headroom_job_epoch", "headroom_job_eval_accuracy", "headroom_job_eval_loss",
-        "headroom_job_input_wait_seconds_total"}) {
+        "headroom_job_input_wait_seconds_total", "headroom_rank_resident_bytes"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("# HELP ", name, " "))) << name;
   }
 }

@@ -9,9 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -41,6 +43,7 @@
 #include "server/job_manager.h"
 #include "server/job_store.h"
 #include "server/listen_address.h"
+#include "server/rank_job.h"
 #include "server/request_errors.h"
 #include "server/request_limits.h"
 #include "server/service.h"
@@ -87,6 +90,11 @@ struct DaemonFlags {
   AuthOptions auth;
   // --max-threads: gRPC's threads, one per call in progress.
   int max_threads = 256;
+  // --max-ranks: the most data-parallel ranks a job may ask for. Default: this host's cores.
+  uint32_t max_ranks = std::max(1u, std::thread::hardware_concurrency());
+  // --rank-worker: what mpirun starts for each rank. Default: headroomd_rank beside this
+  // executable.
+  std::string rank_worker;
 };
 
 // gRPC threads kept for calls other than watches and plans (--max-threads).
@@ -147,6 +155,16 @@ void AddDaemonFlags(CLI::App& app, DaemonFlags& f) {
       ->type_name("N")
       ->capture_default_str()
       ->check(CLI::Range(8, 4096));
+  app.add_option("--max-ranks", f.max_ranks,
+                 absl::StrCat("most data-parallel ranks a job may ask for (JobSpec.ranks; each a "
+                              "process on this host; default: this host's cores, at most ",
+                              kMaxRanksCeiling, ")"))
+      ->type_name("N")
+      ->check(CLI::Range(1u, kMaxRanksCeiling));
+  app.add_option("--rank-worker", f.rank_worker,
+                 "the rank worker mpirun starts for a job of several ranks (default: "
+                 "headroomd_rank beside headroomd)")
+      ->type_name("FILE");
   AddRequestLimitFlags(app, f.service.limits);
   app.add_option("--max-upload-bytes", f.max_upload,
                  absl::StrCat("largest ONNX model UploadJob takes, in chunks, and what all "
@@ -435,6 +453,13 @@ int Run(const DaemonFlags& f) {
   options.max_job_seconds = f.max_job_seconds;
   options.max_job_steps = f.service.limits.max_job_steps;
   options.max_dataset_bytes = f.max_dataset_bytes;
+  options.max_ranks = f.max_ranks;
+  options.rank_worker = f.rank_worker;
+  if (options.rank_worker.empty()) {
+    std::error_code error;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+    if (!error) options.rank_worker = (self.parent_path() / "headroomd_rank").string();
+  }
   absl::StatusOr<DataRoots> data_roots = DataRoots::Create(f.data_roots);
   if (!data_roots.ok()) {
     return std::cerr << "headroomd: " << data_roots.status().message() << "\n", 1;

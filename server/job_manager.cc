@@ -1,5 +1,9 @@
 #include "server/job_manager.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -13,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "dist/launch.h"
 #include "executor/callbacks.h"
 #include "executor/fit.h"
 #include "executor/trainer.h"
@@ -27,6 +33,8 @@
 #include "runner/profile_run.h"
 #include "runner/trainer_options.h"
 #include "server/fit_job.h"
+#include "server/rank_job.h"
+#include "util/file_io.h"
 #include "util/status_macros.h"
 
 namespace headroom::server {
@@ -89,19 +97,6 @@ absl::Status SaveCheckpoint(JobStore& store, const std::string& job_id,
   return store.PutCheckpoint(header, tensors, [&](size_t index, absl::Span<uint8_t> dst) {
     return trainer.ReadStateTensor(index, dst);
   });
-}
-
-// Returns the checkpoint's tensors as the trainer restores them, borrowed from `c`.
-std::vector<executor::StateTensorView> StateViews(const proto::Checkpoint& c) {
-  std::vector<executor::StateTensorView> views;
-  views.reserve(c.tensors_size());
-  for (const proto::TensorValue& v : c.tensors()) {
-    views.push_back({v.name(), absl::MakeConstSpan(v.shape().data(), v.shape().size()),
-                     v.dtype(),
-                     absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(v.data().data()),
-                                         v.data().size())});
-  }
-  return views;
 }
 
 // The trainer options a spec asks for (events, cancel and budget are the caller's).
@@ -293,7 +288,7 @@ absl::Status JobManager::Recover() {
       } else if (!checkpoint.ok()) {
         event.load_error = std::string(checkpoint.status().message());
       } else {
-        event.need_bytes = Need(*plan);
+        event.need_bytes = Need(*plan) * RanksOf(it->spec());
         if (checkpoint->has_value()) event.checkpoint_step = (*checkpoint)->step();
         // A dataset job resumes from its newest fit checkpoint.
         if (HasDataset(it->spec())) event.checkpoint_step = NewestFitCheckpointStep(FitDir(id));
@@ -521,8 +516,25 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
                                                    "', but this daemon runs ", device_));
   }
   RETURN_IF_ERROR(runner::TrainerOptionsOf(spec.plan(), spec.train().seed(), backend).status());
+  RETURN_IF_ERROR(CheckRanks(spec, options_.max_ranks, backend));
+  const uint32_t ranks = RanksOf(spec);
+  if (ranks > 1 && access(options_.rank_worker.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("spec.ranks: this daemon has no rank worker to start ranks with: '",
+                     options_.rank_worker, "' is not an executable (headroomd --rank-worker)"));
+  }
   uint64_t budget = 0;
   ASSIGN_OR_RETURN(proto::PlanResponse plan, PlanSpec(spec, &budget, cancel));
+  // Each rank is a process holding the plan and the fixed cost: admitted by their sum.
+  if (ranks > 1 && options_.device_memory_bytes > 0 &&
+      Need(plan) * ranks > options_.device_memory_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "spec.ranks: the ", ranks, " ranks' plans need ", ranks, " x ",
+        graph::HumanBytes(Need(plan)), " = ", graph::HumanBytes(Need(plan) * ranks), " (",
+        Need(plan) * ranks, " bytes, each rank's planned peak and fixed cost), more than device ",
+        device_, "'s memory of ", graph::HumanBytes(options_.device_memory_bytes), " (",
+        options_.device_memory_bytes, " bytes, --device-memory)"));
+  }
   // A dataset: under a data root, readable, and fit for the model; it sets the steps.
   uint64_t total_steps = spec.train().steps();
   proto::FitProgress fit_progress;
@@ -560,7 +572,7 @@ absl::StatusOr<proto::SubmitJobResponse> JobManager::Submit(const proto::JobSpec
   info.set_offloaded_bytes_per_step(plan.summary().offloaded_bytes());
   info.set_device(device_);
   *info.mutable_spec() = spec;
-  submitted.need_bytes = Need(plan);
+  submitted.need_bytes = Need(plan) * ranks;
   RETURN_IF_ERROR(store_->PutPlan(id, plan));
   RETURN_IF_ERROR(store_->PutJob(info));
   {
@@ -772,6 +784,7 @@ void JobManager::RunJob(const std::string& job_id) {
 }
 
 absl::Status JobManager::TrainJob(Run& run) {
+  if (RanksOf(run.spec) > 1) return RunRanks(run);
   // 1. The graph (an ONNX model with its weights), the backend and the trainer, under the
   //    plan the job was admitted with.
   ASSIGN_OR_RETURN(graph::ResolvedModel model, graph::ResolveModelWithValues(run.spec.model()));
@@ -1015,6 +1028,140 @@ absl::StatusOr<double> JobManager::RestoreCheckpoint(const std::string& job_id,
                                        StateViews(*checkpoint)));
   Dispatch(sched::Restored{job_id, checkpoint->step(), checkpoint->loss()});
   return checkpoint->loss();
+}
+
+std::string JobManager::RanksDir(const std::string& job_id) const {
+  return absl::StrCat(store_->state_dir(), "/ranks/", job_id);
+}
+
+absl::Status JobManager::StoreRankCheckpoint(const Run& run, const std::string& path) {
+  ASSIGN_OR_RETURN(const proto::Checkpoint checkpoint, ReadCheckpointFile(path));
+  const absl::Status saved = store_->PutCheckpoint(checkpoint);
+  if (!IsDiskFull(saved)) return saved;
+  fprintf(stderr,
+          "headroomd: job %s: its checkpoint at step %llu is not stored (%s); it keeps "
+          "training, and its previous checkpoint stays the one it resumes from\n",
+          run.job_id.c_str(), static_cast<unsigned long long>(checkpoint.step()),
+          std::string(saved.message()).c_str());
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::RunRanks(Run& run) {
+  const int ranks = static_cast<int>(RanksOf(run.spec));
+  // 1. The job's directory, afresh: its spec, and the stored checkpoint every rank resumes
+  //    from (what an earlier run left there, the daemon's or the ranks', is gone).
+  const std::string dir = RanksDir(run.job_id);
+  std::error_code error;
+  std::filesystem::remove_all(dir, error);
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat("ranks' directory '", dir, "': ", error.message()));
+  }
+  RETURN_IF_ERROR(
+      WriteFileContents(RankJobFile(dir, "spec.pb"), run.spec.SerializeAsString(), "job spec"));
+  {
+    ASSIGN_OR_RETURN(std::optional<proto::Checkpoint> checkpoint,
+                     store_->GetCheckpoint(run.job_id));
+    if (checkpoint.has_value()) {
+      RETURN_IF_ERROR(WriteFileContents(RankJobFile(dir, "resume.pb"),
+                                        checkpoint->SerializeAsString(), "checkpoint"));
+      Dispatch(sched::Restored{run.job_id, checkpoint->step(), checkpoint->loss()});
+    }
+  }
+  metrics_->ForgetJob(run.job_id);
+  RETURN_IF_ERROR(metrics_->StartJob(run.job_id, device_, run.planned_peak_bytes * ranks));
+  // 2. mpirun with a rank worker per rank (dist/launch.h's command line).
+  dist::LaunchOptions launch;
+  launch.ranks = ranks;
+  launch.as_root = geteuid() == 0;
+  launch.mpirun = options_.mpirun;
+  ASSIGN_OR_RETURN(
+      const std::vector<std::string> argv,
+      dist::MpirunCommand(launch, {options_.rank_worker, absl::StrCat("--dir=", dir),
+                                   absl::StrCat("--job=", run.job_id),
+                                   absl::StrCat("--budget-bytes=", run.budget_bytes),
+                                   absl::StrCat("--planned-peak-bytes=", run.planned_peak_bytes),
+                                   absl::StrCat("--checkpoint-every=", run.checkpoint_interval)}));
+  ASSIGN_OR_RETURN(const int pid,
+                   StartLauncher(argv, RankJobFile(dir, "mpirun.log"), launch.as_root));
+  // 3. Follow the ranks' logs until mpirun ends, or cancel or shutdown stops every rank.
+  std::vector<RankLogReader> readers;
+  std::vector<proto::RankProgress> latest(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    readers.emplace_back(RankLogPath(dir, r));
+    latest[r].set_rank(static_cast<uint32_t>(r));
+  }
+  // Returns the first error of reading the lines the ranks appended since the last call:
+  // every rank's latest step into `latest` (and its metrics), then each of rank 0's steps
+  // as the job's (StepDone, its loss the global batch's; its measured peak the ranks' sum).
+  auto follow = [&]() -> absl::Status {
+    std::vector<RankLine> rank0_steps;
+    bool checkpointed = false;
+    for (int r = 0; r < ranks; ++r) {
+      for (const std::string& text : readers[r].NewLines()) {
+        ASSIGN_OR_RETURN(RankLine line, ParseRankLine(r, text));
+        if (line.kind == RankLine::Kind::kCheckpoint) checkpointed = true;
+        if (line.kind != RankLine::Kind::kStep) continue;
+        latest[r] = line.progress;
+        profiler::RankObservation o;
+        o.measured_peak_bytes = line.progress.arena_peak_bytes();
+        o.resident_bytes = line.progress.resident_bytes();
+        metrics_->ObserveRank(run.job_id, device_, r, o).IgnoreError();  // r < ranks <= max
+        if (r == 0) rank0_steps.push_back(std::move(line));
+      }
+    }
+    for (const RankLine& line : rank0_steps) {
+      sched::StepDone step;
+      step.job_id = run.job_id;
+      step.step = line.progress.step();
+      step.loss = line.progress.loss();
+      step.step_seconds = line.step_seconds;
+      for (const proto::RankProgress& p : latest)
+        step.arena_high_water_bytes += p.arena_peak_bytes();
+      profiler::StepObservation observed;
+      observed.step_seconds = line.step_seconds;
+      observed.measured_peak_bytes = step.arena_high_water_bytes;
+      metrics_->ObserveStep(run.job_id, device_, observed).IgnoreError();  // finite seconds
+      step.ranks = latest;
+      Dispatch(step);
+    }
+    if (checkpointed) RETURN_IF_ERROR(StoreRankCheckpoint(run, RankJobFile(dir, "checkpoint.pb")));
+    return absl::OkStatus();
+  };
+  int wait_status = 0;
+  while (true) {
+    const bool exited = waitpid(pid, &wait_status, WNOHANG) == pid;
+    if (absl::Status s = follow(); !s.ok()) {
+      if (!exited) StopLauncher(pid, 1);
+      return s;
+    }
+    if (exited) break;
+    if (run.control->cancel || run.control->interrupt) {
+      // A shutdown resumes from the last checkpoint rank 0 wrote (the store has it).
+      StopLauncher(pid, 1);
+      if (run.control->cancel) return absl::CancelledError("cancelled");
+      run.interrupted = true;
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  // 4. How it ended: every rank at the last step and rank 0's final checkpoint stored, or
+  //    the rank that failed or died named.
+  if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
+    const std::string exit = WIFEXITED(wait_status)
+                                 ? absl::StrCat("exited with status ", WEXITSTATUS(wait_status))
+                                 : absl::StrCat("was killed by signal ", WTERMSIG(wait_status));
+    return absl::AbortedError(RankFailure(dir, ranks, exit));
+  }
+  for (const proto::RankProgress& p : latest) {
+    if (p.step() != run.spec.train().steps()) {
+      return absl::InternalError(absl::StrCat("rank ", p.rank(), " of ", ranks,
+                                              " ended without error at step ", p.step(), " of ",
+                                              run.spec.train().steps()));
+    }
+  }
+  std::filesystem::remove_all(dir, error);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<proto::ProfileResponse> JobManager::Profile(const proto::ProfileRequest& request,

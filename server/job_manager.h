@@ -131,6 +131,13 @@ struct JobManagerOptions {
   // Where a job's dataset path (JobSpec.data.dataset) may lie (headroomd's --data-root).
   // Default none: only "fashion-mnist".
   DataRoots data_roots;
+  // The most ranks a job may ask for (JobSpec.ranks), at most kMaxRanksCeiling. Default 1
+  // (headroomd's --max-ranks sets the host's cores).
+  uint32_t max_ranks = 1;
+  // The rank worker mpirun starts for a job of several ranks (server/rank_worker_main.cc),
+  // and mpirun itself (found on PATH unless a path). Default none: such jobs are refused.
+  std::string rank_worker;
+  std::string mpirun = "mpirun";
 };
 
 class JobManager {
@@ -254,6 +261,15 @@ class JobManager {
   // Trains one job to its end (or until cancelled or shut down) and reports RunEnded.
   void RunJob(const std::string& job_id);
   absl::Status TrainJob(Run& run);
+  // Trains job `run` of several ranks (JobSpec.ranks > 1) as that many rank workers under
+  // mpirun (server/rank_job.h), from its checkpoint in the store if it has one: follows
+  // their logs into its progress and metrics, stores rank 0's checkpoints, stops every rank
+  // on cancel or shutdown, and fails naming the rank that failed or died.
+  absl::Status RunRanks(Run& run);
+  // Stores rank 0's newest checkpoint file of `run`; on a full disk as Checkpoint().
+  absl::Status StoreRankCheckpoint(const Run& run, const std::string& path);
+  // Returns the directory of job `job_id`'s ranks: STATE/ranks/JOB.
+  std::string RanksDir(const std::string& job_id) const;
   // Trains job `run` (one with a dataset) through the fit loop from its newest fit
   // checkpoint, if it has one.
   absl::Status FitJob(Run& run, StepContext& context);

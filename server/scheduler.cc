@@ -52,6 +52,7 @@ proto::JobProgress ProgressOf(const ScheduledJob& job) {
   p.set_message(Ended(info.state()) ? info.error() : info.message());
   for (const proto::RoleBytes& b : job.memory_by_role) *p.add_memory_by_role() = b;
   if (info.has_fit()) *p.mutable_fit() = info.fit();
+  for (const proto::RankProgress& r : info.ranks()) *p.add_ranks() = r;
   return p;
 }
 
@@ -195,6 +196,10 @@ void Scheduler::On(const sched::StepDone& e, absl::Time now, Decision& d) {
   job.last_step_seconds = e.step_seconds;
   job.memory_by_role = e.memory_by_role;
   if (e.fit.has_value()) *job.info.mutable_fit() = *e.fit;
+  if (!e.ranks.empty()) {
+    job.info.clear_ranks();
+    for (const proto::RankProgress& r : e.ranks) *job.info.add_ranks() = r;
+  }
   CountRunningTime(job, now);
   const uint64_t limit = options_.max_job_seconds;
   // A run that just finished its last step is done, whatever its time.

@@ -119,6 +119,8 @@ struct StepDone {
   std::vector<proto::RoleBytes> memory_by_role;
   // Of a job with a dataset: its epoch, evaluation and input wait after the step.
   std::optional<proto::FitProgress> fit;
+  // Of a job of several ranks: every rank's latest step and memory (JobInfo.ranks).
+  std::vector<proto::RankProgress> ranks;
 };
 // The run of `job_id` (a job with a dataset) ended an epoch: `fit` is where it stands, its
 // evaluation included. Stored at once.

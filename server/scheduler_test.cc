@@ -172,6 +172,31 @@ TEST_F(SchedulerTest, ADatasetJobsFitProgressReachesWatchersAndEpochEndsAreStore
   EXPECT_EQ(scheduler_.Find("job-1")->info.fit().eval_accuracy(), 0.75);
 }
 
+TEST_F(SchedulerTest, EveryRanksProgressReachesTheJobAndItsWatchers) {
+  Submit("job-1", 6 * kMiB);
+  sched::StepDone step{"job-1", 3, 0.9, 0.01, 2 * kMiB, {}};
+  for (uint32_t rank : {0u, 1u}) {
+    proto::RankProgress& r = step.ranks.emplace_back();
+    r.set_rank(rank);
+    r.set_step(3);
+    r.set_arena_peak_bytes(kMiB);
+    r.set_resident_bytes((rank + 30) * kMiB);
+  }
+  Apply(step);
+  const proto::JobProgress p = ProgressOf(*scheduler_.Find("job-1"));
+  ASSERT_EQ(p.ranks_size(), 2);
+  EXPECT_EQ(p.ranks(1).rank(), 1u);
+  EXPECT_EQ(p.ranks(1).resident_bytes(), 31 * kMiB);
+  EXPECT_EQ(scheduler_.Find("job-1")->info.ranks_size(), 2);
+  // The next step's ranks replace them; a step without ranks leaves them.
+  step.step = 4;
+  step.ranks[1].set_resident_bytes(40 * kMiB);
+  Apply(step);
+  Apply(sched::StepDone{"job-1", 5, 0.8, 0.01, kMiB, {}});
+  ASSERT_EQ(scheduler_.Find("job-1")->info.ranks_size(), 2);
+  EXPECT_EQ(scheduler_.Find("job-1")->info.ranks(1).resident_bytes(), 40 * kMiB);
+}
+
 TEST_F(SchedulerTest, CancelEndedOrUnknownJob) {
   Submit("job-1", 3 * kMiB);
   Apply(sched::RunEnded{"job-1", absl::InternalError("out of luck")});

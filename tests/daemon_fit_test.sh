@@ -49,15 +49,6 @@ JOB_FLAGS=(--model small_cnn --batch 32 --image_size 28 --channels 1 --classes 1
            --seed 7 --epochs 3 --eval-every 1 --validation-fraction 0.2 --lr-schedule cosine
            --warmup-steps 10 --checkpoint-every 10 --keep-last 2)
 
-expect_refused() {
-  local want="$1"
-  shift
-  local out rc=0
-  out=$("$HEADROOM" submit --server "$ADDR" "$@" 2>&1) || rc=$?
-  ((rc != 0)) || fail "'submit $*' succeeded; wanted an error with '$want'"
-  [[ "$out" == *"$want"* ]] || fail "'submit $*' said: $out; wanted '$want'"
-  echo "ok   refused: ${out:0:160}"
-}
 REAL_ROOT=$(realpath "$TMP/data")
 for bad in "$TMP/outside/fmnist" "$TMP/data/../outside/fmnist" "$TMP/data/escape/fmnist"; do
   expect_refused "outside this daemon's data roots: '$REAL_ROOT'" "${JOB_FLAGS[@]}" --dataset "$bad"

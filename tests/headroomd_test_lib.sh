@@ -5,6 +5,8 @@
 #                               memory and one OpenMP thread; sets DAEMON_PID and ADDR; the
 #                               daemon is killed when the test exits
 #   stop_headroomd              SIGTERM; fails unless headroomd exits 0
+#   expect_refused WANT ARGS... `headroom submit --server $ADDR ARGS...` fails saying WANT
+#                               (needs HEADROOM, the client)
 #   check_example FILE          the output of examples/submit_and_watch.py (mlp, batch 8,
 #                               5 steps) shows its plan, its job succeeding and the peak
 
@@ -61,4 +63,15 @@ stop_headroomd() {
   wait "$DAEMON_PID" || rc=$?
   DAEMON_PID=""
   ((rc == 0)) || fail "headroomd exited $rc on SIGTERM"
+}
+
+# Fails unless `headroom submit --server $ADDR "${@:2}"` fails with output containing $1.
+expect_refused() {
+  local want="$1"
+  shift
+  local out rc=0
+  out=$("$HEADROOM" submit --server "$ADDR" "$@" 2>&1) || rc=$?
+  ((rc != 0)) || fail "'submit $*' succeeded; wanted an error with '$want'"
+  [[ "$out" == *"$want"* ]] || fail "'submit $*' said: $out; wanted '$want'"
+  echo "ok   refused: ${out:0:200}"
 }
