@@ -1826,12 +1826,15 @@ absl::Status RunUpdate(CpuContext&, const UpdateArgs& args) {
 
 absl::Status RunAccumulate(CpuContext&, const TensorView& out, const TensorView& a,
                            const TensorView& b) {
+  const bool bf16 =
+      out.dtype == proto::DTYPE_BFLOAT16 && a.dtype == out.dtype && b.dtype == out.dtype;
   for (const auto& [what, t] :
        {std::pair<const char*, const TensorView*>{"out", &out}, {"a", &a}, {"b", &b}}) {
-    RETURN_IF_ERROR(CheckFloat("Accumulate", what, *t));
+    if (!bf16) RETURN_IF_ERROR(CheckFloat("Accumulate", what, *t));
     RETURN_IF_ERROR(NeedData("Accumulate", what, *t));
     RETURN_IF_ERROR(CheckElements("Accumulate", what, *t, out.num_elements()));
   }
+  if (bf16) return AccumulateBf16(out, a, b);
   const float* x = a.f32();
   const float* y = b.f32();
   float* z = out.f32();
