@@ -4,9 +4,9 @@
 // bfloat16, and their ratio (float32 / bfloat16: above 1, bfloat16 is faster). Each call
 // runs in the scratch it declares (the bytes are printed too), as the executor runs it.
 //
-// Conv2D and MatMul run oneDNN's bf16 primitives (AVX-512 BF16 where the CPU has it, float32
-// accumulation); LayerNorm and GELU show what a staged op (float32 kernel on float32 copies)
-// costs.
+// Conv2D, MatMul and GELU run oneDNN's bf16 primitives (AVX-512 BF16 where the CPU has it,
+// float32 accumulation); LayerNorm and Add show what a staged op (its float32 kernel on
+// float32 copies) costs.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -178,7 +178,12 @@ std::vector<Case> Cases() {
        {4, 512, 768},
        /*float32_inputs_from=*/1,
        /*saved=*/{{4, 512}, {4, 512}}},
-      {"gpt2 GELU [4,512,3072] (staged)", "GELU", {}, {{4, 512, 3072}}, {4, 512, 3072}},
+      {"gpt2 GELU [4,512,3072]", "GELU", {}, {{4, 512, 3072}}, {4, 512, 3072}},
+      {"gpt2 residual Add [4,512,768] (staged)",
+       "Add",
+       {},
+       {{4, 512, 768}, {4, 512, 768}},
+       {4, 512, 768}},
   };
 }
 

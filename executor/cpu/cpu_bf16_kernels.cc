@@ -4,8 +4,9 @@
 // Three ways, by op (Bf16PathOf):
 //  - direct: the op's own kernel takes bfloat16 (Cast; the data-movement ops, which copy
 //    bytes of any dtype; Conv2D and MatMul, whose oneDNN primitives run on bf16 memory with
-//    float32 accumulation; MatMul's backward is staged where its operands broadcast batch
-//    dims pairwise or db sums a transposed a over a's batch).
+//    float32 accumulation; ReLU and GELU on oneDNN's bf16 eltwise primitives). MatMul's
+//    backward is staged where its operands broadcast batch dims pairwise or db sums a
+//    transposed a over a's batch.
 //  - staged: the op's float32 kernel runs on float32 copies of its bfloat16 tensors, staged
 //    in the node's scratch: each bfloat16 input (and, in a backward, the forward's tensors
 //    and the output gradient) is widened exactly into float32, the float32 kernel computes,
@@ -161,14 +162,14 @@ enum class Bf16Path { kNone, kDirect, kStaged };
 
 Bf16Path Bf16PathOf(const std::string& op) {
   // Kernels that take bfloat16 themselves.
-  static const auto* direct =
-      new absl::flat_hash_set<std::string>{"Cast",      "Conv2D", "MatMul", "Flatten", "Reshape",
-                                           "Transpose", "Split",  "Slice",  "Expand",  "Concat"};
+  static const auto* direct = new absl::flat_hash_set<std::string>{
+      "Cast",    "Conv2D",    "MatMul", "ReLU",  "GELU",   "Flatten",
+      "Reshape", "Transpose", "Split",  "Slice", "Expand", "Concat"};
   // Float32 kernels run on float32 copies (the mixed-precision op set's other ops).
   static const auto* staged = new absl::flat_hash_set<std::string>{
-      "BatchNorm", "LayerNorm", "GroupNorm", "SoftmaxCrossEntropy", "Softmax", "GELU",
-      "ReLU",      "MaxPool",   "AvgPool",   "GlobalAvgPool",       "Add",     "Mul",
-      "Dropout",   "Embedding"};
+      "BatchNorm", "LayerNorm", "GroupNorm", "SoftmaxCrossEntropy",
+      "Softmax",   "MaxPool",   "AvgPool",   "GlobalAvgPool",
+      "Add",       "Mul",       "Dropout",   "Embedding"};
   if (direct->contains(op)) return Bf16Path::kDirect;
   if (staged->contains(op)) return Bf16Path::kStaged;
   return Bf16Path::kNone;

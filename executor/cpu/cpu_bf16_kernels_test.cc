@@ -172,24 +172,26 @@ class Bf16KernelsTest : public ::testing::Test {
     return views;
   }
 
+  // Returns the arguments both directions share: op, attributes, inputs, outputs, saved.
+  template <typename Args>
+  static Args CommonOf(const OpCase& c, bool bf16_run) {
+    Args args;
+    args.op = c.op;
+    args.attrs = &c.attrs;
+    args.inputs = Views(c.inputs, bf16_run);
+    args.outputs = Views(c.outputs, bf16_run);
+    args.saved = Views(c.saved, bf16_run);
+    return args;
+  }
+
   ForwardArgs ForwardOf(const OpCase& c, bool bf16_run) {
-    ForwardArgs f;
-    f.op = c.op;
-    f.attrs = &c.attrs;
-    f.inputs = Views(c.inputs, bf16_run);
-    f.outputs = Views(c.outputs, bf16_run);
-    f.saved = Views(c.saved, bf16_run);
+    ForwardArgs f = CommonOf<ForwardArgs>(c, bf16_run);
     f.seed = c.seed;
     return f;
   }
 
   BackwardArgs BackwardOf(const OpCase& c, bool bf16_run) {
-    BackwardArgs b;
-    b.op = c.op;
-    b.attrs = &c.attrs;
-    b.inputs = Views(c.inputs, bf16_run);
-    b.outputs = Views(c.outputs, bf16_run);
-    b.saved = Views(c.saved, bf16_run);
+    BackwardArgs b = CommonOf<BackwardArgs>(c, bf16_run);
     b.output_grads = Views(c.output_grads, bf16_run);
     for (size_t i = 0; i < c.inputs.size(); ++i) {
       Dual* g = i < c.input_grads.size() ? c.input_grads[i] : nullptr;
@@ -469,6 +471,17 @@ TEST_F(Bf16KernelsTest, LayerNormKeepsFloat32StatisticsAndParameters) {
   CheckNorm(this, "LayerNorm", {3, 4, 48}, {48}, {3, 4});
 }
 
+// Softmax cross-entropy of bf16 logits against integer labels: a float32 loss, bf16 dlogits.
+OpCase CrossEntropyCase(Dual& logits, Dual& labels, Dual& loss, Dual& dloss, Dual& dlogits) {
+  return {"SoftmaxCrossEntropy",
+          MakeAttrs("SoftmaxCrossEntropy"),
+          {&logits, &labels},
+          {&loss},
+          {},
+          {&dloss},
+          {&dlogits, nullptr}};
+}
+
 TEST_F(Bf16KernelsTest, CrossEntropyLossIsFloat32) {
   Dual logits({8, 40}, true), labels({8}, false, proto::DTYPE_INT64), loss({}, false);
   Dual dloss({}, false), dlogits({8, 40}, true);
@@ -477,13 +490,7 @@ TEST_F(Bf16KernelsTest, CrossEntropyLossIsFloat32) {
   for (int i = 0; i < 8; ++i) label_values.push_back((i * 13) % 40);
   labels.SetRaw(label_values);
   dloss.Set({1.5f});
-  OpCase c{"SoftmaxCrossEntropy",
-           MakeAttrs("SoftmaxCrossEntropy"),
-           {&logits, &labels},
-           {&loss},
-           {},
-           {&dloss},
-           {&dlogits, nullptr}};
+  OpCase c = CrossEntropyCase(logits, labels, loss, dloss, dlogits);
   // The loss is float32 from the same logits: equal up to float32 roundoff.
   c.forward_tol = {1e-6, 0};
   c.backward_tol = {kBf16Eps / 2, 0};
@@ -556,13 +563,7 @@ TEST_F(Bf16KernelsTest, CrossEntropyGradientMatchesFiniteDifferences) {
   logits.Set(z0);
   labels.SetRaw(std::vector<int32_t>{3, 0, 9, 5});
   dloss.Set({1.0f});
-  OpCase c{"SoftmaxCrossEntropy",
-           MakeAttrs("SoftmaxCrossEntropy"),
-           {&logits, &labels},
-           {&loss},
-           {},
-           {&dloss},
-           {&dlogits, nullptr}};
+  OpCase c = CrossEntropyCase(logits, labels, loss, dloss, dlogits);
   ASSERT_TRUE(Forward(ForwardOf(c, true)).ok());
   // The float32 loss from bf16 logits equals the double-precision loss of those values.
   {
