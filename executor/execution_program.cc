@@ -18,8 +18,8 @@ using planner::TrainingGraph;
 using planner::TrainingNode;
 
 bool Supported(proto::DType dtype) {
-  return dtype == proto::DTYPE_FLOAT32 || dtype == proto::DTYPE_INT32 ||
-         dtype == proto::DTYPE_INT64 || dtype == proto::DTYPE_BOOL;
+  return dtype == proto::DTYPE_FLOAT32 || dtype == proto::DTYPE_BFLOAT16 ||
+         dtype == proto::DTYPE_INT32 || dtype == proto::DTYPE_INT64 || dtype == proto::DTYPE_BOOL;
 }
 
 uint64_t AlignUp(uint64_t bytes, uint64_t align) { return (bytes + align - 1) / align * align; }
@@ -36,7 +36,7 @@ absl::Status CheckTensors(const TrainingGraph& g, const planner::MemoryPlan& pla
     if (Supported(tensor.dtype)) continue;
     return absl::InvalidArgumentError(absl::StrCat(
         "executor: tensor '", tensor.name, "' has dtype ", graph::DTypeName(tensor.dtype),
-        "; the executor takes float32, int32, int64 and bool"));
+        "; the executor takes float32, bfloat16, int32, int64 and bool"));
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "util/bfloat16.h"
 #include "util/check.h"
 #include "util/status_macros.h"
 
@@ -59,13 +60,6 @@ float HalfToFloat(uint16_t h) {
   bits |= sign;
   std::memcpy(&out, &bits, 4);
   return out;
-}
-
-float BFloat16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 template <typename T>

@@ -84,6 +84,10 @@ using BackwardScratch = OpKernels::BackwardScratch;
 
 // cpu_dnnl_kernels.cc: Conv2D, BatchNorm, MatMul, MaxPool, AvgPool, GlobalAvgPool.
 void RegisterDnnlKernels(KernelTable* table);
+// cpu_dnnl_kernels.cc: returns whether MatMul's backward kernel takes these bfloat16
+// arguments itself (its forward always does); false where a and b broadcast batch dims
+// pairwise, or db sums a transposed a over a's batch: those the dispatch stages.
+bool MatMulBackwardTakesBf16(const BackwardArgs& args);
 // cpu_loop_kernels.cc: every other op of the op set (eltwise ops through oneDNN's eltwise
 // primitive, softmax through oneDNN's softmax, the rest as loops).
 void RegisterLoopKernels(KernelTable* table);
@@ -95,9 +99,28 @@ void RegisterReduceKernels(KernelTable* table);
 // cpu_segmentation_kernels.cc: GroupNorm and PixelSoftmaxCrossEntropy.
 void RegisterSegmentationKernels(KernelTable* table);
 
+// cpu_bf16_kernels.cc: Cast (float32 <-> bfloat16).
+void RegisterBf16Kernels(KernelTable* table);
+
+// cpu_bf16_kernels.cc: run (or size the scratch of) kernel `k` for `args`, the way its
+// dtypes ask: float32 calls as `k` itself; calls with a bfloat16 tensor through the op's
+// bfloat16 path (its own kernel, or its float32 kernel on float32 copies staged in the
+// node's scratch, which the scratch query then includes); InvalidArgument naming the op and
+// tensor where the op has no bfloat16 path.
+absl::StatusOr<uint64_t> ForwardScratchOf(CpuContext& ctx, const OpKernels& k,
+                                          const ForwardArgs& args);
+absl::StatusOr<uint64_t> BackwardScratchOf(CpuContext& ctx, const OpKernels& k,
+                                           const BackwardArgs& args);
+absl::Status RunForward(CpuContext& ctx, const OpKernels& k, const ForwardArgs& args);
+absl::Status RunBackward(CpuContext& ctx, const OpKernels& k, const BackwardArgs& args);
+// out = a + b on bfloat16 tensors of the same element count, added in float32 and rounded
+// to nearest even; out may alias a or b. REQUIRES: all three present and bfloat16.
+absl::Status AccumulateBf16(const TensorView& out, const TensorView& a, const TensorView& b);
+
 // cpu_loop_kernels.cc: optimizer steps and gradient sums.
 absl::Status RunUpdate(CpuContext& ctx, const UpdateArgs& args);
-// out = a + b elementwise, same shapes; out may alias a or b.
+// out = a + b elementwise, same shapes and dtype (float32, or bfloat16 added in float32);
+// out may alias a or b.
 absl::Status RunAccumulate(CpuContext& ctx, const TensorView& out, const TensorView& a,
                            const TensorView& b);
 

@@ -38,6 +38,7 @@
 #include "executor/cpu/cpu_context.h"
 #include "executor/matmul_batches.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "util/bfloat16.h"
 #include "util/check.h"
 #include "util/status_macros.h"
 
@@ -52,13 +53,16 @@ using DT = dnnl::memory::data_type;
 
 std::string ShapeStr(const graph::Shape& s) { return graph::ShapeString(s); }
 
-// Returns InvalidArgument unless `t` is float32 of rank `rank` (any rank for -1).
+// Returns InvalidArgument unless `t` has dtype `dtype` (float32 unless the kernel takes
+// bfloat16: then x's) and rank `rank` (any rank for -1).
 absl::Status CheckTensor(const std::string& op, const char* what, const TensorView& t,
-                         int rank = -1) {
-  if (t.dtype != proto::DTYPE_FLOAT32) {
-    return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": ", what, " ", ShapeStr(t.shape),
-                                                   " has dtype ", graph::DTypeName(t.dtype),
-                                                   "; only float32 is supported"));
+                         int rank = -1, proto::DType dtype = proto::DTYPE_FLOAT32) {
+  if (t.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CPU ", op, ": ", what, " ", ShapeStr(t.shape), " has dtype ", graph::DTypeName(t.dtype),
+        dtype == proto::DTYPE_FLOAT32
+            ? "; only float32 is supported"
+            : absl::StrCat("; needs ", graph::DTypeName(dtype), " as input 'x'")));
   }
   if (rank >= 0 && t.rank() != rank) {
     return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": ", what, " ", ShapeStr(t.shape),
@@ -107,7 +111,19 @@ bool ZeroGradsIfNoFlow(const BackwardArgs& args) {
   return true;
 }
 
-memory::desc PlainDesc(const memory::dims& dims, Tag tag) { return {dims, DT::f32, tag}; }
+memory::desc PlainDesc(const memory::dims& dims, Tag tag, DT dt = DT::f32) {
+  return {dims, dt, tag};
+}
+
+// Returns the oneDNN data type of float32 or bfloat16 `dtype`.
+DT DataTypeOf(proto::DType dtype) { return dtype == proto::DTYPE_BFLOAT16 ? DT::bf16 : DT::f32; }
+
+// Returns a float32 or bfloat16 element as float (exact).
+inline float Widen(float v) { return v; }
+inline float Widen(uint16_t v) { return BFloat16ToFloat(v); }
+// Stores a float32 sum as float32 or (rounded to nearest even) bfloat16.
+inline void Narrow(double v, float* out) { *out = static_cast<float>(v); }
+inline void Narrow(double v, uint16_t* out) { *out = FloatToBFloat16(static_cast<float>(v)); }
 
 memory Mem(const memory::desc& md, const dnnl::engine& engine, const void* data) {
   return memory(md, engine, const_cast<void*>(data));
@@ -253,31 +269,37 @@ struct ConvGeometry {
   memory::dims strides, dilates, pad_l, pad_r;
   int64_t groups = 1;
   bool has_bias = false;
+  // Of x, w, bias and y alike (and their gradients): f32, or bf16 with float32 accumulation.
+  DT dt = DT::f32;
 
   std::string Key() const {
     return absl::StrCat("x", DimsKey(x), ":w", DimsKey(w), ":s", DimsKey(strides), ":d",
-                        DimsKey(dilates), ":p", DimsKey(pad_l), ",", DimsKey(pad_r), ":b",
-                        has_bias);
+                        DimsKey(dilates), ":p", DimsKey(pad_l), ",", DimsKey(pad_r), ":b", has_bias,
+                        dt == DT::bf16 ? ":bf16" : "");
   }
-  memory::desc XDesc(Tag tag) const { return PlainDesc(x, tag); }
-  memory::desc YDesc(Tag tag) const { return PlainDesc(y, tag); }
-  memory::desc WDesc(Tag tag) const { return PlainDesc(w, tag); }
-  memory::desc WPlain() const { return PlainDesc(w, groups > 1 ? Tag::goihw : Tag::oihw); }
+  memory::desc XDesc(Tag tag) const { return PlainDesc(x, tag, dt); }
+  memory::desc YDesc(Tag tag) const { return PlainDesc(y, tag, dt); }
+  memory::desc WDesc(Tag tag) const { return PlainDesc(w, tag, dt); }
+  memory::desc WPlain() const { return PlainDesc(w, groups > 1 ? Tag::goihw : Tag::oihw, dt); }
   memory::desc BiasDesc() const {
-    return has_bias ? PlainDesc({y[1]}, Tag::x) : memory::desc();
+    return has_bias ? PlainDesc({y[1]}, Tag::x, dt) : memory::desc();
   }
 };
 
-// Returns the geometry of a Conv2D node from its (forward) inputs, output and attributes.
+// Returns the geometry of a Conv2D node from its (forward) inputs, output and attributes:
+// all float32, or all bfloat16.
 absl::StatusOr<ConvGeometry> ConvGeometryOf(const std::string& op, const graph::Attrs& attrs,
                                             const std::vector<TensorView>& inputs,
                                             const TensorView& y) {
   RETURN_IF_ERROR(CheckCounts(op, inputs.size(), 2, 3, 1));
-  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", inputs[0], 4));
-  RETURN_IF_ERROR(CheckTensor(op, "input 'weight'", inputs[1], 4));
-  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1));
-  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4));
+  const proto::DType dtype =
+      inputs[0].dtype == proto::DTYPE_BFLOAT16 ? proto::DTYPE_BFLOAT16 : proto::DTYPE_FLOAT32;
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", inputs[0], 4, dtype));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'weight'", inputs[1], 4, dtype));
+  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1, dtype));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4, dtype));
   ConvGeometry g;
+  g.dt = DataTypeOf(dtype);
   const graph::Shape& xs = inputs[0].shape;
   const graph::Shape& ws = inputs[1].shape;
   g.groups = attrs.Int("groups");
@@ -424,19 +446,20 @@ ConvBackwardWeightsPrims& ConvBackwardWeightsFor(CpuContext& ctx, const ConvGeom
   });
 }
 
-// out[c] = sum of x[:, c, :, :] (x of NCHW dims `dims`), accumulated in double: a
-// convolution's dbias from dy (for when dweight, and so x, is not there), a synchronised
-// batch norm's sum(x).
-void SumPerChannel(const memory::dims& dims, const float* x, float* out) {
+// out[c] = sum of x[:, c, :, :] (x of NCHW dims `dims`, float32 or bfloat16 as uint16_t),
+// accumulated in double: a convolution's dbias from dy (for when dweight, and so x, is not
+// there), a synchronised batch norm's sum(x).
+template <typename T>
+void SumPerChannel(const memory::dims& dims, const T* x, T* out) {
   const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < channels; ++c) {
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float* p = x + (i * channels + c) * plane;
-      for (int64_t j = 0; j < plane; ++j) sum += p[j];
+      const T* p = x + (i * channels + c) * plane;
+      for (int64_t j = 0; j < plane; ++j) sum += Widen(p[j]);
     }
-    out[c] = static_cast<float>(sum);
+    Narrow(sum, &out[c]);
   }
 }
 
@@ -488,7 +511,12 @@ absl::Status ConvBackward(CpuContext& ctx, const BackwardArgs& args) {
   }
   // Step 2: dw (and dbias, computed by the same primitive); dbias alone, without x, as a loop.
   if (!dw.present()) {
-    if (want_db) SumPerChannel(g.y, static_cast<const float*>(dy), args.input_grads[2].f32());
+    if (want_db && g.dt == DT::bf16) {
+      SumPerChannel(g.y, static_cast<const uint16_t*>(dy),
+                    static_cast<uint16_t*>(args.input_grads[2].data));
+    } else if (want_db) {
+      SumPerChannel(g.y, static_cast<const float*>(dy), args.input_grads[2].f32());
+    }
   } else {
     ConvBackwardWeightsPrims& p = ConvBackwardWeightsFor(ctx, g);
     const ScratchSpace scratch(ctx.engine, base, p.layout);
@@ -1102,29 +1130,35 @@ absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
 // ---- MatMul ---------------------------------------------------------------------------------
 
 // One operand of a (batched) matrix product: a [batch, rows, cols] view with strides in
-// elements. batch 1 broadcasts against the other operand's batch.
+// elements, of float32 or bfloat16 elements. batch 1 broadcasts against the other operand's
+// batch.
 struct MatView {
-  const float* data = nullptr;
+  const void* data = nullptr;
   int64_t batch = 1, rows = 0, cols = 0;
   int64_t batch_stride = 0, row_stride = 0, col_stride = 1;
+  DT dt = DT::f32;
 
   // Returns a row-major [batch, rows, cols] view of `data`.
-  static MatView Plain(const float* data, int64_t batch, int64_t rows, int64_t cols) {
-    return {data, batch, rows, cols, rows * cols, cols, 1};
+  static MatView Plain(const void* data, int64_t batch, int64_t rows, int64_t cols,
+                       DT dt = DT::f32) {
+    return {data, batch, rows, cols, rows * cols, cols, 1, dt};
   }
   // Returns the same data seen as [batch, cols, rows].
-  MatView T() const {
-    return {data, batch, cols, rows, batch_stride, col_stride, row_stride};
-  }
+  MatView T() const { return {data, batch, cols, rows, batch_stride, col_stride, row_stride, dt}; }
   memory::desc Desc() const {
-    return memory::desc({batch, rows, cols}, DT::f32,
+    return memory::desc({batch, rows, cols}, dt,
                         memory::dims{batch_stride, row_stride, col_stride});
   }
   std::string Key() const {
     return absl::StrCat(batch, "x", rows, "x", cols, "/", batch_stride, ",", row_stride, ",",
-                        col_stride);
+                        col_stride, dt == DT::bf16 ? ":bf16" : "");
   }
 };
+
+// Returns `data` advanced by `elements` elements of type `dt`.
+const void* Advance(const void* data, int64_t elements, DT dt) {
+  return static_cast<const char*>(data) + elements * (dt == DT::bf16 ? 2 : 4);
+}
 
 struct MatMulPrims {
   MatMulPrims(const dnnl::engine& engine, const memory::desc& a, const memory::desc& b,
@@ -1140,11 +1174,12 @@ struct GemmCall {
   MatView a, b;
   bool bias = false;
 
-  MatView Out(float* c) const {
-    return MatView::Plain(c, std::max(a.batch, b.batch), a.rows, b.cols);
+  // c and the bias have the operands' dtype (bfloat16 products accumulate in float32).
+  MatView Out(void* c) const {
+    return MatView::Plain(c, std::max(a.batch, b.batch), a.rows, b.cols, a.dt);
   }
   memory::desc BiasDesc() const {
-    return bias ? PlainDesc({1, 1, b.cols}, Tag::abc) : memory::desc();
+    return bias ? PlainDesc({1, 1, b.cols}, Tag::abc, a.dt) : memory::desc();
   }
 };
 
@@ -1160,7 +1195,7 @@ MatMulPrims& GemmFor(CpuContext& ctx, const GemmCall& call) {
 }
 
 // Runs `call`, writing c, with its scratchpad in `scratch`.
-void Gemm(CpuContext& ctx, const GemmCall& call, const float* bias, float* c,
+void Gemm(CpuContext& ctx, const GemmCall& call, const void* bias, void* c,
           const ScratchSpace& scratch) {
   MatMulPrims& p = GemmFor(ctx, call);
   std::unordered_map<int, memory> exec_args = {
@@ -1179,14 +1214,16 @@ struct MatMulGeometry {
   // either batch (identical batch dims) or 1 (b is 2-D, or its batch dims are all 1).
   int64_t batch = 1, b_batch = 1;
   int64_t m = 0, k = 0, n = 0;
+  // Of a, b, bias and y alike (and their gradients).
+  DT dt = DT::f32;
 
   // a as the logical [batch, M, K] operand.
-  MatView A(const float* a) const {
-    return ta ? MatView::Plain(a, batch, k, m).T() : MatView::Plain(a, batch, m, k);
+  MatView A(const void* a) const {
+    return ta ? MatView::Plain(a, batch, k, m, dt).T() : MatView::Plain(a, batch, m, k, dt);
   }
   // b as the logical [b_batch, K, N] operand.
-  MatView B(const float* b) const {
-    return tb ? MatView::Plain(b, b_batch, n, k).T() : MatView::Plain(b, b_batch, k, n);
+  MatView B(const void* b) const {
+    return tb ? MatView::Plain(b, b_batch, n, k, dt).T() : MatView::Plain(b, b_batch, k, n, dt);
   }
   // a's rows may be stacked into one [batch*M, K] matrix when b is shared and a not transposed.
   bool Collapsible() const { return b_batch == 1 && !ta; }
@@ -1200,14 +1237,14 @@ struct MatMulGeometry {
   // Returns the number of output matrices.
   int64_t out_batch() const { return pairs.has_value() ? pairs->size() : batch; }
   // a's matrix i as a logical [1, M, K] operand.
-  MatView AOne(const float* a, int64_t i) const {
-    const float* at = a + i * m * k;
-    return ta ? MatView::Plain(at, 1, k, m).T() : MatView::Plain(at, 1, m, k);
+  MatView AOne(const void* a, int64_t i) const {
+    const void* at = Advance(a, i * m * k, dt);
+    return ta ? MatView::Plain(at, 1, k, m, dt).T() : MatView::Plain(at, 1, m, k, dt);
   }
   // b's matrix i as a logical [1, K, N] operand.
-  MatView BOne(const float* b, int64_t i) const {
-    const float* at = b + i * k * n;
-    return tb ? MatView::Plain(at, 1, n, k).T() : MatView::Plain(at, 1, k, n);
+  MatView BOne(const void* b, int64_t i) const {
+    const void* at = Advance(b, i * k * n, dt);
+    return tb ? MatView::Plain(at, 1, n, k, dt).T() : MatView::Plain(at, 1, k, n, dt);
   }
 };
 
@@ -1217,15 +1254,19 @@ absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const gra
   RETURN_IF_ERROR(CheckCounts(op, inputs.size(), 2, 3, 1));
   const TensorView& a = inputs[0];
   const TensorView& b = inputs[1];
-  RETURN_IF_ERROR(CheckTensor(op, "input 'a'", a));
-  RETURN_IF_ERROR(CheckTensor(op, "input 'b'", b));
-  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y));
-  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1));
+  // All float32, or all bfloat16.
+  const proto::DType dtype =
+      a.dtype == proto::DTYPE_BFLOAT16 ? proto::DTYPE_BFLOAT16 : proto::DTYPE_FLOAT32;
+  RETURN_IF_ERROR(CheckTensor(op, "input 'a'", a, -1, dtype));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'b'", b, -1, dtype));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, -1, dtype));
+  if (inputs.size() == 3) RETURN_IF_ERROR(CheckTensor(op, "input 'bias'", inputs[2], 1, dtype));
   if (a.rank() < 2 || b.rank() < 2) {
     return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": a ", ShapeStr(a.shape), " and b ",
                                                    ShapeStr(b.shape), " need at least 2 dims"));
   }
   MatMulGeometry g;
+  g.dt = DataTypeOf(dtype);
   g.ta = attrs.Bool("transpose_a");
   g.tb = attrs.Bool("transpose_b");
   g.m = g.ta ? a.dim(-1) : a.dim(-2);
@@ -1280,16 +1321,16 @@ absl::StatusOr<MatMulGeometry> MatMulGeometryOf(const std::string& op, const gra
 
 // The product of a MatMul forward.
 GemmCall MatMulForwardCall(const MatMulGeometry& g, const ForwardArgs& args) {
-  MatView a = g.A(args.inputs[0].f32());
-  if (g.Collapsible()) a = MatView::Plain(a.data, 1, g.batch * g.m, g.k);
-  return {a, g.B(args.inputs[1].f32()), args.inputs.size() == 3};
+  MatView a = g.A(args.inputs[0].data);
+  if (g.Collapsible()) a = MatView::Plain(a.data, 1, g.batch * g.m, g.k, g.dt);
+  return {a, g.B(args.inputs[1].data), args.inputs.size() == 3};
 }
 
 // The product of one output matrix of a broadcast MatMul forward (the same primitive for
 // every i).
 GemmCall BroadcastForwardCall(const MatMulGeometry& g, const ForwardArgs& args, int64_t i) {
-  return {g.AOne(args.inputs[0].f32(), g.pairs->a_of[i]),
-          g.BOne(args.inputs[1].f32(), g.pairs->b_of[i]), args.inputs.size() == 3};
+  return {g.AOne(args.inputs[0].data, g.pairs->a_of[i]),
+          g.BOne(args.inputs[1].data, g.pairs->b_of[i]), args.inputs.size() == 3};
 }
 
 absl::StatusOr<uint64_t> MatMulForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
@@ -1310,10 +1351,10 @@ absl::Status MatMulForward(CpuContext& ctx, const ForwardArgs& args) {
     layout.Scratchpad(GemmFor(ctx, BroadcastForwardCall(g, args, 0)).pd);
     ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, layout.bytes()));
     const ScratchSpace scratch(ctx.engine, base, layout);
-    const float* bias = args.inputs.size() == 3 ? args.inputs[2].f32() : nullptr;
+    const void* bias = args.inputs.size() == 3 ? args.inputs[2].data : nullptr;
     for (int64_t i = 0; i < g.pairs->size(); ++i) {
-      Gemm(ctx, BroadcastForwardCall(g, args, i), bias, args.outputs[0].f32() + i * g.m * g.n,
-           scratch);
+      Gemm(ctx, BroadcastForwardCall(g, args, i), bias,
+           const_cast<void*>(Advance(args.outputs[0].data, i * g.m * g.n, g.dt)), scratch);
     }
     return absl::OkStatus();
   }
@@ -1321,23 +1362,28 @@ absl::Status MatMulForward(CpuContext& ctx, const ForwardArgs& args) {
   ScratchLayout layout;
   layout.Scratchpad(GemmFor(ctx, call).pd);
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, layout.bytes()));
-  const float* bias = call.bias ? args.inputs[2].f32() : nullptr;
-  Gemm(ctx, call, bias, args.outputs[0].f32(), ScratchSpace(ctx.engine, base, layout));
+  const void* bias = call.bias ? args.inputs[2].data : nullptr;
+  Gemm(ctx, call, bias, args.outputs[0].data, ScratchSpace(ctx.engine, base, layout));
   return absl::OkStatus();
 }
 
-// Writes a row-major copy of the [batch, rows, cols] view `v` to `out`.
+// Writes a row-major copy of the [batch, rows, cols] view `v` to `out`. REQUIRES: float32
+// (bfloat16 MatMuls that need it are staged: MatMulTakesBf16).
 void Densify(const MatView& v, float* out) {
+  CHECK(v.dt == DT::f32);
+  const float* data = static_cast<const float*>(v.data);
   const int64_t total_rows = v.batch * v.rows;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < total_rows; ++r) {
-    const float* src = v.data + (r / v.rows) * v.batch_stride + (r % v.rows) * v.row_stride;
+    const float* src = data + (r / v.rows) * v.batch_stride + (r % v.rows) * v.row_stride;
     for (int64_t c = 0; c < v.cols; ++c) out[r * v.cols + c] = src[c * v.col_stride];
   }
 }
 
-// out[c] = sum over rows of m[rows, cols] (row-major), in a fixed order.
-void SumRows(const float* m, int64_t rows, int64_t cols, float* out) {
+// out[c] = sum over rows of m[rows, cols] (row-major, float32 or bfloat16 as uint16_t), in
+// a fixed order.
+template <typename T>
+void SumRows(const T* m, int64_t rows, int64_t cols, T* out) {
   constexpr int64_t kChunk = 64;
   const int64_t chunks = (cols + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
@@ -1345,10 +1391,10 @@ void SumRows(const float* m, int64_t rows, int64_t cols, float* out) {
     const int64_t begin = chunk * kChunk, end = std::min(cols, begin + kChunk);
     double acc[kChunk] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = m + r * cols;
-      for (int64_t c = begin; c < end; ++c) acc[c - begin] += row[c];
+      const T* row = m + r * cols;
+      for (int64_t c = begin; c < end; ++c) acc[c - begin] += Widen(row[c]);
     }
-    for (int64_t c = begin; c < end; ++c) out[c] = static_cast<float>(acc[c - begin]);
+    for (int64_t c = begin; c < end; ++c) Narrow(acc[c - begin], &out[c]);
   }
 }
 
@@ -1375,12 +1421,12 @@ absl::StatusOr<MatMulGeometry> MatMulBackwardGeometry(const BackwardArgs& args) 
 MatMulBackwardPlan PlanMatMulBackward(CpuContext& ctx, const MatMulGeometry& g,
                                       const BackwardArgs& args) {
   MatMulBackwardPlan plan;
-  const float* dy = args.output_grads[0].f32();
+  const void* dy = args.output_grads[0].data;
   // dy as [batch, M, N]; with a shared 2-D b also stacked as [1, batch*M, N].
-  const MatView dy_v = MatView::Plain(dy, g.batch, g.m, g.n);
-  const MatView dy_stacked = MatView::Plain(dy, 1, g.batch * g.m, g.n);
+  const MatView dy_v = MatView::Plain(dy, g.batch, g.m, g.n, g.dt);
+  const MatView dy_stacked = MatView::Plain(dy, 1, g.batch * g.m, g.n, g.dt);
   if (args.input_grads[0].present()) {
-    const MatView b = g.B(args.inputs[1].f32());
+    const MatView b = g.B(args.inputs[1].data);
     if (g.ta) {
       plan.da = GemmCall{b, dy_v.T()};  // [K,N] x [N,M] per batch.
     } else if (g.Collapsible()) {
@@ -1390,7 +1436,7 @@ MatMulBackwardPlan PlanMatMulBackward(CpuContext& ctx, const MatMulGeometry& g,
     }
   }
   if (args.input_grads[1].present()) {
-    MatView a = g.A(args.inputs[0].f32());
+    MatView a = g.A(args.inputs[0].data);
     MatView dy_for_b = dy_v;
     if (g.b_batch == 1 && g.batch > 1) {
       // Sum over a's batch by folding it into the inner dimension, which needs a's logical
@@ -1399,7 +1445,7 @@ MatMulBackwardPlan PlanMatMulBackward(CpuContext& ctx, const MatMulGeometry& g,
         plan.densify = a;
         plan.densify_offset = plan.layout.Stage(a.batch * a.rows * a.cols * sizeof(float));
       }
-      a = MatView::Plain(a.data, 1, g.batch * g.m, g.k);
+      a = MatView::Plain(a.data, 1, g.batch * g.m, g.k, g.dt);
       dy_for_b = dy_stacked;
     }
     plan.db = g.tb ? GemmCall{dy_for_b.T(), a} : GemmCall{a.T(), dy_for_b};
@@ -1490,18 +1536,23 @@ absl::Status MatMulBackward(CpuContext& ctx, const BackwardArgs& args) {
   MatMulBackwardPlan plan = PlanMatMulBackward(ctx, g, args);
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, plan.layout.bytes()));
   const ScratchSpace scratch(ctx.engine, base, plan.layout);
-  if (plan.da.has_value()) Gemm(ctx, *plan.da, nullptr, args.input_grads[0].f32(), scratch);
+  if (plan.da.has_value()) Gemm(ctx, *plan.da, nullptr, args.input_grads[0].data, scratch);
   if (plan.db.has_value()) {
     if (plan.densify.has_value()) {
       float* rows = static_cast<float*>(scratch.At(plan.densify_offset));
       Densify(*plan.densify, rows);
       (g.tb ? plan.db->b : plan.db->a).data = rows;
     }
-    Gemm(ctx, *plan.db, nullptr, args.input_grads[1].f32(), scratch);
+    Gemm(ctx, *plan.db, nullptr, args.input_grads[1].data, scratch);
   }
   // Step 3: dbias = sum of dy over every row.
   if (args.input_grads.size() == 3 && args.input_grads[2].present()) {
-    SumRows(args.output_grads[0].f32(), g.batch * g.m, g.n, args.input_grads[2].f32());
+    if (g.dt == DT::bf16) {
+      SumRows(static_cast<const uint16_t*>(args.output_grads[0].data), g.batch * g.m, g.n,
+              static_cast<uint16_t*>(args.input_grads[2].data));
+    } else {
+      SumRows(args.output_grads[0].f32(), g.batch * g.m, g.n, args.input_grads[2].f32());
+    }
   }
   return absl::OkStatus();
 }
@@ -1816,6 +1867,16 @@ absl::StatusOr<uint64_t> GuardedBackwardScratch(CpuContext& ctx, const BackwardA
 }
 
 }  // namespace
+
+bool MatMulBackwardTakesBf16(const BackwardArgs& args) {
+  if (args.attrs == nullptr || args.outputs.empty()) return true;
+  const absl::StatusOr<MatMulGeometry> g =
+      MatMulGeometryOf(args.op, *args.attrs, args.inputs, args.outputs[0]);
+  if (!g.ok()) return true;  // The kernel reports the error.
+  const bool db_densifies = args.input_grads.size() > 1 && args.input_grads[1].present() && g->ta &&
+                            g->b_batch == 1 && g->batch > 1;
+  return !g->pairs.has_value() && !db_densifies;
+}
 
 void RegisterDnnlKernels(KernelTable* table) {
   (*table)["Conv2D"] = {GuardedForward<ConvForward>, GuardedBackward<ConvBackward>,

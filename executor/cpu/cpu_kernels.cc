@@ -17,6 +17,7 @@ const KernelTable& Table() {
     RegisterReduceKernels(t);
     RegisterResizeKernels(t);
     RegisterSegmentationKernels(t);
+    RegisterBf16Kernels(t);
     return t;
   }();
   return *table;
@@ -34,24 +35,24 @@ bool CpuKernels::Supports(const std::string& op) const {
 
 absl::StatusOr<uint64_t> CpuKernels::ScratchBytes(const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/true));
-  return k->forward_scratch == nullptr ? 0 : k->forward_scratch(*ctx_, args);
+  return ForwardScratchOf(*ctx_, *k, args);
 }
 
 absl::StatusOr<uint64_t> CpuKernels::ScratchBytes(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/false));
-  return k->backward_scratch == nullptr ? 0 : k->backward_scratch(*ctx_, args);
+  return BackwardScratchOf(*ctx_, *k, args);
 }
 
 uint64_t CpuKernels::unplanned_scratch_bytes() const { return ctx_->unplanned_bytes; }
 
 absl::Status CpuKernels::Forward(const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/true));
-  return k->forward(*ctx_, args);
+  return RunForward(*ctx_, *k, args);
 }
 
 absl::Status CpuKernels::Backward(const BackwardArgs& args) {
   ASSIGN_OR_RETURN(const OpKernels* k, FindKernels(Table(), kBackend, args.op, /*forward=*/false));
-  return k->backward(*ctx_, args);
+  return RunBackward(*ctx_, *k, args);
 }
 
 absl::Status CpuKernels::Update(const UpdateArgs& args) { return RunUpdate(*ctx_, args); }

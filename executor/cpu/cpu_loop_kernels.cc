@@ -173,13 +173,18 @@ absl::Status GetEltwiseSpec(const std::string& op, const graph::Attrs* attrs, El
   return absl::OkStatus();
 }
 
-// The forward and backward primitives of one eltwise op over a flat [n] float tensor, run
-// with user scratchpads (in the node's scratch), each compiled on its first run.
+// The forward and backward primitives of one eltwise op over a flat [n] float32 or bfloat16
+// tensor (bfloat16 computed in float32 inside oneDNN, rounded once), run with user
+// scratchpads (in the node's scratch), each compiled on its first run.
 struct EltwisePrimitives {
-  EltwisePrimitives(const dnnl::engine& engine, const EltwiseSpec& spec, int64_t n)
-      : md({n}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::a),
-        forward_pd(dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
-                                               spec.algorithm, md, spec.alpha, spec.beta),
+  EltwisePrimitives(const dnnl::engine& engine, const EltwiseSpec& spec, int64_t n,
+                    proto::DType dtype)
+      : md({n},
+           dtype == proto::DTYPE_BFLOAT16 ? dnnl::memory::data_type::bf16
+                                          : dnnl::memory::data_type::f32,
+           dnnl::memory::format_tag::a),
+        forward_pd(dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, spec.algorithm,
+                                               md, spec.alpha, spec.beta),
                    UserScratchpad(), engine),
         backward_pd(dnnl::eltwise_backward::desc(spec.algorithm, md, md, spec.alpha, spec.beta),
                     UserScratchpad(), engine, forward_pd) {}
@@ -192,10 +197,28 @@ struct EltwisePrimitives {
 };
 
 EltwisePrimitives& GetEltwise(CpuContext& ctx, const std::string& op, const EltwiseSpec& spec,
-                              int64_t n) {
-  const std::string key = StrCat("eltwise:", op, ":", static_cast<int>(spec.algorithm), ":", n);
+                              int64_t n, proto::DType dtype) {
+  const std::string key = StrCat("eltwise:", op, ":", static_cast<int>(spec.algorithm), ":", n,
+                                 dtype == proto::DTYPE_BFLOAT16 ? ":bf16" : "");
   return ctx.Cached<EltwisePrimitives>(
-      key, [&] { return std::make_shared<EltwisePrimitives>(ctx.engine, spec, n); });
+      key, [&] { return std::make_shared<EltwisePrimitives>(ctx.engine, spec, n, dtype); });
+}
+
+// Returns the dtype an eltwise call computes in: bfloat16 when `t` (x, or dx) is, else
+// float32.
+proto::DType EltwiseDType(const TensorView& t) {
+  return t.dtype == proto::DTYPE_BFLOAT16 ? proto::DTYPE_BFLOAT16 : proto::DTYPE_FLOAT32;
+}
+
+// Returns InvalidArgument unless `t` has dtype `dtype`: float32 (CheckFloat), or bfloat16
+// for a call on bfloat16 tensors (all of its tensors then bfloat16).
+absl::Status CheckFloatOf(const std::string& op, const std::string& what, const TensorView& t,
+                          proto::DType dtype) {
+  if (dtype != proto::DTYPE_BFLOAT16) return CheckFloat(op, what, t);
+  if (t.dtype == dtype) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat("op '", op, "': ", what, " ", ShapeString(t.shape),
+                                           " has dtype ", graph::DTypeName(t.dtype),
+                                           ", needs bfloat16 as the other tensors"));
 }
 
 // Runs `prim` (built from `pd` on its first run) with `args` and its scratchpad, taken from
@@ -215,56 +238,62 @@ absl::Status RunWithScratchpad(CpuContext& ctx, std::optional<Prim>& prim, const
   return absl::OkStatus();
 }
 
-// Checks a unary elementwise forward: x and y float32, y of x's size.
-absl::Status CheckUnaryForward(const ForwardArgs& args) {
+// Checks a unary elementwise forward: x and y float32 (or, `dtype` bfloat16, bfloat16), y
+// of x's size.
+absl::Status CheckUnaryForward(const ForwardArgs& args, proto::DType dtype = proto::DTYPE_FLOAT32) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "input 'x'", x, dtype));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "output 'y'", y, dtype));
   return CheckElements(args.op, "output 'y'", y, x.num_elements());
 }
 
 // Returns true when a unary backward is done before computing anything: no gradient of x is
 // wanted, or no gradient of y flows (then dx is zeroed).
-absl::StatusOr<bool> UnaryBackwardIsTrivial(const BackwardArgs& args) {
+absl::StatusOr<bool> UnaryBackwardIsTrivial(const BackwardArgs& args,
+                                            proto::DType dtype = proto::DTYPE_FLOAT32) {
   const TensorView& dx = args.input_grads[0];
   if (!dx.present()) return true;
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'x'", dx));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of input 'x'", dx, dtype));
   if (args.output_grads[0].present()) return false;
-  Fill(dx, 0.f);
+  std::memset(dx.data, 0, dx.bytes());  // 0.0 in float32 and bfloat16 alike.
   return true;
 }
 
 // Checks a unary elementwise backward whose derivative reads y (`from_output`) or x, and
-// returns that tensor: it and dy must be float32 of dx's size.
-absl::StatusOr<const TensorView*> UnaryBackwardData(const BackwardArgs& args, bool from_output) {
+// returns that tensor: it and dy must be float32 (or, `dtype` bfloat16, bfloat16) of dx's
+// size.
+absl::StatusOr<const TensorView*> UnaryBackwardData(const BackwardArgs& args, bool from_output,
+                                                    proto::DType dtype = proto::DTYPE_FLOAT32) {
   const int64_t n = args.input_grads[0].num_elements();
   const TensorView& dy = args.output_grads[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of output 'y'", dy));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of output 'y'", dy, dtype));
   RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, n));
   const TensorView& data = from_output ? args.outputs[0] : args.inputs[0];
   const char* data_name = from_output ? "output 'y'" : "input 'x'";
   RETURN_IF_ERROR(NeedData(args.op, data_name, data));
-  RETURN_IF_ERROR(CheckFloat(args.op, data_name, data));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, data_name, data, dtype));
   RETURN_IF_ERROR(CheckElements(args.op, data_name, data, n));
   return &data;
 }
 
 absl::StatusOr<uint64_t> EltwiseForwardScratch(CpuContext& ctx, const ForwardArgs& args) {
-  RETURN_IF_ERROR(CheckUnaryForward(args));
+  const proto::DType dtype = EltwiseDType(args.inputs[0]);
+  RETURN_IF_ERROR(CheckUnaryForward(args, dtype));
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  return GetEltwise(ctx, args.op, spec, args.inputs[0].num_elements())
+  return GetEltwise(ctx, args.op, spec, args.inputs[0].num_elements(), dtype)
       .forward_pd.scratchpad_desc()
       .get_size();
 }
 
 absl::Status EltwiseForward(CpuContext& ctx, const ForwardArgs& args) {
-  RETURN_IF_ERROR(CheckUnaryForward(args));
+  const proto::DType dtype = EltwiseDType(args.inputs[0]);
+  RETURN_IF_ERROR(CheckUnaryForward(args, dtype));
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
   const int64_t n = args.inputs[0].num_elements();
-  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, n);
+  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, n, dtype);
   dnnl::memory src(p.md, ctx.engine, args.inputs[0].data);
   dnnl::memory dst(p.md, ctx.engine, args.outputs[0].data);
   return RunWithScratchpad(ctx, p.forward, p.forward_pd, args.scratch, args.scratch_bytes,
@@ -276,19 +305,20 @@ absl::StatusOr<uint64_t> EltwiseBackwardScratch(CpuContext& ctx, const BackwardA
   if (!dx.present() || !args.output_grads[0].present()) return 0;
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  return GetEltwise(ctx, args.op, spec, dx.num_elements())
+  return GetEltwise(ctx, args.op, spec, dx.num_elements(), EltwiseDType(dx))
       .backward_pd.scratchpad_desc()
       .get_size();
 }
 
 absl::Status EltwiseBackward(CpuContext& ctx, const BackwardArgs& args) {
-  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  const proto::DType dtype = EltwiseDType(args.input_grads[0]);
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args, dtype));
   if (trivial) return absl::OkStatus();
   EltwiseSpec spec;
   RETURN_IF_ERROR(GetEltwiseSpec(args.op, args.attrs, &spec));
-  ASSIGN_OR_RETURN(const TensorView* data, UnaryBackwardData(args, spec.from_output));
+  ASSIGN_OR_RETURN(const TensorView* data, UnaryBackwardData(args, spec.from_output, dtype));
   const TensorView& dx = args.input_grads[0];
-  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, dx.num_elements());
+  EltwisePrimitives& p = GetEltwise(ctx, args.op, spec, dx.num_elements(), dtype);
   dnnl::memory data_mem(p.md, ctx.engine, data->data);
   dnnl::memory diff_dst(p.md, ctx.engine, args.output_grads[0].data);
   dnnl::memory diff_src(p.md, ctx.engine, dx.data);
@@ -1826,12 +1856,15 @@ absl::Status RunUpdate(CpuContext&, const UpdateArgs& args) {
 
 absl::Status RunAccumulate(CpuContext&, const TensorView& out, const TensorView& a,
                            const TensorView& b) {
+  const bool bf16 =
+      out.dtype == proto::DTYPE_BFLOAT16 && a.dtype == out.dtype && b.dtype == out.dtype;
   for (const auto& [what, t] :
        {std::pair<const char*, const TensorView*>{"out", &out}, {"a", &a}, {"b", &b}}) {
-    RETURN_IF_ERROR(CheckFloat("Accumulate", what, *t));
+    if (!bf16) RETURN_IF_ERROR(CheckFloat("Accumulate", what, *t));
     RETURN_IF_ERROR(NeedData("Accumulate", what, *t));
     RETURN_IF_ERROR(CheckElements("Accumulate", what, *t, out.num_elements()));
   }
+  if (bf16) return AccumulateBf16(out, a, b);
   const float* x = a.f32();
   const float* y = b.f32();
   float* z = out.f32();

@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -395,9 +397,35 @@ bool AnyGradientFlows(const BackwardArgs& args) {
   return false;
 }
 
+// Returns Unimplemented, naming the op, where any of `lists` holds a bfloat16 tensor: the
+// CUDA backend has no bfloat16 kernels yet (--precision bf16 runs on the CPU backend).
+absl::Status RejectBFloat16(const std::string& op,
+                            std::initializer_list<const std::vector<TensorView>*> lists) {
+  for (const std::vector<TensorView>* list : lists) {
+    for (const TensorView& t : *list) {
+      if (t.dtype != proto::DTYPE_BFLOAT16) continue;
+      return absl::UnimplementedError(
+          absl::StrCat("CUDA backend: op '", op, "' has a bfloat16 tensor ",
+                       graph::ShapeString(t.shape),
+                       "; the CUDA backend has no bfloat16 kernels (bf16 runs on the CPU backend)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RejectBFloat16(const ForwardArgs& args) {
+  return RejectBFloat16(args.op, {&args.inputs, &args.outputs, &args.saved, &args.running});
+}
+
+absl::Status RejectBFloat16(const BackwardArgs& args) {
+  return RejectBFloat16(args.op, {&args.inputs, &args.outputs, &args.saved, &args.output_grads,
+                                  &args.input_grads});
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const ForwardArgs& args) {
+  RETURN_IF_ERROR(RejectBFloat16(args));
   ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/true));
   if (k->forward_scratch == nullptr) return 0;
   RETURN_IF_ERROR(Activate());
@@ -407,6 +435,7 @@ absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const ForwardArgs& args) {
 }
 
 absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const BackwardArgs& args) {
+  RETURN_IF_ERROR(RejectBFloat16(args));
   ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/false));
   if (!AnyGradientFlows(args) || k->backward_scratch == nullptr) return 0;
   RETURN_IF_ERROR(Activate());
@@ -416,12 +445,14 @@ absl::StatusOr<uint64_t> CudaBackend::ScratchBytes(const BackwardArgs& args) {
 }
 
 absl::Status CudaBackend::Forward(const ForwardArgs& args) {
+  RETURN_IF_ERROR(RejectBFloat16(args));
   ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/true));
   RETURN_IF_ERROR(Activate());
   return Annotate(k->forward(*ctx_, args), absl::StrCat(args.op, " forward"));
 }
 
 absl::Status CudaBackend::Backward(const BackwardArgs& args) {
+  RETURN_IF_ERROR(RejectBFloat16(args));
   ASSIGN_OR_RETURN(const OpKernels* k, KernelsOf(args.op, args.attrs, /*forward=*/false));
   RETURN_IF_ERROR(Activate());
   // No gradient flows in at all: every input gradient is zero.
