@@ -213,6 +213,9 @@ std::vector<GradCase> ElementwiseLoopCases() {
                {},
                {Uniform({2, 3, 5}, 28), Uniform({5}, 29, 0.5f, 1.5f), Uniform({5}, 30)}});
   c.push_back({"ReLU", "ReLU", {}, {AwayFrom({3, 7}, 31, -2, 2, {0})}});
+  // Cast to its own dtype: the float32 path (bf16 casts: cpu_bf16_kernels_test).
+  c.push_back({"CastToFloat32", "Cast", {{"to", I(proto::DTYPE_FLOAT32)}},
+               {Uniform({3, 4}, 300)}});
   c.push_back({"ReLU6", "ReLU6", {}, {AwayFrom({3, 7}, 32, -1, 7, {0, 6})}});
   c.push_back({"HardSigmoid", "HardSigmoid", {}, {AwayFrom({3, 7}, 58, -4, 4, {-3, 3})}});
   c.push_back({"HardSigmoidOnnxAlpha",
