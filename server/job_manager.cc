@@ -471,6 +471,11 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(
     const util::CancellationToken* cancel) const {
   ASSIGN_OR_RETURN(graph::Graph g, GraphOf(spec.model()));
   proto::PlanOptions options = spec.plan();
+  // A job of several ranks: each rank's plan lays out its gradient buckets (one per
+  // gradient, as headroomd_rank's) beside the rest, so the plan admitted is the rank's.
+  if (spec.ranks() > 1 && options.data_parallel().ranks() == 0) {
+    options.mutable_data_parallel()->set_ranks(spec.ranks());
+  }
   const uint64_t fixed_cost = fixed_cost_bytes_;
   // Without a budget, the plan gets the device's memory less the fixed cost.
   const uint64_t usable = options_.device_memory_bytes -
