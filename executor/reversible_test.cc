@@ -70,6 +70,16 @@ graph::Graph Chain(const graph::RevChainOptions& o) {
   return *std::move(g);
 }
 
+// A chain of `blocks` reversible blocks at `batch`, `half_channels` and `size` x `size`.
+graph::Graph Chain(int blocks, int batch, int half_channels, int size) {
+  graph::RevChainOptions o;
+  o.blocks = blocks;
+  o.batch = batch;
+  o.half_channels = half_channels;
+  o.size = size;
+  return Chain(o);
+}
+
 bool IsRunningStat(const std::string& name) { return name.find("running_") != std::string::npos; }
 
 // Returns the largest |a - b| over the float32 parameters (not running statistics).
@@ -98,12 +108,7 @@ void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
 // parameter change at learning rate 1, momentum 0: p1 = p0 - g, so the parameters differ by
 // the gradients' difference plus the rounding of p0 - g (half an ulp of p1, below 6e-8 here).
 TEST(ReversibleExecutorTest, OneBlockGradientsMatchWithin1e6) {
-  graph::RevChainOptions o;
-  o.blocks = 1;
-  o.batch = 4;
-  o.half_channels = 3;
-  o.size = 5;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = Chain(1, 4, 3, 5);
   const TrainRun keep = Train(g, false, 1);
   const TrainRun rebuild = Train(g, true, 1);
   ASSERT_EQ(keep.rebuild_nodes, 0);
@@ -121,12 +126,7 @@ TEST(ReversibleExecutorTest, OneBlockGradientsMatchWithin1e6) {
 // A chain of 8 blocks in float32 (the CPU backend has no float64): the rebuild error grows
 // with depth; the bound stated here is 1e-5.
 TEST(ReversibleExecutorTest, EightBlockGradientsMatchWithin1e5) {
-  graph::RevChainOptions o;
-  o.blocks = 8;
-  o.batch = 4;
-  o.half_channels = 3;
-  o.size = 5;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = Chain(8, 4, 3, 5);
   const TrainRun keep = Train(g, false, 1);
   const TrainRun rebuild = Train(g, true, 1, 1, /*check_every=*/1);
   ASSERT_EQ(rebuild.rebuild_nodes, 16);
@@ -183,12 +183,7 @@ TEST(ReversibleExecutorTest, DropoutMaskReplayedBitwise) {
 // Measured peak equals predicted, and the plan is flat in depth where keeping grows.
 TEST(ReversibleExecutorTest, MeasuredPeakIsPlannedAndFlatInDepth) {
   auto peaks = [](int blocks) {
-    graph::RevChainOptions o;
-    o.blocks = blocks;
-    o.batch = 8;
-    o.half_channels = 8;
-    o.size = 16;
-    const graph::Graph g = Chain(o);
+    const graph::Graph g = Chain(blocks, 8, 8, 16);
     const TrainRun keep = Train(g, false, 2, 0.01);
     const TrainRun rebuild = Train(g, true, 2, 0.01);
     ExpectPredictedIsMeasured(keep, "keep");
@@ -215,12 +210,7 @@ TEST(ReversibleExecutorTest, MeasuredPeakIsPlannedAndFlatInDepth) {
 // plan it chooses runs, its measured peak is its planned one and within the budget, the
 // rebuilt tensors match the forward's, and the losses follow keeping everything.
 TEST(ReversibleExecutorTest, BudgetedChoiceRunsAsPlanned) {
-  graph::RevChainOptions o;
-  o.blocks = 8;
-  o.batch = 8;
-  o.half_channels = 8;
-  o.size = 16;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = Chain(8, 8, 8, 16);
   constexpr int kSteps = 4;
   const TrainRun keep = Train(g, false, kSteps, 0.01);
   const TrainRun all = Train(g, true, kSteps, 0.01);
@@ -248,12 +238,7 @@ TEST(ReversibleExecutorTest, BudgetedChoiceRunsAsPlanned) {
 // replan is below the threshold (nothing is rebuilt), the losses go on within 1e-5 of that
 // run's, and every step's measured peak is the plan it ran under.
 TEST(ReversibleExecutorTest, ErrorAboveTheThresholdReplansKeepingOneBlockInK) {
-  graph::RevChainOptions o;
-  o.blocks = 8;
-  o.batch = 4;
-  o.half_channels = 3;
-  o.size = 5;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = Chain(8, 4, 3, 5);
   constexpr double kThreshold = 1e-12;
   constexpr int kSteps = 8;
   auto run = [&](double threshold, std::vector<StepResult>* steps) {

@@ -424,6 +424,19 @@ TEST_P(BatchNormTest, TrainingMatchesReferenceAndUpdatesRunningStats) {
   ExpectBitwiseEqual(running_mean, updated_mean, "running_mean after a re-forward");
 }
 
+// A training batch norm's forward arguments: x, weight, bias in; y out; mean and the
+// deviation statistic saved (no running statistics).
+ForwardArgs TrainingBatchNorm(const graph::Attrs& attrs, Tensor& x, Tensor& w, Tensor& b, Tensor& y,
+                              Tensor& mean, Tensor& stat) {
+  ForwardArgs fwd;
+  fwd.op = "BatchNorm";
+  fwd.attrs = &attrs;
+  fwd.inputs = {x.View(), w.View(), b.View()};
+  fwd.outputs = {y.View()};
+  fwd.saved = {mean.View(), stat.View()};
+  return fwd;
+}
+
 // A re-forward given the forward's statistics (a reversible block's rebuild): on the same x
 // it is bitwise the forward; on another x' it normalises with the given statistics, not x''s
 // own; it changes neither the statistics nor the running ones.
@@ -437,12 +450,7 @@ TEST_P(BatchNormTest, GivenStatisticsAreUsedNotComputed) {
   Tensor running_mean = Random({c}), running_var = Random({c});
   for (float& v : running_var.values) v = std::abs(v) + 0.5f;
   Tensor y = Tensor::Zeros(shape), mean = Tensor::Zeros({c}), stat = Tensor::Zeros({c});
-  ForwardArgs fwd;
-  fwd.op = "BatchNorm";
-  fwd.attrs = &attrs;
-  fwd.inputs = {x.View(), w.View(), b.View()};
-  fwd.outputs = {y.View()};
-  fwd.saved = {mean.View(), stat.View()};
+  ForwardArgs fwd = TrainingBatchNorm(attrs, x, w, b, y, mean, stat);
   fwd.running = {running_mean.View(), running_var.View()};
   ASSERT_TRUE(Forward(fwd).ok());
   const Tensor saved_mean = mean, saved_stat = stat, updated_mean = running_mean;
@@ -483,12 +491,7 @@ TEST_P(BatchNormTest, InPlaceForwardMatchesOutOfPlace) {
   const graph::Attrs attrs = MakeAttrs("BatchNorm", {});
   Tensor x = Random(shape), w = Random({c}), b = Random({c});
   Tensor y = Tensor::Zeros(shape), mean = Tensor::Zeros({c}), stat = Tensor::Zeros({c});
-  ForwardArgs fwd;
-  fwd.op = "BatchNorm";
-  fwd.attrs = &attrs;
-  fwd.inputs = {x.View(), w.View(), b.View()};
-  fwd.outputs = {y.View()};
-  fwd.saved = {mean.View(), stat.View()};
+  ForwardArgs fwd = TrainingBatchNorm(attrs, x, w, b, y, mean, stat);
   ASSERT_TRUE(Forward(fwd).ok());
 
   Tensor x_inplace = x, mean2 = Tensor::Zeros({c}), stat2 = Tensor::Zeros({c});
