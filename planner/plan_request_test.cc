@@ -268,7 +268,9 @@ TEST(PlanRequestTest, TheBucketsAreTensorsOfThePlan) {
     // fills at the last update: the last position itself).
     EXPECT_EQ(t.last_position(), static_cast<int32_t>(r.summary().num_steps()) - 1);
     EXPECT_LE(t.first_position(), t.last_position());
-    if (buckets == 0) EXPECT_LT(t.first_position(), t.last_position());
+    if (buckets == 0) {
+      EXPECT_LT(t.first_position(), t.last_position());
+    }
     EXPECT_LE(t.offset() + t.bytes(), r.summary().predicted_peak_bytes());
     bucket_bytes += t.bytes();
     ++buckets;
