@@ -41,6 +41,9 @@ float InitBound(const graph::Graph& g, graph::TensorId t, float* constant, bool*
       if (node.inputs[i] == t) pos = static_cast<int>(i);
     }
     const std::string& op = node.op->name;
+    // A bf16 copy (graph/mixed_precision.h): the parameter initialises as its copy's readers
+    // would initialise it, so a bf16 run starts from the float32 run's weights.
+    if (op == "Cast") return InitBound(g, node.outputs[0], constant, is_constant);
     if (op == "BatchNorm" || op == "LayerNorm" || op == "GroupNorm") {
       *is_constant = true;
       *constant = (pos == 1 || pos == 4) ? 1.0f : 0.0f;

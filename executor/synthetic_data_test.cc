@@ -4,6 +4,8 @@
 #include <map>
 
 #include "graph/graph_builder.h"
+#include "graph/mixed_precision.h"
+#include "graph/zoo.h"
 #include "gtest/gtest.h"
 
 namespace headroom::executor {
@@ -60,6 +62,28 @@ TEST(SyntheticTaskTest, PixelLabelsAreTheSamplesClassOrIgnored) {
   EXPECT_GT(ignored, total / 20) << ignored << " of " << total;
   EXPECT_LT(ignored, total / 5) << ignored << " of " << total;
   EXPECT_GT(sample_classes.size(), 1u) << "samples differ in class";
+}
+
+// A bf16 run starts from the float32 run's weights at the same seed: a parameter read
+// through its bf16 Cast initialises as its copy's readers (Conv2D, MatMul, Embedding)
+// initialise it, not as an unknown reader's.
+TEST(InitialStateTest, TheBf16RewriteStartsFromTheFloat32Weights) {
+  for (const char* model : {"mlp", "resnet18", "transformer"}) {
+    std::map<std::string, int64_t> options;
+    if (std::string(model) == "transformer") options = {{"layers", 1}, {"sequence", 16}};
+    const proto::ZooModel spec = graph::ZooSpec(model, 2, options);
+    const graph::Graph g = graph::Graph::FromProto(graph::BuildZooModel(spec).value()).value();
+    const graph::Graph mixed = graph::ToMixedPrecision(g).value();
+    std::map<std::string, std::vector<uint8_t>> fp32;
+    for (const HostTensor& t : InitialState(g, 7)) fp32[t.name] = t.bytes;
+    int compared = 0;
+    for (const HostTensor& t : InitialState(mixed, 7)) {
+      ASSERT_TRUE(fp32.count(t.name)) << model << ": " << t.name;
+      EXPECT_TRUE(fp32[t.name] == t.bytes) << model << ": " << t.name << " differs";
+      ++compared;
+    }
+    EXPECT_EQ(compared, static_cast<int>(fp32.size())) << model;
+  }
 }
 
 }  // namespace

@@ -94,6 +94,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+# Set by --autocast-bf16 (Run): the forward runs under torch.autocast's bf16.
+AUTOCAST_BF16 = False
 from torch.profiler import ProfilerActivity, profile
 
 from torch_events import ALLOCATION_HELPERS, WalkEvents
@@ -609,7 +612,11 @@ class Model:
         leaves.update(batch)
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=False)
-        loss = self.interpreter.Forward(leaves)
+        # --autocast-bf16: PyTorch's own CPU mixed precision (torch.autocast), the reference
+        # for Headroom's --precision bf16; off, the forward is float32 as exported.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST_BF16):
+            loss = self.interpreter.Forward(leaves)
+        loss = loss.float()
         loss.backward()
         self.optimizer.step()
         seconds = time.perf_counter() - start
@@ -846,6 +853,9 @@ def ParseArgs(argv):
                    help="relative loss tolerance against headroom.json (default 1e-3)")
     p.add_argument("--loss-atol", type=float, default=1e-4,
                    help="absolute loss tolerance against headroom.json (default 1e-4)")
+    p.add_argument("--autocast-bf16", action="store_true",
+                   help="run the forward under torch.autocast('cpu', torch.bfloat16): "
+                        "PyTorch's mixed precision, to hold Headroom's --precision bf16 against")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the profiled pass that measures peak memory")
     return p.parse_args(argv)
@@ -901,6 +911,8 @@ def _Mib(n):
 
 def Run(args, out=sys.stdout):
     """Returns (exit status, result dict) of a run with parsed `args`."""
+    global AUTOCAST_BF16
+    AUTOCAST_BF16 = getattr(args, "autocast_bf16", False)
     torch.set_num_threads(max(1, args.threads))
     torch.manual_seed(0)
     # warn_only: a CPU op without a deterministic kernel warns instead of failing.
