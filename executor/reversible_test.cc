@@ -64,12 +64,6 @@ TrainRun Train(const graph::Graph& forward, bool rebuild, int steps, double lr =
   return run;
 }
 
-graph::Graph Chain(const graph::RevChainOptions& o) {
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::RevChain(o));
-  CHECK(g.ok()) << g.status();
-  return *std::move(g);
-}
-
 // A chain of `blocks` reversible blocks at `batch`, `half_channels` and `size` x `size`.
 graph::Graph Chain(int blocks, int batch, int half_channels, int size) {
   graph::RevChainOptions o;
@@ -77,7 +71,7 @@ graph::Graph Chain(int blocks, int batch, int half_channels, int size) {
   o.batch = batch;
   o.half_channels = half_channels;
   o.size = size;
-  return Chain(o);
+  return graph::RevChainGraph(o);
 }
 
 bool IsRunningStat(const std::string& name) { return name.find("running_") != std::string::npos; }
@@ -148,7 +142,7 @@ TEST(ReversibleExecutorTest, BatchNormStatisticsUpdatedOncePerStep) {
   graph::RevChainOptions o;
   o.blocks = 2;
   o.batch = 4;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = graph::RevChainGraph(o);
   const TrainRun keep = Train(g, false, 1);
   const TrainRun rebuild = Train(g, true, 1);
   int stats = 0;
@@ -168,7 +162,7 @@ TEST(ReversibleExecutorTest, DropoutMaskReplayedBitwise) {
   o.blocks = 2;
   o.batch = 4;
   o.dropout = 0.3;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = graph::RevChainGraph(o);
   const TrainRun keep = Train(g, false, 3, 0.05);
   const TrainRun rebuild = Train(g, true, 3, 0.05, /*check_every=*/1);
   for (const StepResult& s : rebuild.steps) {

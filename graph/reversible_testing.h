@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "graph/graph.h"
 #include "graph/graph_builder.h"
 #include "proto/headroom.pb.h"
 
@@ -70,6 +71,12 @@ inline proto::GraphDef RevChain(const RevChainOptions& o) {
   b.Op("SoftmaxCrossEntropy", "loss", {"fc", b.Label("labels", {o.batch})});
   b.SetLoss("loss");
   return b.Build();
+}
+
+// Returns RevChain(o) loaded and validated (a test's setup: aborts with the loader's error
+// if it is not valid).
+inline Graph RevChainGraph(const RevChainOptions& o) {
+  return Graph::FromProto(RevChain(o)).value();
 }
 
 }  // namespace headroom::graph

@@ -33,9 +33,10 @@ class UnitCostModel : public CostModel {
   double copy_, host_;
 };
 
-// Returns the training graph of `g` with `optimizer` (a test failure where it cannot be
-// built).
-inline TrainingGraph Training(const graph::Graph& g, proto::Optimizer::Kind optimizer) {
+// Returns the training graph of `g` with `optimizer` (default SGD with momentum, as
+// TrainingOptions'; a test failure where it cannot be built).
+inline TrainingGraph Training(
+    const graph::Graph& g, proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
   TrainingOptions options;
   options.optimizer = optimizer;
   absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(g, options);

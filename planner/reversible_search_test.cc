@@ -14,6 +14,7 @@
 #include "graph/reversible_testing.h"
 #include "gtest/gtest.h"
 #include "planner/memory_planner.h"
+#include "planner/placement_testing.h"
 #include "planner/reversible.h"
 
 namespace headroom::planner {
@@ -21,18 +22,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-graph::Graph Chain(graph::RevChainOptions o) {
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::RevChain(o));
-  EXPECT_TRUE(g.ok()) << g.status();
-  return std::move(g).value();
-}
-
-TrainingGraph Training(const graph::Graph& g) {
-  absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(g, {});
-  EXPECT_TRUE(t.ok()) << t.status();
-  return std::move(t).value();
-}
 
 graph::RevChainOptions EightBlocks() {
   graph::RevChainOptions o;
@@ -56,7 +45,7 @@ std::unique_ptr<ReversibleSearch> Search(const graph::Graph& g, const TrainingGr
 // Chains follow the blocks' tensors: the 8-block chain is one chain; keep_1_in_k keeps the
 // k-th of each run of k along it; a run of rebuilt blocks ends at a kept one.
 TEST(ReversibleSearchTest, ChainsAndKeepOneInK) {
-  const graph::Graph g = Chain(EightBlocks());
+  const graph::Graph g = graph::RevChainGraph(EightBlocks());
   EXPECT_THAT(ChainPositions(g), ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
   EXPECT_EQ(LongestChain(g), 8);
   EXPECT_THAT(KeepOneInK(g, 4), ElementsAre(0, 1, 2, 4, 5, 6));
@@ -75,7 +64,7 @@ TEST(ReversibleSearchTest, ChainsAndKeepOneInK) {
 // (all 8: measured, the largest such budget of the grid is 800.8 KiB, where keeping one
 // block of the 8 still fits and keeping more does not).
 TEST(ReversibleSearchTest, KeepEveryKRestrictsTheRebuildSets) {
-  const graph::Graph g = Chain(EightBlocks());
+  const graph::Graph g = graph::RevChainGraph(EightBlocks());
   const TrainingGraph t = Training(g);
   const RooflineCostModel cost(g, DevicePreset("cpu").value());
   std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
@@ -122,7 +111,7 @@ TEST(ReversibleSearchTest, KeepEveryKRestrictsTheRebuildSets) {
 }
 
 TEST(ReversibleSearchTest, ChoiceFitsAndIsNoSlowerThanEitherAlone) {
-  const graph::Graph g = Chain(EightBlocks());
+  const graph::Graph g = graph::RevChainGraph(EightBlocks());
   const TrainingGraph t = Training(g);
   const RooflineCostModel cost(g, DevicePreset("cpu").value());
   std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
@@ -176,7 +165,7 @@ TEST(ReversibleSearchTest, ChoiceFitsAndIsNoSlowerThanEitherAlone) {
 }
 
 TEST(ReversibleSearchTest, KeepOneInKKeepsThoseBlocks) {
-  const graph::Graph g = Chain(EightBlocks());
+  const graph::Graph g = graph::RevChainGraph(EightBlocks());
   const TrainingGraph t = Training(g);
   const RooflineCostModel cost(g, DevicePreset("cpu").value());
   std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
@@ -201,7 +190,7 @@ TEST(ReversibleSearchTest, KeepOneInKKeepsThoseBlocks) {
 TEST(ReversibleSearchTest, PartialRebuildWritesOnlyItsBlocks) {
   graph::RevChainOptions o;
   o.batch_norm = false;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = graph::RevChainGraph(o);
   const TrainingGraph t = Training(g);
   const RooflineCostModel cost(g, DevicePreset("cpu").value());
   ReversibleOptions rebuild_b0;
@@ -225,7 +214,7 @@ TEST(ReversibleSearchTest, PartialRebuildWritesOnlyItsBlocks) {
 }
 
 TEST(ReversibleSearchTest, BudgetBelowEveryCandidateNamesTheSmallest) {
-  const graph::Graph g = Chain(EightBlocks());
+  const graph::Graph g = graph::RevChainGraph(EightBlocks());
   const TrainingGraph t = Training(g);
   const RooflineCostModel cost(g, DevicePreset("cpu").value());
   std::unique_ptr<ReversibleSearch> search = Search(g, t, cost);
@@ -238,7 +227,7 @@ TEST(ReversibleSearchTest, BudgetBelowEveryCandidateNamesTheSmallest) {
 TEST(ReversibleSearchTest, GraphWithoutBlocksIsRefused) {
   graph::RevChainOptions o;
   o.declare = false;
-  const graph::Graph g = Chain(o);
+  const graph::Graph g = graph::RevChainGraph(o);
   const TrainingGraph t = Training(g);
   const RooflineCostModel cost(g, DevicePreset("cpu").value());
   const auto s = ReversibleSearch::Create(g, t, cost, {}, proto::OPTIMIZER_STATE_DEVICE);

@@ -33,12 +33,6 @@ class UnitCostModel : public CostModel {
   double CopySeconds(uint64_t) const override { return 0; }
 };
 
-graph::Graph Chain(graph::RevChainOptions o) {
-  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(graph::RevChain(o));
-  EXPECT_TRUE(g.ok()) << g.status();
-  return std::move(g).value();
-}
-
 TrainingGraph Training(const graph::Graph& g) {
   absl::StatusOr<TrainingGraph> t = TrainingGraph::Build(g, {});
   EXPECT_TRUE(t.ok()) << t.status();
@@ -68,7 +62,7 @@ TEST(ReversibleTest, TwoBlockChainWrittenOut) {
   graph::RevChainOptions o;
   o.blocks = 2;
   o.batch_norm = false;
-  const graph::Graph forward = Chain(o);
+  const graph::Graph forward = graph::RevChainGraph(o);
   const TrainingGraph g = Training(forward);
   UnitCostModel cost;
   absl::StatusOr<ReversibleStep> r = ExpandReversible(forward, g, cost);
@@ -174,7 +168,7 @@ TEST(ReversibleTest, OtherConsumerKeepsTheInput) {
 TEST(ReversibleTest, RebuiltBatchNormReadsTheForwardsStatistics) {
   graph::RevChainOptions o;
   o.blocks = 2;
-  const graph::Graph forward = Chain(o);
+  const graph::Graph forward = graph::RevChainGraph(o);
   const TrainingGraph g = Training(forward);
   UnitCostModel cost;
   absl::StatusOr<ReversibleStep> r = ExpandReversible(forward, g, cost);
@@ -218,7 +212,7 @@ TEST(ReversibleTest, RebuildPeakFlatInDepth) {
     o.batch = 4;
     o.half_channels = 8;
     o.size = 16;
-    const graph::Graph forward = Chain(o);
+    const graph::Graph forward = graph::RevChainGraph(o);
     const TrainingGraph g = Training(forward);
     UnitCostModel cost;
     absl::StatusOr<SectionedStep> keep = ExpandSections(g, {}, cost);
@@ -240,7 +234,7 @@ TEST(ReversibleTest, RebuildPeakFlatInDepth) {
 
 TEST(ReversibleTest, BadBlockIndex) {
   graph::RevChainOptions o;
-  const graph::Graph forward = Chain(o);
+  const graph::Graph forward = graph::RevChainGraph(o);
   const TrainingGraph g = Training(forward);
   UnitCostModel cost;
   ReversibleOptions options;
