@@ -4,9 +4,14 @@
 // Three ways, by op (Bf16PathOf):
 //  - direct: the op's own kernel takes bfloat16 (Cast; the data-movement ops, which copy
 //    bytes of any dtype; Conv2D and MatMul, whose oneDNN primitives run on bf16 memory with
-//    float32 accumulation; ReLU and GELU on oneDNN's bf16 eltwise primitives). MatMul's
+//    float32 accumulation; ReLU and GELU on oneDNN's bf16 eltwise primitives; Add, Mul,
+//    Dropout, LayerNorm, Softmax, Embedding and SoftmaxCrossEntropy, loops that widen each
+//    element as they read it, compute in float32 (double where the float32 kernel sums in
+//    double; LayerNorm's weight, bias, statistics and their gradients and the loss stay
+//    float32) and round each result once, with no float32 copy of any tensor). MatMul's
 //    backward is staged where its operands broadcast batch dims pairwise or db sums a
-//    transposed a over a's batch.
+//    transposed a over a's batch; Add and Mul where their tensors mix dtypes; LayerNorm
+//    where its weight or bias is bfloat16.
 //  - staged: the op's float32 kernel runs on float32 copies of its bfloat16 tensors, staged
 //    in the node's scratch: each bfloat16 input (and, in a backward, the forward's tensors
 //    and the output gradient) is widened exactly into float32, the float32 kernel computes,
@@ -162,14 +167,28 @@ enum class Bf16Path { kNone, kDirect, kStaged };
 
 Bf16Path Bf16PathOf(const std::string& op) {
   // Kernels that take bfloat16 themselves.
-  static const auto* direct = new absl::flat_hash_set<std::string>{
-      "Cast",    "Conv2D",    "MatMul", "ReLU",  "GELU",   "Flatten",
-      "Reshape", "Transpose", "Split",  "Slice", "Expand", "Concat"};
+  static const auto* direct = new absl::flat_hash_set<std::string>{"Cast",
+                                                                   "Conv2D",
+                                                                   "MatMul",
+                                                                   "ReLU",
+                                                                   "GELU",
+                                                                   "Flatten",
+                                                                   "Reshape",
+                                                                   "Transpose",
+                                                                   "Split",
+                                                                   "Slice",
+                                                                   "Expand",
+                                                                   "Concat",
+                                                                   "Add",
+                                                                   "Mul",
+                                                                   "Dropout",
+                                                                   "Softmax",
+                                                                   "LayerNorm",
+                                                                   "Embedding",
+                                                                   "SoftmaxCrossEntropy"};
   // Float32 kernels run on float32 copies (the mixed-precision op set's other ops).
   static const auto* staged = new absl::flat_hash_set<std::string>{
-      "BatchNorm", "LayerNorm", "GroupNorm", "SoftmaxCrossEntropy",
-      "Softmax",   "MaxPool",   "AvgPool",   "GlobalAvgPool",
-      "Add",       "Mul",       "Dropout",   "Embedding"};
+      "BatchNorm", "GroupNorm", "MaxPool", "AvgPool", "GlobalAvgPool"};
   if (direct->contains(op)) return Bf16Path::kDirect;
   if (staged->contains(op)) return Bf16Path::kStaged;
   return Bf16Path::kNone;
@@ -287,11 +306,33 @@ struct StagedCall {
   uint64_t staged_bytes = 0;
 };
 
+// Returns whether an Add or Mul call mixes dtypes among a, b and y (a bfloat16 activation
+// beside a float32 tensor): its kernel takes all three in one dtype.
+bool MixedBinary(const std::string& op, const std::vector<TensorView>& inputs,
+                 const std::vector<TensorView>& outputs) {
+  if (op != "Add" && op != "Mul") return false;
+  if (inputs.size() != 2 || outputs.size() != 1) return false;  // The kernel's error.
+  return inputs[0].dtype != outputs[0].dtype || inputs[1].dtype != outputs[0].dtype;
+}
+
+// Returns whether a LayerNorm call has bfloat16 weight or bias: its kernel takes them in
+// float32 only (the policy's mix).
+bool Bf16NormParameters(const std::string& op, const std::vector<TensorView>& inputs) {
+  return op == "LayerNorm" && inputs.size() == 3 &&
+         (inputs[1].dtype == kBf16 || inputs[2].dtype == kBf16);
+}
+
 // Returns whether a call of a direct op is staged all the same: MatMul's backward where its
-// kernel does not take bfloat16 (MatMulBackwardTakesBf16).
-bool StagedAnyway(const ForwardArgs&) { return false; }
+// kernel does not take bfloat16 (MatMulBackwardTakesBf16); Add and Mul mixing dtypes, and
+// LayerNorm with bfloat16 parameters, which their kernels do not take.
+bool StagedAnyway(const ForwardArgs& args) {
+  return MixedBinary(args.op, args.inputs, args.outputs) ||
+         Bf16NormParameters(args.op, args.inputs);
+}
 bool StagedAnyway(const BackwardArgs& args) {
-  return args.op == "MatMul" && !MatMulBackwardTakesBf16(args);
+  return (args.op == "MatMul" && !MatMulBackwardTakesBf16(args)) ||
+         MixedBinary(args.op, args.inputs, args.outputs) ||
+         Bf16NormParameters(args.op, args.inputs);
 }
 
 // Returns InvalidArgument naming op and tensor when `args` holds a bfloat16 view and `op` has
