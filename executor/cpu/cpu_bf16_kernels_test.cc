@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -814,6 +815,40 @@ TEST_F(Bf16KernelsTest, NativeOpsDeclareNoFloat32Copies) {
   const absl::StatusOr<uint64_t> bytes = kernels_.ScratchBytes(BackwardOf(e, true));
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, (10 + 1 + 15) * sizeof(int64_t));
+}
+
+// BatchNorm on oneDNN's bf16 primitives and the pools: what a bfloat16 call declares beyond
+// the float32 call's stays below one float32 copy of x (oneDNN's bf16 batch norm converts
+// in per-thread blocks; a pool's backward accumulates one float32 plane per thread).
+TEST_F(Bf16KernelsTest, NormAndPoolScratchHoldsNoFloat32Copy) {
+  const graph::Shape xs{16, 64, 32, 32};
+  const uint64_t copy_bytes = graph::NumElements(xs) * sizeof(float);
+  Dual x(xs, true), w({64}, false), b({64}, false), y(xs, true), s0({64}, false);
+  Dual s1({64}, false), dy(xs, true), dx(xs, true), dw({64}, false), db({64}, false);
+  const graph::Attrs pool = MakeAttrs("MaxPool", {{"kernel_size", graph::IntsAttr({3, 3})},
+                                                  {"stride", graph::IntsAttr({2, 2})},
+                                                  {"padding", graph::IntsAttr({1, 1})}});
+  Dual py({16, 64, 16, 16}, true), pdy({16, 64, 16, 16}, true);
+  const std::vector<OpCase> cases = {
+      {"BatchNorm", MakeAttrs("BatchNorm"), {&x, &w, &b}, {&y}, {&s0, &s1}, {&dy}, {&dx, &dw, &db}},
+      {"MaxPool", pool, {&x}, {&py}, {}, {&pdy}, {&dx}},
+      {"AvgPool", MakeAttrs("AvgPool", pool.values()), {&x}, {&py}, {}, {&pdy}, {&dx}}};
+  for (const OpCase& c : cases) {
+    for (bool backward : {false, true}) {
+      absl::StatusOr<uint64_t> bytes[2];
+      for (bool bf16_run : {false, true}) {
+        bytes[bf16_run] = backward ? kernels_.ScratchBytes(BackwardOf(c, bf16_run))
+                                   : kernels_.ScratchBytes(ForwardOf(c, bf16_run));
+        ASSERT_TRUE(bytes[bf16_run].ok()) << c.op << ": " << bytes[bf16_run].status();
+      }
+      EXPECT_LT(*bytes[1], *bytes[0] + copy_bytes)
+          << c.op << (backward ? " backward" : " forward") << ": float32 " << *bytes[0]
+          << " B, bfloat16 " << *bytes[1] << " B";
+      std::printf("%s %s scratch: float32 %llu B, bfloat16 %llu B\n", c.op.c_str(),
+                  backward ? "backward" : "forward", static_cast<unsigned long long>(*bytes[0]),
+                  static_cast<unsigned long long>(*bytes[1]));
+    }
+  }
 }
 
 // Add and Mul broadcast in bfloat16 as in float32: a [C] bias over [N, T, C], its gradient
