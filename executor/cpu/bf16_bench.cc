@@ -4,9 +4,12 @@
 // bfloat16, and their ratio (float32 / bfloat16: above 1, bfloat16 is faster). Each call
 // runs in the scratch it declares (the bytes are printed too), as the executor runs it.
 //
-// Conv2D, MatMul and GELU run oneDNN's bf16 primitives (AVX-512 BF16 where the CPU has it,
-// float32 accumulation); LayerNorm and Add show what a staged op (its float32 kernel on
+// Conv2D, MatMul, GELU, BatchNorm and the pools' forwards run oneDNN's bf16 primitives
+// (AVX-512 BF16 where the CPU has it, float32 accumulation and statistics); LayerNorm, Add,
+// Softmax, Dropout, Embedding, the loss and the pools' backwards are loops that widen each
+// bfloat16 element as they read it; GroupNorm shows what a staged op (its float32 kernel on
 // float32 copies) costs.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,16 +41,29 @@ struct Case {
   graph::Shape output;
   // Inputs from this index on stay float32 in the bf16 run (norm parameters).
   size_t float32_inputs_from = 1000;
-  // Saved statistics, always float32.
+  // Saved statistics, always float32 (unless saved_dtype says otherwise: Dropout's mask).
   std::vector<graph::Shape> saved;
+  // Inputs holding int64 indices in [0, index_limit) (labels, ids): no gradient.
+  std::vector<size_t> index_inputs;
+  int64_t index_limit = 0;
+  // The output is float32 in both runs (the loss).
+  bool float32_output = false;
+  proto::DType saved_dtype = proto::DTYPE_FLOAT32;
 };
 
 // Bytes for one tensor in one dtype, filled with values in [-1, 1).
 struct Buffer {
-  Buffer(const graph::Shape& shape, proto::DType dtype, std::mt19937& rng)
+  Buffer(const graph::Shape& shape, proto::DType dtype, std::mt19937& rng, int64_t limit = 0)
       : shape(shape), dtype(dtype), bytes(graph::NumElements(shape) * graph::DTypeSize(dtype)) {
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     const int64_t n = graph::NumElements(shape);
+    if (dtype == proto::DTYPE_INT64) {  // Indices spread over [0, limit).
+      for (int64_t i = 0; i < n; ++i) {
+        reinterpret_cast<int64_t*>(bytes.data())[i] = (i * 7919) % limit;
+      }
+      return;
+    }
+    if (dtype == proto::DTYPE_BOOL) return;  // The forward writes the mask.
     for (int64_t i = 0; i < n; ++i) {
       const float v = dist(rng);
       if (dtype == proto::DTYPE_BFLOAT16) {
@@ -98,12 +114,17 @@ Timing Time(CpuKernels& kernels, const Case& c, proto::DType dtype, int reps) {
   const graph::Attrs attrs = AttrsOf(c);
   std::vector<Buffer> inputs, grads, saved;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const proto::DType d = i < c.float32_inputs_from ? dtype : proto::DTYPE_FLOAT32;
-    inputs.emplace_back(c.inputs[i], d, rng);
-    grads.emplace_back(c.inputs[i], d, rng);
+    const bool index =
+        std::find(c.index_inputs.begin(), c.index_inputs.end(), i) != c.index_inputs.end();
+    const proto::DType d = index                       ? proto::DTYPE_INT64
+                           : i < c.float32_inputs_from ? dtype
+                                                       : proto::DTYPE_FLOAT32;
+    inputs.emplace_back(c.inputs[i], d, rng, c.index_limit);
+    grads.emplace_back(index ? graph::Shape{0} : c.inputs[i], d, rng, c.index_limit);
   }
-  for (const graph::Shape& s : c.saved) saved.emplace_back(s, proto::DTYPE_FLOAT32, rng);
-  Buffer output(c.output, dtype, rng), output_grad(c.output, dtype, rng);
+  for (const graph::Shape& s : c.saved) saved.emplace_back(s, c.saved_dtype, rng);
+  const proto::DType out_dtype = c.float32_output ? proto::DTYPE_FLOAT32 : dtype;
+  Buffer output(c.output, out_dtype, rng), output_grad(c.output, out_dtype, rng);
   ForwardArgs f;
   f.op = c.op;
   f.attrs = &attrs;
@@ -117,8 +138,14 @@ Timing Time(CpuKernels& kernels, const Case& c, proto::DType dtype, int reps) {
   b.outputs = f.outputs;
   b.saved = f.saved;
   b.output_grads = {output_grad.View()};
-  for (Buffer& g : grads) b.input_grads.push_back(g.View());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    TensorView g = grads[i].View();
+    if (grads[i].bytes.empty()) g = {nullptr, c.inputs[i], grads[i].dtype};  // No gradient.
+    b.input_grads.push_back(g);
+  }
 
+  f.training = true;
+  f.seed = 11;
   Timing t;
   absl::StatusOr<uint64_t> bytes = kernels.ScratchBytes(f);
   CHECK(bytes.ok()) << bytes.status();
@@ -154,6 +181,28 @@ std::vector<Case> Cases() {
       conv("resnet18 conv1 7x7/2 3->64 @224, batch 8", 8, 3, 224, 64, 7, 2),
       conv("resnet18 layer1 3x3 64->64 @56, batch 8", 8, 64, 56, 64, 3, 1),
       conv("resnet18 layer3 3x3 256->256 @14, batch 8", 8, 256, 14, 256, 3, 1),
+      {"resnet18 BatchNorm [8,64,112,112]",
+       "BatchNorm",
+       {},
+       {{8, 64, 112, 112}, {64}, {64}},
+       {8, 64, 112, 112},
+       /*float32_inputs_from=*/1,
+       /*saved=*/{{64}, {64}}},
+      {"resnet18 MaxPool 3x3/2 [8,64,112,112]",
+       "MaxPool",
+       {{"kernel_size", IntsAttr({3, 3})},
+        {"stride", IntsAttr({2, 2})},
+        {"padding", IntsAttr({1, 1})}},
+       {{8, 64, 112, 112}},
+       {8, 64, 56, 56}},
+      {"resnet18 GlobalAvgPool [8,512,7,7]", "GlobalAvgPool", {}, {{8, 512, 7, 7}}, {8, 512, 1, 1}},
+      {"GroupNorm 32 groups [8,64,56,56] (staged)",
+       "GroupNorm",
+       {{"num_groups", graph::IntAttr(32)}},
+       {{8, 64, 56, 56}, {64}, {64}},
+       {8, 64, 56, 56},
+       /*float32_inputs_from=*/1,
+       /*saved=*/{{8, 32}, {8, 32}}},
       // GPT-2 small at batch 4, sequence 512 (d 768, 12 heads).
       {"gpt2 qkv [4,512,768]x[768,2304]",
        "MatMul",
@@ -170,8 +219,7 @@ std::vector<Case> Cases() {
        {{"transpose_b", graph::BoolAttr(true)}},
        {{48, 512, 64}, {48, 512, 64}},
        {48, 512, 512}},
-      // Staged ops: their float32 kernel on float32 copies.
-      {"gpt2 LayerNorm [4,512,768] (staged)",
+      {"gpt2 LayerNorm [4,512,768]",
        "LayerNorm",
        {},
        {{4, 512, 768}, {768}, {768}},
@@ -179,11 +227,42 @@ std::vector<Case> Cases() {
        /*float32_inputs_from=*/1,
        /*saved=*/{{4, 512}, {4, 512}}},
       {"gpt2 GELU [4,512,3072]", "GELU", {}, {{4, 512, 3072}}, {4, 512, 3072}},
-      {"gpt2 residual Add [4,512,768] (staged)",
-       "Add",
+      {"gpt2 residual Add [4,512,768]", "Add", {}, {{4, 512, 768}, {4, 512, 768}}, {4, 512, 768}},
+      {"gpt2 causal Softmax [4,12,512,512]",
+       "Softmax",
+       {{"causal", graph::BoolAttr(true)}, {"scale", graph::FloatAttr(0.125)}},
+       {{4, 12, 512, 512}},
+       {4, 12, 512, 512}},
+      {"gpt2 Dropout 0.1 [4,512,3072]",
+       "Dropout",
+       {{"rate", graph::FloatAttr(0.1)}},
+       {{4, 512, 3072}},
+       {4, 512, 3072},
+       1000,
+       /*saved=*/{{4, 512, 3072}},
        {},
-       {{4, 512, 768}, {4, 512, 768}},
-       {4, 512, 768}},
+       0,
+       false,
+       proto::DTYPE_BOOL},
+      {"gpt2 Embedding wte [4,512] of [50257,768]",
+       "Embedding",
+       {},
+       {{4, 512}, {50257, 768}},
+       {4, 512, 768},
+       1000,
+       {},
+       /*index_inputs=*/{0},
+       /*index_limit=*/50257},
+      {"gpt2 loss [1,512,50257] (batch 1)",
+       "SoftmaxCrossEntropy",
+       {},
+       {{1, 512, 50257}, {1, 512}},
+       {},
+       1000,
+       {},
+       /*index_inputs=*/{1},
+       /*index_limit=*/50257,
+       /*float32_output=*/true},
   };
 }
 

@@ -4,9 +4,17 @@
 // Three ways, by op (Bf16PathOf):
 //  - direct: the op's own kernel takes bfloat16 (Cast; the data-movement ops, which copy
 //    bytes of any dtype; Conv2D and MatMul, whose oneDNN primitives run on bf16 memory with
-//    float32 accumulation; ReLU and GELU on oneDNN's bf16 eltwise primitives). MatMul's
-//    backward is staged where its operands broadcast batch dims pairwise or db sums a
-//    transposed a over a's batch.
+//    float32 accumulation; ReLU and GELU on oneDNN's bf16 eltwise primitives; Add, Mul,
+//    Dropout, LayerNorm, Softmax, Embedding and SoftmaxCrossEntropy, loops that widen each
+//    element as they read it, compute in float32 (double where the float32 kernel sums in
+//    double; LayerNorm's weight, bias, statistics and their gradients and the loss stay
+//    float32) and round each result once, with no float32 copy of any tensor); BatchNorm,
+//    MaxPool and AvgPool forward on oneDNN's bf16 primitives (float32 statistics, scale and
+//    shift; BatchNorm's backward too), the pools' backwards and GlobalAvgPool as loops (a
+//    float32 plane per thread accumulates a bfloat16 pool gradient). MatMul's backward is
+//    staged where its operands broadcast batch dims pairwise or db sums a transposed a over
+//    a's batch; Add and Mul where their tensors mix dtypes; LayerNorm and BatchNorm where a
+//    parameter or running statistic is bfloat16; BatchNorm synchronised across ranks.
 //  - staged: the op's float32 kernel runs on float32 copies of its bfloat16 tensors, staged
 //    in the node's scratch: each bfloat16 input (and, in a backward, the forward's tensors
 //    and the output gradient) is widened exactly into float32, the float32 kernel computes,
@@ -163,13 +171,15 @@ enum class Bf16Path { kNone, kDirect, kStaged };
 Bf16Path Bf16PathOf(const std::string& op) {
   // Kernels that take bfloat16 themselves.
   static const auto* direct = new absl::flat_hash_set<std::string>{
-      "Cast",    "Conv2D",    "MatMul", "ReLU",  "GELU",   "Flatten",
-      "Reshape", "Transpose", "Split",  "Slice", "Expand", "Concat"};
+      // Conversions and data movement.
+      "Cast", "Flatten", "Reshape", "Transpose", "Split", "Slice", "Expand", "Concat",
+      // oneDNN's bf16 primitives.
+      "Conv2D", "MatMul", "ReLU", "GELU", "BatchNorm", "MaxPool", "AvgPool",
+      // Loops widening each element as they read it.
+      "Add", "Mul", "Dropout", "Softmax", "LayerNorm", "Embedding", "SoftmaxCrossEntropy",
+      "GlobalAvgPool"};
   // Float32 kernels run on float32 copies (the mixed-precision op set's other ops).
-  static const auto* staged = new absl::flat_hash_set<std::string>{
-      "BatchNorm", "LayerNorm", "GroupNorm", "SoftmaxCrossEntropy",
-      "Softmax",   "MaxPool",   "AvgPool",   "GlobalAvgPool",
-      "Add",       "Mul",       "Dropout",   "Embedding"};
+  static const auto* staged = new absl::flat_hash_set<std::string>{"GroupNorm"};
   if (direct->contains(op)) return Bf16Path::kDirect;
   if (staged->contains(op)) return Bf16Path::kStaged;
   return Bf16Path::kNone;
@@ -287,11 +297,43 @@ struct StagedCall {
   uint64_t staged_bytes = 0;
 };
 
+// Returns whether an Add or Mul call mixes dtypes among a, b and y (a bfloat16 activation
+// beside a float32 tensor): its kernel takes all three in one dtype.
+bool MixedBinary(const std::string& op, const std::vector<TensorView>& inputs,
+                 const std::vector<TensorView>& outputs) {
+  if (op != "Add" && op != "Mul") return false;
+  if (inputs.size() != 2 || outputs.size() != 1) return false;  // The kernel's error.
+  return inputs[0].dtype != outputs[0].dtype || inputs[1].dtype != outputs[0].dtype;
+}
+
+// Returns whether a LayerNorm or BatchNorm call has a bfloat16 weight, bias or running
+// statistic: their kernels take those in float32 only (the policy's mix).
+bool Bf16NormParameters(const std::string& op, const std::vector<TensorView>& inputs) {
+  if (op != "LayerNorm" && op != "BatchNorm") return false;
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    if (inputs[i].dtype == kBf16) return true;
+  }
+  return false;
+}
+
+// Returns whether a call is a BatchNorm synchronised across data-parallel ranks, whose
+// loops run on float32 only.
+template <typename Args>
+bool SyncBatchNorm(const Args& args) {
+  return args.op == "BatchNorm" && static_cast<bool>(args.sync_statistics);
+}
+
 // Returns whether a call of a direct op is staged all the same: MatMul's backward where its
-// kernel does not take bfloat16 (MatMulBackwardTakesBf16).
-bool StagedAnyway(const ForwardArgs&) { return false; }
+// kernel does not take bfloat16 (MatMulBackwardTakesBf16); Add and Mul mixing dtypes, and
+// LayerNorm with bfloat16 parameters, which their kernels do not take.
+bool StagedAnyway(const ForwardArgs& args) {
+  return MixedBinary(args.op, args.inputs, args.outputs) ||
+         Bf16NormParameters(args.op, args.inputs) || SyncBatchNorm(args);
+}
 bool StagedAnyway(const BackwardArgs& args) {
-  return args.op == "MatMul" && !MatMulBackwardTakesBf16(args);
+  return (args.op == "MatMul" && !MatMulBackwardTakesBf16(args)) ||
+         MixedBinary(args.op, args.inputs, args.outputs) ||
+         Bf16NormParameters(args.op, args.inputs) || SyncBatchNorm(args);
 }
 
 // Returns InvalidArgument naming op and tensor when `args` holds a bfloat16 view and `op` has

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -749,15 +750,123 @@ TEST_F(Bf16KernelsTest, Conv2DRejectsMixedDtypes) {
 }
 
 TEST_F(Bf16KernelsTest, StagedOpsDeclareTheirFloat32Copies) {
-  // A staged LayerNorm's scratch holds float32 copies of x, y (forward) and x, dy, dx
-  // (backward): at least 4 bytes per element of each, beyond the float32 kernel's own.
-  Dual x({8, 256}, true), w({256}, false), b({256}, false), y({8, 256}, true);
-  Dual mean({8}, false), rstd({8}, false);
-  OpCase c{"LayerNorm", MakeAttrs("LayerNorm"), {&x, &w, &b}, {&y}, {&mean, &rstd}};
+  // A staged GroupNorm's scratch holds float32 copies of x and y (forward): at least 4 bytes
+  // per element of each, beyond the float32 kernel's own.
+  Dual x({2, 8, 16, 16}, true), w({8}, false), b({8}, false), y({2, 8, 16, 16}, true);
+  Dual mean({2, 4}, false), rstd({2, 4}, false);
+  OpCase c{"GroupNorm",
+           MakeAttrs("GroupNorm", {{"num_groups", graph::IntAttr(4)}}),
+           {&x, &w, &b},
+           {&y},
+           {&mean, &rstd}};
   const absl::StatusOr<uint64_t> f32 = kernels_.ScratchBytes(ForwardOf(c, false));
   const absl::StatusOr<uint64_t> bf16 = kernels_.ScratchBytes(ForwardOf(c, true));
-  ASSERT_TRUE(f32.ok() && bf16.ok());
-  EXPECT_GE(*bf16, *f32 + 2 * 8 * 256 * sizeof(float));
+  ASSERT_TRUE(f32.ok() && bf16.ok()) << f32.status() << bf16.status();
+  EXPECT_GE(*bf16, *f32 + 2 * x.num_elements() * sizeof(float));
+}
+
+// The ops with bfloat16 kernels of their own declare no float32 copy: a bfloat16 call's
+// scratch is at most the float32 call's, forward and backward (Embedding's backward aside:
+// it groups the ids' positions by id, (V + 1 + n) int64, no copy of any float tensor).
+TEST_F(Bf16KernelsTest, NativeOpsDeclareNoFloat32Copies) {
+  auto expect_no_more = [&](const OpCase& c) {
+    for (bool backward : {false, true}) {
+      if (backward && c.output_grads.empty()) continue;
+      absl::StatusOr<uint64_t> bytes[2];
+      for (bool bf16_run : {false, true}) {
+        bytes[bf16_run] = backward ? kernels_.ScratchBytes(BackwardOf(c, bf16_run))
+                                   : kernels_.ScratchBytes(ForwardOf(c, bf16_run));
+        ASSERT_TRUE(bytes[bf16_run].ok()) << c.op << ": " << bytes[bf16_run].status();
+      }
+      EXPECT_LE(*bytes[1], *bytes[0]) << c.op << (backward ? " backward" : " forward");
+    }
+  };
+  Dual x({8, 256}, true), w({256}, false), b({256}, false), y({8, 256}, true);
+  Dual mean({8}, false), rstd({8}, false), dy({8, 256}, true), dx({8, 256}, true);
+  Dual dw({256}, false), db({256}, false), x2({8, 256}, true), dx2({8, 256}, true);
+  Dual mask({8, 256}, false, proto::DTYPE_BOOL);
+  expect_no_more({"LayerNorm",
+                  MakeAttrs("LayerNorm"),
+                  {&x, &w, &b},
+                  {&y},
+                  {&mean, &rstd},
+                  {&dy},
+                  {&dx, &dw, &db}});
+  expect_no_more({"Softmax", MakeAttrs("Softmax"), {&x}, {&y}, {}, {&dy}, {&dx}});
+  expect_no_more({"Add", MakeAttrs("Add"), {&x, &x2}, {&y}, {}, {&dy}, {&dx, &dx2}});
+  expect_no_more({"Mul", MakeAttrs("Mul"), {&x, &x2}, {&y}, {}, {&dy}, {&dx, &dx2}});
+  expect_no_more({"Dropout",
+                  MakeAttrs("Dropout", {{"rate", graph::FloatAttr(0.25)}}),
+                  {&x},
+                  {&y},
+                  {&mask},
+                  {&dy},
+                  {&dx}});
+  Dual logits({8, 256}, true), labels({8}, false, proto::DTYPE_INT64), loss({}, false);
+  Dual dloss({}, false), dlogits({8, 256}, true);
+  labels.SetRaw(std::vector<int64_t>(8, 3));
+  expect_no_more(CrossEntropyCase(logits, labels, loss, dloss, dlogits));
+
+  Dual ids({3, 5}, false, proto::DTYPE_INT32), table({10, 16}, true), ey({3, 5, 16}, true);
+  Dual edy({3, 5, 16}, true), dtable({10, 16}, true);
+  ids.SetRaw(std::vector<int32_t>(15, 2));
+  OpCase e{"Embedding", MakeAttrs("Embedding"), {&ids, &table}, {&ey}, {},
+           {&edy},      {nullptr, &dtable}};
+  const absl::StatusOr<uint64_t> bytes = kernels_.ScratchBytes(BackwardOf(e, true));
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, (10 + 1 + 15) * sizeof(int64_t));
+}
+
+// BatchNorm on oneDNN's bf16 primitives and the pools: what a bfloat16 call declares beyond
+// the float32 call's stays below one float32 copy of x (oneDNN's bf16 batch norm converts
+// in per-thread blocks; a pool's backward accumulates one float32 plane per thread).
+TEST_F(Bf16KernelsTest, NormAndPoolScratchHoldsNoFloat32Copy) {
+  const graph::Shape xs{16, 64, 32, 32};
+  const uint64_t copy_bytes = graph::NumElements(xs) * sizeof(float);
+  Dual x(xs, true), w({64}, false), b({64}, false), y(xs, true), s0({64}, false);
+  Dual s1({64}, false), dy(xs, true), dx(xs, true), dw({64}, false), db({64}, false);
+  const graph::Attrs pool = MakeAttrs("MaxPool", {{"kernel_size", graph::IntsAttr({3, 3})},
+                                                  {"stride", graph::IntsAttr({2, 2})},
+                                                  {"padding", graph::IntsAttr({1, 1})}});
+  Dual py({16, 64, 16, 16}, true), pdy({16, 64, 16, 16}, true);
+  const std::vector<OpCase> cases = {
+      {"BatchNorm", MakeAttrs("BatchNorm"), {&x, &w, &b}, {&y}, {&s0, &s1}, {&dy}, {&dx, &dw, &db}},
+      {"MaxPool", pool, {&x}, {&py}, {}, {&pdy}, {&dx}},
+      {"AvgPool", MakeAttrs("AvgPool", pool.values()), {&x}, {&py}, {}, {&pdy}, {&dx}}};
+  for (const OpCase& c : cases) {
+    for (bool backward : {false, true}) {
+      absl::StatusOr<uint64_t> bytes[2];
+      for (bool bf16_run : {false, true}) {
+        bytes[bf16_run] = backward ? kernels_.ScratchBytes(BackwardOf(c, bf16_run))
+                                   : kernels_.ScratchBytes(ForwardOf(c, bf16_run));
+        ASSERT_TRUE(bytes[bf16_run].ok()) << c.op << ": " << bytes[bf16_run].status();
+      }
+      EXPECT_LT(*bytes[1], *bytes[0] + copy_bytes)
+          << c.op << (backward ? " backward" : " forward") << ": float32 " << *bytes[0]
+          << " B, bfloat16 " << *bytes[1] << " B";
+      std::printf("%s %s scratch: float32 %llu B, bfloat16 %llu B\n", c.op.c_str(),
+                  backward ? "backward" : "forward", static_cast<unsigned long long>(*bytes[0]),
+                  static_cast<unsigned long long>(*bytes[1]));
+    }
+  }
+}
+
+// Add and Mul broadcast in bfloat16 as in float32: a [C] bias over [N, T, C], its gradient
+// summed over N and T in double and rounded once; Mul's broadcast gradient sums products
+// rounded to bfloat16 (as its kernel stages them in dy's dtype), so within 2^-8 per term:
+// 2^-8 of the sum of |terms| <= 2^-8 * 12 * max|dy| * max|other| (12 terms a column).
+TEST_F(Bf16KernelsTest, BroadcastAddAndMulMatchFloat32) {
+  for (const char* op : {"Add", "Mul"}) {
+    Dual a({3, 4, 24}, true), b({24}, true), y({3, 4, 24}, true), dy({3, 4, 24}, true);
+    Dual da({3, 4, 24}, true), db({24}, true);
+    a.Random(rng_);
+    b.Random(rng_);
+    dy.Random(rng_);
+    OpCase c{op, MakeAttrs(op), {&a, &b}, {&y}, {}, {&dy}, {&da, &db}};
+    c.forward_tol = {kBf16Eps / 2, 0};
+    c.backward_tol = {kBf16Eps / 2, std::string(op) == "Mul" ? 12 * kBf16Eps : 1e-6};
+    Check(c);
+  }
 }
 
 TEST_F(Bf16KernelsTest, AccumulateAddsBf16InFloat32) {

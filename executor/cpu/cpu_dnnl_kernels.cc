@@ -20,6 +20,8 @@
 // No exception leaves this file: each kernel entry converts dnnl::error (and any other
 // std::exception) into absl::InternalError.
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -686,9 +689,15 @@ absl::Status ConvTransposeBackward(CpuContext& ctx, const BackwardArgs& args) {
 
 // ---- BatchNorm ------------------------------------------------------------------------------
 
-// x as oneDNN sees it: [N,C] becomes [N,C,1,1].
+// Returns float32, or bfloat16 where `t` (a batch norm's or pool's x) is: the dtype its
+// data tensors share. Per-channel tensors (weight, bias, statistics) are float32 always.
+proto::DType DataDType(const TensorView& t) {
+  return t.dtype == proto::DTYPE_BFLOAT16 ? proto::DTYPE_BFLOAT16 : proto::DTYPE_FLOAT32;
+}
+
+// x as oneDNN sees it: [N,C] becomes [N,C,1,1]. x is float32 or bfloat16.
 absl::StatusOr<memory::dims> BatchNormDims(const std::string& op, const TensorView& x) {
-  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", x));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", x, -1, DataDType(x)));
   if (x.rank() == 2) return memory::dims{x.dim(0), x.dim(1), 1, 1};
   if (x.rank() == 4) return memory::dims{x.dim(0), x.dim(1), x.dim(2), x.dim(3)};
   return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": input 'x' ", ShapeStr(x.shape),
@@ -709,10 +718,12 @@ const dnnl::normalization_flags kScaleShift =
     dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
 
 // What the BatchNorm forward and backward primitives are built on: x's [N, C, H, W]
-// descriptor, a per-channel one, and the layout of the node's scratch.
+// descriptor (float32 or bfloat16 `dt`: oneDNN computes bfloat16 data in float32, with
+// float32 scale, shift and statistics), a per-channel float32 one, and the layout of the
+// node's scratch.
 struct BatchNormDescs {
-  explicit BatchNormDescs(const memory::dims& dims)
-      : data(PlainDesc(dims, Tag::nchw)), channel(PlainDesc({dims[1]}, Tag::x)) {}
+  BatchNormDescs(const memory::dims& dims, DT dt)
+      : data(PlainDesc(dims, Tag::nchw, dt)), channel(PlainDesc({dims[1]}, Tag::x)) {}
   // Returns the offset of a new per-channel float buffer staged in the scratch.
   uint64_t StageChannel() { return layout.Stage(channel.get_size()); }
 
@@ -723,9 +734,9 @@ struct BatchNormDescs {
 // Training computes the batch statistics, unless `given` (a re-forward normalising with the
 // forward's); inference reads the running ones.
 struct BatchNormForwardPrims : BatchNormDescs {
-  BatchNormForwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon,
+  BatchNormForwardPrims(const dnnl::engine& engine, const memory::dims& dims, DT dt, float epsilon,
                         bool training, bool given)
-      : BatchNormDescs(dims),
+      : BatchNormDescs(dims, dt),
         pd(dnnl::batch_normalization_forward::desc(
                training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
                data, epsilon,
@@ -752,7 +763,7 @@ absl::Status CheckBatchNormForward(const ForwardArgs& args, const memory::dims& 
   for (size_t i = 1; i < args.inputs.size(); ++i) {
     RETURN_IF_ERROR(CheckChannels(op, names[i], args.inputs[i], channels));
   }
-  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", args.outputs[0]));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", args.outputs[0], -1, DataDType(args.inputs[0])));
   if (args.training && args.saved.size() >= 2) {
     RETURN_IF_ERROR(CheckChannels(op, "saved mean", args.saved[0], channels));
     RETURN_IF_ERROR(CheckChannels(op, "saved variance", args.saved[1], channels));
@@ -948,12 +959,14 @@ absl::StatusOr<memory::dims> BatchNormForwardDims(const ForwardArgs& args) {
 BatchNormForwardPrims& BatchNormForwardFor(CpuContext& ctx, const ForwardArgs& args,
                                            const memory::dims& dims, bool given) {
   const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
-  return ctx.Cached<BatchNormForwardPrims>(absl::StrCat("BatchNorm.fwd:", DimsKey(dims), ":e",
-                                                        epsilon, ":t", args.training, ":g", given),
-                                           [&] {
-                                             return std::make_shared<BatchNormForwardPrims>(
-                                                 ctx.engine, dims, epsilon, args.training, given);
-                                           });
+  const DT dt = DataTypeOf(args.inputs[0].dtype);
+  return ctx.Cached<BatchNormForwardPrims>(
+      absl::StrCat("BatchNorm.fwd:", DimsKey(dims), ":e", epsilon, ":t", args.training, ":g", given,
+                   ":dt", static_cast<int>(dt)),
+      [&] {
+        return std::make_shared<BatchNormForwardPrims>(ctx.engine, dims, dt, epsilon, args.training,
+                                                       given);
+      });
 }
 
 // In training, the larger of the forward's and its re-forward's with the statistics given:
@@ -1009,10 +1022,10 @@ absl::Status BatchNormForward(CpuContext& ctx, const ForwardArgs& args) {
 }
 
 struct BatchNormBackwardPrims : BatchNormDescs {
-  BatchNormBackwardPrims(const dnnl::engine& engine, const memory::dims& dims, float epsilon)
-      : BatchNormDescs(dims),
-        pd(dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data, data,
-                                                    epsilon, kScaleShift),
+  BatchNormBackwardPrims(const dnnl::engine& engine, const memory::dims& dims, DT dt, float epsilon)
+      : BatchNormDescs(dims, dt),
+        pd(dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, data, data, epsilon,
+                                                    kScaleShift),
            UserScratchpad(), engine,
            dnnl::batch_normalization_forward::primitive_desc(
                dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
@@ -1033,20 +1046,21 @@ struct BatchNormBackwardPrims : BatchNormDescs {
   std::optional<dnnl::batch_normalization_backward> prim;
 };
 
-// dweight and dbias alone (no dx, so no weight): per channel, sums over N, H, W.
-void BatchNormParamGrads(const memory::dims& dims, float epsilon, const float* x,
-                         const float* dy, const float* mean, const float* var, float* dweight,
-                         float* dbias) {
+// dweight and dbias alone (no dx, so no weight): per channel, sums over N, H, W in double;
+// x and dy float32 or bfloat16 (T float or uint16_t).
+template <typename T>
+void BatchNormParamGrads(const memory::dims& dims, float epsilon, const T* x, const T* dy,
+                         const float* mean, const float* var, float* dweight, float* dbias) {
   const int64_t n = dims[0], channels = dims[1], plane = dims[2] * dims[3];
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < channels; ++c) {
     double sum_dy = 0, sum_dy_xhat = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float* xp = x + (i * channels + c) * plane;
-      const float* dyp = dy + (i * channels + c) * plane;
+      const T* xp = x + (i * channels + c) * plane;
+      const T* dyp = dy + (i * channels + c) * plane;
       for (int64_t j = 0; j < plane; ++j) {
-        sum_dy += dyp[j];
-        sum_dy_xhat += static_cast<double>(dyp[j]) * (xp[j] - mean[c]);
+        sum_dy += Widen(dyp[j]);
+        sum_dy_xhat += static_cast<double>(Widen(dyp[j])) * (Widen(xp[j]) - mean[c]);
       }
     }
     const double inv_std = 1.0 / std::sqrt(static_cast<double>(var[c]) + epsilon);
@@ -1072,11 +1086,11 @@ absl::StatusOr<memory::dims> BatchNormBackwardDims(const BackwardArgs& args) {
   return dims;
 }
 
-BatchNormBackwardPrims& BatchNormBackwardFor(CpuContext& ctx, const memory::dims& dims,
+BatchNormBackwardPrims& BatchNormBackwardFor(CpuContext& ctx, const memory::dims& dims, DT dt,
                                              float epsilon) {
   return ctx.Cached<BatchNormBackwardPrims>(
-      absl::StrCat("BatchNorm.bwd:", DimsKey(dims), ":e", epsilon),
-      [&] { return std::make_shared<BatchNormBackwardPrims>(ctx.engine, dims, epsilon); });
+      absl::StrCat("BatchNorm.bwd:", DimsKey(dims), ":e", epsilon, ":dt", static_cast<int>(dt)),
+      [&] { return std::make_shared<BatchNormBackwardPrims>(ctx.engine, dims, dt, epsilon); });
 }
 
 // Only dx needs oneDNN's primitive (and scratch); dweight and dbias alone are a loop.
@@ -1084,7 +1098,7 @@ absl::StatusOr<uint64_t> BatchNormBackwardScratch(CpuContext& ctx, const Backwar
   ASSIGN_OR_RETURN(const memory::dims dims, BatchNormBackwardDims(args));
   if (!GradientFlows(args) || !args.input_grads[0].present()) return 0;
   const float epsilon = static_cast<float>(args.attrs->Float("epsilon"));
-  return BatchNormBackwardFor(ctx, dims, epsilon).layout.bytes();
+  return BatchNormBackwardFor(ctx, dims, DataTypeOf(args.inputs[0].dtype), epsilon).layout.bytes();
 }
 
 absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
@@ -1095,18 +1109,28 @@ absl::Status BatchNormBackward(CpuContext& ctx, const BackwardArgs& args) {
   const TensorView& dx = args.input_grads[0];
   const TensorView& dweight = args.input_grads[1];
   const TensorView& dbias = args.input_grads[2];
-  const float* dy = args.output_grads[0].f32();
+  const proto::DType dtype = DataDType(args.inputs[0]);
+  const TensorView& dyv = args.output_grads[0];
+  RETURN_IF_ERROR(CheckTensor(op, "gradient of output 'y'", dyv, -1, dtype));
+  if (dx.present()) RETURN_IF_ERROR(CheckTensor(op, "gradient of input 'x'", dx, -1, dtype));
+  const void* dy = dyv.data;
 
   if (!dx.present()) {
-    BatchNormParamGrads(dims, epsilon, args.inputs[0].f32(), dy, args.saved[0].f32(),
-                        args.saved[1].f32(), dweight.f32(), dbias.f32());
+    if (dtype == proto::DTYPE_BFLOAT16) {
+      BatchNormParamGrads(dims, epsilon, static_cast<const uint16_t*>(args.inputs[0].data),
+                          static_cast<const uint16_t*>(dy), args.saved[0].f32(),
+                          args.saved[1].f32(), dweight.f32(), dbias.f32());
+    } else {
+      BatchNormParamGrads(dims, epsilon, args.inputs[0].f32(), static_cast<const float*>(dy),
+                          args.saved[0].f32(), args.saved[1].f32(), dweight.f32(), dbias.f32());
+    }
     return absl::OkStatus();
   }
   if (args.sync_statistics) return SyncBatchNormBackward(args, dims, epsilon);
   if (!args.inputs[1].present()) {
     return absl::InvalidArgumentError(absl::StrCat("CPU ", op, ": dx needs input 'weight'"));
   }
-  BatchNormBackwardPrims& p = BatchNormBackwardFor(ctx, dims, epsilon);
+  BatchNormBackwardPrims& p = BatchNormBackwardFor(ctx, dims, DataTypeOf(dtype), epsilon);
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p.layout.bytes()));
   const ScratchSpace scratch(ctx.engine, base, p.layout);
   std::memset(scratch.At(p.unused_shift_offset), 0, p.channel.get_size());
@@ -1565,22 +1589,25 @@ struct PoolGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
   memory::dims kernel, strides, pad_l, pad_r, pad_r_onednn;
   bool count_include_pad = true;
+  DT dt = DT::f32;  // x's and y's (float32 or bfloat16).
 
   // Whether a window reaches past pad_r into ceil_mode's overhang.
   bool HasOverhang() const { return pad_r_onednn != pad_r; }
   std::string Key() const {
     return absl::StrCat(n, "x", c, "x", h, "x", w, "->", oh, "x", ow, ":k", DimsKey(kernel), ":s",
-                        DimsKey(strides), ":p", DimsKey(pad_l), ",", DimsKey(pad_r_onednn));
+                        DimsKey(strides), ":p", DimsKey(pad_l), ",", DimsKey(pad_r_onednn), ":dt",
+                        static_cast<int>(dt));
   }
-  memory::desc XDesc() const { return PlainDesc({n, c, h, w}, Tag::nchw); }
-  memory::desc YDesc() const { return PlainDesc({n, c, oh, ow}, Tag::nchw); }
+  memory::desc XDesc() const { return PlainDesc({n, c, h, w}, Tag::nchw, dt); }
+  memory::desc YDesc() const { return PlainDesc({n, c, oh, ow}, Tag::nchw, dt); }
 };
 
 absl::StatusOr<PoolGeometry> PoolGeometryOf(const std::string& op, const graph::Attrs& attrs,
                                             const TensorView& x, const TensorView& y) {
-  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", x, 4));
-  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4));
+  RETURN_IF_ERROR(CheckTensor(op, "input 'x'", x, 4, DataDType(x)));
+  RETURN_IF_ERROR(CheckTensor(op, "output 'y'", y, 4, DataDType(x)));
   PoolGeometry g;
+  g.dt = DataTypeOf(x.dtype);
   g.n = x.dim(0), g.c = x.dim(1), g.h = x.dim(2), g.w = x.dim(3);
   g.oh = y.dim(2), g.ow = y.dim(3);
   const std::vector<int64_t> kernel = attrs.Ints("kernel_size");
@@ -1641,21 +1668,23 @@ Window AvgWindow(const PoolGeometry& g, int dim, int64_t o) {
 }
 
 // AvgPool forward as a loop: PyTorch's divisor, which counts padding but not ceil_mode's
-// overhang (oneDNN's include-padding average counts both).
-void AvgPoolLoopForward(const PoolGeometry& g, const float* x, float* y) {
+// overhang (oneDNN's include-padding average counts both). T: float or bfloat16 bits,
+// summed in float.
+template <typename T>
+void AvgPoolLoopForward(const PoolGeometry& g, const T* x, T* y) {
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
-    const float* xp = x + plane * g.h * g.w;
-    float* yp = y + plane * g.oh * g.ow;
+    const T* xp = x + plane * g.h * g.w;
+    T* yp = y + plane * g.oh * g.ow;
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const Window wh = AvgWindow(g, 0, oh);
       for (int64_t ow = 0; ow < g.ow; ++ow) {
         const Window ww = AvgWindow(g, 1, ow);
         float sum = 0;
         for (int64_t i = wh.begin; i < wh.end; ++i) {
-          for (int64_t j = ww.begin; j < ww.end; ++j) sum += xp[i * g.w + j];
+          for (int64_t j = ww.begin; j < ww.end; ++j) sum += Widen(xp[i * g.w + j]);
         }
-        yp[oh * g.ow + ow] = sum / static_cast<float>(wh.divisor * ww.divisor);
+        Narrow(sum / static_cast<float>(wh.divisor * ww.divisor), yp + oh * g.ow + ow);
       }
     }
   }
@@ -1690,7 +1719,12 @@ absl::Status PoolForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(const PoolGeometry g, PoolForwardGeometry(args));
   ASSIGN_OR_RETURN(PoolForwardPrims* p, PoolForwardFor(ctx, args, g));
   if (p == nullptr) {
-    AvgPoolLoopForward(g, args.inputs[0].f32(), args.outputs[0].f32());
+    if (g.dt == DT::bf16) {
+      AvgPoolLoopForward(g, static_cast<const uint16_t*>(args.inputs[0].data),
+                         static_cast<uint16_t*>(args.outputs[0].data));
+    } else {
+      AvgPoolLoopForward(g, args.inputs[0].f32(), args.outputs[0].f32());
+    }
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, p->layout.bytes()));
@@ -1701,17 +1735,46 @@ absl::Status PoolForward(CpuContext& ctx, const ForwardArgs& args) {
   return absl::OkStatus();
 }
 
+// Where a pool backward accumulates each plane of dx: in dx itself (float32), or, for a
+// bfloat16 dx, in a float32 plane of the scratch per thread (PoolBackwardScratch), rounded
+// into dx once the plane is done.
+template <typename T>
+struct PlaneAccumulator {
+  PlaneAccumulator(const PoolGeometry& g, T* dx, float* planes) : g(g), dx(dx), planes(planes) {}
+  // Returns the zeroed float32 plane `plane` of dx accumulates in.
+  float* Begin(int64_t plane) const {
+    float* acc;
+    if constexpr (std::is_same_v<T, float>) {
+      acc = dx + plane * g.h * g.w;
+    } else {
+      acc = planes + static_cast<int64_t>(omp_get_thread_num()) * g.h * g.w;
+    }
+    std::fill(acc, acc + g.h * g.w, 0.0f);
+    return acc;
+  }
+  // Stores the accumulated plane into dx.
+  void End(int64_t plane, const float* acc) const {
+    if constexpr (!std::is_same_v<T, float>) {
+      T* out = dx + plane * g.h * g.w;
+      for (int64_t i = 0; i < g.h * g.w; ++i) Narrow(acc[i], out + i);
+    }
+  }
+  const PoolGeometry& g;
+  T* dx;
+  float* planes;
+};
+
 // MaxPool backward without a workspace: each output's gradient goes to the first position of
-// its window (row-major) where x equals y; overlapping windows accumulate.
-void MaxPoolLoopBackward(const PoolGeometry& g, const float* x, const float* y, const float* dy,
-                         float* dx) {
+// its window (row-major) where x equals y; overlapping windows accumulate (in float32).
+template <typename T>
+void MaxPoolLoopBackward(const PoolGeometry& g, const T* x, const T* y, const T* dy,
+                         const PlaneAccumulator<T>& dx) {
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
-    const float* xp = x + plane * g.h * g.w;
-    const float* yp = y + plane * g.oh * g.ow;
-    const float* dyp = dy + plane * g.oh * g.ow;
-    float* dxp = dx + plane * g.h * g.w;
-    std::fill(dxp, dxp + g.h * g.w, 0.0f);
+    const T* xp = x + plane * g.h * g.w;
+    const T* yp = y + plane * g.oh * g.ow;
+    const T* dyp = dy + plane * g.oh * g.ow;
+    float* dxp = dx.Begin(plane);
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const int64_t h0 = oh * g.strides[0] - g.pad_l[0];
       const int64_t h_begin = std::max<int64_t>(h0, 0), h_end = std::min(h0 + g.kernel[0], g.h);
@@ -1719,43 +1782,79 @@ void MaxPoolLoopBackward(const PoolGeometry& g, const float* x, const float* y, 
         const int64_t w0 = ow * g.strides[1] - g.pad_l[1];
         const int64_t w_begin = std::max<int64_t>(w0, 0);
         const int64_t w_end = std::min(w0 + g.kernel[1], g.w);
-        const float target = yp[oh * g.ow + ow];
+        const float target = Widen(yp[oh * g.ow + ow]);
         const bool nan = std::isnan(target);
         int64_t found = -1;
         for (int64_t i = h_begin; i < h_end && found < 0; ++i) {
           for (int64_t j = w_begin; j < w_end; ++j) {
-            const float v = xp[i * g.w + j];
+            const float v = Widen(xp[i * g.w + j]);
             if (v == target || (nan && std::isnan(v))) {
               found = i * g.w + j;
               break;
             }
           }
         }
-        if (found >= 0) dxp[found] += dyp[oh * g.ow + ow];
+        if (found >= 0) dxp[found] += Widen(dyp[oh * g.ow + ow]);
       }
     }
+    dx.End(plane, dxp);
   }
 }
 
 // AvgPool backward: each output's gradient spread over its window with PyTorch's divisor.
 // Each plane is one thread's, so overlapping windows accumulate in a fixed order.
-void AvgPoolLoopBackward(const PoolGeometry& g, const float* dy, float* dx) {
+template <typename T>
+void AvgPoolLoopBackward(const PoolGeometry& g, const T* dy, const PlaneAccumulator<T>& dx) {
 #pragma omp parallel for schedule(static)
   for (int64_t plane = 0; plane < g.n * g.c; ++plane) {
-    const float* dyp = dy + plane * g.oh * g.ow;
-    float* dxp = dx + plane * g.h * g.w;
-    std::fill(dxp, dxp + g.h * g.w, 0.0f);
+    const T* dyp = dy + plane * g.oh * g.ow;
+    float* dxp = dx.Begin(plane);
     for (int64_t oh = 0; oh < g.oh; ++oh) {
       const Window wh = AvgWindow(g, 0, oh);
       for (int64_t ow = 0; ow < g.ow; ++ow) {
         const Window ww = AvgWindow(g, 1, ow);
-        const float share = dyp[oh * g.ow + ow] / static_cast<float>(wh.divisor * ww.divisor);
+        const float share =
+            Widen(dyp[oh * g.ow + ow]) / static_cast<float>(wh.divisor * ww.divisor);
         for (int64_t i = wh.begin; i < wh.end; ++i) {
           for (int64_t j = ww.begin; j < ww.end; ++j) dxp[i * g.w + j] += share;
         }
       }
     }
+    dx.End(plane, dxp);
   }
+}
+
+// A bfloat16 backward accumulates each plane in float32: one h x w plane per thread.
+absl::StatusOr<uint64_t> PoolBackwardScratch(CpuContext&, const BackwardArgs& args) {
+  if (args.inputs.size() != 1 || args.outputs.size() != 1 || args.input_grads.size() != 1) {
+    return 0;  // The kernel reports the error.
+  }
+  const TensorView& x = args.inputs[0];
+  if (x.dtype != proto::DTYPE_BFLOAT16 || x.rank() != 4) return 0;
+  return static_cast<uint64_t>(omp_get_max_threads()) * x.dim(2) * x.dim(3) * sizeof(float);
+}
+
+// The pool backward on elements of type T (float or bfloat16 bits).
+template <typename T>
+absl::Status PoolBackwardOf(CpuContext& ctx, const BackwardArgs& args, const PoolGeometry& g) {
+  float* planes = nullptr;
+  if constexpr (!std::is_same_v<T, float>) {
+    ASSIGN_OR_RETURN(const uint64_t bytes, PoolBackwardScratch(ctx, args));
+    ASSIGN_OR_RETURN(char* base, ScratchBase(ctx, args, bytes));
+    planes = reinterpret_cast<float*>(base);
+  }
+  const PlaneAccumulator<T> dx(g, static_cast<T*>(args.input_grads[0].data), planes);
+  const T* dy = static_cast<const T*>(args.output_grads[0].data);
+  if (args.op == "MaxPool") {
+    if (!args.inputs[0].present() || !args.outputs[0].present()) {
+      return absl::InvalidArgumentError("CPU MaxPool: backward needs x and y");
+    }
+    MaxPoolLoopBackward(g, static_cast<const T*>(args.inputs[0].data),
+                        static_cast<const T*>(args.outputs[0].data), dy, dx);
+  } else {
+    AvgPoolLoopBackward(g, dy, dx);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PoolBackward(CpuContext& ctx, const BackwardArgs& args) {
@@ -1764,36 +1863,52 @@ absl::Status PoolBackward(CpuContext& ctx, const BackwardArgs& args) {
                                                    "1 output and 1 input gradient"));
   }
   ASSIGN_OR_RETURN(const PoolGeometry g,
-      PoolGeometryOf(args.op, *args.attrs, args.inputs[0], args.outputs[0]));
+                   PoolGeometryOf(args.op, *args.attrs, args.inputs[0], args.outputs[0]));
   if (ZeroGradsIfNoFlow(args) || !args.input_grads[0].present()) return absl::OkStatus();
-  const float* dy = args.output_grads[0].f32();
-  float* dx = args.input_grads[0].f32();
-  if (args.op == "MaxPool") {
-    if (!args.inputs[0].present() || !args.outputs[0].present()) {
-      return absl::InvalidArgumentError("CPU MaxPool: backward needs x and y");
-    }
-    MaxPoolLoopBackward(g, args.inputs[0].f32(), args.outputs[0].f32(), dy, dx);
-  } else {
-    AvgPoolLoopBackward(g, dy, dx);
-  }
-  return absl::OkStatus();
+  const proto::DType dtype = DataDType(args.inputs[0]);
+  RETURN_IF_ERROR(CheckTensor(args.op, "gradient of output 'y'", args.output_grads[0], 4, dtype));
+  RETURN_IF_ERROR(CheckTensor(args.op, "gradient of input 'x'", args.input_grads[0], 4, dtype));
+  if (dtype == proto::DTYPE_BFLOAT16) return PoolBackwardOf<uint16_t>(ctx, args, g);
+  return PoolBackwardOf<float>(ctx, args, g);
 }
 
 // ---- GlobalAvgPool ----------------------------------------------------------------------------
 
-absl::Status GlobalAvgPoolForward(CpuContext&, const ForwardArgs& args) {
-  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), 1, 1, args.outputs.size()));
-  const TensorView& x = args.inputs[0];
-  RETURN_IF_ERROR(CheckTensor(args.op, "input 'x'", x, 4));
-  RETURN_IF_ERROR(CheckTensor(args.op, "output 'y'", args.outputs[0]));
-  const int64_t planes = x.dim(0) * x.dim(1), size = x.dim(2) * x.dim(3);
-  const float* xp = x.f32();
-  float* y = args.outputs[0].f32();
+// y[p] = the mean of plane p of x (`size` elements), summed in double; T float or bfloat16
+// bits.
+template <typename T>
+void GlobalAvgPoolLoop(const T* x, int64_t planes, int64_t size, T* y) {
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < planes; ++p) {
     double sum = 0;
-    for (int64_t i = 0; i < size; ++i) sum += xp[p * size + i];
-    y[p] = static_cast<float>(sum / static_cast<double>(size));
+    for (int64_t i = 0; i < size; ++i) sum += Widen(x[p * size + i]);
+    Narrow(static_cast<float>(sum / static_cast<double>(size)), y + p);
+  }
+}
+
+// dx = dy / size over each plane; T float or bfloat16 bits.
+template <typename T>
+void GlobalAvgPoolLoopBackward(const T* dy, int64_t planes, int64_t size, T* dx) {
+  const float divisor = static_cast<float>(size);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    T g;
+    Narrow(Widen(dy[p]) / divisor, &g);
+    std::fill(dx + p * size, dx + (p + 1) * size, g);
+  }
+}
+
+absl::Status GlobalAvgPoolForward(CpuContext&, const ForwardArgs& args) {
+  RETURN_IF_ERROR(CheckCounts(args.op, args.inputs.size(), 1, 1, args.outputs.size()));
+  const TensorView& x = args.inputs[0];
+  RETURN_IF_ERROR(CheckTensor(args.op, "input 'x'", x, 4, DataDType(x)));
+  RETURN_IF_ERROR(CheckTensor(args.op, "output 'y'", args.outputs[0], -1, DataDType(x)));
+  const int64_t planes = x.dim(0) * x.dim(1), size = x.dim(2) * x.dim(3);
+  if (x.dtype == proto::DTYPE_BFLOAT16) {
+    GlobalAvgPoolLoop(static_cast<const uint16_t*>(x.data), planes, size,
+                      static_cast<uint16_t*>(args.outputs[0].data));
+  } else {
+    GlobalAvgPoolLoop(x.f32(), planes, size, args.outputs[0].f32());
   }
   return absl::OkStatus();
 }
@@ -1803,16 +1918,17 @@ absl::Status GlobalAvgPoolBackward(CpuContext&, const BackwardArgs& args) {
     return absl::InvalidArgumentError("CPU GlobalAvgPool: backward needs 1 input gradient");
   }
   const TensorView& x = args.inputs[0];
-  RETURN_IF_ERROR(CheckTensor(args.op, "input 'x'", x, 4));
+  const proto::DType dtype = DataDType(x);
+  RETURN_IF_ERROR(CheckTensor(args.op, "input 'x'", x, 4, dtype));
   if (ZeroGradsIfNoFlow(args) || !args.input_grads[0].present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckTensor(args.op, "gradient of output 'y'", args.output_grads[0], -1, dtype));
+  RETURN_IF_ERROR(CheckTensor(args.op, "gradient of input 'x'", args.input_grads[0], 4, dtype));
   const int64_t planes = x.dim(0) * x.dim(1), size = x.dim(2) * x.dim(3);
-  const float* dy = args.output_grads[0].f32();
-  float* dx = args.input_grads[0].f32();
-  const float divisor = static_cast<float>(size);
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < planes; ++p) {
-    const float g = dy[p] / divisor;
-    std::fill(dx + p * size, dx + (p + 1) * size, g);
+  if (dtype == proto::DTYPE_BFLOAT16) {
+    GlobalAvgPoolLoopBackward(static_cast<const uint16_t*>(args.output_grads[0].data), planes, size,
+                              static_cast<uint16_t*>(args.input_grads[0].data));
+  } else {
+    GlobalAvgPoolLoopBackward(args.output_grads[0].f32(), planes, size, args.input_grads[0].f32());
   }
   return absl::OkStatus();
 }
@@ -1894,7 +2010,8 @@ void RegisterDnnlKernels(KernelTable* table) {
                         GuardedBackwardScratch<MatMulBackwardScratch>};
   for (const char* pool : {"MaxPool", "AvgPool"}) {
     (*table)[pool] = {GuardedForward<PoolForward>, GuardedBackward<PoolBackward>,
-                      GuardedForwardScratch<PoolForwardScratch>};
+                      GuardedForwardScratch<PoolForwardScratch>,
+                      GuardedBackwardScratch<PoolBackwardScratch>};
   }
   (*table)["GlobalAvgPool"] = {GuardedForward<GlobalAvgPoolForward>,
                                GuardedBackward<GlobalAvgPoolBackward>};

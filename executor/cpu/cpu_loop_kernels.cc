@@ -17,6 +17,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "graph/op_registry.h"
 #include "graph/shape.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "util/bfloat16.h"
 #include "util/status_macros.h"
 
 namespace headroom::executor::cpu {
@@ -42,6 +44,32 @@ using graph::ShapeString;
 constexpr int64_t kParallelMin = 1 << 15;
 // Columns per task where a parallel loop owns a block of columns and sums over rows.
 constexpr int64_t kColumnBlock = 64;
+
+// ---- Element types: float32, or bfloat16 as its bits --------------------------------------
+// The loop kernels that take bfloat16 themselves (Dropout, Add, Mul, LayerNorm, Softmax,
+// Embedding, SoftmaxCrossEntropy) are templates over the element type T of their
+// activations: float, or uint16_t holding bfloat16 bits. Ld widens an element to float
+// (exact) and St rounds a float into one (to nearest even), so a bfloat16 call computes in
+// float32 (double where the float32 kernel sums in double) and rounds each result once,
+// with no float32 copy of any tensor. On float they are plain loads and stores: the float32
+// kernels compute bitwise as before.
+inline float Ld(const float* p, int64_t i) { return p[i]; }
+inline float Ld(const uint16_t* p, int64_t i) { return BFloat16ToFloat(p[i]); }
+inline void St(float* p, int64_t i, float v) { p[i] = v; }
+inline void St(uint16_t* p, int64_t i, float v) { p[i] = FloatToBFloat16(v); }
+
+// Returns the data of `t` as elements of type T (float or uint16_t).
+template <typename T>
+T* Elems(const TensorView& t) {
+  return static_cast<T*>(t.data);
+}
+
+// Returns body(T{}) for T the element type of `dtype`: uint16_t for bfloat16, else float.
+template <typename Body>
+absl::Status ForElement(proto::DType dtype, Body body) {
+  if (dtype == proto::DTYPE_BFLOAT16) return body(uint16_t{});
+  return body(float{});
+}
 
 // ---- Names, checks and small helpers ------------------------------------------------------
 
@@ -128,11 +156,16 @@ int64_t IndexAt(const TensorView& t, int64_t i) {
   return t.dtype == proto::DTYPE_INT32 ? t.i32()[i] : t.i64()[i];
 }
 
+// Sets every element of `t` (float32, or bfloat16: `value` rounded) to `value`.
 void Fill(const TensorView& t, float value) {
-  float* p = t.f32();
   const int64_t n = t.num_elements();
+  ForElement(t.dtype, [&](auto e) {
+    using T = decltype(e);
+    T* p = Elems<T>(t);
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = value;
+    for (int64_t i = 0; i < n; ++i) St(p, i, value);
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 // Copies `src` to `dst` unless they are the same bytes (a view).
@@ -481,7 +514,7 @@ absl::Status PointwiseBackward(CpuContext&, const BackwardArgs& args) {
 absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckUnaryForward(args));
+  RETURN_IF_ERROR(CheckUnaryForward(args, EltwiseDType(x)));
   const double rate = args.attrs->Float("rate");
   if (!(rate >= 0.0 && rate < 1.0)) {
     return absl::InvalidArgumentError(
@@ -504,21 +537,25 @@ absl::Status DropoutForward(CpuContext&, const ForwardArgs& args) {
   const uint64_t stream = DropoutStream(args.seed);
   const uint64_t threshold = DropoutKeepThreshold(rate);
   const float scale = DropoutScale(rate);
-  const float* in = x.f32();
-  float* out = y.f32();
   uint8_t* keep = mask.u8();
   const int64_t n = x.num_elements();
+  return ForElement(x.dtype, [&](auto e) {
+    using T = decltype(e);
+    const T* in = Elems<const T>(x);
+    T* out = Elems<T>(y);
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const bool k = DropoutKeeps(stream, i, threshold);
-    keep[i] = k ? 1 : 0;
-    out[i] = k ? in[i] * scale : 0.f;
-  }
-  return absl::OkStatus();
+    for (int64_t i = 0; i < n; ++i) {
+      const bool k = DropoutKeeps(stream, i, threshold);
+      keep[i] = k ? 1 : 0;
+      St(out, i, k ? Ld(in, i) * scale : 0.f);
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status DropoutBackward(CpuContext&, const BackwardArgs& args) {
-  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  const proto::DType dtype = EltwiseDType(args.input_grads[0]);
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args, dtype));
   if (trivial) return absl::OkStatus();
   const TensorView& dx = args.input_grads[0];
   const TensorView& dy = args.output_grads[0];
@@ -529,14 +566,18 @@ absl::Status DropoutBackward(CpuContext&, const BackwardArgs& args) {
   RETURN_IF_ERROR(NeedData(args.op, "saved mask", mask));
   RETURN_IF_ERROR(CheckElements(args.op, "saved mask", mask, dx.num_elements()));
   RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, dx.num_elements()));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of output 'y'", dy, dtype));
   const float scale = DropoutScale(args.attrs->Float("rate"));
-  const float* g = dy.f32();
   const uint8_t* keep = mask.u8();
-  float* out = dx.f32();
   const int64_t n = dx.num_elements();
+  return ForElement(dtype, [&](auto e) {
+    using T = decltype(e);
+    const T* g = Elems<const T>(dy);
+    T* out = Elems<T>(dx);
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = keep[i] ? g[i] * scale : 0.f;
-  return absl::OkStatus();
+    for (int64_t i = 0; i < n; ++i) St(out, i, keep[i] ? Ld(g, i) * scale : 0.f);
+    return absl::OkStatus();
+  });
 }
 
 // ---- Add and Mul with numpy broadcasting --------------------------------------------------
@@ -551,19 +592,20 @@ std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
   return s;
 }
 
-// y[i] = f(a[i'], b[i'']) over the broadcast shape `out`. y may alias a or b where that has
-// out's size (then its index is i: each element is read just before it is written).
-template <typename F>
-void BroadcastBinary(const Shape& out, const float* a, const Shape& a_shape, const float* b,
-                     const Shape& b_shape, float* y, F f) {
+// y[i] = f(a[i'], b[i'']) over the broadcast shape `out`, in float (each of a, b and y
+// float or bfloat16 bits). y may alias a or b where that has out's size (then its index is
+// i: each element is read just before it is written).
+template <typename TA, typename TB, typename TY, typename F>
+void BroadcastBinary(const Shape& out, const TA* a, const Shape& a_shape, const TB* b,
+                     const Shape& b_shape, TY* y, F f) {
   const int64_t n = static_cast<int64_t>(graph::NumElements(out));
   if (a_shape == out && b_shape == out) {
 #pragma omp parallel for if (n >= kParallelMin) schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+    for (int64_t i = 0; i < n; ++i) St(y, i, f(Ld(a, i), Ld(b, i)));
     return;
   }
   if (out.empty()) {
-    y[0] = f(a[0], b[0]);
+    St(y, 0, f(Ld(a, 0), Ld(b, 0)));
     return;
   }
   const std::vector<int64_t> sa = BroadcastStrides(a_shape, out);
@@ -582,19 +624,25 @@ void BroadcastBinary(const Shape& out, const float* a, const Shape& a_shape, con
       oa += idx * sa[d];
       ob += idx * sb[d];
     }
-    float* yr = y + r * inner;
-    for (int64_t k = 0; k < inner; ++k) yr[k] = f(a[oa + k * ia], b[ob + k * ib]);
+    TY* yr = y + r * inner;
+    for (int64_t k = 0; k < inner; ++k) St(yr, k, f(Ld(a, oa + k * ia), Ld(b, ob + k * ib)));
   }
 }
 
 // dst (shape `target`, broadcast to `out`) = src (shape `out`) summed over the broadcast
-// dims, each element in a fixed order (double accumulation). dst may equal src only when
-// the shapes hold the same number of elements (then nothing is summed).
-void ReduceToShape(const float* src, const Shape& out, float* dst, const Shape& target) {
+// dims, each element in a fixed order (double accumulation; each of src and dst float or
+// bfloat16 bits). dst may equal src only when the shapes hold the same number of elements
+// (then nothing is summed).
+template <typename TS, typename TD>
+void ReduceToShape(const TS* src, const Shape& out, TD* dst, const Shape& target) {
   const int64_t n = static_cast<int64_t>(graph::NumElements(out));
   const int64_t tn = static_cast<int64_t>(graph::NumElements(target));
   if (tn == n) {
-    if (dst != src) std::memcpy(dst, src, n * sizeof(float));
+    if constexpr (std::is_same_v<TS, TD>) {
+      if (dst != src) std::memcpy(dst, src, n * sizeof(TS));
+    } else {
+      for (int64_t i = 0; i < n; ++i) St(dst, i, Ld(src, i));
+    }
     return;
   }
   const int rank = static_cast<int>(out.size());
@@ -625,17 +673,19 @@ void ReduceToShape(const float* src, const Shape& out, float* dst, const Shape& 
         off += (qr % red_sizes[e]) * red_strides[e];
         qr /= red_sizes[e];
       }
-      sum += src[off];
+      sum += Ld(src, off);
     }
-    dst[j] = static_cast<float>(sum);
+    St(dst, j, static_cast<float>(sum));
   }
 }
 
+// Checks a broadcasting binary op: a, b and y float32, or all three bfloat16 (Add and Mul).
 absl::Status CheckBinary(const std::string& op, const std::vector<TensorView>& inputs,
                          const TensorView& y) {
-  RETURN_IF_ERROR(CheckFloat(op, "input 'a'", inputs[0]));
-  RETURN_IF_ERROR(CheckFloat(op, "input 'b'", inputs[1]));
-  RETURN_IF_ERROR(CheckFloat(op, "output 'y'", y));
+  const proto::DType dtype = EltwiseDType(y);
+  RETURN_IF_ERROR(CheckFloatOf(op, "input 'a'", inputs[0], dtype));
+  RETURN_IF_ERROR(CheckFloatOf(op, "input 'b'", inputs[1], dtype));
+  RETURN_IF_ERROR(CheckFloatOf(op, "output 'y'", y, dtype));
   const Shape& out = y.shape;
   for (int i = 0; i < 2; ++i) {
     const Shape& s = inputs[i].shape;
@@ -660,8 +710,12 @@ absl::Status BinaryForward(const ForwardArgs& args, F f) {
   const TensorView& b = args.inputs[1];
   const TensorView& y = args.outputs[0];
   RETURN_IF_ERROR(CheckBinary(args.op, args.inputs, y));
-  BroadcastBinary(y.shape, a.f32(), a.shape, b.f32(), b.shape, y.f32(), f);
-  return absl::OkStatus();
+  return ForElement(y.dtype, [&](auto e) {
+    using T = decltype(e);
+    BroadcastBinary(y.shape, Elems<const T>(a), a.shape, Elems<const T>(b), b.shape, Elems<T>(y),
+                    f);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status AddForward(CpuContext&, const ForwardArgs& args) {
@@ -699,13 +753,19 @@ absl::Status AddBackward(CpuContext&, const BackwardArgs& args) {
       Fill(d, 0.f);
       continue;
     }
-    ReduceToShape(dy.f32(), dy.shape, d.f32(), args.inputs[i].shape);
+    RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of output 'y'", dy, d.dtype));
+    RETURN_IF_ERROR(ForElement(d.dtype, [&](auto e) {
+      using T = decltype(e);
+      ReduceToShape(Elems<const T>(dy), dy.shape, Elems<T>(d), args.inputs[i].shape);
+      return absl::OkStatus();
+    }));
   }
   return absl::OkStatus();
 }
 
 // A gradient of an input broadcast in the product (fewer elements than dy) is dy times the
-// other input, summed down: that product is staged in the scratch, one at a time.
+// other input, summed down: that product is staged in the scratch, one at a time, in dy's
+// dtype (bfloat16 products rounded once before the float sum, as PyTorch's bf16 mul does).
 absl::StatusOr<uint64_t> MulBackwardScratch(CpuContext&, const BackwardArgs& args) {
   const TensorView& dy = args.output_grads[0];
   if (!dy.present()) return 0;
@@ -731,16 +791,23 @@ absl::Status MulBackward(CpuContext& ctx, const BackwardArgs& args) {
       continue;
     }
     RETURN_IF_ERROR(NeedData(args.op, InputName(args.op, 1 - i), other));
-    auto mul = [](float g, float v) { return g * v; };
-    if (d.num_elements() == dy.num_elements()) {
-      // Elementwise, each dy read just before the same element of d is written.
-      BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, d.f32(), mul);
-    } else {
-      ASSIGN_OR_RETURN(char* scratch, ctx.Scratch(args.scratch, args.scratch_bytes, dy.bytes()));
-      float* product = reinterpret_cast<float*>(scratch);
-      BroadcastBinary(out, dy.f32(), out, other.f32(), other.shape, product, mul);
-      ReduceToShape(product, out, d.f32(), args.inputs[i].shape);
-    }
+    RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of output 'y'", dy, d.dtype));
+    RETURN_IF_ERROR(ForElement(d.dtype, [&](auto e) -> absl::Status {
+      using T = decltype(e);
+      auto mul = [](float g, float v) { return g * v; };
+      if (d.num_elements() == dy.num_elements()) {
+        // Elementwise, each dy read just before the same element of d is written.
+        BroadcastBinary(out, Elems<const T>(dy), out, Elems<const T>(other), other.shape,
+                        Elems<T>(d), mul);
+      } else {
+        ASSIGN_OR_RETURN(char* scratch, ctx.Scratch(args.scratch, args.scratch_bytes, dy.bytes()));
+        T* product = reinterpret_cast<T*>(scratch);
+        BroadcastBinary(out, Elems<const T>(dy), out, Elems<const T>(other), other.shape, product,
+                        mul);
+        ReduceToShape(product, out, Elems<T>(d), args.inputs[i].shape);
+      }
+      return absl::OkStatus();
+    }));
   }
   return absl::OkStatus();
 }
@@ -907,9 +974,11 @@ absl::Status PReluBackward(CpuContext& ctx, const BackwardArgs& args) {
 
 // ---- LayerNorm ----------------------------------------------------------------------------
 
+// Checks LayerNorm's inputs: x float32 or bfloat16, weight and bias float32.
 absl::Status CheckLayerNorm(const std::string& op, const std::vector<TensorView>& inputs) {
-  RETURN_IF_ERROR(CheckAllFloat(op, inputs, [&](size_t i) { return InputName(op, i); }));
   const TensorView& x = inputs[0];
+  RETURN_IF_ERROR(CheckFloatOf(op, "input 'x'", x, EltwiseDType(x)));
+  for (int i = 1; i < 3; ++i) RETURN_IF_ERROR(CheckFloat(op, InputName(op, i), inputs[i]));
   if (x.rank() < 1) {
     return absl::InvalidArgumentError(StrCat("op '", op, "': input 'x' is a scalar"));
   }
@@ -927,7 +996,7 @@ absl::Status LayerNormForward(CpuContext&, const ForwardArgs& args) {
   RETURN_IF_ERROR(CheckLayerNorm(args.op, args.inputs));
   const TensorView& x = args.inputs[0];
   const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "output 'y'", y, x.dtype));
   const int64_t d = x.dim(-1);
   const int64_t rows = x.num_elements() / d;
   float* mean_out = nullptr;
@@ -942,79 +1011,65 @@ absl::Status LayerNormForward(CpuContext&, const ForwardArgs& args) {
     rstd_out = args.saved[1].f32();
   }
   const double eps = args.attrs->Float("epsilon");
-  const float* in = x.f32();
   const float* w = args.inputs[1].f32();
   const float* b = args.inputs[2].f32();
-  float* out = y.f32();
+  return ForElement(x.dtype, [&](auto e) {
+    using T = decltype(e);
+    const T* in = Elems<const T>(x);
+    T* out = Elems<T>(y);
 #pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = in + r * d;
-    double sum = 0;
-    for (int64_t k = 0; k < d; ++k) sum += xr[k];
-    const double mean = sum / d;
-    double sq = 0;
-    for (int64_t k = 0; k < d; ++k) sq += (xr[k] - mean) * (xr[k] - mean);
-    const float mean_f = static_cast<float>(mean);
-    const float rstd_f = static_cast<float>(1.0 / std::sqrt(sq / d + eps));
-    float* yr = out + r * d;  // May be xr: each element is read just before it is written.
-    for (int64_t k = 0; k < d; ++k) yr[k] = (xr[k] - mean_f) * rstd_f * w[k] + b[k];
-    if (mean_out != nullptr) {
-      mean_out[r] = mean_f;
-      rstd_out[r] = rstd_f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = in + r * d;
+      double sum = 0;
+      for (int64_t k = 0; k < d; ++k) sum += Ld(xr, k);
+      const double mean = sum / d;
+      double sq = 0;
+      for (int64_t k = 0; k < d; ++k) sq += (Ld(xr, k) - mean) * (Ld(xr, k) - mean);
+      const float mean_f = static_cast<float>(mean);
+      const float rstd_f = static_cast<float>(1.0 / std::sqrt(sq / d + eps));
+      T* yr = out + r * d;  // May be xr: each element is read just before it is written.
+      for (int64_t k = 0; k < d; ++k) St(yr, k, (Ld(xr, k) - mean_f) * rstd_f * w[k] + b[k]);
+      if (mean_out != nullptr) {
+        mean_out[r] = mean_f;
+        rstd_out[r] = rstd_f;
+      }
     }
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
-absl::Status LayerNormBackward(CpuContext&, const BackwardArgs& args) {
+// LayerNorm's backward on x and dy of element type T (float or bfloat16 bits), `rows` rows
+// of `d`: dx in T, dweight and dbias float32, every sum in double.
+template <typename T>
+void LayerNormBackwardOf(const BackwardArgs& args, const T* in, const T* g, int64_t rows,
+                         int64_t d) {
   const TensorView& dx = args.input_grads[0];
   const TensorView& dw = args.input_grads[1];
   const TensorView& db = args.input_grads[2];
-  const TensorView& dy = args.output_grads[0];
-  const TensorView& x = args.inputs[0];
-  RETURN_IF_ERROR(CheckFloat(args.op, "input 'x'", x));
-  const int64_t d = x.dim(-1);
-  const int64_t rows = x.num_elements() / d;
-  if (!dy.present()) {
-    for (const TensorView* g : {&dx, &dw, &db}) {
-      if (g->present()) Fill(*g, 0.f);
-    }
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(NeedData(args.op, "input 'x'", x));
-  if (args.saved.size() != 2) {
-    return absl::InternalError("op 'LayerNorm': the backward needs saved mean and rstd");
-  }
-  RETURN_IF_ERROR(NeedData(args.op, "saved mean", args.saved[0]));
-  RETURN_IF_ERROR(NeedData(args.op, "saved rstd", args.saved[1]));
-  RETURN_IF_ERROR(CheckElements(args.op, "saved mean", args.saved[0], rows));
-  RETURN_IF_ERROR(CheckElements(args.op, "saved rstd", args.saved[1], rows));
-  const float* in = x.f32();
-  const float* g = dy.f32();
   const float* mean = args.saved[0].f32();
   const float* rstd = args.saved[1].f32();
+  const int64_t n = rows * d;
 
   // Step 1: dx, row by row.
   if (dx.present()) {
-    RETURN_IF_ERROR(NeedData(args.op, "input 'weight'", args.inputs[1]));
     const float* w = args.inputs[1].f32();
-    float* out = dx.f32();
-#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+    T* out = Elems<T>(dx);
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = in + r * d;
-      const float* gr = g + r * d;
+      const T* xr = in + r * d;
+      const T* gr = g + r * d;
       double sum_g = 0, sum_gx = 0;
       for (int64_t k = 0; k < d; ++k) {
-        const float gw = gr[k] * w[k];
+        const float gw = Ld(gr, k) * w[k];
         sum_g += gw;
-        sum_gx += static_cast<double>(gw) * ((xr[k] - mean[r]) * rstd[r]);
+        sum_gx += static_cast<double>(gw) * ((Ld(xr, k) - mean[r]) * rstd[r]);
       }
       const float mg = static_cast<float>(sum_g / d);
       const float mgx = static_cast<float>(sum_gx / d);
-      float* dr = out + r * d;
+      T* dr = out + r * d;
       for (int64_t k = 0; k < d; ++k) {
-        const float xhat = (xr[k] - mean[r]) * rstd[r];
-        dr[k] = rstd[r] * (gr[k] * w[k] - mg - xhat * mgx);
+        const float xhat = (Ld(xr, k) - mean[r]) * rstd[r];
+        St(dr, k, rstd[r] * (Ld(gr, k) * w[k] - mg - xhat * mgx));
       }
     }
   }
@@ -1024,18 +1079,18 @@ absl::Status LayerNormBackward(CpuContext&, const BackwardArgs& args) {
     float* dw_out = dw.present() ? dw.f32() : nullptr;
     float* db_out = db.present() ? db.f32() : nullptr;
     const int64_t blocks = (d + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+#pragma omp parallel for if (n >= kParallelMin) schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t c0 = blk * kColumnBlock;
       const int64_t c1 = std::min(d, c0 + kColumnBlock);
       double acc_w[kColumnBlock] = {0};
       double acc_b[kColumnBlock] = {0};
       for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = in + r * d;
-        const float* gr = g + r * d;
+        const T* xr = in + r * d;
+        const T* gr = g + r * d;
         for (int64_t c = c0; c < c1; ++c) {
-          acc_w[c - c0] += static_cast<double>(gr[c]) * ((xr[c] - mean[r]) * rstd[r]);
-          acc_b[c - c0] += gr[c];
+          acc_w[c - c0] += static_cast<double>(Ld(gr, c)) * ((Ld(xr, c) - mean[r]) * rstd[r]);
+          acc_b[c - c0] += Ld(gr, c);
         }
       }
       for (int64_t c = c0; c < c1; ++c) {
@@ -1044,7 +1099,45 @@ absl::Status LayerNormBackward(CpuContext&, const BackwardArgs& args) {
       }
     }
   }
-  return absl::OkStatus();
+}
+
+absl::Status LayerNormBackward(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dx = args.input_grads[0];
+  const TensorView& dw = args.input_grads[1];
+  const TensorView& db = args.input_grads[2];
+  const TensorView& dy = args.output_grads[0];
+  const TensorView& x = args.inputs[0];
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "input 'x'", x, EltwiseDType(x)));
+  if (dx.present()) RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of input 'x'", dx, x.dtype));
+  for (int i = 1; i < 3; ++i) {
+    const TensorView& g = args.input_grads[i];
+    if (g.present()) {
+      RETURN_IF_ERROR(CheckFloat(args.op, "gradient of " + InputName(args.op, i), g));
+    }
+  }
+  const int64_t d = x.dim(-1);
+  const int64_t rows = x.num_elements() / d;
+  if (!dy.present()) {
+    for (const TensorView* g : {&dx, &dw, &db}) {
+      if (g->present()) Fill(*g, 0.f);
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of output 'y'", dy, x.dtype));
+  RETURN_IF_ERROR(NeedData(args.op, "input 'x'", x));
+  if (args.saved.size() != 2) {
+    return absl::InternalError("op 'LayerNorm': the backward needs saved mean and rstd");
+  }
+  RETURN_IF_ERROR(NeedData(args.op, "saved mean", args.saved[0]));
+  RETURN_IF_ERROR(NeedData(args.op, "saved rstd", args.saved[1]));
+  RETURN_IF_ERROR(CheckElements(args.op, "saved mean", args.saved[0], rows));
+  RETURN_IF_ERROR(CheckElements(args.op, "saved rstd", args.saved[1], rows));
+  if (dx.present()) RETURN_IF_ERROR(NeedData(args.op, "input 'weight'", args.inputs[1]));
+  return ForElement(x.dtype, [&](auto e) {
+    using T = decltype(e);
+    LayerNormBackwardOf(args, Elems<const T>(x), Elems<const T>(dy), rows, d);
+    return absl::OkStatus();
+  });
 }
 
 // ---- Views: Flatten, Reshape --------------------------------------------------------------
@@ -1419,72 +1512,88 @@ absl::StatusOr<SoftmaxLayout> GetSoftmaxLayout(const std::string& op, const grap
   return l;
 }
 
-absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
-  const TensorView& x = args.inputs[0];
-  const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(CheckUnaryForward(args));
-  auto layout = GetSoftmaxLayout(args.op, *args.attrs, x);
-  if (!layout.ok()) return layout.status();
-  const SoftmaxLayout l = *layout;
-  const float* in = x.f32();
-  float* out = y.f32();
+// Softmax along the lines of `l` on x and y of element type T (float or bfloat16 bits);
+// y may be x. A bfloat16 y is written once, normalised (its exponentials are computed
+// again rather than stored unnormalised, which would round twice).
+template <typename T>
+void SoftmaxForwardOf(const SoftmaxLayout& l, const T* in, T* out) {
   const int64_t lines = l.Lines();
-#pragma omp parallel for if (x.num_elements() >= kParallelMin) schedule(static)
+#pragma omp parallel for if (lines * l.len >= kParallelMin) schedule(static)
   for (int64_t line = 0; line < lines; ++line) {
     const int64_t base = l.Base(line);
     const int64_t visible = l.Visible(line / l.inner);
     // Pass 1: the max; pass 2: exponentials and their sum (y may be x: each element is
     // read just before it is overwritten); pass 3: normalise.
     float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < visible; ++j) m = std::max(m, l.scale * in[base + j * l.inner]);
+    for (int64_t j = 0; j < visible; ++j) m = std::max(m, l.scale * Ld(in, base + j * l.inner));
     double sum = 0;
     for (int64_t j = 0; j < l.len; ++j) {
       const int64_t at = base + j * l.inner;
-      const float e = j < visible ? std::exp(l.scale * in[at] - m) : 0.f;
-      out[at] = e;
+      const float e = j < visible ? std::exp(l.scale * Ld(in, at) - m) : 0.f;
+      if constexpr (std::is_same_v<T, float>) {
+        out[at] = e;
+      } else if (j >= visible) {
+        St(out, at, 0.f);
+      }
       sum += e;
     }
     const double inv = 1.0 / sum;
     for (int64_t j = 0; j < visible; ++j) {
       const int64_t at = base + j * l.inner;
-      out[at] = static_cast<float>(out[at] * inv);
+      if constexpr (std::is_same_v<T, float>) {
+        out[at] = static_cast<float>(out[at] * inv);
+      } else {
+        St(out, at, static_cast<float>(std::exp(l.scale * Ld(in, at) - m) * inv));
+      }
     }
   }
-  return absl::OkStatus();
+}
+
+absl::Status SoftmaxForward(CpuContext&, const ForwardArgs& args) {
+  const TensorView& x = args.inputs[0];
+  const TensorView& y = args.outputs[0];
+  RETURN_IF_ERROR(CheckUnaryForward(args, EltwiseDType(x)));
+  auto layout = GetSoftmaxLayout(args.op, *args.attrs, x);
+  if (!layout.ok()) return layout.status();
+  return ForElement(x.dtype, [&](auto e) {
+    using T = decltype(e);
+    SoftmaxForwardOf(*layout, Elems<const T>(x), Elems<T>(y));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status SoftmaxBackward(CpuContext&, const BackwardArgs& args) {
-  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args));
+  const proto::DType dtype = EltwiseDType(args.input_grads[0]);
+  ASSIGN_OR_RETURN(const bool trivial, UnaryBackwardIsTrivial(args, dtype));
   if (trivial) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const TensorView* y, UnaryBackwardData(args, /*from_output=*/true, dtype));
   const TensorView& dx = args.input_grads[0];
   const TensorView& dy = args.output_grads[0];
-  const TensorView& y = args.outputs[0];
-  RETURN_IF_ERROR(NeedData(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckFloat(args.op, "output 'y'", y));
-  RETURN_IF_ERROR(CheckElements(args.op, "gradient of input 'x'", dx, y.num_elements()));
-  RETURN_IF_ERROR(CheckElements(args.op, "gradient of output 'y'", dy, y.num_elements()));
-  auto layout = GetSoftmaxLayout(args.op, *args.attrs, y);
+  auto layout = GetSoftmaxLayout(args.op, *args.attrs, *y);
   if (!layout.ok()) return layout.status();
   const SoftmaxLayout l = *layout;
-  const float* yv = y.f32();
-  const float* g = dy.f32();
-  float* out = dx.f32();
-  const int64_t lines = l.Lines();
-#pragma omp parallel for if (y.num_elements() >= kParallelMin) schedule(static)
-  for (int64_t line = 0; line < lines; ++line) {
-    const int64_t base = l.Base(line);
-    double dot = 0;
-    for (int64_t j = 0; j < l.len; ++j) {
-      const int64_t at = base + j * l.inner;
-      dot += static_cast<double>(g[at]) * yv[at];
+  return ForElement(dtype, [&](auto e) {
+    using T = decltype(e);
+    const T* yv = Elems<const T>(*y);
+    const T* g = Elems<const T>(dy);
+    T* out = Elems<T>(dx);
+    const int64_t lines = l.Lines();
+#pragma omp parallel for if (y->num_elements() >= kParallelMin) schedule(static)
+    for (int64_t line = 0; line < lines; ++line) {
+      const int64_t base = l.Base(line);
+      double dot = 0;
+      for (int64_t j = 0; j < l.len; ++j) {
+        const int64_t at = base + j * l.inner;
+        dot += static_cast<double>(Ld(g, at)) * Ld(yv, at);
+      }
+      const float dot_f = static_cast<float>(dot);
+      for (int64_t j = 0; j < l.len; ++j) {  // dx may be dy: read, then overwrite.
+        const int64_t at = base + j * l.inner;
+        St(out, at, l.scale * Ld(yv, at) * (Ld(g, at) - dot_f));
+      }
     }
-    const float dot_f = static_cast<float>(dot);
-    for (int64_t j = 0; j < l.len; ++j) {  // dx may be dy: read, then overwrite.
-      const int64_t at = base + j * l.inner;
-      out[at] = l.scale * yv[at] * (g[at] - dot_f);
-    }
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 // ---- Embedding ----------------------------------------------------------------------------
@@ -1506,8 +1615,8 @@ absl::Status CheckIdsInRange(const std::string& op, const std::string& what, con
 absl::Status CheckEmbedding(const std::string& op, const TensorView& ids, const TensorView& table,
                             const TensorView& y) {
   RETURN_IF_ERROR(CheckIndices(op, "input 'ids'", ids));
-  RETURN_IF_ERROR(CheckFloat(op, "input 'table'", table));
-  RETURN_IF_ERROR(CheckFloat(op, "output 'y'", y));
+  RETURN_IF_ERROR(CheckFloatOf(op, "input 'table'", table, EltwiseDType(table)));
+  RETURN_IF_ERROR(CheckFloatOf(op, "output 'y'", y, table.dtype));
   if (table.rank() != 2) {
     return absl::InvalidArgumentError(StrCat("op '", op, "': input 'table' has shape ",
                                              ShapeString(table.shape), ", needs [V, D]"));
@@ -1529,17 +1638,61 @@ absl::Status EmbeddingForward(CpuContext&, const ForwardArgs& args) {
   RETURN_IF_ERROR(CheckEmbedding(args.op, ids, table, y));
   RETURN_IF_ERROR(CheckIdsFitTable(args.op, ids, table));
   const int64_t n = ids.num_elements();
-  const int64_t d = table.dim(1);
-  const float* t = table.f32();
-  float* out = y.f32();
-#pragma omp parallel for if (n * d >= kParallelMin) schedule(static)
+  const int64_t row_bytes = table.dim(1) * graph::DTypeSize(table.dtype);
+  const char* t = static_cast<const char*>(table.data);
+  char* out = static_cast<char*>(y.data);
+#pragma omp parallel for if (n * table.dim(1) >= kParallelMin) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(out + i * d, t + IndexAt(ids, i) * d, d * sizeof(float));
+    std::memcpy(out + i * row_bytes, t + IndexAt(ids, i) * row_bytes, row_bytes);
   }
   return absl::OkStatus();
 }
 
-absl::Status EmbeddingBackward(CpuContext&, const BackwardArgs& args) {
+// A bfloat16 table's gradient sums each row's dy rows in float32 and rounds once: the ids'
+// positions grouped by id (a counting sort: V + 1 offsets and n positions, int64) say which
+// rows each table row sums, in position order.
+absl::StatusOr<uint64_t> EmbeddingBackwardScratch(CpuContext&, const BackwardArgs& args) {
+  const TensorView& dtable = args.input_grads[1];
+  if (!dtable.present() || dtable.dtype != proto::DTYPE_BFLOAT16) return 0;
+  return (args.inputs[1].dim(0) + 1 + args.inputs[0].num_elements()) * sizeof(int64_t);
+}
+
+// dtable (bfloat16) = the dy rows of each id summed in float32, in position order (as the
+// float32 kernel sums them), rounded once; rows no id names are 0.
+absl::Status EmbeddingBackwardBf16(CpuContext& ctx, const BackwardArgs& args) {
+  const TensorView& ids = args.inputs[0];
+  const TensorView& dtable = args.input_grads[1];
+  const TensorView& dy = args.output_grads[0];
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of output 'y'", dy, proto::DTYPE_BFLOAT16));
+  const int64_t n = ids.num_elements();
+  const int64_t v = dtable.dim(0);
+  const int64_t d = dtable.dim(1);
+  ASSIGN_OR_RETURN(char* scratch,
+                   ctx.Scratch(args.scratch, args.scratch_bytes, (v + 1 + n) * sizeof(int64_t)));
+  int64_t* start =
+      reinterpret_cast<int64_t*>(scratch);  // Row r's positions: [start[r], start[r+1]).
+  int64_t* order = start + v + 1;
+  std::fill(start, start + v + 1, 0);
+  for (int64_t i = 0; i < n; ++i) ++start[IndexAt(ids, i) + 1];
+  for (int64_t r = 0; r < v; ++r) start[r + 1] += start[r];
+  for (int64_t i = 0; i < n; ++i) order[start[IndexAt(ids, i)]++] = i;
+  for (int64_t r = v; r > 0; --r) start[r] = start[r - 1];  // Undo the advance.
+  start[0] = 0;
+  const uint16_t* g = Elems<const uint16_t>(dy);
+  uint16_t* out = Elems<uint16_t>(dtable);
+#pragma omp parallel for if (v * d >= kParallelMin) schedule(dynamic, 64)
+  for (int64_t r = 0; r < v; ++r) {
+    uint16_t* row = out + r * d;
+    for (int64_t c = 0; c < d; ++c) {
+      float acc = 0.f;
+      for (int64_t q = start[r]; q < start[r + 1]; ++q) acc += Ld(g, order[q] * d + c);
+      St(row, c, acc);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingBackward(CpuContext& ctx, const BackwardArgs& args) {
   const TensorView& dtable = args.input_grads[1];
   if (!dtable.present()) return absl::OkStatus();
   const TensorView& ids = args.inputs[0];
@@ -1548,10 +1701,15 @@ absl::Status EmbeddingBackward(CpuContext&, const BackwardArgs& args) {
   RETURN_IF_ERROR(CheckEmbedding(args.op, ids, table, args.outputs[0]));
   RETURN_IF_ERROR(
       CheckElements(args.op, "gradient of input 'table'", dtable, table.num_elements()));
-  Fill(dtable, 0.f);
-  if (!dy.present()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of input 'table'", dtable, table.dtype));
+  if (!dy.present()) {
+    Fill(dtable, 0.f);
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(NeedData(args.op, "input 'ids'", ids));
   RETURN_IF_ERROR(CheckIdsFitTable(args.op, ids, table));
+  if (dtable.dtype == proto::DTYPE_BFLOAT16) return EmbeddingBackwardBf16(ctx, args);
+  Fill(dtable, 0.f);
   const int64_t n = ids.num_elements();
   const int64_t d = table.dim(1);
   const float* g = dy.f32();
@@ -1575,7 +1733,7 @@ absl::Status EmbeddingBackward(CpuContext&, const BackwardArgs& args) {
 
 absl::Status CheckCrossEntropy(const std::string& op, const TensorView& logits,
                                const TensorView& labels) {
-  RETURN_IF_ERROR(CheckFloat(op, "input 'logits'", logits));
+  RETURN_IF_ERROR(CheckFloatOf(op, "input 'logits'", logits, EltwiseDType(logits)));
   RETURN_IF_ERROR(CheckIndices(op, "input 'labels'", labels));
   if (logits.rank() < 1) {
     return absl::InvalidArgumentError(StrCat("op '", op, "': input 'logits' is a scalar"));
@@ -1598,10 +1756,18 @@ struct RowExpSum {
   double sum_exp;
 };
 
-RowExpSum ScanRow(const float* xr, int64_t c) {
-  const float m = *std::max_element(xr, xr + c);
+template <typename T>
+RowExpSum ScanRow(const T* xr, int64_t c) {
+  float m;
+  if constexpr (std::is_same_v<T, float>) {
+    m = *std::max_element(xr, xr + c);
+  } else {
+    // Bits to float before comparing (std::max_element's first largest, NaN aside).
+    m = Ld(xr, 0);
+    for (int64_t k = 1; k < c; ++k) m = std::max(m, Ld(xr, k));
+  }
   double sum = 0;
-  for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(xr[k]) - m);
+  for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(Ld(xr, k)) - m);
   return {m, sum};
 }
 
@@ -1625,13 +1791,17 @@ absl::Status CrossEntropyForward(CpuContext& ctx, const ForwardArgs& args) {
   ASSIGN_OR_RETURN(char* scratch,
                    ctx.Scratch(args.scratch, args.scratch_bytes, rows * sizeof(double)));
   double* loss = reinterpret_cast<double*>(scratch);
-  const float* in = logits.f32();
+  ForElement(logits.dtype, [&](auto e) {
+    using T = decltype(e);
+    const T* in = Elems<const T>(logits);
 #pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = in + r * c;
-    const RowExpSum row = ScanRow(xr, c);
-    loss[r] = row.max + std::log(row.sum_exp) - xr[IndexAt(labels, r)];
-  }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = in + r * c;
+      const RowExpSum row = ScanRow(xr, c);
+      loss[r] = row.max + std::log(row.sum_exp) - Ld(xr, IndexAt(labels, r));
+    }
+    return absl::OkStatus();
+  }).IgnoreError();  // The body cannot fail.
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) total += loss[r];
   y.f32()[0] = static_cast<float>(total / rows);
@@ -1644,7 +1814,7 @@ absl::Status CrossEntropyBackward(CpuContext&, const BackwardArgs& args) {
   const TensorView& logits = args.inputs[0];
   const TensorView& labels = args.inputs[1];
   RETURN_IF_ERROR(CheckCrossEntropy(args.op, logits, labels));
-  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of input 'logits'", dlogits));
+  RETURN_IF_ERROR(CheckFloatOf(args.op, "gradient of input 'logits'", dlogits, logits.dtype));
   RETURN_IF_ERROR(
       CheckElements(args.op, "gradient of input 'logits'", dlogits, logits.num_elements()));
   const TensorView& dloss = args.output_grads[0];
@@ -1657,21 +1827,25 @@ absl::Status CrossEntropyBackward(CpuContext&, const BackwardArgs& args) {
   const int64_t c = logits.dim(-1);
   const int64_t rows = logits.num_elements() / c;
   RETURN_IF_ERROR(CheckLabelsFitClasses(args.op, labels, logits));
+  RETURN_IF_ERROR(CheckFloat(args.op, "gradient of " + OutputName(args.op, 0), dloss));
   const double factor = static_cast<double>(dloss.f32()[0]) / rows;
-  const float* in = logits.f32();
-  float* out = dlogits.f32();
+  return ForElement(logits.dtype, [&](auto e) {
+    using T = decltype(e);
+    const T* in = Elems<const T>(logits);
+    T* out = Elems<T>(dlogits);
 #pragma omp parallel for if (logits.num_elements() >= kParallelMin) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = in + r * c;
-    const RowExpSum row = ScanRow(xr, c);
-    const int64_t label = IndexAt(labels, r);
-    float* dr = out + r * c;
-    for (int64_t k = 0; k < c; ++k) {
-      const double p = std::exp(static_cast<double>(xr[k]) - row.max) / row.sum_exp;
-      dr[k] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * factor);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = in + r * c;
+      const RowExpSum row = ScanRow(xr, c);
+      const int64_t label = IndexAt(labels, r);
+      T* dr = out + r * c;
+      for (int64_t k = 0; k < c; ++k) {
+        const double p = std::exp(static_cast<double>(Ld(xr, k)) - row.max) / row.sum_exp;
+        St(dr, k, static_cast<float>((p - (k == label ? 1.0 : 0.0)) * factor));
+      }
     }
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 // ---- Kernel entry: argument counts, attributes, oneDNN errors -----------------------------
@@ -1843,7 +2017,8 @@ void RegisterLoopKernels(KernelTable* table) {
   Register<ConcatForward, ConcatBackward>(table, "Concat");
   Register<SplitForward, SplitBackward>(table, "Split");
   Register<SoftmaxForward, SoftmaxBackward>(table, "Softmax");
-  Register<EmbeddingForward, EmbeddingBackward>(table, "Embedding");
+  Register<EmbeddingForward, EmbeddingBackward, nullptr, EmbeddingBackwardScratch>(table,
+                                                                                   "Embedding");
   Register<CrossEntropyForward, CrossEntropyBackward, CrossEntropyForwardScratch>(
       table, "SoftmaxCrossEntropy");
 }
