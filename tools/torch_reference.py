@@ -533,11 +533,15 @@ OPS = {
 #     reads, is cast to bfloat16 (one cast per step; autograd's backward of the cast turns
 #     the bf16 gradient into the float32 one the optimizer reads, as Headroom's CastGrad);
 #   - every op takes the dtype of its activation inputs: where a floating input is bf16, its
-#     output is bf16. It runs as Headroom's CPU backend runs it (executor/cpu/
-#     cpu_bf16_kernels.cc): its bf16 inputs widened exactly to float32, PyTorch's float32
-#     kernel, the output rounded once. A MatMul or Conv2D so computes what a bf16 GEMM with
-#     float32 accumulation and a fused bias does (bf16 products are exact in float32); a
-#     Softmax keeps its scale and mask inside; a norm its statistics and affine;
+#     output is bf16. A MatMul that is a linear layer (2-D weight read transposed: F.linear)
+#     and a Conv2D run PyTorch's own bf16 kernels (oneDNN, float32 accumulation, the bias
+#     fused: one rounding), as Headroom's direct path runs them. Every other op runs as
+#     Headroom's CPU backend stages it (executor/cpu/cpu_bf16_kernels.cc): its bf16 inputs
+#     widened exactly to float32, PyTorch's float32 kernel, the output rounded once. A
+#     batched MatMul, or one whose bias the interpreter would add apart (torch.matmul then
+#     + bias: two roundings), so computes what a bf16 GEMM with float32 accumulation and a
+#     fused bias does (bf16 products are exact in float32); a Softmax keeps its scale and
+#     mask inside; a norm its statistics and affine;
 #   - the gradient flowing back through an op is rounded to bf16 at each bf16 input, as
 #     Headroom's backward writes a bf16 dx; a Softmax's backward reads its rounded output
 #     (_Bf16Softmax), the tensor Headroom keeps for it;
@@ -584,6 +588,13 @@ class _Bf16Softmax(torch.autograd.Function):
 
 def HeadroomBf16(fn, op):
     """Returns `fn` (an OPS entry) run under Headroom's bf16 policy for op `op`."""
+    if op == "Conv2D":
+        return fn
+    if op == "MatMul":
+        staged = HeadroomBf16(fn, "MatMul (staged)")
+        return lambda x, attrs, node: (
+            fn(x, attrs, node) if attrs["transpose_b"] and not attrs["transpose_a"] and
+            x[1].dim() == 2 and x[0].dtype == torch.bfloat16 else staged(x, attrs, node))
     if op == "Softmax":
         return lambda x, attrs, node: (_Bf16Softmax.apply(x[0], attrs)
                                        if x[0].dtype == torch.bfloat16 else fn(x, attrs, node))
