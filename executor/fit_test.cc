@@ -28,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "graph/graph_builder.h"
 #include "gtest/gtest.h"
+#include "util/bfloat16.h"
 #include "util/split_mix.h"
 
 namespace headroom::executor {
@@ -192,6 +193,24 @@ TEST(FitLoopTest, RefusesTwoCallbacksOfOneNameAndAModelThatDoesNotFitTheSet) {
       HasSubstr("input 'images' is [4,1,8,8] float32; 'toy' gives [4,1,12,12]"));
 }
 
+TEST(ImageTaskTest, AnMlpTakesTheImagesFlattened) {
+  const data::ImageDataset set = ToySet(8, 8, 4, 1);
+  const graph::Graph mlp = ZooGraph("mlp", 4, {{"input", 64}, {"classes", 4}});
+  absl::StatusOr<ImageTask> task = ImageTask::Create(mlp, set);
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_EQ(task->input_shape, (graph::Shape{4, 64}));
+  // The batch is the images' bytes as they are: pixel p of item i at i * 64 + p.
+  std::vector<float> pixels(4 * 64);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i);
+  const std::vector<HostTensor> batch = task->Tensors(pixels, {0, 1, 2, 3});
+  ASSERT_EQ(batch[0].shape, (graph::Shape{4, 64}));
+  EXPECT_EQ(batch[0].f32()[3 * 64 + 5], 3 * 64 + 5);
+  const graph::Graph narrow = ZooGraph("mlp", 4, {{"input", 63}, {"classes", 4}});
+  EXPECT_THAT(ImageTask::Create(narrow, set).status().message(),
+              HasSubstr("input 'x' is [4,63] float32; 'toy' gives [4,1,8,8] float32 (1 "
+                        "channel(s) of 8x8), or flattened [4,64]"));
+}
+
 TEST(FitLoopTest, LearningRateFollowsTheScheduleEveryStep) {
   const graph::Graph g = ToyCnn();
   std::unique_ptr<Backend> backend_owner = cpu::CreateCpuBackend();
@@ -242,6 +261,16 @@ TEST(ClassificationTotalsTest, CountsTopOneWithTiesToTheFirstAndSumsCrossEntropy
   const double row1 = std::log(2 * std::exp(1.0) + 1.0) - 1.0;
   EXPECT_NEAR(totals.loss(), (row0 + row1) / 2, 1e-12);
   EXPECT_DOUBLE_EQ(totals.accuracy(), 0.5);
+
+  // The same logits in bfloat16 (a bf16 graph's; these values are exact in it) count alike.
+  HostTensor narrow = MakeHostTensor("logits", {3, 3}, proto::DTYPE_BFLOAT16);
+  uint16_t* bits = reinterpret_cast<uint16_t*>(narrow.bytes.data());
+  for (int i = 0; i < 9; ++i) bits[i] = FloatToBFloat16(values[i]);
+  ClassificationTotals from_bf16;
+  from_bf16.Add(narrow, labels, 2);
+  EXPECT_EQ(from_bf16.items, 2);
+  EXPECT_EQ(from_bf16.correct, 1);
+  EXPECT_NEAR(from_bf16.loss(), (row0 + row1) / 2, 1e-12);
 }
 
 // images [2, 1, 2, 2] -> Flatten -> Linear(4, 4) -> SoftmaxCrossEntropy.

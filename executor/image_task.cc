@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "graph/shape.h"
+#include "util/bfloat16.h"
 #include "util/status_macros.h"
 
 namespace headroom::executor {
@@ -27,12 +28,14 @@ absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
   task.logits = logits.name;
   task.labels = labels.name;
   task.label_dtype = labels.dtype;
-  if (logits.shape.size() != 2 || logits.dtype != proto::DTYPE_FLOAT32 ||
+  // bfloat16 logits are a --precision bf16 graph's (graph/mixed_precision.h).
+  if (logits.shape.size() != 2 ||
+      (logits.dtype != proto::DTYPE_FLOAT32 && logits.dtype != proto::DTYPE_BFLOAT16) ||
       logits.shape[1] < set.num_classes) {
     return absl::InvalidArgumentError(
         absl::StrCat("logits '", logits.name, "' are ", graph::ShapeString(logits.shape), " ",
                      graph::DTypeName(logits.dtype), "; '", set.name,
-                     "' needs [batch, classes >= ", set.num_classes, "] float32"));
+                     "' needs [batch, classes >= ", set.num_classes, "] float32 or bfloat16"));
   }
   task.batch = logits.shape[0];
   task.classes = logits.shape[1];
@@ -51,11 +54,14 @@ absl::StatusOr<ImageTask> ImageTask::Create(const graph::Graph& forward,
                                                      "' needs one input; the model has '",
                                                      task.input, "' and '", t.name, "'"));
     }
-    if (t.shape != images || t.dtype != proto::DTYPE_FLOAT32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input '", t.name, "' is ", graph::ShapeString(t.shape), " ", graph::DTypeName(t.dtype),
-          "; '", set.name, "' gives ", graph::ShapeString(images), " float32 (", set.channels,
-          " channel(s) of ", set.height, "x", set.width, ")"));
+    // The images as they are, or flattened row-major (the same bytes: what an mlp reads).
+    const graph::Shape flat{task.batch, set.channels * set.height * set.width};
+    if ((t.shape != images && t.shape != flat) || t.dtype != proto::DTYPE_FLOAT32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", t.name, "' is ", graph::ShapeString(t.shape), " ",
+                       graph::DTypeName(t.dtype), "; '", set.name, "' gives ",
+                       graph::ShapeString(images), " float32 (", set.channels, " channel(s) of ",
+                       set.height, "x", set.width, "), or flattened ", graph::ShapeString(flat)));
     }
     task.input = t.name;
     task.input_shape = t.shape;
@@ -93,8 +99,16 @@ std::vector<HostTensor> ImageTask::Tensors(absl::Span<const float> pixels,
 void ClassificationTotals::Add(const HostTensor& logits, absl::Span<const int64_t> labels,
                                int64_t count) {
   const int64_t classes = logits.shape.back();
+  // A bfloat16 row is widened (exactly) first.
+  std::vector<float> widened(logits.dtype == proto::DTYPE_BFLOAT16 ? classes : 0);
   for (int64_t i = 0; i < count; ++i) {
-    const float* row = logits.f32() + i * classes;
+    const float* row = widened.data();
+    if (widened.empty()) {
+      row = logits.f32() + i * classes;
+    } else {
+      const uint16_t* bits = reinterpret_cast<const uint16_t*>(logits.bytes.data()) + i * classes;
+      for (int64_t c = 0; c < classes; ++c) widened[c] = BFloat16ToFloat(bits[c]);
+    }
     const int64_t best = std::max_element(row, row + classes) - row;
     correct += best == labels[i] ? 1 : 0;
     // Cross-entropy by log-sum-exp from the largest logit.

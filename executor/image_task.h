@@ -2,7 +2,8 @@
 // takes its batches, and evaluation of held-out images by loss and top-1 accuracy.
 //
 // ImageTask::Create() finds, once, the graph's one float input of [B, C, H, W] (the set's
-// image shape), its labels [B] (int64 or int32) and its logits [B, classes] (the first input
+// image shape) or [B, C * H * W] (the images flattened row-major, as an mlp reads them: the
+// same bytes), its labels [B] (int64 or int32) and its logits [B, classes] (the first input
 // of its SoftmaxCrossEntropy loss, with at least the set's classes); then Tensors() turns
 // pixels and labels into the batch the trainer takes. ClassificationTotals adds up loss and
 // correct answers from logits. EvaluateImages() runs a held-out set through
@@ -28,9 +29,9 @@
 namespace headroom::executor {
 
 struct ImageTask {
-  std::string input;   // [batch, C, H, W] float32
+  std::string input;   // [batch, C, H, W] or [batch, C * H * W] float32
   std::string labels;  // [batch], label_dtype
-  std::string logits;  // [batch, classes] float32
+  std::string logits;  // [batch, classes] float32, or bfloat16 (a bf16 graph's)
   int64_t batch = 0;
   int64_t classes = 0;
   proto::DType label_dtype = proto::DTYPE_INT64;
@@ -55,7 +56,8 @@ struct ClassificationTotals {
   int64_t correct = 0;  // items whose largest logit (the first, on ties) is the label
   int64_t items = 0;
 
-  // Adds the first `count` rows of `logits` ([rows, classes] float32) against `labels`.
+  // Adds the first `count` rows of `logits` ([rows, classes] float32 or bfloat16) against
+  // `labels`.
   // REQUIRES: count <= rows and labels.size() >= count.
   void Add(const HostTensor& logits, absl::Span<const int64_t> labels, int64_t count);
 

@@ -95,7 +95,7 @@ Trainer::Trainer(const graph::Graph& forward, planner::TrainingGraph training,
                 ? options.cost
                 : std::make_shared<planner::RooflineCostModel>(forward, options.device)),
       task_(std::move(task)) {
-  options_.initial_values.clear();  // Used once, by Create().
+  options_.initial_values.clear();  // Used once, by Create() (Allocate()).
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& forward,
@@ -117,12 +117,60 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
           "parallel ranks or given cuts");
     }
   }
-  // 0. The precision: bf16 trains the rewritten graph, which the trainer then owns.
+  // 0. The precision: bf16 trains the rewritten graph, which the trainer then owns; auto
+  // plans both and keeps the one the planner's rule takes. Only then is the arena allocated.
+  std::unique_ptr<Trainer> t;
   if (options.precision == proto::PRECISION_AUTO) {
-    return absl::UnimplementedError(
-        "precision auto: a training run does not choose its precision yet; `headroom plan "
-        "--precision auto` says which one its plan takes: train with --precision fp32 or bf16");
+    ASSIGN_OR_RETURN(t, PlannedAuto(forward, backend, options));
+  } else {
+    ASSIGN_OR_RETURN(t, Planned(forward, backend, options));
   }
+  RETURN_IF_ERROR(t->Allocate(options.initial_values));
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::PlannedAuto(const graph::Graph& forward,
+                                                              Backend* backend,
+                                                              const TrainerOptions& options) {
+  if (options.cost != nullptr) {
+    return absl::InvalidArgumentError(
+        "precision auto: the given cost model (a measured profile) describes the float32 "
+        "step only, so it cannot compare the two; plan without it");
+  }
+  TrainerOptions each = options;
+  each.precision = proto::PRECISION_FP32;
+  absl::StatusOr<std::unique_ptr<Trainer>> fp32 = Planned(forward, backend, each);
+  each.precision = proto::PRECISION_BF16;
+  absl::StatusOr<std::unique_ptr<Trainer>> bf16 = Planned(forward, backend, each);
+  // Each plan's predicted step seconds, or why none fits.
+  const auto seconds =
+      [](const absl::StatusOr<std::unique_ptr<Trainer>>& t) -> absl::StatusOr<double> {
+    if (!t.ok()) return t.status();
+    return (*t)->plan_.step_seconds;
+  };
+  PrecisionChoice choice;
+  choice.automatic = true;
+  const auto record = [](const absl::StatusOr<double>& s, double& step_seconds,
+                         std::string& refusal) {
+    if (s.ok()) {
+      step_seconds = *s;
+    } else {
+      refusal = std::string(s.status().message());
+    }
+  };
+  record(seconds(fp32), choice.fp32_step_seconds, choice.fp32_refusal);
+  record(seconds(bf16), choice.bf16_step_seconds, choice.bf16_refusal);
+  ASSIGN_OR_RETURN(const proto::Precision precision,
+                   graph::ChooseFasterPrecision(seconds(fp32), seconds(bf16)));
+  std::unique_ptr<Trainer> chosen =
+      precision == proto::PRECISION_BF16 ? *std::move(bf16) : *std::move(fp32);
+  chosen->choice_ = std::move(choice);
+  return chosen;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Planned(const graph::Graph& forward,
+                                                          Backend* backend,
+                                                          const TrainerOptions& options) {
   if (options.precision == proto::PRECISION_BF16) {
     if (options.cost != nullptr) {
       return absl::InvalidArgumentError(
@@ -133,7 +181,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
     auto owned = std::make_shared<const graph::Graph>(std::move(mixed));
     TrainerOptions as_given = options;
     as_given.precision = proto::PRECISION_FP32;  // The graph is already the rewrite.
-    ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Create(*owned, backend, as_given));
+    ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Planned(*owned, backend, as_given));
     t->mixed_ = std::move(owned);
     return t;
   }
@@ -159,19 +207,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const graph::Graph& for
           "gradient buckets laid out beside it takes ", graph::HumanBytes(t->plan_.peak_bytes)));
     }
   }
+  return t;
+}
 
-  // Only now allocate: the arena, the host pool, then each parameter and buffer in turn
-  // straight into the arena (the given value, else the seeded one).
-  ASSIGN_OR_RETURN(const auto given, ValuesByName(options.initial_values, forward));
-  RETURN_IF_ERROR(t->MakeExecutor([&](const StateTensorInfo& tensor, absl::Span<uint8_t> dst) {
+absl::Status Trainer::Allocate(const std::vector<HostTensor>& initial_values) {
+  // The arena, the host pool, then each parameter and buffer in turn straight into the arena
+  // (the given value, else the seeded one).
+  const graph::Graph& forward = forward_;
+  ASSIGN_OR_RETURN(const auto given, ValuesByName(initial_values, forward));
+  const uint64_t seed = options_.seed;
+  return MakeExecutor([&](const StateTensorInfo& tensor, absl::Span<uint8_t> dst) {
     if (auto it = given.find(tensor.name); it != given.end()) {
       std::copy(it->second->bytes.begin(), it->second->bytes.end(), dst.begin());
     } else {
-      FillInitialValue(forward, forward.FindTensor(tensor.name), options.seed, dst);
+      FillInitialValue(forward, forward.FindTensor(tensor.name), seed, dst);
     }
     return absl::OkStatus();
-  }));
-  return t;
+  });
 }
 
 absl::StatusOr<planner::SectionPlan> Trainer::MakePlan(int32_t keep_every) const {

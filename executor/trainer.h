@@ -52,7 +52,11 @@ struct TrainerOptions {
   // The precision of the step (graph/mixed_precision.h): PRECISION_FP32 (default) trains
   // the forward graph as given; PRECISION_BF16 plans and runs its bf16 mixed-precision
   // rewrite (the trainer owns it; forward() returns it), which needs the backend's bf16
-  // kernels; PRECISION_AUTO is refused (Unimplemented): a run does not choose yet.
+  // kernels; PRECISION_AUTO plans both and runs the one `headroom plan --precision auto`
+  // would take (graph::ChooseFasterPrecision over the two plans' predicted step seconds,
+  // each planned as this trainer plans: its budget, placement search and the backend's
+  // scratch; Trainer::precision_choice() says what it compared). BF16 and AUTO refuse a
+  // given `cost` (a measured profile describes the float32 step).
   proto::Precision precision = proto::PRECISION_FP32;
   // Use exactly these cuts (and offloads) instead of searching; for tests and experiments.
   std::optional<planner::SectionCuts> cuts;
@@ -131,6 +135,18 @@ struct RebuildReplan {
   std::string failure;
 };
 
+// What TrainerOptions::precision AUTO compared (Trainer::precision_choice()).
+struct PrecisionChoice {
+  // Whether the precision was chosen (AUTO); false: given. The rest is set only when true.
+  bool automatic = false;
+  // The predicted step seconds of the fastest plan that fits in each precision; -1 where
+  // none fits, and then the planner's refusal.
+  double fp32_step_seconds = -1;
+  double bf16_step_seconds = -1;
+  std::string fp32_refusal;
+  std::string bf16_refusal;
+};
+
 class Trainer {
  public:
   // Returns a trainer with its plan made and its arena allocated. FailedPrecondition (the
@@ -205,6 +221,8 @@ class Trainer {
   proto::Precision precision() const {
     return mixed_ != nullptr ? proto::PRECISION_BF16 : proto::PRECISION_FP32;
   }
+  // What choosing the precision compared (automatic false where it was given).
+  const PrecisionChoice& precision_choice() const { return choice_; }
   // The largest peak of the plans the steps ran under (replans change the plan).
   uint64_t largest_planned_peak_bytes() const { return largest_planned_peak_bytes_; }
   // The replans TrainerOptions::max_rebuild_error made, in order.
@@ -216,6 +234,19 @@ class Trainer {
   Trainer(const graph::Graph& forward, planner::TrainingGraph training,
           const TrainerOptions& options, Backend* backend, SyntheticTask task);
 
+  // Returns a trainer of options.precision FP32 or BF16 with its plan made, its arena not
+  // yet allocated (Create()'s errors).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Planned(const graph::Graph& forward,
+                                                          Backend* backend,
+                                                          const TrainerOptions& options);
+  // Returns Planned() of the precision graph::ChooseFasterPrecision takes between the two,
+  // its choice_ set.
+  static absl::StatusOr<std::unique_ptr<Trainer>> PlannedAuto(const graph::Graph& forward,
+                                                              Backend* backend,
+                                                              const TrainerOptions& options);
+  // Makes executor_ for plan_, each parameter and buffer from `initial_values` (by name),
+  // else its seeded initial value.
+  absl::Status Allocate(const std::vector<HostTensor>& initial_values);
   // Returns the plan of options_ (keep_every: ReversibleSearch::Plan's; 0 unrestricted).
   absl::StatusOr<planner::SectionPlan> MakePlan(int32_t keep_every) const;
   // Makes executor_ for plan_, its state written by `initial`.
@@ -240,6 +271,7 @@ class Trainer {
   // The k of the last replan (0: none yet; 1: every block kept, or no replan fits).
   int32_t keep_every_ = 0;
   std::vector<RebuildReplan> replans_;
+  PrecisionChoice choice_;
 };
 
 }  // namespace headroom::executor

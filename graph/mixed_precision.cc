@@ -108,6 +108,24 @@ absl::StatusOr<proto::Precision> ParsePrecision(absl::string_view name) {
       absl::StrCat("precision '", name, "' is not fp32, bf16 or auto"));
 }
 
+absl::StatusOr<proto::Precision> ChooseFasterPrecision(
+    const absl::StatusOr<double>& fp32_step_seconds,
+    const absl::StatusOr<double>& bf16_step_seconds) {
+  for (const absl::StatusOr<double>* s : {&fp32_step_seconds, &bf16_step_seconds}) {
+    if (!s->ok() && s->status().code() != absl::StatusCode::kFailedPrecondition) {
+      return s->status();
+    }
+  }
+  if (!fp32_step_seconds.ok() && !bf16_step_seconds.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "neither precision fits. In bf16 mixed precision: ", bf16_step_seconds.status().message(),
+        " In float32: ", fp32_step_seconds.status().message()));
+  }
+  if (!fp32_step_seconds.ok()) return proto::PRECISION_BF16;
+  if (!bf16_step_seconds.ok()) return proto::PRECISION_FP32;
+  return *bf16_step_seconds < *fp32_step_seconds ? proto::PRECISION_BF16 : proto::PRECISION_FP32;
+}
+
 absl::StatusOr<proto::GraphDef> MixedPrecisionDef(const Graph& forward) {
   const absl::flat_hash_set<TensorId> cast = TensorsToCast(forward);
   const proto::GraphDef original = forward.ToProto();

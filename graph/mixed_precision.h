@@ -18,6 +18,16 @@ const char* PrecisionName(proto::Precision precision);
 // otherwise.
 absl::StatusOr<proto::Precision> ParsePrecision(absl::string_view name);
 
+// Returns the precision PRECISION_AUTO takes, given the predicted step seconds of the
+// fastest plan that fits in each precision (or why none fits): PRECISION_BF16 where its
+// plan is faster, or where float32's does not fit; PRECISION_FP32 on a tie or where bf16's
+// does not fit. The one rule of `plan --precision auto` and `train --precision auto`.
+// Errors: FailedPrecondition giving both refusals where neither fits; any other error of
+// either (not a refusal to fit) as it is.
+absl::StatusOr<proto::Precision> ChooseFasterPrecision(
+    const absl::StatusOr<double>& fp32_step_seconds,
+    const absl::StatusOr<double>& bf16_step_seconds);
+
 // Returns the bf16 mixed-precision form of the validated forward graph `forward` (Headroom's
 // policy, docs/training.md):
 //   - parameters, their gradients as the optimizer sees them and optimizer state stay

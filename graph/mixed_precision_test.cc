@@ -80,6 +80,25 @@ void ExpectPolicy(const Graph& fp32, const Graph& mixed) {
   EXPECT_EQ(mixed.nodes().size(), fp32.nodes().size() + expected_casts);
 }
 
+TEST(ChooseFasterPrecisionTest, TheFasterThatFitsFloat32OnATie) {
+  const absl::Status no = absl::FailedPreconditionError("budget 1 B is below 2 B");
+  EXPECT_EQ(*ChooseFasterPrecision(2.0, 1.0), proto::PRECISION_BF16);
+  EXPECT_EQ(*ChooseFasterPrecision(1.0, 2.0), proto::PRECISION_FP32);
+  EXPECT_EQ(*ChooseFasterPrecision(1.0, 1.0), proto::PRECISION_FP32);
+  EXPECT_EQ(*ChooseFasterPrecision(no, 9.0), proto::PRECISION_BF16);
+  EXPECT_EQ(*ChooseFasterPrecision(9.0, no), proto::PRECISION_FP32);
+  const absl::StatusOr<proto::Precision> neither =
+      ChooseFasterPrecision(absl::FailedPreconditionError("fp32 needs 3 B."),
+                            absl::FailedPreconditionError("bf16 needs 2 B."));
+  EXPECT_EQ(neither.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(neither.status().message(),
+            "neither precision fits. In bf16 mixed precision: bf16 needs 2 B. In float32: fp32 "
+            "needs 3 B.");
+  // Another error (not a refusal to fit) is passed on, even beside a plan that fits.
+  EXPECT_EQ(ChooseFasterPrecision(absl::InvalidArgumentError("bad"), 1.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MixedPrecisionTest, ZooModelsFollowThePolicy) {
   for (const char* name : {"mlp", "resnet18", "transformer", "mobilenet_v2"}) {
     const Graph fp32 = Zoo(name);

@@ -434,20 +434,15 @@ proto::PlanResponse WithFrontier(TrainingAnswer answer) {
 // over both; when neither fits, both refusals.
 absl::StatusOr<proto::PlanResponse> ChoosePrecision(absl::StatusOr<TrainingAnswer> fp32,
                                                     absl::StatusOr<TrainingAnswer> bf16) {
-  for (const absl::StatusOr<TrainingAnswer>* a : {&fp32, &bf16}) {
-    if (!a->ok() && a->status().code() != absl::StatusCode::kFailedPrecondition) {
-      return a->status();
-    }
-  }
-  if (!fp32.ok() && !bf16.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("neither precision fits. In bf16 mixed precision: ", bf16.status().message(),
-                     " In float32: ", fp32.status().message()));
-  }
+  const auto seconds = [](const absl::StatusOr<TrainingAnswer>& a) -> absl::StatusOr<double> {
+    if (!a.ok()) return a.status();
+    return a->response.summary().predicted_step_seconds();
+  };
+  ASSIGN_OR_RETURN(const proto::Precision precision,
+                   graph::ChooseFasterPrecision(seconds(fp32), seconds(bf16)));
+  const bool take_bf16 = precision == proto::PRECISION_BF16;
   if (!fp32.ok()) return WithFrontier(*std::move(bf16));
   if (!bf16.ok()) return WithFrontier(*std::move(fp32));
-  const bool take_bf16 = bf16->response.summary().predicted_step_seconds() <
-                         fp32->response.summary().predicted_step_seconds();
   TrainingAnswer chosen = take_bf16 ? *std::move(bf16) : *std::move(fp32);
   const TrainingAnswer& other = take_bf16 ? *fp32 : *bf16;
   std::vector<TradeOffPoint> all = chosen.frontier;

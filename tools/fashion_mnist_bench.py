@@ -89,12 +89,32 @@ def BatchNormEval(x, attrs, node):
 
 
 def RunTorch(args, export_dir):
-    torch.set_num_threads(args.threads)
+    return TrainTorch(export_dir, args.epochs, args.threads)["epochs"]
+
+
+def SetPolicy(policy):
+    """Sets torch_reference's precision policy for the interpreters made after it: "fp32"
+    (the export's float32), "autocast" (torch.autocast's CPU bf16) or "headroom" (Headroom's
+    bf16 policy, torch_reference.HeadroomBf16)."""
+    if policy not in ("fp32", "autocast", "headroom"):
+        raise ValueError("policy '%s' is not fp32, autocast or headroom" % policy)
+    torch_reference.AUTOCAST_BF16 = policy == "autocast"
+    torch_reference.HEADROOM_BF16 = policy == "headroom"
+
+
+def TrainTorch(export_dir, epochs, threads, policy="fp32"):
+    """Trains a `headroom train --dataset fashion-mnist --export` directory with PyTorch from
+    its initial weights on its data order at its rates, evaluating the test set after each
+    epoch; returns {"step_losses": [...], "epochs": [{"epoch", "eval_loss",
+    "eval_accuracy", "train_seconds"}]}. `policy`: SetPolicy's."""
+    torch.set_num_threads(threads)
+    SetPolicy(policy)
     export = torch_reference.Export.Load(export_dir)
     interpreter = torch_reference.GraphInterpreter(export)
     model = torch_reference.Model(export, interpreter)
     images_name = export.Names("input")[0]
     labels_name = export.Names("label")[0]
+    image_shape = export.tensors[images_name]["shape"][1:]  # [1, 28, 28], or [784] (mlp)
     train_x = ReadIdx(os.path.join(FASHION, "train-images-idx3-ubyte.gz"))
     train_y = ReadIdx(os.path.join(FASHION, "train-labels-idx1-ubyte.gz"))
     test_x = ReadIdx(os.path.join(FASHION, "t10k-images-idx3-ubyte.gz"))
@@ -102,12 +122,13 @@ def RunTorch(args, export_dir):
     order = np.fromfile(os.path.join(export_dir, "data_order.bin"), dtype="<i8")
     rates = np.fromfile(os.path.join(export_dir, "learning_rates.bin"), dtype="<f8")
     steps = len(rates)
-    order = order.reshape(steps, args.batch)
-    steps_per_epoch = steps // args.epochs
+    batch = len(order) // steps
+    order = order.reshape(steps, batch)
+    steps_per_epoch = steps // epochs
 
     def Batch(x, y, items):
         pixels = torch.from_numpy(x[items].astype(np.float32) / np.float32(255))
-        return {images_name: pixels.reshape(len(items), 1, 28, 28),
+        return {images_name: pixels.reshape([len(items)] + list(image_shape)),
                 labels_name: torch.from_numpy(y[items].astype(np.int64))}
 
     # Evaluation: the same graph with batch norm in eval mode; the last batch is filled with
@@ -121,14 +142,17 @@ def RunTorch(args, export_dir):
     def Evaluate():
         correct, loss_sum = 0, 0.0
         n = len(test_y)
-        with torch.no_grad():
-            for first in range(0, n, args.batch):
-                count = min(args.batch, n - first)
-                items = np.array([first + i if i < count else i % n for i in range(args.batch)])
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                             enabled=torch_reference.AUTOCAST_BF16):
+            for first in range(0, n, batch):
+                count = min(batch, n - first)
+                items = np.array([first + i if i < count else i % n for i in range(batch)])
                 leaves = dict(model.parameters)
                 leaves.update(model.buffers)
                 leaves.update(Batch(test_x, test_y, items))
                 env = dict(leaves)
+                for name in eval_interpreter.bf16_casts:
+                    env[name] = env[name].to(torch.bfloat16)
                 for node, fn, attrs, drop in eval_interpreter.nodes:
                     out = fn([env[name] for name in node["inputs"]], attrs, node)
                     outs = out if isinstance(out, list) else [out]
@@ -140,23 +164,38 @@ def RunTorch(args, export_dir):
                 loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
         return loss_sum / n, correct / n
 
-    epochs = []
-    for e in range(args.epochs):
+    epoch_records, step_losses = [], []
+    for e in range(epochs):
         start = time.perf_counter()
         for s in range(e * steps_per_epoch, (e + 1) * steps_per_epoch):
             for group in model.optimizer.param_groups:
                 group["lr"] = float(rates[s])
-            model.Step(Batch(train_x, train_y, order[s]))
+            step_losses.append(model.Step(Batch(train_x, train_y, order[s]))[0])
             if (s + 1) % 200 == 0:
-                print("  torch    step %d/%d, %.1f s" % (s + 1, steps, time.perf_counter() - start),
+                print("  torch %-8s step %d/%d, %.1f s" % (policy, s + 1, steps,
+                                                          time.perf_counter() - start),
                       flush=True)
         train_seconds = time.perf_counter() - start
         loss, accuracy = Evaluate()
-        epochs.append({"epoch": e, "eval_loss": loss, "eval_accuracy": accuracy,
-                       "train_seconds": train_seconds})
-        print("  torch    epoch %d: test loss %.5f, test accuracy %.4f, %.1f s train"
-              % (e + 1, loss, accuracy, train_seconds), flush=True)
-    return epochs
+        epoch_records.append({"epoch": e, "eval_loss": loss, "eval_accuracy": accuracy,
+                              "train_seconds": train_seconds})
+        print("  torch %-8s epoch %d: test loss %.5f, test accuracy %.4f, %.1f s train"
+              % (policy, e + 1, loss, accuracy, train_seconds), flush=True)
+    SetPolicy("fp32")
+    return {"step_losses": step_losses, "epochs": epoch_records}
+
+
+def ParseBenchArgs(parser, argv, prefix):
+    """Adds the flags every Fashion-MNIST benchmark has (--threads, --out, --skip-torch) to
+    `parser` and parses `argv`; returns (args, the output folder, made: --out, else a new
+    temporary folder named `prefix`...)."""
+    parser.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
+    parser.add_argument("--out", default="", help="keep the exports and result.json here")
+    parser.add_argument("--skip-torch", action="store_true")
+    args = parser.parse_args(argv)
+    out = args.out or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(out, exist_ok=True)
+    return args, out
 
 
 def Main(argv=None):
@@ -168,12 +207,7 @@ def Main(argv=None):
     parser.add_argument("--lr-schedule", default="cosine")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", default="", help="also train under this budget")
-    parser.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
-    parser.add_argument("--out", default="", help="keep the exports here")
-    parser.add_argument("--skip-torch", action="store_true")
-    args = parser.parse_args(argv)
-    out = args.out or tempfile.mkdtemp(prefix="fashion_bench_")
-    os.makedirs(out, exist_ok=True)
+    args, out = ParseBenchArgs(parser, argv, "fashion_bench_")
 
     result = {"epochs": args.epochs, "batch": args.batch, "lr": args.lr,
               "lr_schedule": args.lr_schedule}

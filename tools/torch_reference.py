@@ -97,6 +97,8 @@ import torch.nn.functional as F
 
 # Set by --autocast-bf16 (Run): the forward runs under torch.autocast's bf16.
 AUTOCAST_BF16 = False
+# Set by --headroom-bf16 (Run): the forward follows Headroom's bf16 policy (HeadroomBf16).
+HEADROOM_BF16 = False
 from torch.profiler import ProfilerActivity, profile
 
 from torch_events import ALLOCATION_HELPERS, WalkEvents
@@ -523,6 +525,95 @@ OPS = {
 }
 
 
+# ---- Headroom's bf16 policy (--headroom-bf16) ------------------------------------------
+#
+# graph::ToMixedPrecision (graph/mixed_precision.h) as PyTorch ops, so that a replay rounds
+# exactly where Headroom rounds:
+#   - a float32 graph input, and a float32 parameter that a Conv2D, MatMul or Embedding
+#     reads, is cast to bfloat16 (one cast per step; autograd's backward of the cast turns
+#     the bf16 gradient into the float32 one the optimizer reads, as Headroom's CastGrad);
+#   - every op takes the dtype of its activation inputs: where a floating input is bf16, its
+#     output is bf16. A MatMul that is a linear layer (2-D weight read transposed: F.linear)
+#     and a Conv2D run PyTorch's own bf16 kernels (oneDNN, float32 accumulation, the bias
+#     fused: one rounding), as Headroom's direct path runs them. Every other op runs as
+#     Headroom's CPU backend stages it (executor/cpu/cpu_bf16_kernels.cc): its bf16 inputs
+#     widened exactly to float32, PyTorch's float32 kernel, the output rounded once. A
+#     batched MatMul, or one whose bias the interpreter would add apart (torch.matmul then
+#     + bias: two roundings), so computes what a bf16 GEMM with float32 accumulation and a
+#     fused bias does (bf16 products are exact in float32); a Softmax keeps its scale and
+#     mask inside; a norm its statistics and affine;
+#   - the gradient flowing back through an op is rounded to bf16 at each bf16 input, as
+#     Headroom's backward writes a bf16 dx; a Softmax's backward reads its rounded output
+#     (_Bf16Softmax), the tensor Headroom keeps for it;
+#   - BatchNorm, LayerNorm and GroupNorm keep float32 weight, bias and statistics; the
+#     cross-entropy losses are float32 whatever the logits' dtype (dlogits bf16).
+# Not modelled: the order of accumulation inside a kernel (oneDNN's against PyTorch's), so
+# an output near a rounding boundary may round the other way.
+BF16_CAST_READERS = ("Conv2D", "MatMul", "Embedding")
+FLOAT32_LOSS_OPS = ("SoftmaxCrossEntropy", "PixelSoftmaxCrossEntropy")
+
+
+def Bf16CastNames(export):
+    """Returns the names of the leaves Headroom's policy casts to bfloat16: float32 inputs
+    and the float32 parameters that a Conv2D, MatMul or Embedding reads."""
+    names = {n for n, t in export.tensors.items()
+             if t.get("role") == "input" and t["dtype"] == "float32"}
+    for node in export.nodes:
+        if node["op"] in BF16_CAST_READERS:
+            for name in node["inputs"]:
+                t = export.tensors.get(name)
+                if t and t.get("role") == "parameter" and t["dtype"] == "float32":
+                    names.add(name)
+    return names
+
+
+class _Bf16Softmax(torch.autograd.Function):
+    """Headroom's Softmax of a bf16 x: computed in float32 (scale and causal mask inside),
+    rounded once; its backward reads the rounded output, the tensor Headroom keeps for it
+    (autograd would keep the float32 one), through PyTorch's own softmax backward kernel."""
+
+    @staticmethod
+    def forward(ctx, x, attrs):
+        y = _Softmax([x.float()], attrs, None).to(torch.bfloat16)
+        ctx.save_for_backward(y)
+        ctx.axis, ctx.scale = attrs["axis"], attrs["scale"]
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        dx = torch._softmax_backward_data(dy.float(), y.float(), ctx.axis, torch.float32)
+        return (dx * ctx.scale).to(torch.bfloat16), None
+
+
+def HeadroomBf16(fn, op):
+    """Returns `fn` (an OPS entry) run under Headroom's bf16 policy for op `op`."""
+    if op == "Conv2D":
+        return fn
+    if op == "MatMul":
+        staged = HeadroomBf16(fn, "MatMul (staged)")
+        return lambda x, attrs, node: (
+            fn(x, attrs, node) if attrs["transpose_b"] and not attrs["transpose_a"] and
+            x[1].dim() == 2 and x[0].dtype == torch.bfloat16 else staged(x, attrs, node))
+    if op == "Softmax":
+        return lambda x, attrs, node: (_Bf16Softmax.apply(x[0], attrs)
+                                       if x[0].dtype == torch.bfloat16 else fn(x, attrs, node))
+
+    def Run(x, attrs, node):
+        floating = [t for t in x if torch.is_tensor(t) and t.is_floating_point()]
+        if not any(t.dtype == torch.bfloat16 for t in floating):
+            return fn(x, attrs, node)
+        wide = [t.float() if torch.is_tensor(t) and t.dtype == torch.bfloat16 else t for t in x]
+        out = fn(wide, attrs, node)
+        if op in FLOAT32_LOSS_OPS:
+            return out
+        if isinstance(out, list):
+            return [t.to(torch.bfloat16) if t.is_floating_point() else t for t in out]
+        return out.to(torch.bfloat16) if out.is_floating_point() else out
+
+    return Run
+
+
 # ---- The interpreter -------------------------------------------------------------------
 
 
@@ -537,6 +628,8 @@ class GraphInterpreter:
 
     def __init__(self, export):
         self.loss = export.loss
+        # Leaves cast to bf16 before the forward (--headroom-bf16); none otherwise.
+        self.bf16_casts = Bf16CastNames(export) if HEADROOM_BF16 else set()
         self.nodes = []  # (node, op function, attrs with defaults, names to drop after)
         defined = {n for n, t in export.tensors.items() if t.get("role") in LEAF_ROLES}
         last_use = {}
@@ -566,7 +659,8 @@ class GraphInterpreter:
                 raise ExportError("%s: has %d outputs, needs %d"
                                   % (where, len(node["outputs"]), n_out))
             defined.update(node["outputs"])
-            self.nodes.append((node, OPS[op], attrs))
+            self.nodes.append((node, HeadroomBf16(OPS[op], op) if HEADROOM_BF16 else OPS[op],
+                               attrs))
         if self.loss not in defined:
             raise ExportError("the loss '%s' is not produced by any node" % self.loss)
         leaves = {n for n, t in export.tensors.items() if t.get("role") in LEAF_ROLES}
@@ -579,6 +673,8 @@ class GraphInterpreter:
     def Forward(self, leaves):
         """Returns the loss tensor of one forward pass over `leaves`."""
         env = dict(leaves)
+        for name in self.bf16_casts:
+            env[name] = env[name].to(torch.bfloat16)
         for node, fn, attrs, drop in self.nodes:
             out = fn([env[name] for name in node["inputs"]], attrs, node)
             outs = out if isinstance(out, list) else [out]
@@ -824,17 +920,30 @@ def _CompareFinalState(export, headroom, final_state):
         raise ExportError("headroom.json final_state names unknown tensors: %s"
                           % ", ".join(unknown[:5]))
     theirs = export.ReadState("final_state.bin", entries)
-    rel = {}
+    initial = export.ReadState()
+    rel, update_rel = {}, {}
     for name, h in theirs.items():
         t = final_state[name].double()
         norm = t.norm().item()
         d = (h.double() - t).norm().item()
         rel[name] = d / norm if norm > 0 else d
+        # Against what training moved the tensor: ||headroom - torch|| / ||torch - initial||
+        # (after one step, the error of the first update, so of the first gradient).
+        moved = (t - initial[name].double()).norm().item() if name in initial else 0
+        if moved > 0:
+            update_rel[name] = d / moved
     params = [n for n in rel if export.tensors[n]["role"] == "parameter"]
     worst = max(params, key=lambda n: rel[n]) if params else None
+    moved_params = [n for n in params if n in update_rel]
+    worst_update = max(moved_params, key=lambda n: update_rel[n]) if moved_params else None
     return {"final_parameter_max_rel_diff": rel[worst] if worst else None,
             "final_parameter_worst": worst,
-            "final_state_rel_diffs": rel}
+            "final_state_rel_diffs": rel,
+            "update_max_rel_diff": update_rel[worst_update] if worst_update else None,
+            "update_median_rel_diff": (statistics.median(update_rel[n] for n in moved_params)
+                                       if moved_params else None),
+            "update_worst": worst_update,
+            "update_rel_diffs": update_rel}
 
 
 # ---- Command line ----------------------------------------------------------------------
@@ -856,6 +965,10 @@ def ParseArgs(argv):
     p.add_argument("--autocast-bf16", action="store_true",
                    help="run the forward under torch.autocast('cpu', torch.bfloat16): "
                         "PyTorch's mixed precision, to hold Headroom's --precision bf16 against")
+    p.add_argument("--headroom-bf16", action="store_true",
+                   help="run the forward under Headroom's bf16 policy with PyTorch's kernels: "
+                        "casts where graph::ToMixedPrecision casts, bf16 activations and "
+                        "gradients, float32 master weights, norms' statistics and the loss")
     p.add_argument("--no-memory", action="store_true",
                    help="skip the profiled pass that measures peak memory")
     return p.parse_args(argv)
@@ -896,6 +1009,11 @@ def PrintReport(export, result, out=sys.stdout):
             print("headroom: final parameters max ||headroom - torch|| / ||torch|| = %.3g "
                   "('%s')" % (comparison["final_parameter_max_rel_diff"],
                               comparison["final_parameter_worst"]), file=out)
+        if comparison.get("update_worst"):
+            print("headroom: parameter updates ||headroom - torch|| / ||torch - initial||: "
+                  "median %.3g, max %.3g ('%s')" % (comparison["update_median_rel_diff"],
+                                                    comparison["update_max_rel_diff"],
+                                                    comparison["update_worst"]), file=out)
         if "headroom_over_torch_step_time" in comparison:
             print("headroom: median step %.4f s, %.2fx torch's" % (
                 comparison["headroom_median_step_seconds"],
@@ -911,8 +1029,11 @@ def _Mib(n):
 
 def Run(args, out=sys.stdout):
     """Returns (exit status, result dict) of a run with parsed `args`."""
-    global AUTOCAST_BF16
+    global AUTOCAST_BF16, HEADROOM_BF16
     AUTOCAST_BF16 = getattr(args, "autocast_bf16", False)
+    HEADROOM_BF16 = getattr(args, "headroom_bf16", False)
+    if AUTOCAST_BF16 and HEADROOM_BF16:
+        raise ExportError("--autocast-bf16 and --headroom-bf16 are two policies; give one")
     torch.set_num_threads(max(1, args.threads))
     torch.manual_seed(0)
     # warn_only: a CPU op without a deterministic kernel warns instead of failing.
