@@ -9,7 +9,8 @@
 // once, while the backward goes on. ReducedGradient() waits for the bucket (the time it
 // waits is the reduction's exposed part) and returns the averaged gradient in the bucket.
 // Sequence() is what every rank issues each step, for the check before the first step
-// (dist/data_parallel.h).
+// (dist/data_parallel.h). Every step's bucket times (issue, completion, the wait) are kept,
+// the last kMaxTimelineSteps steps, on the clock StartClock() aligned (dist/overlap.h).
 //
 // Limits: float32 gradients only; MPI reads and writes the buckets in place, so a backend
 // whose arena is not host memory is refused. Borrows the collectives and the backend.
@@ -18,10 +19,12 @@
 #define HEADROOM_DIST_GRADIENT_BUCKETS_H_
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "dist/collectives.h"
+#include "dist/overlap.h"
 #include "executor/backend.h"
 #include "executor/gradient_exchange.h"
 
@@ -72,6 +75,14 @@ class GradientBuckets : public executor::GradientExchange {
   std::vector<uint64_t> BucketBytes() const;
   const BucketStats& stats() const { return stats_; }
 
+  // Aligns the clock of timeline() across the ranks: a barrier (an allgather), then its
+  // zero is this rank's time of leaving it. A collective: every rank calls it, before the
+  // first step.
+  absl::Status StartClock();
+  // Returns the buckets' times of the last steps run (at most kMaxTimelineSteps).
+  RankTimeline timeline() const;
+  static constexpr size_t kMaxTimelineSteps = 256;
+
  private:
   struct Bucket {
     float* values = nullptr;  // the planned bucket, in the arena
@@ -81,6 +92,7 @@ class GradientBuckets : public executor::GradientExchange {
     bool issued = false;
     bool reduced = false;
     CollectiveHandle handle;
+    BucketTimes times;  // this step's, on the aligned clock
   };
   struct Slot {
     int32_t bucket = 0;
@@ -88,12 +100,17 @@ class GradientBuckets : public executor::GradientExchange {
     executor::GradientInfo info;
   };
 
+  // Waits for `b`'s reduction, recording the wait and its completion in b.times.
+  absl::Status AwaitBucket(Bucket& b);
+
   Collectives* const collectives_;
   executor::Backend* const backend_;
   const Options options_;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;  // by gradient index
   BucketStats stats_;
+  double clock_zero_seconds_ = 0;  // SteadySeconds() at StartClock()
+  std::deque<std::vector<BucketTimes>> timeline_;
 };
 
 }  // namespace headroom::dist
