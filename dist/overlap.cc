@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "util/median.h"
 #include "util/status_macros.h"
 
 namespace headroom::dist {
@@ -56,13 +57,6 @@ StepOverlap RankStep(const std::vector<BucketTimes>& buckets, const std::vector<
   }
   o.communication_seconds = UnionLength(std::move(in_flight));
   return o;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
