@@ -53,11 +53,13 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$PY" - "$ROWS" "$BATCH" <<'PY'
+"$PY" - "$ROWS" "$BATCH" "${MODEL[*]}" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-batch = int(sys.argv[2])
-print(f"resnet-style table, global batch {batch}; medians over {len(rows)} run(s) by bucket size")
+batch, model = int(sys.argv[2]), sys.argv[3]
+print(f"{model}, global batch {batch}: medians over the rounds by bucket size (rows above: round, "
+      "KiB, 1 process s, 2 ranks s, buckets, bytes, steps, alone, waited, imbalance, exposed, "
+      "in flight, load)")
 print("| buckets (KiB) | per step | MiB | 1 process x 2 threads | 2 ranks x 1 thread | ratio | "
       "alone | waited | imbalance | exposed | in flight | hidden (of alone) | hidden (of in flight) |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -53,8 +53,9 @@ class GradientBuckets : public executor::GradientExchange {
  public:
   struct Options {
     // A bucket is closed once it holds at least this many bytes; 0: one per gradient.
-    // Default 0: on resnet18 over MPI it hid the most of the allreduces, since the last
-    // bucket, whose reduction nothing hides, is then the smallest (docs/distributed.md).
+    // Default 0: on resnet18 over MPI every size from one per gradient to 16 MiB hid 87-98%
+    // of the reductions once imbalance is told apart, and the exposed rest (6-24 ms a step)
+    // did not separate them; one bucket for everything hides nothing (docs/distributed.md).
     uint64_t bucket_bytes = 0;
   };
 
