@@ -263,6 +263,9 @@ struct SubmitCommand {
   int64_t checkpoint_every = 0;
   // JobSpec.ranks: data-parallel ranks on the daemon's host.
   int64_t ranks = 1;
+  // With ranks: JobSpec.plan.data_parallel's bucket_bytes (in KiB) and sync_batch_norm.
+  int64_t bucket_kib = 0;
+  bool sync_batchnorm = false;
   bool watch = false;
   // JobSpec.data. The daemon checkpoints by steps (--checkpoint-every) unless told.
   DatasetFlags data = [] {
@@ -317,6 +320,15 @@ struct SubmitCommand {
     spec.set_name(name);
     spec.set_ranks(static_cast<uint32_t>(ranks));
     ASSIGN_OR_RETURN(*spec.mutable_plan(), PlanOptionsOf(plan));
+    if ((bucket_kib > 0 || sync_batchnorm) && ranks <= 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          bucket_kib > 0 ? "--bucket-kib" : "--sync-batchnorm", " needs --ranks above 1"));
+    }
+    if (ranks > 1) {
+      proto::DataParallelOptions& dp = *spec.mutable_plan()->mutable_data_parallel();
+      dp.set_bucket_bytes(static_cast<uint64_t>(bucket_kib) << 10);
+      dp.set_sync_batch_norm(sync_batchnorm);
+    }
     SetData(spec);
     proto::TrainOptions& train = *spec.mutable_train();
     train.set_backend(run.backend);
@@ -473,6 +485,14 @@ Command AddSubmitCommand(CLI::App& headroom, const CommandIo& io) {
                   "daemon's host; --batch per rank; at most the daemon's --max-ranks)")
       ->type_name("N")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  app->add_option("--bucket-kib", state->bucket_kib,
+                  "with --ranks: average the gradients in buckets of at least this many KiB, as "
+                  "`headroom train --bucket-kib` (default 0: one per gradient)")
+      ->type_name("KIB")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app->add_flag("--sync-batchnorm", state->sync_batchnorm,
+                "with --ranks: batch norm over the global batch of all ranks, as `headroom train "
+                "--sync-batchnorm`");
   app->add_flag("--watch", state->watch, "follow the job until it ends, as `headroom watch`");
   AddDatasetFlags(*app, state->data,
                   {"Data (instead of the synthetic task; docs/training.md)",

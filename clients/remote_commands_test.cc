@@ -316,6 +316,29 @@ TEST_F(RemoteCommandsTest, SubmitWithWatchFollowsTheNewJob) {
   EXPECT_THAT(r.out, HasSubstr("job job-3 SUCCEEDED: done"));
 }
 
+TEST_F(RemoteCommandsTest, SubmitWithRanksCarriesTheBucketSizeAndSyncBatchNorm) {
+  fake_.submitted.set_job_id("job-4");
+  fake_.submitted.set_state(proto::JOB_STATE_QUEUED);
+  Result r = Call("submit", {"--model", "small_cnn", "--ranks", "2", "--bucket-kib", "4096",
+                             "--sync-batchnorm"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(fake_.submit_requests.size(), 1u);
+  const proto::JobSpec& spec = fake_.submit_requests[0].spec();
+  EXPECT_EQ(spec.ranks(), 2u);
+  EXPECT_EQ(spec.plan().data_parallel().bucket_bytes(), 4096u << 10);
+  EXPECT_TRUE(spec.plan().data_parallel().sync_batch_norm());
+  // The daemon plans each rank with spec.ranks.
+  EXPECT_EQ(spec.plan().data_parallel().ranks(), 0u);
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--model", "small_cnn", "--bucket-kib", "64"},
+                                             {"--model", "small_cnn", "--sync-batchnorm"}}) {
+    Result one = Call("submit", args);
+    EXPECT_NE(one.code, 0);
+    EXPECT_THAT(one.err, HasSubstr(" needs --ranks above 1")) << absl::StrJoin(args, " ");
+  }
+  EXPECT_EQ(fake_.submit_requests.size(), 1u);
+}
+
 // headroomd imports an uploaded model itself, so --strict-training cannot be kept there.
 TEST_F(RemoteCommandsTest, SubmitOnnxRefusesStrictTraining) {
   const std::string path = ::testing::TempDir() + "/strict.onnx";

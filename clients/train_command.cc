@@ -22,6 +22,7 @@
 #include "dist/gradient_buckets.h"
 #include "dist/launch.h"
 #include "dist/mpi_collectives.h"
+#include "dist/overlap.h"
 #include "dist/sync_batch_norm.h"
 #include "executor/backend.h"
 #include "executor/backends.h"
@@ -195,6 +196,8 @@ struct DistRun {
   // Every rank's measured arena peak and its plan's (with the gradient buckets), by rank.
   std::vector<uint64_t> measured_peaks;
   std::vector<uint64_t> predicted_peaks;
+  // The waits for the gradient allreduces, split into imbalance and exposed communication.
+  std::optional<dist::OverlapReport> overlap;
 };
 
 // The sets a run on real data reads: the training set and where its held-out items are.
@@ -722,6 +725,9 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
           graph::HumanBytes(b.steps > 0 ? b.reduced_bytes / b.steps : 0),
           dist_run->buckets->BucketBytes().size(), b.exposed_wait_seconds,
           dist_run->parameter_checksum);
+      if (dist_run->overlap.has_value()) {
+        out << "allreduce overlap: " << dist_run->overlap->DebugString() << "\n";
+      }
       for (size_t r = 0; r < dist_run->measured_peaks.size(); ++r) {
         out << absl::StrFormat("rank %d: arena measured peak %s, predicted %s (with buckets)\n", r,
                                graph::HumanBytes(dist_run->measured_peaks[r]),
@@ -831,6 +837,23 @@ void TrainCommand::PrintSummary(const executor::Trainer& trainer, const graph::G
         .Uint(b.reduced_bytes / std::max<int64_t>(b.steps, 1))
         .Key("parameter_checksum")
         .Uint(dist_run->parameter_checksum);
+    w.Key("bucket_sizes_bytes").BeginArray();
+    for (uint64_t b : dist_run->buckets->BucketBytes()) w.Uint(b);
+    w.EndArray();
+    if (dist_run->overlap.has_value()) {
+      // Medians per step over the steps kept (dist/overlap.h), the mean of the ranks.
+      const dist::StepOverlap& m = dist_run->overlap->median;
+      w.Key("allreduce_waited_seconds")
+          .Double(m.waited_seconds)
+          .Key("allreduce_imbalance_seconds")
+          .Double(m.imbalance_seconds)
+          .Key("allreduce_exposed_communication_seconds")
+          .Double(m.exposed_seconds)
+          .Key("allreduce_communication_seconds")
+          .Double(m.communication_seconds)
+          .Key("allreduce_hidden_share")
+          .Double(dist_run->overlap->hidden_share());
+    }
     w.Key("rank_measured_peak_bytes").BeginArray();
     for (uint64_t b : dist_run->measured_peaks) w.Uint(b);
     w.EndArray();
@@ -986,6 +1009,7 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
     RETURN_IF_ERROR(dist::CheckSequencesAgree(sequence, *dist_run->collectives));
     RETURN_IF_ERROR(dist::BroadcastState(*trainer, *dist_run->collectives));
     RETURN_IF_ERROR(dist::CheckParametersAgree(*trainer, *dist_run->collectives, 0));
+    RETURN_IF_ERROR(dist_run->buckets->StartClock());
   }
   if (!json) {
     PrintPlan(*trainer, g, totals, sets.has_value() ? -1 : run.steps, io.out);
@@ -1016,6 +1040,11 @@ absl::Status TrainCommand::RunRank(const CommandIo& io) {
     ASSIGN_OR_RETURN(dist_run->predicted_peaks,
                      dist_run->collectives->AllgatherU64(trainer->plan().peak_bytes,
                                                          "every rank's predicted arena peak"));
+    ASSIGN_OR_RETURN(const std::vector<dist::RankTimeline> timelines,
+                     dist::GatherTimelines(dist_run->buckets->timeline(), *dist_run->collectives));
+    if (trainer->steps_run() > 0) {
+      ASSIGN_OR_RETURN(dist_run->overlap, dist::AnalyseOverlap(timelines));
+    }
   }
   const planner::SectionPlan& plan = trainer->plan();
   if (!export_dir.empty() && (dist_run == nullptr || dist_run->rank == 0)) {

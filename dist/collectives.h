@@ -29,6 +29,10 @@ enum class ReduceOp { kSum, kAverage };
 // Returns "sum" or "average".
 const char* ReduceOpName(ReduceOp op);
 
+// Returns the steady clock (std::chrono::steady_clock) in seconds: one clock for every
+// process of a host (CLOCK_MONOTONIC), so ranks on one host can compare its times.
+double SteadySeconds();
+
 // A reduction in flight, returned by AllreduceAsync(); waited on once with Wait().
 struct CollectiveHandle {
   int64_t id = -1;
@@ -52,6 +56,12 @@ class Collectives {
   // Returns once the reduction of `handle` is done: DeadlineExceeded naming it when it is not
   // done within the deadline; InvalidArgument for a handle not in flight.
   virtual absl::Status Wait(CollectiveHandle handle) = 0;
+  // Returns, like Wait(), once the reduction of `handle` is done, the steady clock's time
+  // (SteadySeconds()) at which the implementation saw it complete; the same errors as Wait().
+  // By default the time Wait() returned (an implementation with a communication thread
+  // overrides it with that thread's time, so a reduction done long before it was waited for
+  // says so).
+  virtual absl::StatusOr<double> WaitCompleted(CollectiveHandle handle);
 
   // Copies `bytes` at `data` from rank `root` to every other rank (blocking).
   virtual absl::Status Broadcast(void* data, size_t bytes, int root, const std::string& what) = 0;

@@ -77,6 +77,7 @@ absl::Status GradientBuckets::OnGradientReady(int64_t step, int32_t index,
                                  absl::StrCat("allreduce of gradient bucket ", slot.bucket, " (",
                                               b.floats, " floats) in step ", step)));
   b.issued = true;
+  b.times.issued = SteadySeconds() - clock_zero_seconds_;
   ++stats_.allreduces;
   stats_.reduced_bytes += b.floats * sizeof(float);
   return absl::OkStatus();
@@ -93,29 +94,53 @@ absl::StatusOr<executor::TensorView> GradientBuckets::ReducedGradient(int64_t st
                                             slot.info.name, "' before bucket ", slot.bucket,
                                             " was complete"));
   }
-  if (!b.reduced) {
-    const auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(collectives_->Wait(b.handle));
-    stats_.exposed_wait_seconds += SecondsSince(start);
-    b.reduced = true;
-  }
+  if (!b.reduced) RETURN_IF_ERROR(AwaitBucket(b));
   return executor::TensorView{b.values + slot.offset, slot.info.shape, slot.info.dtype};
 }
 
 absl::Status GradientBuckets::OnStepEnd(int64_t step) {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
-    if (b.issued && !b.reduced) RETURN_IF_ERROR(collectives_->Wait(b.handle));
+    if (b.issued && !b.reduced) RETURN_IF_ERROR(AwaitBucket(b));
     if (!b.issued) {
       return absl::InternalError(absl::StrCat("gradient buckets: step ", step, " ended with ",
                                               b.pending, " gradient(s) of bucket ", k,
                                               " never written"));
     }
+  }
+  std::vector<BucketTimes> times;
+  for (Bucket& b : buckets_) {
+    times.push_back(b.times);
     b.pending = static_cast<int32_t>(b.gradients.size());
     b.issued = b.reduced = false;
   }
+  timeline_.push_back(std::move(times));
+  if (timeline_.size() > kMaxTimelineSteps) timeline_.pop_front();
   ++stats_.steps;
   return absl::OkStatus();
+}
+
+absl::Status GradientBuckets::AwaitBucket(Bucket& b) {
+  const double start = SteadySeconds();
+  ASSIGN_OR_RETURN(const double completed, collectives_->WaitCompleted(b.handle));
+  const double end = SteadySeconds();
+  stats_.exposed_wait_seconds += end - start;
+  b.times.wait_start = start - clock_zero_seconds_;
+  b.times.wait_end = end - clock_zero_seconds_;
+  b.times.completed = completed - clock_zero_seconds_;
+  b.reduced = true;
+  return absl::OkStatus();
+}
+
+absl::Status GradientBuckets::StartClock() {
+  RETURN_IF_ERROR(
+      collectives_->AllgatherU64(0, "allgather aligning the ranks' clocks (a barrier)").status());
+  clock_zero_seconds_ = SteadySeconds();
+  return absl::OkStatus();
+}
+
+RankTimeline GradientBuckets::timeline() const {
+  return RankTimeline{{timeline_.begin(), timeline_.end()}};
 }
 
 std::vector<CollectiveSpec> GradientBuckets::Sequence() const {

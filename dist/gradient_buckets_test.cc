@@ -99,6 +99,20 @@ TEST(GradientBucketsTest, GroupsInCompletionOrderAndIssuesAtEachBucketsLastGradi
   }
   EXPECT_EQ(buckets.stats().allreduces, 4);
   EXPECT_EQ(buckets.stats().steps, 2);
+  // Every step's bucket times, in order: issued, then waited for, done by the wait's end.
+  const RankTimeline timeline = buckets.timeline();
+  ASSERT_EQ(timeline.steps.size(), 2u);
+  for (const std::vector<BucketTimes>& step : timeline.steps) {
+    ASSERT_EQ(step.size(), 2u);
+    for (const BucketTimes& t : step) {
+      EXPECT_GT(t.issued, 0);
+      EXPECT_LE(t.issued, t.wait_start);
+      EXPECT_LE(t.wait_start, t.wait_end);
+      EXPECT_LE(t.completed, t.wait_end);
+    }
+    EXPECT_LE(step[0].issued, step[1].issued);
+  }
+  EXPECT_LE(timeline.steps[0][1].wait_end, timeline.steps[1][0].issued);
 }
 
 TEST(GradientBucketsTest, ZeroBucketBytesGivesOneBucketPerGradient) {

@@ -45,6 +45,7 @@ struct Op {
   MPI_Request request = MPI_REQUEST_NULL;
   Clock::time_point issued;
   bool done = false;
+  double completed_seconds = 0;  // SteadySeconds() when MPI_Test saw it done
   absl::Status status;
 };
 
@@ -93,7 +94,9 @@ class MpiCollectives : public Collectives {
     return CollectiveHandle{Enqueue(std::move(o))};
   }
 
-  absl::Status Wait(CollectiveHandle handle) override {
+  absl::Status Wait(CollectiveHandle handle) override { return WaitCompleted(handle).status(); }
+
+  absl::StatusOr<double> WaitCompleted(CollectiveHandle handle) override {
     std::shared_ptr<Op> o;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -107,7 +110,8 @@ class MpiCollectives : public Collectives {
     absl::Status status = Await(*o);
     std::lock_guard<std::mutex> lock(mu_);
     ops_.erase(handle.id);
-    return status;
+    if (!status.ok()) return status;
+    return o->completed_seconds;
   }
 
   absl::Status Broadcast(void* data, size_t bytes, int root, const std::string& what) override {
@@ -268,7 +272,9 @@ class MpiCollectives : public Collectives {
   }
 
   void Finish(Op& o, absl::Status status) {
+    const double now = SteadySeconds();
     std::lock_guard<std::mutex> lock(mu_);
+    o.completed_seconds = now;
     o.status = std::move(status);
     o.done = true;
     done_.notify_all();

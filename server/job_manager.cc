@@ -471,8 +471,9 @@ absl::StatusOr<proto::PlanResponse> JobManager::PlanSpec(
     const util::CancellationToken* cancel) const {
   ASSIGN_OR_RETURN(graph::Graph g, GraphOf(spec.model()));
   proto::PlanOptions options = spec.plan();
-  // A job of several ranks: each rank's plan lays out its gradient buckets (one per
-  // gradient, as headroomd_rank's) beside the rest, so the plan admitted is the rank's.
+  // A job of several ranks: each rank's plan lays out its gradient buckets
+  // (spec.plan.data_parallel.bucket_bytes, as headroomd_rank's) beside the rest, so the plan
+  // admitted is the rank's.
   if (spec.ranks() > 1 && options.data_parallel().ranks() == 0) {
     options.mutable_data_parallel()->set_ranks(spec.ranks());
   }

@@ -35,7 +35,20 @@ absl::Status CheckRanks(const proto::JobSpec& spec, uint32_t max_ranks,
     return absl::InvalidArgumentError(absl::StrCat(
         "spec.ranks: ", ranks, " ranks, more than this daemon's --max-ranks ", max_ranks));
   }
-  if (ranks == 1) return absl::OkStatus();
+  const proto::DataParallelOptions& dp = spec.plan().data_parallel();
+  if (ranks == 1) {
+    if (dp.ranks() <= 1 && (dp.bucket_bytes() > 0 || dp.sync_batch_norm())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.plan.data_parallel.", dp.sync_batch_norm() ? "sync_batch_norm" : "bucket_bytes",
+          ": applies to a job of several ranks, and spec.ranks is ", spec.ranks()));
+    }
+    return absl::OkStatus();
+  }
+  if (dp.ranks() != 0 && dp.ranks() != ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.plan.data_parallel.ranks: ", dp.ranks(), ", but spec.ranks is ", ranks,
+                     " (leave it 0: the daemon plans each rank with spec.ranks)"));
+  }
   if (!spec.data().dataset().empty()) {
     return absl::UnimplementedError(
         "spec.ranks: a job of several ranks trains the synthetic task; with spec.data it is not "

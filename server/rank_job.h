@@ -37,7 +37,10 @@ uint32_t RanksOf(const proto::JobSpec& spec);
 
 // Returns OK when `spec`'s ranks are within `max_ranks` (headroomd's --max-ranks) and a job
 // of several ranks is one they can train: a zoo model, the CPU backend `backend`, no
-// dataset. InvalidArgument or Unimplemented naming spec.ranks.
+// dataset. InvalidArgument or Unimplemented naming spec.ranks; InvalidArgument naming
+// spec.plan.data_parallel where its ranks are not 0 or spec.ranks, or where its
+// bucket_bytes or sync_batch_norm is set for one rank (they shape the ranks' buckets and
+// batch norms, headroomd_rank).
 absl::Status CheckRanks(const proto::JobSpec& spec, uint32_t max_ranks, const std::string& backend);
 
 // Returns the path of `name` (one of the files above) in job directory `dir`.

@@ -134,6 +134,32 @@ TEST(CheckRanksTest, RefusesMoreThanTheLimitNamingIt) {
   EXPECT_TRUE(CheckRanks(spec, 1, "cuda").ok());  // one rank: the daemon's own run
 }
 
+TEST(CheckRanksTest, TheRanksBucketsAndBatchNormComeFromThePlanOptions) {
+  proto::JobSpec spec;
+  spec.mutable_model()->mutable_zoo()->set_name("small_cnn");
+  spec.set_ranks(2);
+  proto::DataParallelOptions& dp = *spec.mutable_plan()->mutable_data_parallel();
+  dp.set_bucket_bytes(4 << 20);
+  dp.set_sync_batch_norm(true);
+  EXPECT_TRUE(CheckRanks(spec, 2, "cpu").ok());
+  dp.set_ranks(2);
+  EXPECT_TRUE(CheckRanks(spec, 2, "cpu").ok());
+  dp.set_ranks(4);
+  const absl::Status other = CheckRanks(spec, 2, "cpu");
+  EXPECT_TRUE(absl::IsInvalidArgument(other)) << other;
+  EXPECT_THAT(other.message(), HasSubstr("spec.plan.data_parallel.ranks: 4, but spec.ranks is 2"));
+  // One rank: neither applies.
+  dp.set_ranks(0);
+  spec.set_ranks(1);
+  const absl::Status one = CheckRanks(spec, 2, "cpu");
+  EXPECT_TRUE(absl::IsInvalidArgument(one)) << one;
+  EXPECT_THAT(one.message(), HasSubstr("spec.plan.data_parallel.sync_batch_norm: applies to a "
+                                       "job of several ranks, and spec.ranks is 1"));
+  dp.set_sync_batch_norm(false);
+  EXPECT_THAT(CheckRanks(spec, 2, "cpu").message(),
+              HasSubstr("spec.plan.data_parallel.bucket_bytes"));
+}
+
 // Returns whether process `pid` runs (a zombie does not).
 bool Alive(int pid) {
   absl::StatusOr<std::string> stat = ReadFileContents(absl::StrCat("/proc/", pid, "/stat"), "stat");

@@ -31,6 +31,7 @@
 #include "dist/gradient_buckets.h"
 #include "dist/launch.h"
 #include "dist/mpi_collectives.h"
+#include "dist/sync_batch_norm.h"
 #include "executor/backends.h"
 #include "executor/synthetic_data.h"
 #include "executor/trainer.h"
@@ -126,8 +127,16 @@ absl::Status Train(const WorkerFlags& f, const dist::RankEnvironment& env, RankL
   dist::MpiOptions mpi;
   mpi.timeout_seconds = f.collective_timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<dist::Collectives> collectives, dist::CreateMpiCollectives(mpi));
-  dist::GradientBuckets buckets(collectives.get(), backend.get(), {});
+  // The plan's bucket size and batch-norm choice (spec.plan.data_parallel), as planned at
+  // submit: the plan checked below lays out the same buckets.
+  const proto::DataParallelOptions& dp = spec.plan().data_parallel();
+  dist::GradientBuckets buckets(collectives.get(), backend.get(), {dp.bucket_bytes()});
   options.gradients = &buckets;
+  std::unique_ptr<dist::SyncBatchNorm> batch_norm;
+  if (dp.sync_batch_norm()) {
+    batch_norm = std::make_unique<dist::SyncBatchNorm>(collectives.get());
+    options.batch_norm_sync = batch_norm.get();
+  }
   proto::ModelSource global_source = spec.model();
   global_source.mutable_zoo()->set_batch(spec.model().zoo().batch() * spec.ranks());
   ASSIGN_OR_RETURN(proto::GraphDef global_def, graph::ResolveModel(global_source));
@@ -144,6 +153,7 @@ absl::Status Train(const WorkerFlags& f, const dist::RankEnvironment& env, RankL
   // 3. Lock-step from the start: the same collectives, rank 0's state everywhere; then the
   //    daemon's checkpoint restored on every rank.
   std::vector<dist::CollectiveSpec> sequence = buckets.Sequence();
+  if (batch_norm != nullptr) sequence = dist::MergeByPosition(sequence, batch_norm->Sequence());
   sequence.push_back({"allreduce of the step's loss", 1});
   RETURN_IF_ERROR(dist::CheckSequencesAgree(sequence, *collectives));
   RETURN_IF_ERROR(dist::BroadcastState(*trainer, *collectives));

@@ -5,6 +5,7 @@
 #     exceed --device-memory, each naming the limit.
 #  2. A straight run of 2 ranks to its end: watch shows every rank's memory; the metrics
 #     carry rank="0" and rank="1"; no rank process is left.
+#  2b. spec.plan.data_parallel's bucket size and sync batch norm reach the ranks.
 #  3. The same job, headroomd SIGKILLed after its first checkpoint: no rank outlives it; the
 #     restarted daemon resumes it from the checkpoint with 2 ranks, and it ends with the
 #     straight run's loss, bitwise.
@@ -112,6 +113,32 @@ assert value("headroom_step_duration_seconds_count") == int(sys.argv[3]), value(
 ranks = {l.split('rank="')[1].split('"')[0] for l in text.splitlines() if job in l and 'rank="' in l}
 assert ranks == {"0", "1"}, ranks
 print("ok   metrics: measured peak by rank %s, resident %s" % (peaks, resident))
+PY
+
+# 2b. The ranks' buckets and batch norms as submitted (spec.plan.data_parallel): small_cnn
+#     with --sync-batchnorm and 16 KiB buckets trains what one process at the global batch
+#     trains (each rank checks its plan's peak, with those buckets, against the admitted
+#     one); without --sync-batchnorm each rank normalises its own shard and the loss differs.
+expect_refused "sync_batch_norm: the model has no batch norm" --model mlp --width 256 --batch 8 \
+  --steps 5 --ranks 2 --sync-batchnorm
+BN=(--model small_cnn --batch 8 --seed 3 --ranks 2 --steps 5 --bucket-kib 16)
+for sync in "--sync-batchnorm" ""; do
+  # shellcheck disable=SC2086
+  "$HEADROOM" submit --server "$ADDR" "${BN[@]}" $sync --watch >"$TMP/bn.txt" 2>&1 ||
+    fail "small_cnn ${sync:-without sync}: $(tail -5 "$TMP/bn.txt")"
+  read -r state step _ bn_loss _ _ <<<"$(job_fields "$(sed -n 's/^job \([^ ]*\) .*/\1/p' "$TMP/bn.txt" | head -1)")"
+  [[ "$state" == JOB_STATE_SUCCEEDED && "$step" == 5 ]] || fail "small_cnn $sync: $state at $step"
+  if [[ -n "$sync" ]]; then synced=$bn_loss; else unsynced=$bn_loss; fi
+done
+one=$("$HEADROOM" train --model small_cnn --batch 16 --seed 3 --steps 5 --json |
+      grep '"step":4,' | sed -n 's/.*"loss":\([0-9.e+-]*\).*/\1/p')
+"$PYTHON" - "$synced" "$unsynced" "$one" <<'PY' || fail "small_cnn across ranks against one process"
+import sys
+synced, unsynced, one = map(float, sys.argv[1:])
+assert abs(synced - one) <= 1e-5 * abs(one), (synced, one)
+assert abs(unsynced - one) > 1e-4 * abs(one), (unsynced, one)
+print("ok   small_cnn, 2 ranks x 8, 16 KiB buckets: step 4's loss %r with --sync-batchnorm, "
+      "%r without, %r in one process at 16" % (synced, unsynced, one))
 PY
 
 # 3. The same job, headroomd SIGKILLed after its checkpoint at step 50.

@@ -141,6 +141,18 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(response.job_id, "job-1")
         self.assertEqual(response.state, pb.JOB_STATE_QUEUED)
 
+    def test_submit_with_ranks_sends_them_with_the_bucket_size_and_sync_batchnorm(self):
+        self.client.submit(zoo("small_cnn", batch=8), steps=5, ranks=2, bucket_bytes="4MiB",
+                           sync_batchnorm=True)
+        [request] = self.fake.requests["SubmitJob"]
+        self.assertEqual(request.spec.ranks, 2)
+        self.assertEqual(request.spec.plan.data_parallel,
+                         pb.DataParallelOptions(bucket_bytes=4 * MiB, sync_batch_norm=True))
+        for kwargs in ({"bucket_bytes": 1024}, {"sync_batchnorm": True}):
+            with self.assertRaisesRegex(ValueError, "needs ranks above 1, not 1"):
+                self.client.submit(zoo("small_cnn", batch=8), **kwargs)
+        self.assertEqual(len(self.fake.requests["SubmitJob"]), 1)
+
     def test_submit_sends_a_dataset_jobs_data_options_without_steps(self):
         self.client.submit(zoo("small_cnn", batch=32), seed=3,
                            data={"dataset": "fashion-mnist", "epochs": 5, "eval_every": 1,

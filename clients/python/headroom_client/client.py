@@ -100,6 +100,7 @@ def _upload_messages(spec):
     and their size, then the bytes in UPLOAD_CHUNK_BYTES chunks."""
     model = spec.model.onnx_model
     head = pb.JobSpec(name=spec.name, plan=spec.plan, train=spec.train, owner=spec.owner,
+                      data=spec.data, ranks=spec.ranks,
                       model=pb.ModelSource(onnx=spec.model.onnx))
     yield pb.SubmitJobChunk(spec=head, onnx_model_bytes=len(model))
     view = memoryview(model)
@@ -195,7 +196,8 @@ class Client:
     # ---- Jobs -------------------------------------------------------------------------------
 
     def submit(self, model, budget_bytes=0, steps=100, name="", seed=1, checkpoint_every=0,
-               backend="", device="cpu", optimizer=None, disable_offload=False, data=None):
+               backend="", device="cpu", optimizer=None, disable_offload=False, data=None,
+               ranks=1, bucket_bytes=0, sync_batchnorm=False):
         """Returns the SubmitJobResponse (job_id, state, plan) of queueing `steps` training
         steps of `model` under `budget_bytes`. checkpoint_every: save parameters every this
         many steps (0: the daemon's default). backend: "cpu", "cuda" or "" (the daemon's).
@@ -205,6 +207,13 @@ class Client:
         "cosine"}; `steps` is then ignored (the epochs decide). A dataset path must lie under
         one of the daemon's --data-root directories. watch() then yields progress whose
         `fit` holds the epoch, the last validation loss and accuracy and the input wait.
+
+        ranks: train as this many data-parallel processes on the daemon's host (JobSpec.ranks;
+        the model's batch is per rank; a zoo model on the cpu backend); watch() then yields
+        every rank's memory in `ranks`. With ranks above 1, bucket_bytes (an int or "4MiB")
+        closes a gradient bucket at that many bytes (0: one per gradient) and sync_batchnorm
+        normalises every batch norm over the global batch (JobSpec.plan.data_parallel);
+        ValueError where they are given for one rank.
 
         An ONNX model (see onnx()) is streamed to the daemon in chunks (UploadJob), so it
         may exceed the daemon's --max-message-bytes, up to its --max-upload-bytes (512 MiB
@@ -217,6 +226,15 @@ class Client:
                               disable_offload=disable_offload),
             train=pb.TrainOptions(steps=steps, seed=seed, backend=backend,
                                   checkpoint_interval_steps=checkpoint_every))
+        if not isinstance(ranks, int) or ranks < 1:
+            raise ValueError(f"ranks must be a whole number of at least 1, not {ranks!r}")
+        if ranks > 1:
+            spec.ranks = ranks
+            spec.plan.data_parallel.bucket_bytes = parse_bytes(bucket_bytes)
+            spec.plan.data_parallel.sync_batch_norm = sync_batchnorm
+        elif parse_bytes(bucket_bytes) > 0 or sync_batchnorm:
+            raise ValueError(f"{'bucket_bytes' if parse_bytes(bucket_bytes) else 'sync_batchnorm'} "
+                             f"needs ranks above 1, not {ranks}")
         if data is not None:
             spec.data.CopyFrom(data if isinstance(data, pb.DataOptions) else pb.DataOptions(**data))
             spec.train.steps = 0
