@@ -68,11 +68,10 @@ void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
 }
 
 void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
-                                    proto::Optimizer::Kind optimizer, bool keep = false) {
+                                    proto::Optimizer::Kind optimizer,
+                                    const planner::SectionCuts& cuts) {
   const TrainRun plain = Train(g, steps, std::nullopt, optimizer);
-  const TrainRun sectioned =
-      Train(g, steps, keep ? SqrtCutsKeepingHalf(g, optimizer) : SqrtCutsWithOffload(g, optimizer),
-            optimizer);
+  const TrainRun sectioned = Train(g, steps, cuts, optimizer);
   ASSERT_GT(sectioned.sections, 1) << g.name();
   ASSERT_GT(sectioned.recomputed_nodes, 0) << g.name();
   EXPECT_LT(sectioned.predicted_peak_bytes, plain.predicted_peak_bytes) << g.name();
@@ -87,6 +86,13 @@ void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
             << sectioned.sections << " sections peak " << sectioned.predicted_peak_bytes
             << " B, offloaded " << sectioned.offloaded_bytes / steps << " B/step, losses "
             << plain.steps.front().loss << " -> " << plain.steps.back().loss << "\n";
+}
+
+void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
+                                    proto::Optimizer::Kind optimizer, bool keep = false) {
+  ExpectPlansChangeMemoryNotMath(
+      g, steps, optimizer,
+      keep ? SqrtCutsKeepingHalf(g, optimizer) : SqrtCutsWithOffload(g, optimizer));
 }
 
 TEST(ExecutorTest, MlpSectionsAndOffloadGiveBitwiseSameParameters) {
@@ -119,6 +125,18 @@ TEST(ExecutorTest, Resnet18KeptTensorsGiveBitwiseSameParameters) {
 TEST(ExecutorTest, TransformerKeptTensorsGiveBitwiseSameParameters) {
   ExpectPlansChangeMemoryNotMath(ZooGraph("transformer", 2), 2, proto::Optimizer::KIND_ADAM,
                                  /*keep=*/true);
+}
+
+// Nested sections (inner cuts): nodes re-run more than once, batch norms and dropouts among
+// them, with the same parameters and the measured peak the planned one.
+TEST(ExecutorTest, NestedSectionsGiveBitwiseSameParameters) {
+  for (const graph::Graph& g :
+       {ZooGraph("mlp", 32, {{"depth", 8}, {"width", 64}}),
+        ZooGraph("resnet18", 2, {{"image_size", 32}}), ZooGraph("transformer", 2)}) {
+    const planner::SectionCuts cuts = SqrtCutsNested(g);
+    ASSERT_FALSE(cuts.inner_cuts.empty()) << g.name();
+    ExpectPlansChangeMemoryNotMath(g, 2, proto::Optimizer::KIND_SGD_MOMENTUM, cuts);
+  }
 }
 
 TEST(ExecutorTest, LossFallsOnTheSyntheticTask) {

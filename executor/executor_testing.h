@@ -74,6 +74,24 @@ inline planner::SectionCuts SqrtCutsKeepingHalf(
   return cuts;
 }
 
+// The same cuts, each re-run section split in two by an inner cut at its middle
+// (SectionCuts::inner_cuts: nested sections, a node re-run twice where both halves need it).
+inline planner::SectionCuts SqrtCutsNested(
+    const graph::Graph& forward,
+    proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
+  planner::TrainingOptions options;
+  options.optimizer = optimizer;
+  planner::TrainingGraph training = planner::TrainingGraph::Build(forward, options).value();
+  planner::SectionCuts cuts;
+  cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
+  int32_t begin = 0;
+  for (int32_t end : cuts.cuts) {
+    if (end - begin >= 2) cuts.inner_cuts.push_back((begin + end) / 2);
+    begin = end;
+  }
+  return cuts;
+}
+
 }  // namespace headroom::executor
 
 #endif  // HEADROOM_EXECUTOR_EXECUTOR_TESTING_H_

@@ -9,6 +9,7 @@
 //
 // --seconds: CBC's limit per solve (default 10). --cold: no MIP start from Headroom's plan.
 // --only: the models whose label contains this ("mlp", "small_cnn", "transformer").
+// --least-only: only the least peak (and what the oracle's least-peak schedule runs again).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +63,7 @@ std::string ReRuns(const TrainingGraph& t, const RecomputeSchedule& schedule) {
   return out.empty() ? "none" : out;
 }
 
-void Run(const Model& m, double seconds, bool cold) {
+void Run(const Model& m, double seconds, bool cold, bool least_only) {
   const graph::Graph forward =
       OrDie(graph::Graph::FromProto(
                 OrDie(graph::BuildZooModel(graph::ZooSpec(m.zoo, m.batch, m.options)), m.label)),
@@ -87,6 +88,7 @@ void Run(const Model& m, double seconds, bool cold) {
   std::printf("  %4s %12s | %9s %9s | %9s %9s %-10s %7s | %8s %8s\n", "f", "budget", "headroom",
               "sections", "oracle", "bound", "status", "solve s", "gap best", "gap bnd");
   for (int f : {90, 70, 50, 35}) {
+    if (least_only) break;
     const uint64_t budget = persistent + (plain.peak_bytes - persistent) * f / 100;
     absl::StatusOr<SectionPlan> ours = search->Plan(budget);
     OracleOptions o = options;
@@ -127,6 +129,7 @@ void Run(const Model& m, double seconds, bool cold) {
       Proven(least).c_str(), static_cast<unsigned long long>(least.bound_peak_bytes),
       least.solve_seconds, least.overhead_ratio,
       least.feasible ? static_cast<double>(headroom_min) / least.peak_bytes : 0.0);
+  if (least.feasible) std::printf("    oracle re-runs: %s\n", ReRuns(t, least.schedule).c_str());
 }
 
 }  // namespace
@@ -135,17 +138,20 @@ void Run(const Model& m, double seconds, bool cold) {
 int main(int argc, char** argv) {
   double seconds = 10;
   bool cold = false;
+  bool least_only = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--cold") == 0) {
       cold = true;
+    } else if (std::strcmp(argv[i], "--least-only") == 0) {
+      least_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: remat_oracle_bench [--seconds S] [--cold] [--only LABEL_PART]\n");
+                   "usage: remat_oracle_bench [--seconds S] [--cold] [--only LABEL_PART] [--least-only]\n");
       return 2;
     }
   }
@@ -169,7 +175,7 @@ int main(int argc, char** argv) {
       "recompute only); budget = persistent + f x (plain peak - persistent)\n",
       seconds, cold ? ", cold" : ", started from Headroom's plan");
   for (const Model& m : models) {
-    if (m.label.find(only) != std::string::npos) headroom::planner::Run(m, seconds, cold);
+    if (m.label.find(only) != std::string::npos) headroom::planner::Run(m, seconds, cold, least_only);
   }
   return 0;
 }
