@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/executor_testing.h"
 #include "executor/trainer.h"
@@ -16,9 +17,9 @@
 #include "graph/zoo.h"
 #include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
-#include "util/check.h"
-#include "planner/sections.h"
 #include "planner/section_search.h"
+#include "planner/sections.h"
+#include "util/check.h"
 
 namespace headroom::executor {
 namespace {
@@ -131,10 +132,18 @@ TEST(ExecutorTest, TransformerKeptTensorsGiveBitwiseSameParameters) {
 // them, with the same parameters and the measured peak the planned one.
 TEST(ExecutorTest, NestedSectionsGiveBitwiseSameParameters) {
   for (const graph::Graph& g :
-       {ZooGraph("mlp", 32, {{"depth", 8}, {"width", 64}}),
+       {ZooGraph("mlp", 512, {{"depth", 8}, {"width", 64}}),
         ZooGraph("resnet18", 2, {{"image_size", 32}}), ZooGraph("transformer", 2)}) {
     const planner::SectionCuts cuts = SqrtCutsNested(g);
     ASSERT_FALSE(cuts.inner_cuts.empty()) << g.name();
+    const planner::TrainingGraph training = planner::TrainingGraph::Build(g, {}).value();
+    const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+    const planner::SectionedStep step = planner::ExpandSections(training, cuts, cost).value();
+    int second_runs = 0;
+    for (const planner::TrainingNode& node : step.graph.nodes()) {
+      second_runs += absl::EndsWith(node.name, ".recompute2") ? 1 : 0;
+    }
+    EXPECT_GT(second_runs, 0) << g.name() << ": no node re-run twice";
     ExpectPlansChangeMemoryNotMath(g, 2, proto::Optimizer::KIND_SGD_MOMENTUM, cuts);
   }
 }
