@@ -731,7 +731,26 @@ absl::Status SectionSearch::Descend() {
       break;
     }
   }
-  if (options_.nested) RETURN_IF_ERROR(DescendNested(cuts, bound));
+  if (options_.nested) {
+    // From where the descent ended; on small graphs also from one re-run section of all but
+    // the last one or two nodes and from the sqrt(n) split (local optima differ by start).
+    int64_t work = 0;
+    RETURN_IF_ERROR(DescendNested(cuts, bound, &work));
+    if (nf <= options_.refine_max_forward_nodes) {
+      for (const std::vector<int32_t>& start :
+           {std::vector<int32_t>{nf - 1}, std::vector<int32_t>{nf - 2}, SqrtCuts(nf)}) {
+        if (start.empty() || start.front() <= 0 || start == cuts) continue;
+        SectionCuts from{start, {}};
+        from.optimizer_state_on_host = options_.optimizer_state_on_host;
+        from.parameters_on_host = options_.parameters_on_host;
+        absl::StatusOr<SectionedStep> step = ExpandSections(graph_, from, cost_, &node_costs_);
+        if (!step.ok()) continue;
+        RETURN_IF_ERROR(DescendNested(
+            start, ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes),
+            &work));
+      }
+    }
+  }
   descended_ = true;
   SortByTime();
   return absl::OkStatus();
@@ -817,10 +836,11 @@ std::vector<NestedCuts> NestedMoves(const NestedCuts& from, int32_t nf) {
 
 }  // namespace
 
-absl::Status SectionSearch::DescendNested(std::vector<int32_t> cuts, uint64_t bound) {
+absl::Status SectionSearch::DescendNested(std::vector<int32_t> cuts, uint64_t bound,
+                                          int64_t* work_done) {
   const int32_t nf = NumForwardNodes(graph_);
   const bool best_move = nf <= options_.refine_max_forward_nodes;
-  int64_t work = 0;
+  int64_t& work = *work_done;
   NestedCuts current{std::move(cuts), {}};
   for (bool improved = true; improved && work < options_.nested_max_work;) {
     improved = false;

@@ -208,8 +208,9 @@ class SectionSearch {
   // with the lowest lower bound (the first lower one on graphs of more than
   // refine_max_forward_nodes forward nodes) and adds it to the pool (strategy "nested", even
   // where the walk passes a plan without inner cuts), until none is lower or
-  // SearchOptions::nested_max_work is spent. Called by Descend() with SearchOptions::nested.
-  absl::Status DescendNested(std::vector<int32_t> cuts, uint64_t bound);
+  // SearchOptions::nested_max_work is spent (counting `work_done`, which it adds to).
+  // Called by Descend() with SearchOptions::nested.
+  absl::Status DescendNested(std::vector<int32_t> cuts, uint64_t bound, int64_t* work_done);
   // Returns the fastest candidate with inner cuts that fits `budget_bytes` and is faster than
   // `plan` (a plan with inner cuts may rarely be faster than the answer without them at a
   // larger budget: so a larger budget is never slower), else `plan`.
