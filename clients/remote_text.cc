@@ -156,6 +156,10 @@ std::string SectionsText(const proto::PlanResponse& plan) {
                           s.recompute_flops() > 0
                               ? absl::StrCat("recomputed (", HumanFlops(s.recompute_flops()), ")")
                               : "kept");
+    for (const std::string& node : s.inner_cut_nodes()) {
+      absl::StrAppendFormat(&out, "        inner cut before %s (re-runs again for its chunk)\n",
+                            node);
+    }
     for (const proto::BoundaryTensor& b : s.boundary()) {
       absl::StrAppendFormat(&out, "        caches %-32s %11s  %s\n", b.tensor(),
                             HumanBytes(b.bytes()), PlacementName(b.placement()));

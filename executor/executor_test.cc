@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "executor/cpu/cpu_backend.h"
 #include "executor/executor_testing.h"
 #include "executor/trainer.h"
@@ -16,9 +17,9 @@
 #include "graph/zoo.h"
 #include "graph/zoo_testing.h"
 #include "gtest/gtest.h"
-#include "util/check.h"
-#include "planner/sections.h"
 #include "planner/section_search.h"
+#include "planner/sections.h"
+#include "util/check.h"
 
 namespace headroom::executor {
 namespace {
@@ -68,11 +69,10 @@ void ExpectPredictedIsMeasured(const TrainRun& run, const std::string& what) {
 }
 
 void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
-                                    proto::Optimizer::Kind optimizer, bool keep = false) {
+                                    proto::Optimizer::Kind optimizer,
+                                    const planner::SectionCuts& cuts) {
   const TrainRun plain = Train(g, steps, std::nullopt, optimizer);
-  const TrainRun sectioned =
-      Train(g, steps, keep ? SqrtCutsKeepingHalf(g, optimizer) : SqrtCutsWithOffload(g, optimizer),
-            optimizer);
+  const TrainRun sectioned = Train(g, steps, cuts, optimizer);
   ASSERT_GT(sectioned.sections, 1) << g.name();
   ASSERT_GT(sectioned.recomputed_nodes, 0) << g.name();
   EXPECT_LT(sectioned.predicted_peak_bytes, plain.predicted_peak_bytes) << g.name();
@@ -87,6 +87,13 @@ void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
             << sectioned.sections << " sections peak " << sectioned.predicted_peak_bytes
             << " B, offloaded " << sectioned.offloaded_bytes / steps << " B/step, losses "
             << plain.steps.front().loss << " -> " << plain.steps.back().loss << "\n";
+}
+
+void ExpectPlansChangeMemoryNotMath(const graph::Graph& g, int steps,
+                                    proto::Optimizer::Kind optimizer, bool keep = false) {
+  ExpectPlansChangeMemoryNotMath(
+      g, steps, optimizer,
+      keep ? SqrtCutsKeepingHalf(g, optimizer) : SqrtCutsWithOffload(g, optimizer));
 }
 
 TEST(ExecutorTest, MlpSectionsAndOffloadGiveBitwiseSameParameters) {
@@ -119,6 +126,26 @@ TEST(ExecutorTest, Resnet18KeptTensorsGiveBitwiseSameParameters) {
 TEST(ExecutorTest, TransformerKeptTensorsGiveBitwiseSameParameters) {
   ExpectPlansChangeMemoryNotMath(ZooGraph("transformer", 2), 2, proto::Optimizer::KIND_ADAM,
                                  /*keep=*/true);
+}
+
+// Nested sections (inner cuts): nodes re-run more than once, batch norms and dropouts among
+// them, with the same parameters and the measured peak the planned one.
+TEST(ExecutorTest, NestedSectionsGiveBitwiseSameParameters) {
+  for (const graph::Graph& g :
+       {ZooGraph("mlp", 512, {{"depth", 8}, {"width", 64}}),
+        ZooGraph("resnet18", 2, {{"image_size", 32}}), ZooGraph("transformer", 2)}) {
+    const planner::SectionCuts cuts = SqrtCutsNested(g);
+    ASSERT_FALSE(cuts.inner_cuts.empty()) << g.name();
+    const planner::TrainingGraph training = planner::TrainingGraph::Build(g, {}).value();
+    const planner::RooflineCostModel cost(g, planner::DevicePreset("cpu").value());
+    const planner::SectionedStep step = planner::ExpandSections(training, cuts, cost).value();
+    int second_runs = 0;
+    for (const planner::TrainingNode& node : step.graph.nodes()) {
+      second_runs += absl::EndsWith(node.name, ".recompute2") ? 1 : 0;
+    }
+    EXPECT_GT(second_runs, 0) << g.name() << ": no node re-run twice";
+    ExpectPlansChangeMemoryNotMath(g, 2, proto::Optimizer::KIND_SGD_MOMENTUM, cuts);
+  }
 }
 
 TEST(ExecutorTest, LossFallsOnTheSyntheticTask) {

@@ -41,14 +41,20 @@ inline graph::Graph ZooGraph(const std::string& name, uint64_t batch,
   return *std::move(g);
 }
 
+// Returns the training graph of `forward` with `optimizer`.
+inline planner::TrainingGraph TrainingOf(const graph::Graph& forward,
+                                         proto::Optimizer::Kind optimizer) {
+  planner::TrainingOptions options;
+  options.optimizer = optimizer;
+  return planner::TrainingGraph::Build(forward, options).value();
+}
+
 // Returns cuts into about sqrt(n) sections, offloading every cached input that can go to
 // host memory, for the training graph of `forward` with `optimizer`.
 inline planner::SectionCuts SqrtCutsWithOffload(
     const graph::Graph& forward,
     proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
-  planner::TrainingOptions options;
-  options.optimizer = optimizer;
-  planner::TrainingGraph training = planner::TrainingGraph::Build(forward, options).value();
+  const planner::TrainingGraph training = TrainingOf(forward, optimizer);
   const planner::RooflineCostModel cost(forward, planner::DevicePreset("cpu").value());
   planner::SectionCuts cuts;
   cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
@@ -61,9 +67,7 @@ inline planner::SectionCuts SqrtCutsWithOffload(
 inline planner::SectionCuts SqrtCutsKeepingHalf(
     const graph::Graph& forward,
     proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
-  planner::TrainingOptions options;
-  options.optimizer = optimizer;
-  planner::TrainingGraph training = planner::TrainingGraph::Build(forward, options).value();
+  const planner::TrainingGraph training = TrainingOf(forward, optimizer);
   const planner::RooflineCostModel cost(forward, planner::DevicePreset("cpu").value());
   planner::SectionCuts cuts;
   cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
@@ -71,6 +75,22 @@ inline planner::SectionCuts SqrtCutsKeepingHalf(
       planner::KeepableTensors(training, cuts.cuts, cost).value();
   for (size_t i = 0; i < keepable.size(); i += 2) cuts.keep.push_back(keepable[i]);
   cuts.offload = planner::OffloadableTensors(training, cuts.cuts, cost, cuts.keep).value();
+  return cuts;
+}
+
+// The same cuts, each re-run section split in two by an inner cut at its middle
+// (SectionCuts::inner_cuts: nested sections, a node re-run twice where both halves need it).
+inline planner::SectionCuts SqrtCutsNested(
+    const graph::Graph& forward,
+    proto::Optimizer::Kind optimizer = proto::Optimizer::KIND_SGD_MOMENTUM) {
+  const planner::TrainingGraph training = TrainingOf(forward, optimizer);
+  planner::SectionCuts cuts;
+  cuts.cuts = planner::SqrtCuts(planner::NumForwardNodes(training));
+  int32_t begin = 0;
+  for (int32_t end : cuts.cuts) {
+    if (end - begin >= 2) cuts.inner_cuts.push_back((begin + end) / 2);
+    begin = end;
+  }
   return cuts;
 }
 

@@ -287,6 +287,7 @@ proto::PlanResponse SectionPlanToProto(const SectionPlan& plan, const SectionPla
     section->set_recompute_flops(info.recompute_flops);
     section->set_recomputed(info.recomputed);
     section->set_recompute_nodes(info.recompute_nodes);
+    for (int32_t c : info.inner_cuts) section->add_inner_cut_nodes(step.graph.node(c).name);
     auto describe = [&](const CachedInput& c, proto::BoundaryTensor* b) {
       b->set_tensor(step.graph.tensor(c.tensor).name);
       b->set_bytes(c.bytes);

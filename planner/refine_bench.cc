@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -124,8 +125,10 @@ uint64_t Fingerprint(const std::string& s) {
 }
 uint64_t Fingerprint(const SectionPlan& p) {
   return Fingerprint(absl::StrFormat(
-      "%s|%s|%s|%d|%a", absl::StrJoin(p.cuts.cuts, ","), absl::StrJoin(p.cuts.keep, ","),
-      absl::StrJoin(p.cuts.offload, ","), p.peak_bytes, p.step_seconds));
+      "%s|%s|%s|%d|%a%s", absl::StrJoin(p.cuts.cuts, ","), absl::StrJoin(p.cuts.keep, ","),
+      absl::StrJoin(p.cuts.offload, ","), p.peak_bytes, p.step_seconds,
+      // Inner cuts only where there are some, so plans without match older fingerprints.
+      p.cuts.inner_cuts.empty() ? "" : absl::StrCat("|", absl::StrJoin(p.cuts.inner_cuts, ","))));
 }
 
 double Median(std::vector<double> v) {

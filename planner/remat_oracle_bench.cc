@@ -9,6 +9,10 @@
 //
 // --seconds: CBC's limit per solve (default 10). --cold: no MIP start from Headroom's plan.
 // --only: the models whose label contains this ("mlp", "small_cnn", "transformer").
+// --least-only: only the least peak (and what the oracle's least-peak schedule runs again).
+// The least peak is printed without inner cuts (SearchOptions::nested off) and with them,
+// then the frontier's range.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +66,14 @@ std::string ReRuns(const TrainingGraph& t, const RecomputeSchedule& schedule) {
   return out.empty() ? "none" : out;
 }
 
-void Run(const Model& m, double seconds, bool cold) {
+// Returns the number of re-forward nodes `step` runs (a node re-run twice counts twice).
+int RecomputedNodes(const SectionedStep& step) {
+  int n = 0;
+  for (const SectionInfo& s : step.sections) n += s.recompute_nodes;
+  return n;
+}
+
+void Run(const Model& m, double seconds, bool cold, bool least_only) {
   const graph::Graph forward =
       OrDie(graph::Graph::FromProto(
                 OrDie(graph::BuildZooModel(graph::ZooSpec(m.zoo, m.batch, m.options)), m.label)),
@@ -87,6 +98,7 @@ void Run(const Model& m, double seconds, bool cold) {
   std::printf("  %4s %12s | %9s %9s | %9s %9s %-10s %7s | %8s %8s\n", "f", "budget", "headroom",
               "sections", "oracle", "bound", "status", "solve s", "gap best", "gap bnd");
   for (int f : {90, 70, 50, 35}) {
+    if (least_only) break;
     const uint64_t budget = persistent + (plain.peak_bytes - persistent) * f / 100;
     absl::StatusOr<SectionPlan> ours = search->Plan(budget);
     OracleOptions o = options;
@@ -111,7 +123,34 @@ void Run(const Model& m, double seconds, bool cold) {
                 Proven(r).c_str(), r.solve_seconds, gap_best.c_str(), gap_bound.c_str());
     if (r.feasible) std::printf("        oracle re-runs: %s\n", ReRuns(t, r.schedule).c_str());
   }
+  // The smallest peak without inner cuts (one re-forward per section), then with them.
+  SearchOptions flat_options = search_options;
+  flat_options.nested = false;
+  const uint64_t flat_min =
+      OrDie(OrDie(SectionSearch::Create(t, cost, flat_options), "search")->MinimumPeakBytes(),
+            "minimum without inner cuts");
+  const auto begin = std::chrono::steady_clock::now();
   const uint64_t headroom_min = OrDie(search->MinimumPeakBytes(), "minimum");
+  const double min_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const SectionPlan smallest_plan = OrDie(search->Plan(headroom_min), "smallest plan");
+  std::printf(
+      "  smallest peak: without inner cuts %llu B, with them %llu B (%.4f of it; %s, %zu "
+      "sections, %zu inner cuts, overhead %.3f, %d nodes re-run; found in %.2f s)\n",
+      static_cast<unsigned long long>(flat_min), static_cast<unsigned long long>(headroom_min),
+      static_cast<double>(headroom_min) / flat_min, smallest_plan.strategy.c_str(),
+      smallest_plan.cuts.cuts.size() + 1, smallest_plan.cuts.inner_cuts.size(),
+      smallest_plan.overhead_ratio, RecomputedNodes(*smallest_plan.step), min_seconds);
+  const std::vector<TradeOffPoint> frontier = OrDie(search->Frontier(), "frontier");
+  int nested_points = 0;
+  for (const TradeOffPoint& p : frontier) nested_points += p.strategy == "nested" ? 1 : 0;
+  std::printf(
+      "  frontier: %zu points (%d with inner cuts), peak %llu B at %.3fx down to %llu B at "
+      "%.3fx\n",
+      frontier.size(), nested_points, static_cast<unsigned long long>(frontier.front().peak_bytes),
+      frontier.front().step_seconds / plain.step_seconds,
+      static_cast<unsigned long long>(frontier.back().peak_bytes),
+      frontier.back().step_seconds / plain.step_seconds);
   OracleOptions o = options;
   if (!cold) {
     const SectionPlan smallest = OrDie(search->Plan(headroom_min), "smallest plan");
@@ -127,6 +166,7 @@ void Run(const Model& m, double seconds, bool cold) {
       Proven(least).c_str(), static_cast<unsigned long long>(least.bound_peak_bytes),
       least.solve_seconds, least.overhead_ratio,
       least.feasible ? static_cast<double>(headroom_min) / least.peak_bytes : 0.0);
+  if (least.feasible) std::printf("    oracle re-runs: %s\n", ReRuns(t, least.schedule).c_str());
 }
 
 }  // namespace
@@ -135,17 +175,20 @@ void Run(const Model& m, double seconds, bool cold) {
 int main(int argc, char** argv) {
   double seconds = 10;
   bool cold = false;
+  bool least_only = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--cold") == 0) {
       cold = true;
+    } else if (std::strcmp(argv[i], "--least-only") == 0) {
+      least_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: remat_oracle_bench [--seconds S] [--cold] [--only LABEL_PART]\n");
+                   "usage: remat_oracle_bench [--seconds S] [--cold] [--only LABEL_PART] [--least-only]\n");
       return 2;
     }
   }
@@ -169,7 +212,7 @@ int main(int argc, char** argv) {
       "recompute only); budget = persistent + f x (plain peak - persistent)\n",
       seconds, cold ? ", cold" : ", started from Headroom's plan");
   for (const Model& m : models) {
-    if (m.label.find(only) != std::string::npos) headroom::planner::Run(m, seconds, cold);
+    if (m.label.find(only) != std::string::npos) headroom::planner::Run(m, seconds, cold, least_only);
   }
   return 0;
 }

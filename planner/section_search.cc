@@ -545,6 +545,9 @@ struct SectionSearch::Candidate {
   // Filled when first needed.
   std::optional<uint64_t> lower_bound_bytes;
   std::shared_ptr<const MemoryPlan> memory;
+  // Found by DescendNested() (with inner cuts, or on the way between such plans): chosen
+  // only where nothing else fits (or where it is faster than what does).
+  bool nested = false;
 };
 
 SectionSearch::SectionSearch(const TrainingGraph& graph, const CostModel& cost,
@@ -728,8 +731,149 @@ absl::Status SectionSearch::Descend() {
       break;
     }
   }
+  if (options_.nested) {
+    // From where the descent ended; on small graphs also from one re-run section of all but
+    // the last one or two nodes and from the sqrt(n) split (local optima differ by start).
+    int64_t work = 0;
+    RETURN_IF_ERROR(DescendNested(cuts, bound, &work));
+    if (nf <= options_.refine_max_forward_nodes) {
+      for (const std::vector<int32_t>& start :
+           {std::vector<int32_t>{nf - 1}, std::vector<int32_t>{nf - 2}, SqrtCuts(nf)}) {
+        if (start.empty() || start.front() <= 0 || start == cuts) continue;
+        SectionCuts from{start, {}};
+        from.optimizer_state_on_host = options_.optimizer_state_on_host;
+        from.parameters_on_host = options_.parameters_on_host;
+        absl::StatusOr<SectionedStep> step = ExpandSections(graph_, from, cost_, &node_costs_);
+        if (!step.ok()) continue;
+        RETURN_IF_ERROR(DescendNested(
+            start, ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes),
+            &work));
+      }
+    }
+  }
   descended_ = true;
   SortByTime();
+  return absl::OkStatus();
+}
+
+bool SectionSearch::Nested(int index) const { return pool_[index].nested; }
+
+namespace {
+
+// Cuts and inner cuts, as DescendNested() walks them.
+struct NestedCuts {
+  std::vector<int32_t> cuts;
+  std::vector<int32_t> inner;
+};
+
+// Returns `m` with its cuts and inner cuts sorted and unique, and every inner cut that falls
+// on a cut or outside the re-run sections dropped.
+NestedCuts Normalised(NestedCuts m) {
+  std::sort(m.cuts.begin(), m.cuts.end());
+  m.cuts.erase(std::unique(m.cuts.begin(), m.cuts.end()), m.cuts.end());
+  std::sort(m.inner.begin(), m.inner.end());
+  m.inner.erase(std::unique(m.inner.begin(), m.inner.end()), m.inner.end());
+  const int32_t rerun_end = m.cuts.empty() ? 0 : m.cuts.back();
+  m.inner.erase(std::remove_if(m.inner.begin(), m.inner.end(),
+                               [&](int32_t c) {
+                                 return c >= rerun_end ||
+                                        std::binary_search(m.cuts.begin(), m.cuts.end(), c);
+                               }),
+                m.inner.end());
+  return m;
+}
+
+// Returns the moves of DescendNested() from `from` over `nf` forward positions.
+std::vector<NestedCuts> NestedMoves(const NestedCuts& from, int32_t nf) {
+  std::vector<NestedCuts> out;
+  auto valid = [&](int32_t p) { return p > 0 && p < nf; };
+  for (size_t k = 0; k < from.inner.size(); ++k) {
+    NestedCuts dropped = from;
+    dropped.inner.erase(dropped.inner.begin() + k);
+    out.push_back(dropped);
+    for (int32_t delta : {-2, -1, 1, 2}) {
+      NestedCuts moved = from;
+      moved.inner[k] += delta;
+      if (valid(moved.inner[k])) out.push_back(Normalised(moved));
+    }
+    NestedCuts to_cut = dropped;
+    to_cut.cuts.push_back(from.inner[k]);
+    out.push_back(Normalised(to_cut));
+  }
+  for (size_t k = 0; k < from.cuts.size(); ++k) {
+    NestedCuts dropped = from;
+    dropped.cuts.erase(dropped.cuts.begin() + k);
+    out.push_back(Normalised(dropped));
+    NestedCuts to_inner = dropped;
+    to_inner.inner.push_back(from.cuts[k]);
+    out.push_back(Normalised(to_inner));
+    for (int32_t delta : {-1, 1}) {
+      NestedCuts moved = from;
+      moved.cuts[k] += delta;
+      if (valid(moved.cuts[k])) out.push_back(Normalised(moved));
+    }
+  }
+  for (int32_t p = 1; p < nf; ++p) {
+    if (std::binary_search(from.cuts.begin(), from.cuts.end(), p) ||
+        std::binary_search(from.inner.begin(), from.inner.end(), p)) {
+      continue;
+    }
+    NestedCuts inner = from;
+    inner.inner.push_back(p);
+    inner = Normalised(inner);
+    if (inner.inner.size() > from.inner.size()) out.push_back(inner);
+    NestedCuts cut = from;
+    cut.cuts.push_back(p);
+    out.push_back(Normalised(cut));
+  }
+  // Moves that normalise to where they started change nothing.
+  out.erase(std::remove_if(
+                out.begin(), out.end(),
+                [&](const NestedCuts& m) { return m.cuts == from.cuts && m.inner == from.inner; }),
+            out.end());
+  return out;
+}
+
+}  // namespace
+
+absl::Status SectionSearch::DescendNested(std::vector<int32_t> cuts, uint64_t bound,
+                                          int64_t* work_done) {
+  const int32_t nf = NumForwardNodes(graph_);
+  const bool best_move = nf <= options_.refine_max_forward_nodes;
+  int64_t& work = *work_done;
+  NestedCuts current{std::move(cuts), {}};
+  for (bool improved = true; improved && work < options_.nested_max_work;) {
+    improved = false;
+    std::optional<SectionCuts> best;
+    std::shared_ptr<const SectionedStep> best_step;
+    for (const NestedCuts& m : NestedMoves(current, nf)) {
+      if (work >= options_.nested_max_work) break;
+      RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
+      SectionCuts moved{m.cuts, {}};
+      moved.inner_cuts = m.inner;
+      moved.optimizer_state_on_host = options_.optimizer_state_on_host;
+      moved.parameters_on_host = options_.parameters_on_host;
+      absl::StatusOr<SectionedStep> step = ExpandSections(graph_, moved, cost_, &node_costs_);
+      if (!step.ok()) continue;
+      work += static_cast<int64_t>(step->graph.nodes().size());
+      const uint64_t b = ScheduledLowerBound(step->graph, step->schedule, options_.alignment_bytes);
+      if (b >= bound) continue;
+      bound = b;
+      best = moved;
+      best_step = std::make_shared<const SectionedStep>(*std::move(step));
+      if (!best_move) break;
+    }
+    if (!best) break;
+    improved = true;
+    current = {best->cuts, best->inner_cuts};
+    Candidate c;
+    c.strategy = "nested";
+    c.cuts = *std::move(best);
+    c.step = std::move(best_step);
+    c.lower_bound_bytes = bound;
+    c.nested = true;
+    pool_.push_back(std::move(c));
+  }
   return absl::OkStatus();
 }
 
@@ -758,7 +902,7 @@ void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<
   }
   for (const Candidate& c : pool_) {
     if (c.cuts.cuts == section_cuts.cuts && c.cuts.offload == section_cuts.offload &&
-        c.cuts.keep.empty()) {
+        c.cuts.keep.empty() && c.cuts.inner_cuts.empty()) {
       return;
     }
   }
@@ -806,21 +950,37 @@ uint64_t SectionSearch::LowerBound(int index) {
 }
 
 absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
-  for (bool descended : {false, true}) {
-    if (descended) {
-      if (descended_) break;
+  // Passes: the pool; after the descent; then plans with inner cuts, only where nothing
+  // without them fits (they are not refined).
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass == 1) {
+      if (descended_) continue;
       RETURN_IF_ERROR(Descend());
     }
+    const bool nested = pass == 2;
     for (int index : by_time_) {
-      if (BudgetLowerBound(index) > budget_bytes) continue;
+      if (Nested(index) != nested || BudgetLowerBound(index) > budget_bytes) continue;
       ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
       if (BudgetBytes(plan) > budget_bytes) continue;
-      if (!options_.refine) return plan;
-      ASSIGN_OR_RETURN(const int refined, Refine(index, budget_bytes));
-      return Evaluate(refined);
+      if (nested) return plan;
+      if (options_.refine) {
+        ASSIGN_OR_RETURN(const int refined, Refine(index, budget_bytes));
+        ASSIGN_OR_RETURN(plan, Evaluate(refined));
+      }
+      return FasterNested(std::move(plan), budget_bytes);
     }
   }
   return Infeasible(budget_bytes);
+}
+
+absl::StatusOr<SectionPlan> SectionSearch::FasterNested(SectionPlan plan, uint64_t budget_bytes) {
+  for (int index : by_time_) {
+    if (pool_[index].step->step_seconds >= plan.step_seconds) break;
+    if (!Nested(index) || BudgetLowerBound(index) > budget_bytes) continue;
+    ASSIGN_OR_RETURN(SectionPlan nested, Evaluate(index));
+    if (BudgetBytes(nested) <= budget_bytes) return nested;
+  }
+  return plan;
 }
 
 // ---- Refinement -------------------------------------------------------------------------
@@ -829,7 +989,7 @@ namespace {
 
 std::string CutsKey(const SectionCuts& c) {
   return absl::StrCat(absl::StrJoin(c.cuts, ","), "|", absl::StrJoin(c.keep, ","), "|",
-                      absl::StrJoin(c.offload, ","));
+                      absl::StrJoin(c.offload, ","), "|", absl::StrJoin(c.inner_cuts, ","));
 }
 
 // Returns `set` (increasing) with `t` added if it was absent, removed if present.
@@ -989,7 +1149,10 @@ int SectionSearch::AddExpanded(const std::string& strategy, const SectionCuts& c
                                std::shared_ptr<const SectionedStep> step) {
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
     const SectionCuts& c = pool_[i].cuts;
-    if (c.cuts == cuts.cuts && c.offload == cuts.offload && c.keep == cuts.keep) return i;
+    if (!pool_[i].nested && c.cuts == cuts.cuts && c.offload == cuts.offload &&
+        c.keep == cuts.keep && c.inner_cuts == cuts.inner_cuts) {
+      return i;
+    }
   }
   Candidate c;
   c.strategy = strategy;
@@ -1157,7 +1320,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   bool offloads = !pool_[start].cuts.offload.empty();
   for (int index : by_time_) {
     if (starts.size() >= kStarts + 1 || (starts.size() >= kStarts && offloads)) break;
-    if (index == start || BudgetLowerBound(index) > budget_bytes) continue;
+    if (index == start || Nested(index) || BudgetLowerBound(index) > budget_bytes) continue;
     const bool offload = !pool_[index].cuts.offload.empty();
     if (starts.size() >= kStarts && !offload) continue;
     ASSIGN_OR_RETURN(SectionPlan plan, Evaluate(index));
@@ -1307,12 +1470,17 @@ absl::StatusOr<TradeOffPoint> SectionSearch::Point(int index) {
 
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
   ASSIGN_OR_RETURN(std::vector<TradeOffPoint> frontier, PoolFrontier());
-  if (!options_.refine || frontier.size() < 2) return frontier;
+  // Plans with inner cuts are not refined: the others share the work.
+  const int64_t refined =
+      std::count_if(frontier.begin(), frontier.end(),
+                    [](const TradeOffPoint& p) { return p.strategy != "nested"; });
+  if (!options_.refine || refined < 2) return frontier;
   // Refine at each point's peak, the points sharing one refinement's work; then the frontier
   // of the pool the refinements grew.
   const int64_t work_limit = work_limit_;
-  work_limit_ = std::max<int64_t>(options_.refine_max_work / frontier.size(), 1);
+  work_limit_ = std::max<int64_t>(options_.refine_max_work / refined, 1);
   for (const TradeOffPoint& point : frontier) {
+    if (point.strategy == "nested") continue;
     absl::StatusOr<SectionPlan> plan = Plan(point.peak_bytes);
     if (!plan.ok()) {
       work_limit_ = work_limit;
@@ -1326,10 +1494,21 @@ absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Frontier() {
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::PoolFrontier() {
   RETURN_IF_ERROR(Descend());  // The frontier ends at the smallest plan.
   std::vector<TradeOffPoint> points;
+  // Plans with inner cuts join only below the smallest peak of those without.
+  uint64_t smallest_flat = std::numeric_limits<uint64_t>::max();
+  std::vector<TradeOffPoint> nested;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
     RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));  // Point() may plan exactly.
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
+    if (Nested(i)) {
+      nested.push_back(point);
+      continue;
+    }
+    smallest_flat = std::min(smallest_flat, point.peak_bytes);
     points.push_back(point);
+  }
+  for (const TradeOffPoint& point : nested) {
+    if (point.peak_bytes < smallest_flat) points.push_back(point);
   }
   std::sort(points.begin(), points.end(), [](const TradeOffPoint& a, const TradeOffPoint& b) {
     return a.peak_bytes != b.peak_bytes ? a.peak_bytes > b.peak_bytes
@@ -1351,7 +1530,7 @@ absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::PoolFrontier() {
 absl::StatusOr<std::vector<TradeOffPoint>> SectionSearch::Baselines() {
   std::vector<TradeOffPoint> points;
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) {
-    if (pool_[i].strategy == "search" || pool_[i].strategy == "refined") continue;
+    if (pool_[i].strategy == "search" || pool_[i].strategy == "refined" || Nested(i)) continue;
     RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
     ASSIGN_OR_RETURN(TradeOffPoint point, Point(i));
     points.push_back(point);
@@ -1379,6 +1558,10 @@ std::string SectionPlan::DebugString() const {
         &out, "  %3d  %-28s .. %-28s %s\n", s, g.node(info.begin).name, g.node(info.end - 1).name,
         info.recomputed ? absl::StrFormat("re-runs %d nodes", info.recompute_nodes)
                         : std::string("not re-run"));
+    for (int32_t c : info.inner_cuts) {
+      absl::StrAppendFormat(&out, "       inner cut before %s (its backward re-runs again)\n",
+                            g.node(c).name);
+    }
     for (const CachedInput& c : info.boundary) {
       absl::StrAppendFormat(&out, "       cached %-32s %10s  %s\n", g.tensor(c.tensor).name,
                             HumanBytes(c.bytes), c.offloaded ? "host" : "device");

@@ -54,6 +54,16 @@ struct SearchOptions {
   // graphs (on the 2-core build machine about 1 to 4 us a unit); a step too large for 64
   // expansions within it is not refined. Default 1,000,000.
   int64_t refine_max_work = 1000000;
+  // When no candidate fits a budget even after the descent in cuts, descend further with
+  // inner cuts (SectionCuts::inner_cuts: nested sections, nodes re-run more than once, just
+  // before the chunk of backward that reads them) to peaks one re-forward per section cannot
+  // reach. Plans with inner cuts are chosen only for budgets no plan without them meets, and
+  // join the frontier only below the smallest of those, so every other answer is as it was
+  // without them. Recompute only. Default true.
+  bool nested = true;
+  // Work the nested descent may do, in nodes of the expanded steps it predicts (on the 2-core
+  // build machine about 0.1 to 0.3 us a unit). Default 4,000,000.
+  int64_t nested_max_work = 4000000;
   // Every candidate keeps its optimizer state on the host and updates there
   // (SectionCuts::optimizer_state_on_host). Default false. PlanWithPlacement() searches
   // both placements.
@@ -83,7 +93,8 @@ bool HostPoolInBudget(proto::HostMemory host_memory, bool host_is_device_memory)
 
 // One candidate, planned.
 struct SectionPlan {
-  // "search", "refined", "no_sections", "sqrt_n" or "every_layer".
+  // "search", "refined", "nested" (inner cuts, from DescendNested), "no_sections", "sqrt_n"
+  // or "every_layer".
   std::string strategy;
   SectionCuts cuts;
   // The expanded step and its exact memory plan.
@@ -135,9 +146,10 @@ class SectionSearch {
   // Returns the candidate with the least predicted step time whose exact peak is at most
   // `budget_bytes`, or FailedPrecondition stating the smallest budget any candidate fits and
   // what its peak is made of. When no candidate of the pool fits, a local descent in memory
-  // (Descend) adds smaller ones first. With SearchOptions::refine, the fastest candidate that
-  // fits is then improved by local moves (Refine), and what they find joins the pool, so a
-  // later Plan() for a larger budget is never slower.
+  // (Descend) adds smaller ones first, with inner cuts (SearchOptions::nested) last. With
+  // SearchOptions::refine, the fastest candidate without inner cuts that fits is then
+  // improved by local moves (Refine), and what they find joins the pool, so a later Plan()
+  // for a larger budget is never slower.
   absl::StatusOr<SectionPlan> Plan(uint64_t budget_bytes);
 
   // Returns the plain step (no sections).
@@ -190,6 +202,21 @@ class SectionSearch {
   // move helps. Guided by lower bounds, not plans; run once, for budgets no candidate of the
   // pool meets. The status of options_.cancel (checked at each move) once it fails.
   absl::Status Descend();
+  // Walks on downhill from `cuts` (whose expanded step's lower bound is `bound`), recompute
+  // only, over cuts and inner cuts: add, drop or move (by up to two) an inner cut, turn a cut
+  // into an inner cut or back, drop, move (by one) or add a cut; each round takes the move
+  // with the lowest lower bound (the first lower one on graphs of more than
+  // refine_max_forward_nodes forward nodes) and adds it to the pool (strategy "nested", even
+  // where the walk passes a plan without inner cuts), until none is lower or
+  // SearchOptions::nested_max_work is spent (counting `work_done`, which it adds to).
+  // Called by Descend() with SearchOptions::nested.
+  absl::Status DescendNested(std::vector<int32_t> cuts, uint64_t bound, int64_t* work_done);
+  // Returns the fastest candidate with inner cuts that fits `budget_bytes` and is faster than
+  // `plan` (a plan with inner cuts may rarely be faster than the answer without them at a
+  // larger budget: so a larger budget is never slower), else `plan`.
+  absl::StatusOr<SectionPlan> FasterNested(SectionPlan plan, uint64_t budget_bytes);
+  // Returns whether candidate `index` was found by DescendNested().
+  bool Nested(int index) const;
   // Frontier() of the pool as it is.
   absl::StatusOr<std::vector<TradeOffPoint>> PoolFrontier();
   // Sorts by_time_ again after candidates were added.

@@ -2,6 +2,7 @@
 // every set of cuts on small graphs.
 #include "planner/section_search.h"
 
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -121,12 +122,74 @@ TEST(SectionSearchTest, FrontierFallsInPeakAndRisesInTime) {
   }
 }
 
+// Inner cuts (nested sections) reach below the smallest peak one re-forward per section can,
+// only there: at every budget the search without them meets, the same plan.
+void ExpectNestedOnlyBelowTheOldMinimum(const std::string& what, const graph::Graph& g) {
+  const TrainingGraph training = TrainingGraph::Build(g, {}).value();
+  const RooflineCostModel cost(g, DevicePreset("h100").value());
+  SearchOptions flat_options;
+  flat_options.allow_offload = false;
+  flat_options.nested = false;
+  SearchOptions nested_options = flat_options;
+  nested_options.nested = true;
+  std::unique_ptr<SectionSearch> flat = SectionSearch::Create(training, cost, flat_options).value();
+  std::unique_ptr<SectionSearch> nested =
+      SectionSearch::Create(training, cost, nested_options).value();
+  const uint64_t old_min = flat->MinimumPeakBytes().value();
+  const uint64_t new_min = nested->MinimumPeakBytes().value();
+  std::cout << what << ": smallest peak " << old_min << " B, with inner cuts " << new_min << " B\n";
+  EXPECT_LT(new_min, old_min) << what;
+  const SectionPlan smallest = nested->Plan(new_min).value();
+  EXPECT_FALSE(smallest.cuts.inner_cuts.empty()) << what;
+  EXPECT_EQ(smallest.strategy, "nested") << what;
+  EXPECT_LE(smallest.peak_bytes, new_min) << what;
+  absl::StatusOr<MemoryPlan> again = PlanScheduledGraph(
+      smallest.step->graph, smallest.step->schedule, kDefaultAlignmentBytes, DefaultStrategies());
+  ASSERT_TRUE(again.ok()) << what << ": " << again.status();
+  EXPECT_EQ(again->arena_bytes, smallest.peak_bytes) << what;
+  EXPECT_FALSE(nested->Plan(new_min - 1).ok()) << what;
+  const uint64_t hi = flat->Unconstrained().value().peak_bytes;
+  for (int i = 0; i <= 6; ++i) {
+    const uint64_t budget = old_min + (hi - old_min) * i / 6;
+    const SectionPlan a = flat->Plan(budget).value();
+    const SectionPlan b = nested->Plan(budget).value();
+    EXPECT_EQ(a.cuts.cuts, b.cuts.cuts) << what << " at " << budget;
+    EXPECT_EQ(a.cuts.keep, b.cuts.keep) << what << " at " << budget;
+    EXPECT_TRUE(b.cuts.inner_cuts.empty()) << what << " at " << budget;
+    EXPECT_EQ(a.peak_bytes, b.peak_bytes) << what << " at " << budget;
+    EXPECT_EQ(a.step_seconds, b.step_seconds) << what << " at " << budget;
+  }
+  // The frontier extends to the new smallest peak; above the old one it is the same.
+  const std::vector<TradeOffPoint> frontier = nested->Frontier().value();
+  const std::vector<TradeOffPoint> flat_frontier = flat->Frontier().value();
+  EXPECT_EQ(frontier.back().peak_bytes, new_min) << what;
+  EXPECT_EQ(frontier.back().strategy, "nested") << what;
+  ASSERT_GT(frontier.size(), flat_frontier.size()) << what;
+  for (size_t i = 0; i < flat_frontier.size(); ++i) {
+    EXPECT_EQ(frontier[i].peak_bytes, flat_frontier[i].peak_bytes) << what << " point " << i;
+    EXPECT_EQ(frontier[i].step_seconds, flat_frontier[i].step_seconds) << what << " point " << i;
+  }
+}
+
+TEST(SectionSearchTest, InnerCutsLowerTheSmallestPeakAndChangeNothingAboveTheOld) {
+  ExpectNestedOnlyBelowTheOldMinimum("mlp depth 8",
+                                     Zoo("mlp", 512, {{"depth", 8}, {"width", 256}}));
+  ExpectNestedOnlyBelowTheOldMinimum("transformer 1 layer", Zoo("transformer", 8, {{"layers", 1}}));
+}
+
 // The search (recompute only) against every set of cuts, at budgets across the range: the
 // pool alone finds the best cut set; refined, keeping tensors too, it is never slower.
+// Cut sets only: below the smallest peak they reach, plans with inner cuts (SearchOptions::
+// nested) are not held to the best cut set (on the depth-6 mlp a cut set the descent missed
+// fits 18.5 MB at about 1.22x, where the nested plan takes 1.380x; docs/sections.md, Not
+// done).
 void ExpectOptimal(const graph::Graph& g) {
   Fixture f(g, "h100", /*offload=*/false);
-  SearchOptions pool_only;
-  pool_only.allow_offload = false;
+  SearchOptions flat;
+  flat.allow_offload = false;
+  flat.nested = false;
+  f.search = SectionSearch::Create(f.training, f.cost, flat).value();
+  SearchOptions pool_only = flat;
   pool_only.refine = false;
   std::unique_ptr<SectionSearch> pool =
       SectionSearch::Create(f.training, f.cost, pool_only).value();

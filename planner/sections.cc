@@ -168,6 +168,22 @@ class SectionExpander {
       }
       previous = c;
     }
+    previous = 0;
+    const int32_t rerun_end = cuts_.cuts.empty() ? 0 : cuts_.cuts.back();
+    for (int32_t c : cuts_.inner_cuts) {
+      if (c <= previous || c >= nf_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inner cut at forward position ", c, " is out of order or outside (0, ", nf_, ")"));
+      }
+      if (c >= rerun_end ||
+          std::binary_search(cuts_.cuts.begin(), cuts_.cuts.end(), c)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inner cut at forward position ", c,
+            " is not inside a re-run section (one that ends at a cut, before ", rerun_end,
+            ") or falls on a cut"));
+      }
+      previous = c;
+    }
     kept_.assign(g_.tensors().size(), false);
     TensorId previous_kept = kNone;
     for (TensorId t : cuts_.keep) {
@@ -210,6 +226,7 @@ class SectionExpander {
       if (node.kind == NodeKind::kBackward) current = section_of_[node.forward_node];
       section_of_[n] = current;
     }
+    FindChunks();
     FindRecompute();
     BuildItems();
     FindFirstBackwardReads();
@@ -226,39 +243,68 @@ class SectionExpander {
     return s != last() && ForwardSection(t) == s && !kept_[t];
   }
 
-  // For each section but the last: the forward nodes its backward needs re-run (those whose
-  // outputs its backward reads, and what they read in turn), walking the section backward.
+  // The chunks of the backward phase (SectionCuts::inner_cuts): a backward node belongs to the
+  // chunk of its forward node (the span between consecutive cuts or inner cuts), the seed,
+  // accumulations and updates to that of the backward node before them. Each run of
+  // backward-phase nodes in one chunk is one re-forward group (without inner cuts, one per
+  // section).
+  void FindChunks() {
+    std::vector<int32_t> bounds = cuts_.cuts;
+    bounds.insert(bounds.end(), cuts_.inner_cuts.begin(), cuts_.inner_cuts.end());
+    std::sort(bounds.begin(), bounds.end());
+    auto chunk_of = [&](NodeId f) {
+      return static_cast<int32_t>(std::upper_bound(bounds.begin(), bounds.end(), f) -
+                                  bounds.begin());
+    };
+    rerun_group_of_.assign(g_.nodes().size(), -1);
+    rerun_group_section_.clear();
+    int32_t chunk = chunk_of(nf_ - 1), previous = -1;
+    for (NodeId n = nf_; n < static_cast<NodeId>(g_.nodes().size()); ++n) {
+      const TrainingNode& node = g_.node(n);
+      if (node.kind == NodeKind::kBackward) chunk = chunk_of(node.forward_node);
+      if (chunk != previous) rerun_group_section_.push_back(section_of_[n]);
+      previous = chunk;
+      rerun_group_of_[n] = static_cast<int32_t>(rerun_group_section_.size()) - 1;
+    }
+  }
+
+  // For each re-forward group of a section but the last: the forward nodes its backward
+  // nodes need re-run (those whose outputs they read, and what those read in turn), walking
+  // the section backward.
   void FindRecompute() {
-    recompute_.assign(num_sections(), {});
-    std::vector<std::vector<TensorId>> read_by(num_sections());
+    const int32_t groups = static_cast<int32_t>(rerun_group_section_.size());
+    recompute_.assign(groups, {});
+    std::vector<std::vector<TensorId>> read_by(groups);
     for (NodeId n = nf_; n < static_cast<NodeId>(g_.nodes().size()); ++n) {
       for (TensorId t : g_.node(n).inputs) {
-        if (ReadsRecomputed(section_of_[n], t)) read_by[section_of_[n]].push_back(t);
+        if (ReadsRecomputed(section_of_[n], t)) read_by[rerun_group_of_[n]].push_back(t);
       }
     }
-    for (int32_t s = 0; s < last(); ++s) {
-      absl::flat_hash_set<TensorId> needed(read_by[s].begin(), read_by[s].end());
+    for (int32_t r = 0; r < groups; ++r) {
+      const int32_t s = rerun_group_section_[r];
+      if (s == last()) continue;
+      absl::flat_hash_set<TensorId> needed(read_by[r].begin(), read_by[r].end());
       const int32_t begin = s == 0 ? 0 : cuts_.cuts[s - 1];
       for (NodeId n = cuts_.cuts[s] - 1; n >= begin; --n) {
         const TrainingNode& node = g_.node(n);
         const bool need = std::any_of(node.outputs.begin(), node.outputs.end(),
                                       [&](TensorId t) { return needed.contains(t); });
         if (!need) continue;
-        recompute_[s].push_back(n);
+        recompute_[r].push_back(n);
         for (TensorId t : node.inputs) {
           if (ForwardSection(t) == s && !kept_[t]) needed.insert(t);
         }
       }
-      std::reverse(recompute_[s].begin(), recompute_[s].end());
+      std::reverse(recompute_[r].begin(), recompute_[r].end());
     }
   }
 
-  // The item order: forward nodes, then per backward-phase group its re-forward and its
-  // original nodes. Groups come in descending section order.
+  // The item order: forward nodes, then per backward-phase group its original nodes, each
+  // re-forward group's re-forward before its first. Groups come in descending section order.
   void BuildItems() {
     for (NodeId n = 0; n < nf_; ++n) items_.push_back({n, false, section_of_[n]});
     group_begin_.assign(num_sections(), -1);
-    int32_t current = -1;
+    int32_t current = -1, current_rerun = -1;
     for (NodeId n = nf_; n < static_cast<NodeId>(g_.nodes().size()); ++n) {
       const int32_t s = section_of_[n];
       if (s != current) {
@@ -267,7 +313,10 @@ class SectionExpander {
         current = s;
         group_begin_[s] = static_cast<int32_t>(items_.size());
         group_order_.push_back(s);
-        for (NodeId f : recompute_[s]) items_.push_back({f, true, s});
+      }
+      if (rerun_group_of_[n] != current_rerun) {
+        current_rerun = rerun_group_of_[n];
+        for (NodeId f : recompute_[current_rerun]) items_.push_back({f, true, s});
       }
       items_.push_back({n, false, s});
     }
@@ -666,16 +715,20 @@ class SectionExpander {
       }
     }
     if (!item.recompute) return node;
-    node.name = absl::StrCat(node.name, ".recompute");
+    // The first re-run of a node is "<node>.recompute", a later one (inner cuts)
+    // "<node>.recompute2", ...
+    const int32_t run = ++runs_[item.node];
+    const std::string suffix = run == 1 ? ".recompute" : absl::StrCat(".recompute", run);
+    node.name = absl::StrCat(node.name, suffix);
     node.kind = NodeKind::kRecompute;
     node.updates.clear();  // Running statistics are updated once per step, in the forward.
     for (TensorId& t : node.outputs) {
-      const TensorId id = out->AppendTensor(Unlinked(g_.tensor(t), ".recompute"));
+      const TensorId id = out->AppendTensor(Unlinked(g_.tensor(t), suffix));
       (*recomputed)[t] = id;
       t = id;
     }
     if (node.scratch != kNone) {
-      node.scratch = out->AppendTensor(Unlinked(g_.tensor(node.scratch), ".recompute"));
+      node.scratch = out->AppendTensor(Unlinked(g_.tensor(node.scratch), suffix));
     }
     return node;
   }
@@ -689,6 +742,9 @@ class SectionExpander {
       SectionInfo& info = step->sections[s];
       info.begin = s == 0 ? 0 : cuts_.cuts[s - 1];
       info.end = s == last() ? nf_ : cuts_.cuts[s];
+      for (int32_t c : cuts_.inner_cuts) {
+        if (c > info.begin && c < info.end) info.inner_cuts.push_back(c);
+      }
     }
     absl::flat_hash_map<TensorId, TensorId> original_of;
     for (const auto& [t, copy] : prefetched) original_of[copy] = t;
@@ -844,8 +900,13 @@ class SectionExpander {
   int32_t nf_ = 0;
   // Indexed by original node: its section.
   std::vector<int32_t> section_of_;
-  // Indexed by section: the forward nodes its backward re-runs, in order.
+  // Indexed by original node: its re-forward group (FindChunks), -1 for a forward node.
+  std::vector<int32_t> rerun_group_of_;
+  // Indexed by re-forward group: its section; and the forward nodes it re-runs, in order.
+  std::vector<int32_t> rerun_group_section_;
   std::vector<std::vector<NodeId>> recompute_;
+  // By original forward node: how many times Emit() has re-run it so far.
+  absl::flat_hash_map<NodeId, int32_t> runs_;
   std::vector<Item> items_;
   // Indexed by section: the item its backward-phase group starts at (-1 if none).
   std::vector<int32_t> group_begin_;

@@ -61,6 +61,14 @@ struct SectionCuts {
   // kPrefetch node "<param>.host_updated" (op "AwaitHostUpdate") that copies nothing and
   // waits for its update. Default false: parameters live on the device.
   bool parameters_on_host = false;
+  // Forward positions, increasing, each inside a re-run section (not the last) and not one of
+  // `cuts`, that split that section's backward phase into chunks (nested sections): each
+  // chunk's backward is preceded by its own re-forward, from the section's cached inputs and
+  // kept tensors, of just what that chunk's backward reads. A node whose outputs several
+  // chunks read runs again for each ("<node>.recompute", then "<node>.recompute2", ...), so
+  // only one chunk's re-forward state is live at a time: a smaller peak for more recompute.
+  // Empty: one re-forward per section, at the start of its backward phase.
+  std::vector<int32_t> inner_cuts;
 };
 
 // Returns "host" or "device" (of the optimizer state, or of the parameters).
@@ -88,7 +96,9 @@ struct SectionInfo {
   int32_t end = 0;
   // Whether its forward is re-run (every section but the last, when its backward needs it).
   bool recomputed = false;
-  // Forward nodes re-run and their flops.
+  // Its inner cuts (SectionCuts::inner_cuts inside it), increasing.
+  std::vector<int32_t> inner_cuts;
+  // Forward nodes re-run (counted once per run) and their flops.
   int32_t recompute_nodes = 0;
   uint64_t recompute_flops = 0;
   // Its cached inputs, in tensor-id order.
@@ -207,9 +217,9 @@ NodeCosts ComputeNodeCosts(const TrainingGraph& graph, const CostModel& cost);
 
 // Returns the expanded step of training graph `graph` under `cuts`, with times from
 // `cost` (node costs from `node_costs` where given, which must be ComputeNodeCosts(graph,
-// cost)); InvalidArgument for an inference graph, cuts out of order or range, an offload
-// request that is not an offloadable cached input, or a kept tensor that is not written in a
-// re-run section.
+// cost)); InvalidArgument for an inference graph, cuts or inner cuts out of order or range
+// (an inner cut outside a re-run section), an offload request that is not an offloadable
+// cached input, or a kept tensor that is not written in a re-run section.
 absl::StatusOr<SectionedStep> ExpandSections(const TrainingGraph& graph, const SectionCuts& cuts,
                                              const CostModel& cost,
                                              const NodeCosts* node_costs = nullptr);

@@ -1,6 +1,7 @@
 // Expanded schedules of small sectioned steps, written out node by node.
 #include "planner/sections.h"
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,75 @@ TEST(SectionsTest, ReForwardSkipsNodesTheBackwardDoesNotRead) {
             "fc1 r1 fc2 r2 fc3 loss loss.seed loss.backward fc3.backward r2.backward "
             "fc1.recompute r1.recompute fc2.backward r1.backward fc1.backward");
   EXPECT_EQ(step.sections[0].recompute_nodes, 2);
+}
+
+TEST(SectionsTest, InnerCutsReForwardEachChunkJustBeforeItsBackward) {
+  const TrainingGraph t = Training(Chain());
+  SectionCuts cuts{{4}, {}};
+  cuts.inner_cuts = {2};
+  const SectionedStep step = Expand(t, cuts);
+  // Section 0 (fc1 r1 fc2 r2) runs backward in two chunks: [fc2 r2] re-runs the whole prefix
+  // its backward reads, then [fc1 r1] re-runs fc1 and r1 a second time.
+  EXPECT_EQ(Order(step),
+            "fc1 r1 fc2 r2 fc3 loss loss.seed loss.backward fc3.backward "
+            "fc1.recompute r1.recompute fc2.recompute r2.recompute r2.backward fc2.backward "
+            "fc1.recompute2 r1.recompute2 r1.backward fc1.backward");
+  EXPECT_THAT(step.sections[0].inner_cuts, ElementsAre(2));
+  EXPECT_EQ(step.sections[0].recompute_nodes, 6);
+  EXPECT_EQ(step.recompute_flops, 60u);
+  // The first re-run copy of r1 dies at fc2's backward; r1.backward reads the second.
+  EXPECT_EQ(step.graph.tensor(step.graph.FindTensor("r1.recompute")).consumers.back(),
+            step.graph.FindNode("fc2.backward"));
+  const TrainingNode& r1_backward = step.graph.node(step.graph.FindNode("r1.backward"));
+  EXPECT_EQ(step.graph.tensor(r1_backward.inputs[1]).name, "r1.recompute2");
+  EXPECT_TRUE(ValidateSchedule(step.graph, step.schedule).ok());
+}
+
+TEST(SectionsTest, InnerCutsLowerTheLeastPeakOfADeepMlpForMoreRecompute) {
+  absl::StatusOr<proto::GraphDef> def =
+      graph::BuildZooModel(graph::ZooSpec("mlp", 64, {{"depth", 12}, {"width", 128}}));
+  ASSERT_TRUE(def.ok()) << def.status();
+  absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const TrainingGraph t = Training(*g);
+  const int32_t n = NumForwardNodes(t);
+  // One re-run section of all but the last two nodes, then the same with an inner cut every
+  // two nodes.
+  SectionCuts flat{{n - 2}, {}};
+  SectionCuts nested = flat;
+  for (int32_t c = 2; c < n - 2; c += 2) nested.inner_cuts.push_back(c);
+  const SectionedStep a = Expand(t, flat);
+  const SectionedStep b = Expand(t, nested);
+  absl::StatusOr<MemoryPlan> pa =
+      PlanScheduledGraph(a.graph, a.schedule, kDefaultAlignmentBytes, DefaultStrategies());
+  absl::StatusOr<MemoryPlan> pb =
+      PlanScheduledGraph(b.graph, b.schedule, kDefaultAlignmentBytes, DefaultStrategies());
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  EXPECT_LT(pb->arena_bytes, pa->arena_bytes);
+  EXPECT_GT(b.recompute_flops, a.recompute_flops);
+  EXPECT_GT(b.step_seconds, a.step_seconds);
+  std::cout << "mlp depth 12: one re-run section " << pa->arena_bytes << " B, "
+            << a.sections[0].recompute_nodes << " nodes re-run; with "
+            << nested.inner_cuts.size() << " inner cuts " << pb->arena_bytes << " B, "
+            << b.sections[0].recompute_nodes << " re-run\n";
+}
+
+TEST(SectionsTest, BadInnerCutsAreErrors) {
+  const TrainingGraph t = Training(Chain());
+  const UnitCostModel cost(0);
+  SectionCuts cuts{{4}, {}};
+  cuts.inner_cuts = {4};  // On a cut.
+  EXPECT_THAT(ExpandSections(t, cuts, cost).status().message(),
+              HasSubstr("inner cut at forward position 4"));
+  cuts.inner_cuts = {5};  // In the last section, which is not re-run.
+  EXPECT_THAT(ExpandSections(t, cuts, cost).status().message(),
+              HasSubstr("not inside a re-run section"));
+  cuts.inner_cuts = {3, 2};
+  EXPECT_THAT(ExpandSections(t, cuts, cost).status().message(), HasSubstr("out of order"));
+  cuts.cuts.clear();
+  cuts.inner_cuts = {1};  // No re-run section at all.
+  EXPECT_THAT(ExpandSections(t, cuts, cost).status().message(),
+              HasSubstr("not inside a re-run section"));
 }
 
 TEST(SectionsTest, AKeptTensorSparesItsProducersReForward) {

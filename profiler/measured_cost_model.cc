@@ -5,7 +5,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "graph/shape.h"
 #include "util/file_io.h"
@@ -110,8 +109,9 @@ double MeasuredCostModel::Measured(const planner::TrainingGraph& graph,
   if (IsCopy(node.kind)) return -1;
   auto it = seconds_by_node_.find(node.name);
   if (it != seconds_by_node_.end()) return it->second;
-  if (node.kind == NodeKind::kRecompute) {
-    it = seconds_by_node_.find(absl::StripSuffix(node.name, ".recompute"));
+  if (node.kind == NodeKind::kRecompute) {  // "<node>.recompute", "<node>.recompute2", ...
+    const size_t suffix = node.name.rfind(".recompute");
+    if (suffix != std::string::npos) it = seconds_by_node_.find(node.name.substr(0, suffix));
     if (it != seconds_by_node_.end()) return it->second;
   }
   return -1;
