@@ -349,12 +349,29 @@ struct Curve {
   std::vector<double> losses;
 };
 
-Curve RunCurveChild(const std::string& self, const std::string& name, uint64_t batch, int steps,
-                    const std::string& mode, const std::string& data) {
-  const std::string command =
+// A curve run started in its own process (CurveRun), its figures read by Finish().
+struct CurveChild {
+  std::string command;
+  int steps = 0;
+  FILE* pipe = nullptr;
+};
+
+CurveChild StartCurveChild(const std::string& self, const std::string& name, uint64_t batch,
+                           int steps, const std::string& mode, const std::string& data) {
+  CurveChild child;
+  child.command =
       absl::StrCat(self, " curve-run ", name, " ", batch, " ", steps, " ", mode, " ", data);
-  FILE* pipe = popen(command.c_str(), "r");
-  CHECK(pipe != nullptr) << command;
+  child.steps = steps;
+  child.pipe = popen(child.command.c_str(), "r");
+  CHECK(child.pipe != nullptr) << child.command;
+  return child;
+}
+
+// Returns the figures `child` prints once it ends.
+Curve FinishCurveChild(const CurveChild& child) {
+  const std::string& command = child.command;
+  const int steps = child.steps;
+  FILE* pipe = child.pipe;
   std::string out;
   char buffer[4096];
   size_t n;
@@ -439,14 +456,26 @@ int CompareCurves(const std::string& self, const std::string& name, uint64_t bat
     CHECK(budget > 0) << "no budget makes the planner rebuild a block: no point of the "
                          "frontier that rebuilds is chosen";
   }
-  const Curve keep = RunCurveChild(self, name, batch, steps, "keep", data);
-  if (fraction != 0) budget = static_cast<uint64_t>(keep.planned * fraction);
+  // Each run its own process; with the budget known, the three run side by side (on a
+  // shared machine one after another took most of an hour for 300 steps).
+  CurveChild keep_child = StartCurveChild(self, name, batch, steps, "keep", data);
+  std::optional<CurveChild> chosen_child, all_child;
+  if (fraction == 0) {
+    chosen_child = StartCurveChild(self, name, batch, steps, absl::StrCat(budget), data);
+    all_child = StartCurveChild(self, name, batch, steps, "rebuild", data);
+  }
+  const Curve keep = FinishCurveChild(keep_child);
+  if (fraction != 0) {
+    budget = static_cast<uint64_t>(keep.planned * fraction);
+    chosen_child = StartCurveChild(self, name, batch, steps, absl::StrCat(budget), data);
+    all_child = StartCurveChild(self, name, batch, steps, "rebuild", data);
+  }
   std::cout << absl::StrFormat(
       "== %s batch %d, %d steps on %s data, seed 3: loss curves against keeping everything; "
       "budget %.2f MiB (%d B, %.3f of keeping everything's planned peak) ==\n",
       name, batch, steps, data, MiB(budget), budget, static_cast<double>(budget) / keep.planned);
-  const Curve chosen = RunCurveChild(self, name, batch, steps, absl::StrCat(budget), data);
-  const Curve all = RunCurveChild(self, name, batch, steps, "rebuild", data);
+  const Curve chosen = FinishCurveChild(*chosen_child);
+  const Curve all = FinishCurveChild(*all_child);
   for (const auto& [label, c] : std::vector<std::pair<std::string, const Curve*>>{
            {"keep", &keep}, {"budget", &chosen}, {"rebuild all", &all}}) {
     double worst = 0, worst_smoothed = 0;
