@@ -13,13 +13,16 @@
 // `revnet_bench choose MODEL BATCH` prints the planner's choice (rebuild or keep per block,
 // with cuts and offload) at budgets from the smallest plan to keeping everything, against
 // rebuilding every block and checkpointing alone (predicted times, exact peaks).
-// `revnet_bench curve MODEL BATCH STEPS [FRACTION]` trains under a budget of FRACTION
-// (default 0.35; 0: the largest budget of a grid at which the planner's choice rebuilds
-// blocks, printed) of the keep-everything planned peak, and with every block rebuilt, each
-// against keeping everything from the same seed in its own process: the largest relative
-// loss difference over the steps, planned and measured peaks (the arena's high-water mark,
-// the process's max RSS from /proc/self/status) and max_rebuild_error (checked every 50
-// steps).
+// `revnet_bench curve MODEL BATCH STEPS [FRACTION [DATA]]` trains under a budget of FRACTION
+// (default 0.35; 0: the largest budget at which the planner's choice rebuilds blocks, found
+// on the frontier, printed) of the keep-everything planned peak, and with every block
+// rebuilt, each against keeping everything from the same seed in its own process: the
+// largest relative loss difference over the steps, raw and smoothed (moving averages over
+// kSmoothSteps steps), planned and measured peaks (the arena's high-water mark, the
+// process's max RSS from /proc/self/status) and max_rebuild_error (checked every 50 steps).
+// DATA is synthetic (the default: synthetic CIFAR-sized batches) or fashion-mnist (the
+// network built for 1x28x28, Fashion-MNIST's training images in a seeded order, and the
+// eval accuracy of the first kEvalItems test images after the last step).
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,14 +34,19 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "data/batch_loader.h"
+#include "data/image_dataset.h"
 #include "executor/backend_scratch.h"
 #include "executor/cpu/cpu_backend.h"
+#include "executor/image_task.h"
 #include "executor/trainer.h"
 #include "graph/graph.h"
 #include "graph/zoo.h"
@@ -54,9 +62,16 @@
 namespace headroom::executor {
 namespace {
 
-graph::Graph Build(const std::string& name, uint64_t batch, bool reversible) {
+// The data a loss curve trains on: synthetic CIFAR-sized batches (the trainer's own), or
+// Fashion-MNIST's training images (1x28x28: the network built for them) in a seeded order.
+constexpr char kSynthetic[] = "synthetic";
+constexpr char kFashionMnist[] = "fashion-mnist";
+
+graph::Graph Build(const std::string& name, uint64_t batch, bool reversible,
+                   const std::string& data = kSynthetic) {
   std::map<std::string, int64_t> options;
   if (name.rfind("revnet", 0) == 0) options["reversible"] = reversible ? 1 : 0;
+  if (data == kFashionMnist) options["channels"] = 1, options["image_size"] = 28;
   absl::StatusOr<proto::GraphDef> def = graph::BuildZooModel(graph::ZooSpec(name, batch, options));
   CHECK(def.ok()) << def.status();
   absl::StatusOr<graph::Graph> g = graph::Graph::FromProto(*def);
@@ -252,13 +267,19 @@ void PrintTrained(const std::string& self, uint64_t batch, int steps) {
       static_cast<double>(resnet.planned) / rev.planned);
 }
 
+// Test images a Fashion-MNIST curve run evaluates after its last step.
+constexpr int64_t kEvalItems = 2000;
+
 // One run of the loss-curve comparison: `mode` is "keep" (every block kept, no budget),
-// "rebuild" (every block rebuilt) or a budget in bytes (the planner's choice). Checks the
-// rebuilt tensors every 50 steps. Prints "planned_bytes arena_high_water_bytes start_rss
-// max_rss max_rebuild_error blocks_rebuilt strategy", then the losses on one line.
-int CurveRun(const std::string& name, uint64_t batch, int steps, const std::string& mode) {
+// "rebuild" (every block rebuilt) or a budget in bytes (the planner's choice); `data` is
+// kSynthetic or kFashionMnist (then the first kEvalItems test images are evaluated at the
+// end). Checks the rebuilt tensors every 50 steps. Prints "planned_bytes
+// arena_high_water_bytes start_rss max_rss max_rebuild_error blocks_rebuilt off_plan_steps
+// eval_accuracy strategy", then the losses on one line.
+int CurveRun(const std::string& name, uint64_t batch, int steps, const std::string& mode,
+             const std::string& data) {
   const uint64_t start_rss = StatusBytes("VmRSS");
-  const graph::Graph g = Build(name, batch, true);
+  const graph::Graph g = Build(name, batch, true, data);
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
   TrainerOptions options;
   options.seed = 3;
@@ -267,22 +288,52 @@ int CurveRun(const std::string& name, uint64_t batch, int steps, const std::stri
   options.check_rebuild_every = 50;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(g, backend.get(), options);
   CHECK(trainer.ok()) << trainer.status();
+  // Real data: the training part in an order seeded like the weights, no augmentation.
+  std::optional<data::ImageDataset> train_set, test_set;
+  std::optional<ImageTask> task;
+  std::unique_ptr<data::BatchLoader> loader;
+  if (data == kFashionMnist) {
+    train_set = data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTrain).value();
+    test_set = data::ImageDataset::LoadFashionMnist(data::FashionMnistPart::kTest).value();
+    task = ImageTask::Create(g, *train_set).value();
+    std::vector<int64_t> items(train_set->size());
+    std::iota(items.begin(), items.end(), 0);
+    data::LoaderOptions loading;
+    loading.batch = static_cast<int64_t>(batch);
+    loading.seed = 3;
+    loader = data::BatchLoader::Create(&*train_set, std::move(items), loading).value();
+  } else {
+    CHECK(data == kSynthetic) << "data '" << data << "': needs " << kSynthetic << " or "
+                              << kFashionMnist;
+  }
   std::vector<double> losses;
   uint64_t high_water = 0;
   double max_error = -1;
   int off_plan_steps = 0;  // Steps whose arena high-water mark is not the planned peak.
   for (int i = 0; i < steps; ++i) {
-    absl::StatusOr<StepResult> r = (*trainer)->Step();
+    absl::StatusOr<StepResult> r;
+    if (loader != nullptr) {
+      const data::Batch b = loader->Next();
+      r = (*trainer)->StepOn(task->Tensors(b.pixels, b.labels));
+    } else {
+      r = (*trainer)->Step();
+    }
     CHECK(r.ok()) << r.status();
     losses.push_back(r->loss);
     high_water = std::max(high_water, r->arena_high_water_bytes);
     max_error = std::max(max_error, r->max_rebuild_error);
     off_plan_steps += r->arena_high_water_bytes != r->planned_peak_bytes ? 1 : 0;
   }
+  double accuracy = -1;
+  if (test_set.has_value()) {
+    std::vector<int64_t> items(std::min<int64_t>(kEvalItems, test_set->size()));
+    std::iota(items.begin(), items.end(), 0);
+    accuracy = EvaluateImages(**trainer, *task, *test_set, items).value().accuracy;
+  }
   const planner::SectionPlan& plan = (*trainer)->plan();
   std::cout << plan.peak_bytes << " " << high_water << " " << start_rss << " "
             << StatusBytes("VmHWM") << " " << max_error << " " << plan.rebuilt_blocks.size() << " "
-            << off_plan_steps << " " << plan.strategy << "\n";
+            << off_plan_steps << " " << accuracy << " " << plan.strategy << "\n";
   for (double l : losses) std::cout << absl::StrFormat("%.9g ", l);
   std::cout << "\n";
   return 0;
@@ -293,16 +344,34 @@ struct Curve {
   double max_rebuild_error = -1;
   int rebuilt = 0;
   int off_plan_steps = 0;
+  double eval_accuracy = -1;  // -1: not evaluated (synthetic data)
   std::string strategy;
   std::vector<double> losses;
 };
 
-Curve RunCurveChild(const std::string& self, const std::string& name, uint64_t batch, int steps,
-                    const std::string& mode) {
-  const std::string command =
-      absl::StrCat(self, " curve-run ", name, " ", batch, " ", steps, " ", mode);
-  FILE* pipe = popen(command.c_str(), "r");
-  CHECK(pipe != nullptr) << command;
+// A curve run started in its own process (CurveRun), its figures read by Finish().
+struct CurveChild {
+  std::string command;
+  int steps = 0;
+  FILE* pipe = nullptr;
+};
+
+CurveChild StartCurveChild(const std::string& self, const std::string& name, uint64_t batch,
+                           int steps, const std::string& mode, const std::string& data) {
+  CurveChild child;
+  child.command =
+      absl::StrCat(self, " curve-run ", name, " ", batch, " ", steps, " ", mode, " ", data);
+  child.steps = steps;
+  child.pipe = popen(child.command.c_str(), "r");
+  CHECK(child.pipe != nullptr) << child.command;
+  return child;
+}
+
+// Returns the figures `child` prints once it ends.
+Curve FinishCurveChild(const CurveChild& child) {
+  const std::string& command = child.command;
+  const int steps = child.steps;
+  FILE* pipe = child.pipe;
   std::string out;
   char buffer[4096];
   size_t n;
@@ -311,18 +380,38 @@ Curve RunCurveChild(const std::string& self, const std::string& name, uint64_t b
   Curve c;
   std::istringstream in(out);
   in >> c.planned >> c.high_water >> c.start_rss >> c.max_rss >> c.max_rebuild_error >> c.rebuilt >>
-      c.off_plan_steps >> c.strategy;
+      c.off_plan_steps >> c.eval_accuracy >> c.strategy;
   double l;
   while (in >> l) c.losses.push_back(l);
   CHECK(static_cast<int>(c.losses.size()) == steps) << command << ": " << out;
   return c;
 }
 
-// Returns the largest budget of a geometric grid from the smallest plan to keeping
-// everything at which the planner's choice for `name` rebuilds some block, as the trainer
-// plans it (the CPU backend's kernel scratch, the CPU roofline); 0 when none does.
-uint64_t BudgetThatRebuilds(const std::string& name, uint64_t batch) {
-  const graph::Graph g = Build(name, batch, true);
+// Steps of the moving average the smoothed loss difference compares.
+constexpr int kSmoothSteps = 20;
+
+// Returns the means of each `window` consecutive values of `values` (all of them if fewer).
+std::vector<double> MovingAverage(const std::vector<double>& values, int window) {
+  const size_t w = std::min<size_t>(std::max(window, 1), values.size());
+  std::vector<double> out;
+  double sum = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    sum += values[i];
+    if (i >= w) sum -= values[i - w];
+    if (i + 1 >= w) out.push_back(sum / w);
+  }
+  return out;
+}
+
+// Returns the largest budget at which the planner's choice for `name` rebuilds some block,
+// as the trainer plans it (the CPU backend's kernel scratch, the CPU roofline); 0 when none
+// does. The candidates are the points of the Pareto frontier over every rebuild set's
+// section search and keeping every block (each search built once), from the largest peak
+// down; the first whose peak, asked of Plan() as a budget, takes a plan that rebuilds wins.
+// (A grid of budgets asked of Plan() one by one built every rebuild set's search again at
+// each budget: slower, and it stepped over the narrow ranges where rebuilding wins.)
+uint64_t BudgetThatRebuilds(const std::string& name, uint64_t batch, const std::string& data) {
+  const graph::Graph g = Build(name, batch, true, data);
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
   const BackendScratchModel scratch(backend.get());
   planner::TrainingOptions training;
@@ -334,21 +423,24 @@ uint64_t BudgetThatRebuilds(const std::string& name, uint64_t batch) {
       planner::HostPoolInBudget(proto::HOST_MEMORY_BACKEND, backend->host_is_device_memory());
   std::unique_ptr<planner::ReversibleSearch> search =
       planner::ReversibleSearch::Create(g, t, cost, options, proto::OPTIMIZER_STATE_DEVICE).value();
-  const uint64_t smallest = search->MinimumPeakBytes().value();
-  const uint64_t kept = search->Unconstrained().value().peak_bytes;
-  uint64_t budget = 0;
-  constexpr int kBudgets = 7;
-  for (int i = 0; i < kBudgets; ++i) {
-    const double f = static_cast<double>(i) / (kBudgets - 1);
-    const uint64_t b =
-        static_cast<uint64_t>(smallest * std::pow(static_cast<double>(kept) / smallest, f));
-    const planner::SectionPlan chosen = search->Plan(b).value();
-    std::cout << absl::StrFormat("  budget %.2f MiB: '%s', %d of %d blocks rebuilt\n", MiB(b),
-                                 chosen.strategy, chosen.rebuilt_blocks.size(),
-                                 g.reversible_blocks().size());
-    if (!chosen.rebuilt_blocks.empty()) budget = b;
+  const std::vector<planner::TradeOffPoint> frontier = search->Frontier().value();
+  int rebuilding = 0;
+  for (const planner::TradeOffPoint& p : frontier) {
+    rebuilding += p.strategy.rfind("reversible:", 0) == 0 ? 1 : 0;
   }
-  return budget;
+  std::cout << absl::StrFormat("  frontier: %d points, %d of them rebuild blocks\n",
+                               frontier.size(), rebuilding);
+  for (const planner::TradeOffPoint& p : frontier) {
+    if (p.strategy.rfind("reversible:", 0) != 0) continue;
+    const planner::SectionPlan chosen = search->Plan(p.peak_bytes).value();
+    std::cout << absl::StrFormat(
+        "  budget %.2f MiB (frontier point '%s', %.4f s): chosen '%s', %d of %d blocks "
+        "rebuilt, %.4f s\n",
+        MiB(p.peak_bytes), p.strategy, p.step_seconds, chosen.strategy,
+        chosen.rebuilt_blocks.size(), g.reversible_blocks().size(), chosen.step_seconds);
+    if (!chosen.rebuilt_blocks.empty()) return p.peak_bytes;
+  }
+  return 0;
 }
 
 // The training target: `name` for `steps` steps under a budget of `fraction` of its
@@ -356,35 +448,59 @@ uint64_t BudgetThatRebuilds(const std::string& name, uint64_t batch) {
 // choice rebuilds blocks, BudgetThatRebuilds) and with every block rebuilt, each against
 // keeping everything from the same seed, each run its own process.
 int CompareCurves(const std::string& self, const std::string& name, uint64_t batch, int steps,
-                  double fraction) {
-  const Curve keep = RunCurveChild(self, name, batch, steps, "keep");
-  uint64_t budget = static_cast<uint64_t>(keep.planned * fraction);
+                  double fraction, const std::string& data) {
+  uint64_t budget = 0;
   if (fraction == 0) {
     std::cout << "finding a budget at which the planner rebuilds blocks:\n";
-    budget = BudgetThatRebuilds(name, batch);
-    CHECK(budget > 0) << "no budget of the grid makes the planner rebuild a block";
+    budget = BudgetThatRebuilds(name, batch, data);
+    CHECK(budget > 0) << "no budget makes the planner rebuild a block: no point of the "
+                         "frontier that rebuilds is chosen";
+  }
+  // Each run its own process; with the budget known, the three run side by side (on a
+  // shared machine one after another took most of an hour for 300 steps).
+  CurveChild keep_child = StartCurveChild(self, name, batch, steps, "keep", data);
+  std::optional<CurveChild> chosen_child, all_child;
+  if (fraction == 0) {
+    chosen_child = StartCurveChild(self, name, batch, steps, absl::StrCat(budget), data);
+    all_child = StartCurveChild(self, name, batch, steps, "rebuild", data);
+  }
+  const Curve keep = FinishCurveChild(keep_child);
+  if (fraction != 0) {
+    budget = static_cast<uint64_t>(keep.planned * fraction);
+    chosen_child = StartCurveChild(self, name, batch, steps, absl::StrCat(budget), data);
+    all_child = StartCurveChild(self, name, batch, steps, "rebuild", data);
   }
   std::cout << absl::StrFormat(
-      "== %s batch %d, %d steps, seed 3: loss curves against keeping everything; budget %.2f "
-      "MiB (%d B, %.3f of keeping everything's planned peak) ==\n",
-      name, batch, steps, MiB(budget), budget, static_cast<double>(budget) / keep.planned);
-  const Curve chosen = RunCurveChild(self, name, batch, steps, absl::StrCat(budget));
-  const Curve all = RunCurveChild(self, name, batch, steps, "rebuild");
+      "== %s batch %d, %d steps on %s data, seed 3: loss curves against keeping everything; "
+      "budget %.2f MiB (%d B, %.3f of keeping everything's planned peak) ==\n",
+      name, batch, steps, data, MiB(budget), budget, static_cast<double>(budget) / keep.planned);
+  const Curve chosen = FinishCurveChild(*chosen_child);
+  const Curve all = FinishCurveChild(*all_child);
   for (const auto& [label, c] : std::vector<std::pair<std::string, const Curve*>>{
            {"keep", &keep}, {"budget", &chosen}, {"rebuild all", &all}}) {
-    double worst = 0;
+    double worst = 0, worst_smoothed = 0;
     int worst_step = 0;
     for (int i = 0; i < steps; ++i) {
       const double rel = std::fabs(c->losses[i] - keep.losses[i]) / std::fabs(keep.losses[i]);
       if (rel > worst) worst = rel, worst_step = i;
     }
+    const std::vector<double> smoothed = MovingAverage(c->losses, kSmoothSteps);
+    const std::vector<double> smoothed_keep = MovingAverage(keep.losses, kSmoothSteps);
+    for (size_t i = 0; i < smoothed.size(); ++i) {
+      worst_smoothed = std::max(
+          worst_smoothed, std::fabs(smoothed[i] - smoothed_keep[i]) / std::fabs(smoothed_keep[i]));
+    }
     std::cout << absl::StrFormat(
         "%-11s plan %-24s rebuilt %2d  planned %7.2f MiB  arena high-water %7.2f MiB (steps "
         "off plan: %d)  max RSS %7.1f MiB (%7.1f above start)  max_rebuild_error %.2g  loss "
-        "%.5f -> %.5f  max rel loss diff vs keep %.2e (step %d)\n",
+        "%.5f -> %.5f  max rel loss diff vs keep %.2e (step %d), smoothed over %d steps "
+        "%.2e%s\n",
         label, c->strategy, c->rebuilt, MiB(c->planned), MiB(c->high_water), c->off_plan_steps,
         MiB(c->max_rss), MiB(c->max_rss - c->start_rss), c->max_rebuild_error, c->losses.front(),
-        c->losses.back(), worst, worst_step);
+        c->losses.back(), worst, worst_step, kSmoothSteps, worst_smoothed,
+        c->eval_accuracy < 0 ? std::string()
+                             : absl::StrFormat("  eval accuracy %.4f (first %d test images)",
+                                               c->eval_accuracy, kEvalItems));
   }
   return 0;
 }
@@ -443,16 +559,17 @@ int Choose(const std::string& name, uint64_t batch) {
 
 int main(int argc, char** argv) {
   using headroom::executor::PrintPlanned;
-  if (argc == 6 && std::strcmp(argv[1], "curve-run") == 0) {
+  if (argc == 7 && std::strcmp(argv[1], "curve-run") == 0) {
     return headroom::executor::CurveRun(argv[2], std::strtoull(argv[3], nullptr, 10),
-                                        std::atoi(argv[4]), argv[5]);
+                                        std::atoi(argv[4]), argv[5], argv[6]);
   }
-  if ((argc == 5 || argc == 6) && std::strcmp(argv[1], "curve") == 0) {
+  if (argc >= 5 && argc <= 7 && std::strcmp(argv[1], "curve") == 0) {
     char self[4096] = {0};
     if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return 1;
     return headroom::executor::CompareCurves(self, argv[2], std::strtoull(argv[3], nullptr, 10),
                                              std::atoi(argv[4]),
-                                             argc == 6 ? std::atof(argv[5]) : 0.35);
+                                             argc >= 6 ? std::atof(argv[5]) : 0.35,
+                                             argc == 7 ? argv[6] : headroom::executor::kSynthetic);
   }
   if (argc == 4 && std::strcmp(argv[1], "choose") == 0) {
     return headroom::executor::Choose(argv[2], std::strtoull(argv[3], nullptr, 10));
@@ -474,7 +591,7 @@ int main(int argc, char** argv) {
     else {
       std::cerr << "usage: revnet_bench [--batch N] [--steps N] [--plan-only] | train MODEL "
                    "BATCH STEPS keep|rebuild | choose MODEL BATCH | curve MODEL BATCH STEPS "
-                   "[BUDGET_FRACTION]\n";
+                   "[BUDGET_FRACTION [synthetic|fashion-mnist]]\n";
       return 2;
     }
   }

@@ -541,9 +541,16 @@ class SectionSearch::Estimator {
 struct SectionSearch::Candidate {
   std::string strategy;
   SectionCuts cuts;
+  // What the search asks of the expanded step before planning it exactly, taken when it
+  // is added (Summarize).
+  double step_seconds = 0;
+  int64_t step_nodes = 0;
+  uint64_t lower_bound_bytes = 0;
+  uint64_t host_pool_bytes = 0;
+  // The expanded step and its exact memory plan, both held only once it is planned
+  // exactly (Evaluate expands it again from `cuts`): an expanded step is the bulk of a
+  // candidate, and most candidates are never planned.
   std::shared_ptr<const SectionedStep> step;
-  // Filled when first needed.
-  std::optional<uint64_t> lower_bound_bytes;
   std::shared_ptr<const MemoryPlan> memory;
   // Found by DescendNested() (with inner cuts, or on the way between such plans): chosen
   // only where nothing else fits (or where it is faster than what does).
@@ -668,9 +675,8 @@ absl::Status SectionSearch::BuildPool() {
 void SectionSearch::SortByTime() {
   by_time_.clear();
   for (int i = 0; i < static_cast<int>(pool_.size()); ++i) by_time_.push_back(i);
-  std::stable_sort(by_time_.begin(), by_time_.end(), [&](int a, int b) {
-    return pool_[a].step->step_seconds < pool_[b].step->step_seconds;
-  });
+  std::stable_sort(by_time_.begin(), by_time_.end(),
+                   [&](int a, int b) { return pool_[a].step_seconds < pool_[b].step_seconds; });
 }
 
 // How far Descend() moves one cut in one round.
@@ -725,8 +731,7 @@ absl::Status SectionSearch::Descend() {
       Candidate c;
       c.strategy = "search";
       c.cuts = moved;
-      c.step = std::make_shared<const SectionedStep>(*std::move(step));
-      c.lower_bound_bytes = b;
+      Summarize(*step, &c);
       pool_.push_back(std::move(c));
       break;
     }
@@ -911,8 +916,15 @@ void SectionSearch::AddCandidate(const std::string& strategy, const std::vector<
   Candidate c;
   c.strategy = strategy;
   c.cuts = section_cuts;
-  c.step = std::make_shared<const SectionedStep>(std::move(step).value());
+  Summarize(*step, &c);
   pool_.push_back(std::move(c));
+}
+
+void SectionSearch::Summarize(const SectionedStep& step, Candidate* c) const {
+  c->step_seconds = step.step_seconds;
+  c->step_nodes = static_cast<int64_t>(step.graph.nodes().size());
+  c->lower_bound_bytes = ScheduledLowerBound(step.graph, step.schedule, options_.alignment_bytes);
+  c->host_pool_bytes = HostPoolBytes(step, options_.alignment_bytes);
 }
 
 SectionSearch::~SectionSearch() = default;
@@ -923,9 +935,12 @@ absl::StatusOr<SectionPlan> SectionSearch::Evaluate(int index) {
   Candidate& c = pool_[index];
   if (c.memory == nullptr) {
     RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
+    // The same cuts expand into the same step (it expanded when it was added).
+    ASSIGN_OR_RETURN(SectionedStep step, ExpandSections(graph_, c.cuts, cost_, &node_costs_));
     ASSIGN_OR_RETURN(MemoryPlan memory,
-                     PlanScheduledGraph(c.step->graph, c.step->schedule, options_.alignment_bytes,
+                     PlanScheduledGraph(step.graph, step.schedule, options_.alignment_bytes,
                                         DefaultStrategies()));
+    c.step = std::make_shared<const SectionedStep>(std::move(step));
     c.memory = std::make_shared<const MemoryPlan>(std::move(memory));
   }
   SectionPlan plan;
@@ -934,20 +949,13 @@ absl::StatusOr<SectionPlan> SectionSearch::Evaluate(int index) {
   plan.step = c.step;
   plan.memory = c.memory;
   plan.peak_bytes = c.memory->arena_bytes;
-  plan.host_pool_bytes = HostPoolBytes(*c.step, options_.alignment_bytes);
-  plan.step_seconds = c.step->step_seconds;
-  plan.overhead_ratio = c.step->step_seconds / pool_[0].step->step_seconds;
+  plan.host_pool_bytes = c.host_pool_bytes;
+  plan.step_seconds = c.step_seconds;
+  plan.overhead_ratio = c.step_seconds / pool_[0].step_seconds;
   return plan;
 }
 
-uint64_t SectionSearch::LowerBound(int index) {
-  Candidate& c = pool_[index];
-  if (!c.lower_bound_bytes) {
-    c.lower_bound_bytes =
-        ScheduledLowerBound(c.step->graph, c.step->schedule, options_.alignment_bytes);
-  }
-  return *c.lower_bound_bytes;
-}
+uint64_t SectionSearch::LowerBound(int index) const { return pool_[index].lower_bound_bytes; }
 
 absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
   // Passes: the pool; after the descent; then plans with inner cuts, only where nothing
@@ -1157,6 +1165,7 @@ int SectionSearch::AddExpanded(const std::string& strategy, const SectionCuts& c
   Candidate c;
   c.strategy = strategy;
   c.cuts = cuts;
+  Summarize(*step, &c);
   c.step = std::move(step);
   pool_.push_back(std::move(c));
   return static_cast<int>(pool_.size()) - 1;
@@ -1166,7 +1175,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   if (auto it = refined_.find(budget_bytes); it != refined_.end()) return it->second;
   // A graph too large for the work limit to allow a few rounds is not refined: a single
   // exact plan of it may take seconds.
-  const int64_t step_nodes = static_cast<int64_t>(pool_[start].step->graph.nodes().size());
+  const int64_t step_nodes = pool_[start].step_nodes;
   if (step_nodes * kMinRefineSteps > work_limit_) {
     refined_[budget_bytes] = start;
     return start;
@@ -1178,11 +1187,14 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
   int64_t work = 0;
   int plans = 0;
   auto out_of_work = [&] { return work >= work_limit_ || plans >= options_.refine_max_plans; };
-  // A configuration predicted: its expanded step and the lower bound of what it holds.
+  // A configuration predicted: its step's time and size and the lower bound of what it
+  // holds. Not its expanded step: a round predicts every move, and fits() expands again
+  // the few it plans.
   struct Predicted {
     SectionCuts cuts;
     std::string key;
-    std::shared_ptr<const SectionedStep> step;
+    double step_seconds = 0;
+    int64_t step_nodes = 0;
     uint64_t bound = 0;
   };
   // Returns `m` predicted if it is faster than `than` seconds and could fit the budget.
@@ -1211,30 +1223,34 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
     known.budget_lower_bound =
         ScheduledLowerBound(step->graph, step->schedule, alignment) + host_bytes(*step);
     if (known.budget_lower_bound > budget_bytes) return std::nullopt;
-    return Predicted{std::move(m), std::move(key),
-                     std::make_shared<const SectionedStep>(*std::move(step)),
-                     known.budget_lower_bound};
+    return Predicted{std::move(m), std::move(key), step->step_seconds,
+                     static_cast<int64_t>(step->graph.nodes().size()), known.budget_lower_bound};
   };
   // Plans `p` exactly; returns its pool index if it fits the budget, else -1.
   auto fits = [&](const Predicted& p) -> absl::StatusOr<int> {
     Known& known = known_[p.key];
     if (known.budget_bytes != 0 && known.budget_bytes > budget_bytes) return -1;
     ++plans;
-    work += kPlanWorkPerNode * static_cast<int64_t>(p.step->graph.nodes().size());
-    ASSIGN_OR_RETURN(MemoryPlan memory, PlanScheduledGraph(p.step->graph, p.step->schedule,
-                                                           alignment, DefaultStrategies()));
-    known.budget_bytes = memory.arena_bytes + host_bytes(*p.step);
+    work += kPlanWorkPerNode * p.step_nodes;
+    // predict() expanded the same cuts into the same step.
+    ASSIGN_OR_RETURN(SectionedStep expanded, ExpandSections(graph_, p.cuts, cost_, &node_costs_));
+    auto step = std::make_shared<const SectionedStep>(std::move(expanded));
+    ASSIGN_OR_RETURN(MemoryPlan memory, PlanScheduledGraph(step->graph, step->schedule, alignment,
+                                                           DefaultStrategies()));
+    known.budget_bytes = memory.arena_bytes + host_bytes(*step);
     if (known.budget_bytes > budget_bytes) return -1;
-    const int index = AddExpanded("refined", p.cuts, p.step);
-    pool_[index].memory = std::make_shared<const MemoryPlan>(std::move(memory));
-    pool_[index].lower_bound_bytes = p.bound - host_bytes(*p.step);
+    const int index = AddExpanded("refined", p.cuts, step);
+    if (pool_[index].memory == nullptr) {
+      pool_[index].step = std::move(step);
+      pool_[index].memory = std::make_shared<const MemoryPlan>(std::move(memory));
+    }
     return index;
   };
 
   // One round from candidate `current`: returns the candidate it moves to, or -1.
   auto round = [&](int current, size_t chain_length) -> absl::StatusOr<int> {
     const SectionCuts from = pool_[current].cuts;
-    const double seconds = pool_[current].step->step_seconds;
+    const double seconds = pool_[current].step_seconds;
     const uint64_t bound = BudgetLowerBound(current);
     // Every move predicted faster whose lower bound fits, most time saved per byte first.
     struct Better {
@@ -1250,7 +1266,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
       ASSIGN_OR_RETURN(std::optional<Predicted> p, predict(*std::move(m), seconds));
       if (!p) continue;
       const double added = p->bound > bound ? static_cast<double>(p->bound - bound) : 0.0;
-      const double gain = (seconds - p->step->step_seconds) / (added + 4096);
+      const double gain = (seconds - p->step_seconds) / (added + 4096);
       better.push_back({move, *std::move(p), gain});
     }
     // A round that ran out of work mid-scan still plans what it found (a chain and its
@@ -1266,12 +1282,12 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
       std::optional<SectionCuts> m = Apply(chain.back().cuts, better[i].move);
       if (!m) continue;
       const Predicted& last = chain.back();
-      ASSIGN_OR_RETURN(std::optional<Predicted> p, predict(*std::move(m), last.step->step_seconds));
+      ASSIGN_OR_RETURN(std::optional<Predicted> p, predict(*std::move(m), last.step_seconds));
       if (!p) continue;
       // Taken only while it still saves at least half the time per byte it did alone: moves
       // interact, and a poor one would spend memory a later, better one needs.
       const double added = p->bound > last.bound ? static_cast<double>(p->bound - last.bound) : 0;
-      const double gain = (last.step->step_seconds - p->step->step_seconds) / (added + 4096);
+      const double gain = (last.step_seconds - p->step_seconds) / (added + 4096);
       if (gain >= kChainGainShare * better[i].gain) chain.push_back(*std::move(p));
     }
     int next = -1;
@@ -1333,7 +1349,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
     for (bool chains : {true, false}) {
       if (i > 0 && !chains) continue;
       ASSIGN_OR_RETURN(const int found, climb(starts[i], chains));
-      if (pool_[found].step->step_seconds < pool_[best].step->step_seconds) best = found;
+      if (pool_[found].step_seconds < pool_[best].step_seconds) best = found;
     }
   }
   const int current = best;
@@ -1345,9 +1361,7 @@ absl::StatusOr<int> SectionSearch::Refine(int start, uint64_t budget_bytes) {
 absl::StatusOr<SectionPlan> SectionSearch::Unconstrained() { return Evaluate(0); }
 
 uint64_t SectionSearch::BudgetLowerBound(int index) {
-  const uint64_t host = options_.host_pool_in_budget
-                            ? HostPoolBytes(*pool_[index].step, options_.alignment_bytes)
-                            : 0;
+  const uint64_t host = options_.host_pool_in_budget ? pool_[index].host_pool_bytes : 0;
   return LowerBound(index) + host;
 }
 

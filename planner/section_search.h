@@ -186,8 +186,11 @@ class SectionSearch {
   absl::StatusOr<SectionPlan> Evaluate(int index);
   // Returns candidate `index`'s point of the trade-off.
   absl::StatusOr<TradeOffPoint> Point(int index);
-  // Returns the aligned lower bound of candidate `index`'s arena (computed once).
-  uint64_t LowerBound(int index);
+  // Returns the aligned lower bound of candidate `index`'s arena (taken when it was added).
+  uint64_t LowerBound(int index) const;
+  // Fills what `c` keeps of its expanded `step` (its time, size, lower bound and host pool),
+  // so that the step itself need not be held until it is planned exactly.
+  void Summarize(const SectionedStep& step, Candidate* c) const;
   // Returns the candidate with the smallest exact peak (after Descend()), its host pool
   // included with host_pool_in_budget.
   absl::StatusOr<int> Smallest();
