@@ -431,6 +431,10 @@ uint64_t BudgetThatRebuilds(const std::string& name, uint64_t batch, const std::
   std::cout << absl::StrFormat("  frontier: %d points, %d of them rebuild blocks\n",
                                frontier.size(), rebuilding);
   for (const planner::TradeOffPoint& p : frontier) {
+    std::cout << absl::StrFormat("    %10.2f MiB  %.4f s  %s\n", MiB(p.peak_bytes), p.step_seconds,
+                                 p.strategy);
+  }
+  for (const planner::TradeOffPoint& p : frontier) {
     if (p.strategy.rfind("reversible:", 0) != 0) continue;
     const planner::SectionPlan chosen = search->Plan(p.peak_bytes).value();
     std::cout << absl::StrFormat(

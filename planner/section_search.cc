@@ -850,7 +850,7 @@ absl::Status SectionSearch::DescendNested(std::vector<int32_t> cuts, uint64_t bo
   for (bool improved = true; improved && work < options_.nested_max_work;) {
     improved = false;
     std::optional<SectionCuts> best;
-    std::shared_ptr<const SectionedStep> best_step;
+    std::optional<SectionedStep> best_step;
     for (const NestedCuts& m : NestedMoves(current, nf)) {
       if (work >= options_.nested_max_work) break;
       RETURN_IF_ERROR(util::CheckCancellation(options_.cancel));
@@ -865,7 +865,7 @@ absl::Status SectionSearch::DescendNested(std::vector<int32_t> cuts, uint64_t bo
       if (b >= bound) continue;
       bound = b;
       best = moved;
-      best_step = std::make_shared<const SectionedStep>(*std::move(step));
+      best_step = *std::move(step);
       if (!best_move) break;
     }
     if (!best) break;
@@ -874,8 +874,7 @@ absl::Status SectionSearch::DescendNested(std::vector<int32_t> cuts, uint64_t bo
     Candidate c;
     c.strategy = "nested";
     c.cuts = *std::move(best);
-    c.step = std::move(best_step);
-    c.lower_bound_bytes = bound;
+    Summarize(*best_step, &c);  // The step itself is expanded again if it is planned.
     c.nested = true;
     pool_.push_back(std::move(c));
   }
@@ -983,7 +982,7 @@ absl::StatusOr<SectionPlan> SectionSearch::Plan(uint64_t budget_bytes) {
 
 absl::StatusOr<SectionPlan> SectionSearch::FasterNested(SectionPlan plan, uint64_t budget_bytes) {
   for (int index : by_time_) {
-    if (pool_[index].step->step_seconds >= plan.step_seconds) break;
+    if (pool_[index].step_seconds >= plan.step_seconds) break;
     if (!Nested(index) || BudgetLowerBound(index) > budget_bytes) continue;
     ASSIGN_OR_RETURN(SectionPlan nested, Evaluate(index));
     if (BudgetBytes(nested) <= budget_bytes) return nested;
