@@ -170,6 +170,7 @@ TEST(RematOracleTest, TheUnconstrainedPeakNeedsNoRecompute) {
 std::vector<uint64_t> SectionBudgets(const Fixture& f, int n) {
   SearchOptions options;
   options.allow_offload = false;
+  options.nested = false;  // Cut sets only: inner cuts reach below what ExhaustiveSearch can.
   std::unique_ptr<SectionSearch> search =
       SectionSearch::Create(f.training, f.cost, options).value();
   const uint64_t lo = search->MinimumPeakBytes().value();

@@ -578,9 +578,15 @@ absl::StatusOr<std::unique_ptr<SectionSearch>> SectionSearch::Create(const Train
 
 absl::Status SectionSearch::BuildPool() {
   const int32_t nf = NumForwardNodes(graph_);
+  // Each candidate is expanded and its lower bound taken at once (a second or more on a
+  // 1000-layer graph), so a deadline is checked between them.
+  const util::CancellationToken* cancel = options_.cancel;
   AddCandidate("no_sections", {}, {});
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
   AddCandidate("sqrt_n", SqrtCuts(nf), {});
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
   AddCandidate("every_layer", LayerCuts(graph_), {});
+  RETURN_IF_ERROR(util::CheckCancellation(cancel));
   estimator_ = std::make_unique<Estimator>(graph_, cost_);
   const Estimator& estimator = *estimator_;
   const double lo = estimator.floor_bytes(), hi = estimator.plain_bytes() * 1.05;
@@ -588,7 +594,6 @@ absl::Status SectionSearch::BuildPool() {
   // the program can meet (bisection), then run it on a geometric grid from there up to the
   // plain step's estimate.
   const int points = std::max(2, options_.grid_points);
-  const util::CancellationToken* cancel = options_.cancel;
   // One pass: the answers on the grid, or nothing when even the plain step's estimate is out
   // of reach. The bisection asks only whether the program meets a budget, so it stops at
   // the first cuts that do (unless the reference is asked for). `labels` is its scratch.
@@ -637,6 +642,7 @@ absl::Status SectionSearch::BuildPool() {
   for (const absl::StatusOr<Answers>* answers : {&recompute, &offload}) {
     if (!**answers) continue;
     for (const Estimator::Answer& answer : ***answers) {
+      RETURN_IF_ERROR(util::CheckCancellation(cancel));
       AddCandidate("search", answer.cuts, answer.offload_cuts);
     }
     if (answers ==
