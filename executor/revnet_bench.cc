@@ -16,7 +16,8 @@
 // `revnet_bench curve MODEL BATCH STEPS [FRACTION [DATA]]` trains under a budget of FRACTION
 // (default 0.35; 0: the largest budget at which the planner's choice rebuilds blocks, found
 // on the frontier, printed) of the keep-everything planned peak, and with every block
-// rebuilt, each against keeping everything from the same seed in its own process: the
+// rebuilt, each against keeping everything from the same seed in its own process (and the
+// float32 floor: keeping everything with the learning rate 2e-7 larger, one rounding): the
 // largest relative loss difference over the steps, raw and smoothed (moving averages over
 // kSmoothSteps steps), planned and measured peaks (the arena's high-water mark, the
 // process's max RSS from /proc/self/status) and max_rebuild_error (checked every 50 steps).
@@ -283,8 +284,12 @@ int CurveRun(const std::string& name, uint64_t batch, int steps, const std::stri
   std::unique_ptr<Backend> backend = cpu::CreateCpuBackend();
   TrainerOptions options;
   options.seed = 3;
-  options.rebuild_reversible = mode != "keep";
-  if (mode != "keep" && mode != "rebuild") options.budget_bytes = std::stoull(mode);
+  // "floor": keeping everything with the learning rate one float32 rounding larger (2e-7
+  // relative), the drift any change of rounding alone causes on this run.
+  const bool keeps = mode == "keep" || mode == "floor";
+  options.rebuild_reversible = !keeps;
+  if (mode == "floor") options.optimizer_params.learning_rate *= 1 + 2e-7;
+  if (!keeps && mode != "rebuild") options.budget_bytes = std::stoull(mode);
   options.check_rebuild_every = 50;
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(g, backend.get(), options);
   CHECK(trainer.ok()) << trainer.status();
@@ -460,9 +465,10 @@ int CompareCurves(const std::string& self, const std::string& name, uint64_t bat
     CHECK(budget > 0) << "no budget makes the planner rebuild a block: no point of the "
                          "frontier that rebuilds is chosen";
   }
-  // Each run its own process; with the budget known, the three run side by side (on a
+  // Each run its own process; with the budget known, the four run side by side (on a
   // shared machine one after another took most of an hour for 300 steps).
   CurveChild keep_child = StartCurveChild(self, name, batch, steps, "keep", data);
+  CurveChild floor_child = StartCurveChild(self, name, batch, steps, "floor", data);
   std::optional<CurveChild> chosen_child, all_child;
   if (fraction == 0) {
     chosen_child = StartCurveChild(self, name, batch, steps, absl::StrCat(budget), data);
@@ -478,10 +484,11 @@ int CompareCurves(const std::string& self, const std::string& name, uint64_t bat
       "== %s batch %d, %d steps on %s data, seed 3: loss curves against keeping everything; "
       "budget %.2f MiB (%d B, %.3f of keeping everything's planned peak) ==\n",
       name, batch, steps, data, MiB(budget), budget, static_cast<double>(budget) / keep.planned);
+  const Curve floor = FinishCurveChild(floor_child);
   const Curve chosen = FinishCurveChild(*chosen_child);
   const Curve all = FinishCurveChild(*all_child);
   for (const auto& [label, c] : std::vector<std::pair<std::string, const Curve*>>{
-           {"keep", &keep}, {"budget", &chosen}, {"rebuild all", &all}}) {
+           {"keep", &keep}, {"floor", &floor}, {"budget", &chosen}, {"rebuild all", &all}}) {
     double worst = 0, worst_smoothed = 0;
     int worst_step = 0;
     for (int i = 0; i < steps; ++i) {
